@@ -1,0 +1,59 @@
+"""``fyrehose backbone``: argument parsing and start-up of the chosen driver."""
+from __future__ import annotations
+
+import argparse
+
+from fyrehose.addresses import parse_hostport, parse_networks
+from fyrehose.codec import FRAME_HEADER, MAX_DATAGRAM
+
+DEFAULT_LISTEN = "127.0.0.1:2323"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                        help=f"UDP address to serve (default {DEFAULT_LISTEN})")
+    parser.add_argument("--workers", type=int, default=0, metavar="R",
+                        help="receive worker processes; 0 runs everything in one process (default 0)")
+    parser.add_argument("--fanout", type=int, default=None, metavar="F",
+                        help="fan-out worker processes (multi-process mode only)")
+    parser.add_argument("--state-dir", metavar="DIR",
+                        help="where the sequence high-water mark is kept "
+                             "(default ~/.local/state/fyrehose/backbone-HOST-PORT)")
+    parser.add_argument("--metrics", metavar="HOST:PORT",
+                        help="serve Prometheus metrics over HTTP at this address")
+    parser.add_argument("--trust-net", action="append", default=[], metavar="CIDR",
+                        help="sources in this network may name another address in KEEPALIVE/REQUEST "
+                             "(repeatable; default: nobody may)")
+    parser.add_argument("--batch-bytes", type=int, default=MAX_DATAGRAM, metavar="N",
+                        help=f"largest datagram packed for BATCH subscribers (default {MAX_DATAGRAM}; "
+                             "1472 avoids IP fragmentation on a 1500-byte MTU)")
+    parser.add_argument("--max-clients", type=int, default=65536, metavar="N",
+                        help="capacity of the client table (default 65536)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from fyrehose.backbone.core import Backbone
+    from fyrehose.backbone.statefile import SequenceStateFile, default_state_dir
+
+    listen = parse_hostport(args.listen)
+    metrics = parse_hostport(args.metrics) if args.metrics else None
+    trusted = parse_networks(args.trust_net)
+    if args.batch_bytes < FRAME_HEADER or args.batch_bytes > MAX_DATAGRAM:
+        raise ValueError(f"--batch-bytes must be between {FRAME_HEADER} and {MAX_DATAGRAM}")
+    if args.max_clients < 1:
+        raise ValueError("--max-clients must be at least 1")
+    if args.workers < 0:
+        raise ValueError("--workers must be 0 or more")
+    if args.workers > 0:
+        raise ValueError("this build runs the backbone in one process only: use --workers 0")
+    state = SequenceStateFile(args.state_dir or default_state_dir(*listen))
+    reserved = state.open()
+    backbone = Backbone(
+        reserved=reserved,
+        trusted_networks=trusted,
+        batch_bytes=args.batch_bytes,
+        client_capacity=args.max_clients,
+    )
+    from fyrehose.backbone.single import run_single
+
+    return run_single(backbone, listen, state, metrics)

@@ -1,0 +1,118 @@
+"""The single-process backbone driver (``--workers 0``): one socket, one loop, the pure core.
+
+The loop drains every datagram the kernel holds before flushing, so under load
+BATCH subscribers get full datagrams while an idle backbone answers at once.
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import sys
+import time
+
+import psutil
+
+from fyrehose.addresses import Address
+from fyrehose.backbone.core import Backbone
+from fyrehose.backbone.metrics import Metric, MetricsServer, client_metrics, counter_metrics, process_metrics
+from fyrehose.backbone.statefile import SequenceStateFile
+from fyrehose.backbone.udp import bind_udp, send_all
+
+RECV_SIZE = 65536
+DRAIN_LIMIT = 512
+IDLE_POLL_MS = 500
+
+
+
+
+class SingleProcessBackbone:
+    def __init__(self, backbone: Backbone, listen: Address, state: SequenceStateFile,
+                 metrics: Address | None = None) -> None:
+        self.backbone = backbone
+        self.state = state
+        self.sock = bind_udp(listen)
+        self.address = self.sock.getsockname()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._stopping = False
+        self._metrics = MetricsServer(metrics, self._collect) if metrics else None
+        self._process = psutil.Process()
+
+    def _collect(self) -> list[Metric]:
+        backbone = self.backbone
+        return (
+            counter_metrics(dict(backbone.counters))
+            + client_metrics(backbone.clients.counts(time.monotonic()), backbone.sequence.last_issued)
+            + process_metrics({"backbone": self._process})
+        )
+
+    def stop(self) -> None:
+        """Ask the loop to drain and return; safe from a signal handler or another thread."""
+        self._stopping = True
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def run(self) -> None:
+        backbone = self.backbone
+        sock = self.sock
+        recvfrom = sock.recvfrom
+        receive = backbone.receive
+        counters = backbone.counters
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        if self._metrics:
+            self._metrics.start()
+        try:
+            while not self._stopping:
+                poller.poll(IDLE_POLL_MS)
+                now = time.monotonic()
+                for _ in range(DRAIN_LIMIT):
+                    try:
+                        data, source = recvfrom(RECV_SIZE)
+                    except BlockingIOError:
+                        break
+                    except OSError:
+                        counters["drop:receive error"] += 1
+                        continue
+                    receive(data, source, now)
+                if backbone.pending():
+                    self._flush(now)
+            self._flush(time.monotonic())
+        finally:
+            self.state.write(backbone.sequence.last_issued)
+            self._close()
+
+    def _flush(self, now: float) -> None:
+        out = self.backbone.flush(now)
+        if out.reserve is not None:
+            self.state.write(out.reserve)
+        send_all(self.sock, out.sends, self.backbone.counters)
+
+    def _close(self) -> None:
+        if self._metrics:
+            self._metrics.stop()
+        self.sock.close()
+        self._wake_r.close()
+        self._wake_w.close()
+        self.state.close()
+
+
+def run_single(backbone: Backbone, listen: Address, state: SequenceStateFile, metrics: Address | None) -> int:
+    driver = SingleProcessBackbone(backbone, listen, state, metrics)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: driver.stop())
+    host, port = driver.address
+    print(
+        f"fyrehose backbone listening on {host}:{port} (single process, pid {os.getpid()}, "
+        f"next sequence {backbone.sequence.next}, state {state.directory})",
+        file=sys.stderr, flush=True,
+    )
+    driver.run()
+    print(f"fyrehose backbone stopped at sequence {backbone.sequence.last_issued}", file=sys.stderr, flush=True)
+    return 0

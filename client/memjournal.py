@@ -1,0 +1,47 @@
+"""The recent messages a client keeps to answer FORWARDs, bounded by bytes."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Iterator
+
+
+class MemoryJournal:
+    """Messages by sequence; the oldest received are evicted first once ``max_bytes`` is passed.
+
+    Single writer (the client's receive thread) and single reader (its forwarder);
+    each dict operation is atomic under the GIL, which is all they share.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._messages: OrderedDict[int, bytes] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __contains__(self, seq: int) -> bool:
+        return seq in self._messages
+
+    def add(self, seq: int, data: bytes) -> None:
+        if seq in self._messages or len(data) > self.max_bytes:
+            return
+        self._messages[seq] = data
+        self.bytes += len(data)
+        while self.bytes > self.max_bytes:
+            _, old = self._messages.popitem(last=False)
+            self.bytes -= len(old)
+
+    def get(self, seq: int) -> bytes | None:
+        return self._messages.get(seq)
+
+    def held(self, from_seq: int, to_seq: int) -> Iterator[tuple[int, bytes]]:
+        """The messages held in ``from_seq..to_seq``, ascending; cheap for wide sparse ranges."""
+        if to_seq - from_seq + 1 > 4 * len(self._messages):
+            seqs = sorted(s for s in list(self._messages) if from_seq <= s <= to_seq)
+        else:
+            seqs = range(from_seq, to_seq + 1)
+        for seq in seqs:
+            data = self._messages.get(seq)
+            if data is not None:
+                yield seq, data

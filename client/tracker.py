@@ -1,0 +1,177 @@
+"""Subscriber-side sequencing as a pure state machine: DELIVERs and time in, ordered events and REQUESTs out.
+
+The backbone performs no error correction (seeds/000), so each subscriber
+orders what it receives, notices holes, asks for them again with growing
+back-off, and after ``give_up_after`` seconds reports a hole as lost instead
+of waiting forever.  Nothing is ever skipped silently: every sequence number
+from the start position onwards comes out exactly once, either as a
+:class:`Message` or inside a :class:`Lost` range.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    seq: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """Sequences ``from_seq..to_seq`` (inclusive) that will never be delivered."""
+
+    from_seq: int
+    to_seq: int
+    reason: str
+
+    @property
+    def count(self) -> int:
+        return self.to_seq - self.from_seq + 1
+
+
+Event = Message | Lost
+
+
+@dataclass(slots=True)
+class _Hole:
+    first: int
+    last: int
+    noticed: float  # when the hole was first seen; give-up time counts from here
+    next_request: float
+    attempts: int = 0
+
+
+class SequenceTracker:
+    def __init__(
+        self,
+        start: int | None = None,
+        *,
+        request_delay: float = 0.02,
+        retry_initial: float = 0.1,
+        retry_max: float = 1.0,
+        give_up_after: float = 10.0,
+        max_request_span: int = 8192,
+        max_buffered: int = 1_000_000,
+    ) -> None:
+        """``start`` is the first sequence wanted (None: whatever arrives first).
+
+        ``request_delay`` lets reordered datagrams arrive before a hole is
+        requested; retries back off from ``retry_initial`` to ``retry_max``.
+        ``max_buffered`` bounds the out-of-order buffer: past it the oldest hole
+        is given up early.
+        """
+        self.next = start  # the next sequence to hand out
+        self.highest = None if start is None else start - 1  # highest sequence known to exist
+        self.request_delay = request_delay
+        self.retry_initial = retry_initial
+        self.retry_max = retry_max
+        self.give_up_after = give_up_after
+        self.max_request_span = max_request_span
+        self.max_buffered = max_buffered
+        self._buffer: dict[int, bytes] = {}
+        self._holes: list[_Hole] = []  # disjoint, ascending, all below or at `highest`
+        self.duplicates = 0
+        self.lost = 0
+
+    @property
+    def started(self) -> bool:
+        return self.next is not None
+
+    @property
+    def holes(self) -> list[tuple[int, int]]:
+        return [(h.first, h.last) for h in self._holes]
+
+    def deliver(self, seq: int, data: bytes, now: float) -> list[Event]:
+        """Take one DELIVER; return the events now ready, in sequence order."""
+        if self.next is None:
+            self.next = seq
+            self.highest = seq - 1
+        if seq < self.next or seq in self._buffer:
+            self.duplicates += 1
+            return []
+        if seq > self.highest:
+            if seq > self.highest + 1:
+                self._holes.append(_Hole(self.highest + 1, seq - 1, now, now + self.request_delay))
+            self.highest = seq
+        else:
+            if not self._fill(seq):
+                self.duplicates += 1
+                return []
+        if seq != self.next:
+            self._buffer[seq] = data
+            if len(self._buffer) > self.max_buffered:
+                return self._give_up_front("buffer full")
+            return []
+        events: list[Event] = [Message(seq, data)]
+        self.next = seq + 1
+        self._drain(events)
+        return events
+
+    def head(self, last_issued: int, now: float) -> None:
+        """Learn the backbone's last issued sequence (from a KEEPALIVE-ACK) to notice lost tails."""
+        if self.next is None or last_issued <= self.highest:
+            return
+        self._holes.append(_Hole(self.highest + 1, last_issued, now, now + self.request_delay))
+        self.highest = last_issued
+
+    def poll(self, now: float) -> tuple[list[tuple[int, int]], list[Event]]:
+        """Timers: the (from, to) ranges to REQUEST now, and events released by giving up holes."""
+        events: list[Event] = []
+        while self._holes and self._holes[0].noticed + self.give_up_after <= now:
+            events.extend(self._give_up_front("not recovered"))
+        requests = []
+        span = self.max_request_span
+        for hole in self._holes:
+            if hole.next_request > now:
+                continue
+            for first in range(hole.first, hole.last + 1, span):
+                requests.append((first, min(hole.last, first + span - 1)))
+            hole.attempts += 1
+            hole.next_request = now + min(self.retry_initial * (2 ** (hole.attempts - 1)), self.retry_max)
+        return requests, events
+
+    def next_deadline(self) -> float | None:
+        if not self._holes:
+            return None
+        return min(min(h.next_request for h in self._holes), self._holes[0].noticed + self.give_up_after)
+
+    def _fill(self, seq: int) -> bool:
+        """Remove ``seq`` from the hole holding it; False when no hole holds it."""
+        holes = self._holes
+        for index, hole in enumerate(holes):
+            if hole.first <= seq <= hole.last:
+                break
+        else:
+            return False
+        if hole.first == hole.last:
+            del holes[index]
+        elif seq == hole.first:
+            hole.first += 1
+        elif seq == hole.last:
+            hole.last -= 1
+        else:
+            tail = _Hole(seq + 1, hole.last, hole.noticed, hole.next_request, hole.attempts)
+            hole.last = seq - 1
+            holes.insert(index + 1, tail)
+        return True
+
+    def _drain(self, events: list[Event]) -> None:
+        buffer = self._buffer
+        seq = self.next
+        while seq in buffer:
+            events.append(Message(seq, buffer.pop(seq)))
+            seq += 1
+        self.next = seq
+
+    def _give_up_front(self, reason: str) -> list[Event]:
+        hole = self._holes.pop(0)  # always starts at self.next: everything below it was drained
+        events: list[Event] = []
+        lost = Lost(hole.first, hole.last, reason)
+        self.lost += lost.count
+        events.append(lost)
+        self.next = hole.last + 1
+        self._drain(events)
+        return events
