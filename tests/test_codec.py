@@ -70,9 +70,11 @@ def forwards(draw):
 keepalives = st.builds(Keepalive, addr=addrs, port=ports, flags=flags, token=tokens)
 legacy_keepalives = st.builds(Keepalive, addr=addrs, port=ports, legacy=st.just(True))
 acks = st.builds(KeepaliveAck, token=tokens)
+# FLAG_HEAD extension of the codec: the ACK may carry the last sequence issued (0 = none yet)
+acks_with_head = st.builds(KeepaliveAck, token=tokens, head=st.integers(min_value=0, max_value=U48))
 
 packable = st.one_of(delivers, pushes, confirms)
-single_frames = st.one_of(requests(), forwards(), keepalives, legacy_keepalives, acks)
+single_frames = st.one_of(requests(), forwards(), keepalives, legacy_keepalives, acks, acks_with_head)
 any_frame = st.one_of(packable, single_frames)
 
 
@@ -153,6 +155,14 @@ def test_legacy_keepalive_round_trip(frame):
 def test_keepalive_ack_round_trip(frame):
     data = codec.encode(frame)
     assert len(data) == 17
+    assert codec.decode(data) == [frame]
+
+
+@FAST
+@given(acks_with_head)
+def test_keepalive_ack_with_head_round_trip(frame):
+    data = codec.encode(frame)
+    assert data == b"\x20" + frame.token + u48(frame.head)
     assert codec.decode(data) == [frame]
 
 
@@ -467,7 +477,9 @@ def test_unknown_types_raise_protocol_error():
 
 
 def _single_datagrams():
-    return st.one_of(delivers, pushes, confirms, requests(), forwards(), keepalives, legacy_keepalives, acks)
+    return st.one_of(
+        delivers, pushes, confirms, requests(), forwards(), keepalives, legacy_keepalives, acks, acks_with_head
+    )
 
 
 @FAST
@@ -479,6 +491,10 @@ def test_every_truncation_of_a_single_frame_raises(frame):
         if cut == 7 and isinstance(frame, Keepalive) and not frame.legacy:
             # the first 7 bytes of a KEEPALIVE are a valid legacy KEEPALIVE (seeds/001)
             assert codec.decode(prefix) == [Keepalive(frame.addr, frame.port, legacy=True)]
+            continue
+        if cut == 17 and isinstance(frame, KeepaliveAck) and frame.head is not None:
+            # the first 17 bytes of an ACK with head are a plain ACK
+            assert codec.decode(prefix) == [KeepaliveAck(frame.token)]
             continue
         with pytest.raises(ProtocolError) as info:
             codec.decode(prefix)
@@ -517,7 +533,7 @@ def test_every_truncation_of_a_packed_datagram(frames):
         (Request("1.2.3.4", 5, 1, 2), (18, 20, 40)),
         (Forward("1.2.3.4", 5, 1, 2), (18, 20, 40)),
         (Keepalive("1.2.3.4", 5, 0, bytes(16)), (6, 8, 28, 30, 60)),
-        (KeepaliveAck(bytes(16)), (1, 16, 18, 40)),
+        (KeepaliveAck(bytes(16)), (1, 16, 18, 22, 24, 40)),
     ],
 )
 def test_wrong_sizes_raise(frame, bad_sizes):

@@ -1,0 +1,28 @@
+"""Fixtures that start real backbones on loopback and always stop them by PID."""
+from __future__ import annotations
+
+import pytest
+
+from support import BackboneProcess
+
+# Every protocol test runs against each backbone mode listed here (--workers values).
+BACKBONE_MODES = [0]
+
+
+@pytest.fixture
+def backbone_factory(tmp_path):
+    started: list[BackboneProcess] = []
+
+    def start(workers: int = 0, extra: list[str] | None = None, state_dir=None, port: int = 0) -> BackboneProcess:
+        process = BackboneProcess(state_dir or tmp_path / f"state-{len(started)}", workers, extra or [], port=port)
+        started.append(process)
+        return process.start()
+
+    yield start
+    for process in started:
+        process.kill()
+
+
+@pytest.fixture(params=BACKBONE_MODES, ids=lambda workers: f"workers={workers}")
+def backbone(request, backbone_factory) -> BackboneProcess:
+    return backbone_factory(workers=request.param)

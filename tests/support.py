@@ -1,0 +1,189 @@
+"""Helpers for tests that run real processes over loopback UDP."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOOPBACK = "127.0.0.1"
+FYREHOSE = [sys.executable, "-m", "fyrehose.cli"]
+
+
+def free_port(kind: int = socket.SOCK_DGRAM) -> int:
+    """A port free for both UDP and TCP right now (the backbone uses UDP, metrics TCP)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, kind) as probe:
+            probe.bind((LOOPBACK, 0))
+            port = probe.getsockname()[1]
+        other = socket.SOCK_STREAM if kind == socket.SOCK_DGRAM else socket.SOCK_DGRAM
+        with socket.socket(socket.AF_INET, other) as check:
+            try:
+                check.bind((LOOPBACK, port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port found")
+
+
+def wait_for_ack(addr: tuple[str, int], timeout: float = 10.0) -> None:
+    """Block until the backbone at ``addr`` answers a KEEPALIVE (raw bytes, seeds/000)."""
+    token = os.urandom(16)
+    keepalive = bytes([0x10]) + bytes(4) + bytes(2) + (0x3).to_bytes(6, "big") + token
+    deadline = time.monotonic() + timeout
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(0.1)
+        while time.monotonic() < deadline:
+            sock.sendto(keepalive, addr)
+            try:
+                data, _ = sock.recvfrom(100)
+            except socket.timeout:
+                continue
+            if data[:17] == bytes([0x20]) + token:
+                return
+    raise TimeoutError(f"backbone at {addr} did not answer within {timeout} s")
+
+
+@dataclass
+class BackboneProcess:
+    """A ``fyrehose backbone`` subprocess; ``stop``/``kill`` act on its PID."""
+
+    state_dir: Path
+    workers: int = 0
+    extra: list[str] = field(default_factory=list)
+    port: int = 0
+    metrics_port: int = 0
+    proc: subprocess.Popen | None = None
+    log: Path | None = None
+
+    @property
+    def addr(self) -> tuple[str, int]:
+        return LOOPBACK, self.port
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def start(self) -> "BackboneProcess":
+        if not self.port:
+            self.port = free_port()
+        if not self.metrics_port:
+            self.metrics_port = free_port(socket.SOCK_STREAM)
+        self.log = self.state_dir.parent / f"backbone-{self.port}.log"
+        args = FYREHOSE + [
+            "backbone", "--listen", self.address, "--workers", str(self.workers),
+            "--state-dir", str(self.state_dir), "--metrics", f"{LOOPBACK}:{self.metrics_port}",
+        ] + self.extra
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for_ack(self.addr)
+        except TimeoutError:
+            self.kill()
+            raise RuntimeError(f"backbone did not start: {self.log.read_text()[-2000:]}") from None
+        return self
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM and wait: a clean shutdown."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL (kill -9) and reap."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def metrics(self) -> dict[str, float]:
+        """The Prometheus samples as {'name{labels}': value}."""
+        url = f"http://{LOOPBACK}:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        samples = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                samples[name] = float(value)
+        return samples
+
+    def metric(self, name: str, default: float = 0.0) -> float:
+        return self.metrics().get(name, default)
+
+
+class LossyRelay:
+    """A UDP relay between one client and the backbone that drops every Nth datagram towards the client.
+
+    The client talks to the relay as if it were the backbone; the backbone sees
+    the relay's address as the client's, so DELIVERs, ACKs and re-DELIVERs from
+    other clients all pass through it on their way back.
+    """
+
+    def __init__(self, backbone: tuple[str, int], drop_every: int) -> None:
+        self.backbone = backbone
+        self.drop_every = drop_every
+        self.front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # faces the client
+        self.front.bind((LOOPBACK, 0))
+        self.back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # faces the backbone and other clients
+        self.back.bind((LOOPBACK, 0))
+        for sock in (self.front, self.back):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+            sock.settimeout(0.1)
+        self.addr = self.front.getsockname()
+        self.client: tuple[str, int] | None = None
+        self.passed = 0
+        self.dropped = 0
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._upstream, daemon=True),
+            threading.Thread(target=self._downstream, daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _upstream(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, source = self.front.recvfrom(65536)
+            except (socket.timeout, OSError):
+                continue
+            self.client = source
+            self.back.sendto(data, self.backbone)
+
+    def _downstream(self) -> None:
+        count = 0
+        while not self._stop.is_set():
+            try:
+                data, _ = self.back.recvfrom(65536)
+            except (socket.timeout, OSError):
+                continue
+            count += 1
+            if data[0] == 0x01 and count % self.drop_every == 0:
+                self.dropped += 1
+                continue
+            if self.client is not None:
+                self.front.sendto(data, self.client)
+                self.passed += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(2)
+        self.front.close()
+        self.back.close()
+
+
+def run_cli(*args: str, input: bytes | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess:
+    return subprocess.run(FYREHOSE + list(args), input=input, capture_output=True, timeout=timeout)

@@ -1,0 +1,98 @@
+"""The command line: pub, sub, --help everywhere, one-line errors."""
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from support import FYREHOSE, free_port, run_cli
+
+COMMANDS = ["backbone", "pub", "sub"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command):
+    result = run_cli(command, "--help")
+    assert result.returncode == 0
+    assert b"usage: fyrehose " + command.encode() in result.stdout
+
+
+def test_top_level_help_lists_the_commands():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for command in COMMANDS:
+        assert command.encode() in result.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["nonsense"],
+    [],
+    ["backbone", "--listen", "nowhere"],
+    ["backbone", "--listen", "127.0.0.1:99999"],
+    ["backbone", "--trust-net", "10.0.0.0/99"],
+    ["backbone", "--workers", "-1"],
+    ["sub", "--from", "0"],
+    ["pub", "--timeout", "-3", "x"],
+])
+def test_bad_arguments_give_one_line_and_nonzero_exit(args):
+    result = run_cli(*args)
+    assert result.returncode != 0
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "error" in lines[0]
+    assert b"Traceback" not in result.stderr
+
+
+def test_pub_without_backbone_is_one_line():
+    result = run_cli("pub", "--backbone", f"127.0.0.1:{free_port()}", "hello", timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "no KEEPALIVE-ACK" in lines[0]
+
+
+def test_pub_prints_sequences_and_sub_prints_messages(backbone):
+    sub = subprocess.Popen(FYREHOSE + ["sub", "--backbone", backbone.address, "--count", "3", "--timeout", "20"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)  # let it subscribe
+        pub = run_cli("pub", "--backbone", backbone.address, "one", "two")
+        assert pub.returncode == 0, pub.stderr
+        assert pub.stdout.split() == [b"1", b"2"]
+        pub = run_cli("pub", "--backbone", backbone.address, input=b"three\n")
+        assert pub.stdout.split() == [b"3"]
+        out, err = sub.communicate(timeout=30)
+    finally:
+        if sub.poll() is None:
+            sub.kill()
+            sub.wait()
+    assert sub.returncode == 0, err
+    assert out.decode().splitlines() == ["1\tone", "2\ttwo", "3\tthree"]
+
+
+def test_sub_from_backfills_through_requests(backbone):
+    keeper = subprocess.Popen(FYREHOSE + ["sub", "--backbone", backbone.address, "--timeout", "30"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)
+        assert run_cli("pub", "--backbone", backbone.address, "a", "b", "c").returncode == 0
+        time.sleep(0.3)
+        late = run_cli("sub", "--backbone", backbone.address, "--from", "1", "--count", "3", "--timeout", "20")
+        assert late.returncode == 0, late.stderr
+        assert late.stdout.decode().splitlines() == ["1\ta", "2\tb", "3\tc"]
+    finally:
+        keeper.kill()
+        keeper.wait()
+
+
+def test_sub_reports_permanent_loss_and_exits_nonzero(backbone):
+    assert run_cli("pub", "--backbone", backbone.address, "nobody keeps this").returncode == 0
+    late = run_cli("sub", "--backbone", backbone.address, "--from", "1", "--give-up", "0.5", "--timeout", "3")
+    assert late.returncode == 3
+    assert "lost 1..1" in late.stderr.decode()
+
+
+def test_pub_refuses_oversize_message(backbone):
+    result = run_cli("pub", "--backbone", backbone.address, input=b"x" * 65499 + b"\n")
+    assert result.returncode == 1
+    assert "65499 bytes" in result.stderr.decode()
