@@ -18,7 +18,7 @@ from fyrehose import codec
 from fyrehose.addresses import Address
 from fyrehose.backbone.clients import ClientTable
 from fyrehose.backbone.confirms import ConfirmCache
-from fyrehose.backbone.sequencing import DEFAULT_BLOCK, SequenceCounter
+from fyrehose.backbone.sequencing import DEFAULT_BLOCK, SequenceCounter, SequenceExhausted
 
 _SEQ_FIELD = struct.Struct(">HI")
 _ACK_PREFIX = bytes((codec.KEEPALIVE_ACK,))
@@ -147,20 +147,31 @@ class Backbone:
             return
         confirmed = self.confirmed
         keep = spans
+        repeated: list[int] = []  # tags seen twice within this datagram: confirmed once sequenced
         if any(tag for _, _, tag in spans):
             keep = []
+            fresh: set[int] = set()
             for span in spans:
                 tag = span[2]
                 seq = confirmed.lookup(source, tag) if tag else None
-                if seq is None:
-                    keep.append(span)
-                else:
+                if seq is not None:
                     self._confirm(source, tag, seq)
                     self.counters["duplicate pushes"] += 1
+                elif tag in fresh:
+                    repeated.append(tag)
+                    self.counters["duplicate pushes"] += 1
+                else:
+                    if tag:
+                        fresh.add(tag)
+                    keep.append(span)
             if not keep:
                 return
+        try:
+            seq = self.sequence.take(len(keep))
+        except SequenceExhausted:
+            self._drop("sequence space exhausted")
+            return
         buf = bytearray(datagram[: keep[-1][1]])
-        seq = self.sequence.take(len(keep))
         pack_seq = _SEQ_FIELD.pack_into
         bounds = []
         for start, end, tag in keep:
@@ -171,9 +182,12 @@ class Backbone:
                 self._confirm(source, tag, seq)
             bounds.append((start, end))
             seq += 1
+        for tag in repeated:
+            self._confirm(source, tag, confirmed.lookup(source, tag))
         self.counters["pushes"] += len(keep)
+        base = bounds[0][0]
         if len(keep) == len(spans) or self._contiguous(bounds):
-            self._log.append((memoryview(buf)[bounds[0][0]:], [(s - bounds[0][0], e - bounds[0][0]) for s, e in bounds]))
+            self._log.append((memoryview(buf)[base:], [(s - base, e - base) for s, e in bounds]))
         else:
             view = memoryview(buf)
             for start, end in bounds:

@@ -43,7 +43,11 @@ class SequenceStateFile:
             os.close(fd)
             raise StateError(f"another backbone is using the state directory {self.directory}") from None
         self._lock_fd = fd
-        return self.read()
+        try:
+            return self.read()
+        except StateError:
+            self.close()
+            raise
 
     def read(self) -> int:
         try:

@@ -291,6 +291,8 @@ def scan(datagram: bytes | bytearray | memoryview, frame_type: int) -> tuple[lis
         kind, length, high, low = unpack_from(datagram, offset)
         if kind != frame_type:
             return spans, "mixed frame types" if spans else "unknown type"
+        if length > MAX_PAYLOAD:
+            return spans, "oversize"
         end = offset + FRAME_HEADER + length
         if end > size:
             return spans, "truncated"
@@ -358,6 +360,9 @@ def _decode_packed(datagram: bytes, strict: bool) -> tuple[list[Frame], Protocol
             error = ProtocolError("truncated", f"{frame_name(kind)} header cut short")
             break
         _, length, high, low = _HEADER.unpack_from(datagram, offset)
+        if length > MAX_PAYLOAD:
+            error = PayloadTooLarge(length)
+            break
         end = offset + FRAME_HEADER + length
         if end > size:
             error = ProtocolError("truncated", f"{frame_name(kind)} LENGTH {length} runs past the datagram")

@@ -511,12 +511,6 @@ def test_retry_inside_a_packed_push_with_new_frames(layout):
     assert all(len(codec.decode(d)) == 1 for d in to(out, A))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: backbone/core.py Backbone._push (lines ~150-171) checks (source, tag) against the ConfirmCache "
-    "only for earlier datagrams; two frames with the same tag in one packed PUSH are both sequenced, "
-    "delivered twice and confirmed with two different sequences for one tag",
-)
 def test_same_tag_twice_in_one_packed_push_is_one_message():
     bb = Backbone()
     ka(bb, A, T0)

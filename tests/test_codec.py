@@ -737,3 +737,12 @@ def test_pack_greedy_exact_fit():
     assert [len(d) for d in codec.pack_greedy(encoded, 26)] == [26, 26, 26]
     assert [len(d) for d in codec.pack_greedy(encoded, 25)] == [13] * 6
     assert [len(d) for d in codec.pack_greedy(encoded, 39)] == [39, 39]
+
+
+@pytest.mark.parametrize("kind", [codec.DELIVER, codec.PUSH])
+def test_frame_length_beyond_the_max_payload_is_refused_even_if_present(kind):
+    too_long = bytes([kind]) + (65499).to_bytes(2, "big") + (1).to_bytes(6, "big") + bytes(65499)
+    with pytest.raises(codec.PayloadTooLarge):
+        codec.decode(too_long)
+    spans, error = codec.scan(too_long, kind)
+    assert spans == [] and error == "oversize"

@@ -92,12 +92,6 @@ def test_reads_value_with_surrounding_whitespace(tmp_path, opened):
     assert opened(tmp_path).open() == 42
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: backbone/statefile.py SequenceStateFile.open() takes the flock and stores the fd "
-    "before read(); when read() raises StateError the lock stays held, so the directory stays "
-    "locked for every later opener in the process until close() is called on the failed object",
-)
 def test_failed_open_does_not_keep_the_directory_locked(tmp_path):
     (tmp_path / "sequence").write_text("garbage")
     failed = SequenceStateFile(tmp_path)
