@@ -25,13 +25,21 @@ import socket
 import threading
 import time
 from collections import Counter, deque
-from typing import Iterable
+from typing import Iterable, Protocol
 
 from fyrehose import codec
 from fyrehose.addresses import Address, parse_hostport
 from fyrehose.memjournal import MemoryJournal
 from fyrehose.pacing import TokenBucket
 from fyrehose.tracker import Event, Lost, Message, SequenceTracker
+
+class MessageStore(Protocol):
+    """Where a client keeps delivered messages to answer FORWARDs from."""
+
+    def add(self, seq: int, data: bytes) -> None: ...
+
+    def held(self, from_seq: int, to_seq: int) -> Iterable[tuple[int, bytes]]: ...
+
 
 MAX_PUBLISH_TIMEOUT = 25.0  # below the backbone's 30 s memory of confirmed tags
 _CLOSED = object()
@@ -120,7 +128,9 @@ class Client:
     ``subscribe=False`` sets NOSUBSCRIBE (a pure publisher); ``journal=False``
     sets NOJOURNAL.  A client that does not subscribe holds nothing to serve, so
     it is NOJOURNAL too.  ``journal_bytes`` bounds the in-memory journal that
-    answers FORWARDs, ``forward_rate`` paces those answers (messages/s).
+    answers FORWARDs, ``forward_rate`` paces those answers (messages/s);
+    ``store`` replaces that in-memory journal with another :class:`MessageStore`
+    (the disk journal does).
     """
 
     def __init__(
@@ -138,6 +148,7 @@ class Client:
         give_up_after: float = 10.0,
         forward_rate: float = 50_000,
         bind: Address = ("0.0.0.0", 0),
+        store: "MessageStore | None" = None,
     ) -> None:
         if isinstance(backbone, str):
             backbone = parse_hostport(backbone, 2323)
@@ -158,7 +169,10 @@ class Client:
         self.confirm_retry = confirm_retry
         self._tracker_options = {"request_delay": request_delay, "give_up_after": give_up_after}
         self.stats: Counter[str] = Counter()
-        self.journal = MemoryJournal(journal_bytes) if self.journaling else None
+        if store is not None and self.journaling:
+            self.journal: MessageStore | None = store
+        else:
+            self.journal = MemoryJournal(journal_bytes) if self.journaling else None
         self._forward_rate = forward_rate
 
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -1,0 +1,181 @@
+"""The optional envelope inside a message's DATA: subject, type/status, reply subject, session and digest.
+
+Binary, versioned and self-identifying: an envelope starts with the bytes
+``FB 1E`` (0xFB never begins UTF-8 text, so text and JSON payloads are never
+mistaken for one) and a version byte.  Anything else is a raw payload, which
+stays valid and simply has no subject.
+
+Layout (big endian)::
+
+    MAGIC FB 1E | VERSION 01 | TYPE u8 | STATUS u8 | FLAGS u8 | SUBJECT_LEN u16 | SUBJECT
+    [FLAG_REPLY:   REPLY_LEN u16 | REPLY]
+    [FLAG_SESSION: SESSION_LEN u8 | SESSION | SEQNO u64]
+    [FLAG_DIGEST:  DIGEST_LEN u8 | DIGEST]
+    DATA (the rest)
+
+Type and status follow the type/status table of the cache protocol the
+subject layer implements (docs/protocol.md, "Envelope").
+"""
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+MAGIC = b"\xfb\x1e"
+VERSION = 1
+FLAG_REPLY = 0x1
+FLAG_SESSION = 0x2
+FLAG_DIGEST = 0x4
+MAX_SUBJECT = 1024
+
+_FIXED = struct.Struct(">2sBBBBH")  # magic, version, type, status, flags, subject length
+_U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
+
+
+class MsgType(enum.IntEnum):
+    UPDATE = 0
+    INITIAL = 1
+    SNAP = 2
+    START = 3
+    STOP = 4
+    DROP = 5
+    VERIFY = 6
+    TRANSIENT = 7
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    ACK = 1
+    VERIFY = 2
+    NOT_FOUND = 3
+    TEMP_UNAVAIL = 4
+    BAD_ACCESS = 5
+    BAD_NAME = 6
+    FEED_DOWN = 7
+    STALE = 8
+    PERM_DENIED = 9
+    CONFLATED = 10
+    FEED_SWITCH = 11
+    NOSUBSCRIBERS = 12
+    EXPIRED = 13
+    RELOCATE = 14
+    PREEMPTED = 15
+
+
+class EnvelopeError(ValueError):
+    """An envelope that cannot be built (bad subject, oversize field)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    subject: str
+    data: bytes = b""
+    type: MsgType = MsgType.UPDATE
+    status: Status = Status.OK
+    reply: str | None = None
+    session: str | None = None
+    seqno: int | None = None  # with session: per-session sequence, bound into the digest
+    digest: bytes | None = None
+
+
+def check_subject(subject: str, *, wildcards: bool = False) -> bytes:
+    """Validate a dot-separated subject (``a.b.c``) and return its UTF-8 bytes.
+
+    Tokens are non-empty and hold no whitespace; ``*`` and ``>`` are wildcards,
+    allowed only in subscription patterns (``>`` only as the last token).
+    """
+    raw = subject.encode("utf-8")
+    if not raw or len(raw) > MAX_SUBJECT:
+        raise EnvelopeError(f"subject must be 1..{MAX_SUBJECT} bytes")
+    tokens = subject.split(".")
+    for index, token in enumerate(tokens):
+        if not token or any(ch.isspace() for ch in token):
+            raise EnvelopeError(f"bad subject {subject!r}: empty token or whitespace")
+        if token in ("*", ">"):
+            if not wildcards:
+                raise EnvelopeError(f"wildcard in subject {subject!r}: only subscriptions may use them")
+            if token == ">" and index != len(tokens) - 1:
+                raise EnvelopeError(f"'>' must be the last token in {subject!r}")
+        elif "*" in token or ">" in token:
+            raise EnvelopeError(f"wildcard characters inside a token of {subject!r}")
+    return raw
+
+
+def encode(envelope: Envelope) -> bytes:
+    subject = check_subject(envelope.subject)
+    flags = 0
+    parts = [b""]
+    if envelope.reply is not None:
+        reply = check_subject(envelope.reply)
+        flags |= FLAG_REPLY
+        parts.append(_U16.pack(len(reply)) + reply)
+    if envelope.session is not None:
+        session = envelope.session.encode("utf-8")
+        if len(session) > 255 or envelope.seqno is None or not 0 <= envelope.seqno < 1 << 64:
+            raise EnvelopeError("a session needs a name of at most 255 bytes and a 64-bit seqno")
+        flags |= FLAG_SESSION
+        parts.append(bytes((len(session),)) + session + _U64.pack(envelope.seqno))
+    elif envelope.seqno is not None:
+        raise EnvelopeError("seqno without session")
+    if envelope.digest is not None:
+        if len(envelope.digest) > 255:
+            raise EnvelopeError("digest longer than 255 bytes")
+        flags |= FLAG_DIGEST
+        parts.append(bytes((len(envelope.digest),)) + envelope.digest)
+    parts[0] = _FIXED.pack(MAGIC, VERSION, int(envelope.type), int(envelope.status), flags, len(subject)) + subject
+    parts.append(envelope.data)
+    return b"".join(parts)
+
+
+def is_envelope(payload: bytes) -> bool:
+    return payload[:2] == MAGIC
+
+
+def decode(payload: bytes) -> Envelope | None:
+    """The envelope in ``payload``, or None for a raw payload (or one whose envelope is damaged)."""
+    if payload[:2] != MAGIC or len(payload) < _FIXED.size:
+        return None
+    try:
+        _, version, kind, status, flags, subject_len = _FIXED.unpack_from(payload)
+        if version != VERSION:
+            return None
+        offset = _FIXED.size
+        subject = payload[offset:offset + subject_len].decode("utf-8")
+        offset += subject_len
+        reply = session = seqno = digest = None
+        if flags & FLAG_REPLY:
+            (length,) = _U16.unpack_from(payload, offset)
+            reply = payload[offset + 2:offset + 2 + length].decode("utf-8")
+            offset += 2 + length
+        if flags & FLAG_SESSION:
+            length = payload[offset]
+            session = payload[offset + 1:offset + 1 + length].decode("utf-8")
+            (seqno,) = _U64.unpack_from(payload, offset + 1 + length)
+            offset += 1 + length + 8
+        if flags & FLAG_DIGEST:
+            length = payload[offset]
+            digest = bytes(payload[offset + 1:offset + 1 + length])
+            if len(digest) != length:
+                return None
+            offset += 1 + length
+        if offset > len(payload) or len(subject.encode()) != subject_len:
+            return None
+        return Envelope(subject, bytes(payload[offset:]), MsgType(kind), Status(status), reply, session, seqno, digest)
+    except (struct.error, IndexError, UnicodeDecodeError, ValueError):
+        return None
+
+
+def peek_subject(payload: bytes) -> str | None:
+    """Only the subject (None for raw payloads): cheap enough for the journal's hot path."""
+    if payload[:2] != MAGIC or len(payload) < _FIXED.size or payload[2] != VERSION:
+        return None
+    subject_len = (payload[6] << 8) | payload[7]
+    end = _FIXED.size + subject_len
+    if end > len(payload):
+        return None
+    try:
+        return payload[_FIXED.size:end].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
