@@ -12,10 +12,12 @@ DEFAULT_LISTEN = "127.0.0.1:2323"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                         help=f"UDP address to serve (default {DEFAULT_LISTEN})")
-    parser.add_argument("--workers", type=int, default=0, metavar="R",
-                        help="receive worker processes; 0 runs everything in one process (default 0)")
+    parser.add_argument("--workers", type=_workers, default=0, metavar="R",
+                        help="receive worker processes; 0 runs everything in one process (default 0); "
+                             "'auto' sizes R from the CPU count")
     parser.add_argument("--fanout", type=int, default=None, metavar="F",
-                        help="fan-out worker processes (multi-process mode only)")
+                        help="fan-out worker processes when R > 0 (default: the CPUs left after the receive "
+                             "workers and the sequencer, at least 1)")
     parser.add_argument("--state-dir", metavar="DIR",
                         help="where the sequence high-water mark is kept "
                              "(default ~/.local/state/fyrehose/backbone-HOST-PORT)")
@@ -31,6 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="capacity of the client table (default 65536)")
 
 
+def _workers(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from fyrehose.backbone.core import Backbone
     from fyrehose.backbone.statefile import SequenceStateFile, default_state_dir
@@ -42,12 +53,23 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-bytes must be between {FRAME_HEADER} and {MAX_DATAGRAM}")
     if args.max_clients < 1:
         raise ValueError("--max-clients must be at least 1")
-    if args.workers < 0:
-        raise ValueError("--workers must be 0 or more")
-    if args.workers > 0:
-        raise ValueError("this build runs the backbone in one process only: use --workers 0")
+    if args.workers != "auto" and args.workers < 0:
+        raise ValueError("--workers must be 0 or more (or 'auto')")
+    if args.fanout is not None and args.fanout < 1:
+        raise ValueError("--fanout must be at least 1")
+    if args.workers == 0 and args.fanout is not None:
+        raise ValueError("--fanout needs --workers 1 or more (with --workers 0 one process does everything)")
     state = SequenceStateFile(args.state_dir or default_state_dir(*listen))
     reserved = state.open()
+    if args.workers != 0:
+        from fyrehose.backbone.supervisor import Options, default_sizes, run_multiprocess
+
+        workers, fanout = default_sizes(workers=None if args.workers == "auto" else args.workers)
+        options = Options(listen, workers, args.fanout or fanout, trusted, args.batch_bytes, args.max_clients, metrics)
+        try:
+            return run_multiprocess(options, state, reserved)
+        finally:
+            state.close()
     backbone = Backbone(
         reserved=reserved,
         trusted_networks=trusted,

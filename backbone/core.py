@@ -1,10 +1,17 @@
 """The backbone as a pure state machine: datagrams and time in, datagrams out.
 
-Every driver (the single-process loop, the multi-process workers, the tests)
+Every driver (the single-process loop, the multi-process sequencer, the tests)
 feeds :meth:`Backbone.receive` and sends what :meth:`Backbone.flush` returns.
 Sequencing rewrites PUSH frames into DELIVER frames in place (the two share a
 layout), so a packed PUSH datagram becomes a packed DELIVER datagram without
 rebuilding any frame.
+
+The multi-process backbone splits this work: receive workers classify
+datagrams with the same pure functions (:mod:`fyrehose.backbone.intake`,
+:func:`fyrehose.backbone.pushes.uniform_step`), and the sequencer applies the
+accepted ones through :meth:`keepalive`, :meth:`request` and :meth:`push`, then
+takes the sequenced log (:meth:`take_log`) for its fan-out workers and sends
+only what :meth:`flush_control` returns.
 """
 from __future__ import annotations
 
@@ -18,6 +25,8 @@ from fyrehose import codec
 from fyrehose.addresses import Address
 from fyrehose.backbone.clients import ClientTable
 from fyrehose.backbone.confirms import ConfirmCache
+from fyrehose.backbone.intake import AddressPolicy, KeepaliveIn, RequestIn, read_control
+from fyrehose.backbone.pushes import LogEntry, batch_parts, join_parts, stamp_uniform, uniform_step
 from fyrehose.backbone.sequencing import DEFAULT_BLOCK, SequenceCounter, SequenceExhausted
 
 _SEQ_FIELD = struct.Struct(">HI")
@@ -47,71 +56,40 @@ class Backbone:
         self.sequence = SequenceCounter(reserved, reserve_block)
         self.clients = ClientTable(client_capacity)
         self.confirmed = ConfirmCache()
-        self.trusted_networks = trusted_networks
+        self.policy = AddressPolicy(trusted_networks)
         self.batch_bytes = max(codec.FRAME_HEADER, min(batch_bytes, codec.MAX_DATAGRAM))
         self.max_request_range = max_request_range
         self.rng = rng or random.Random()
         self.counters: Counter[str] = Counter()
-        self._trusted_sources: dict[str, bool] = {}
-        # Sequenced frames not yet handed out: (view, [(start, end), ...]) per PUSH datagram.
-        self._log: list[tuple[memoryview, list[tuple[int, int]]]] = []
+        self._log: list[LogEntry] = []  # sequenced frames not yet handed out
         self._control: list[tuple[bytes | memoryview, Address]] = []
         self._confirms: dict[Address, list[bytes]] = {}
 
+    @property
+    def trusted_networks(self) -> tuple[ipaddress.IPv4Network, ...]:
+        return self.policy.trusted_networks
+
     # ------------------------------------------------------------ input
 
-    def receive(self, datagram: bytes, source: Address, now: float) -> None:
+    def receive(self, datagram: bytes | bytearray | memoryview, source: Address, now: float) -> None:
         """Take one datagram from ``source``; malformed input is counted and dropped."""
-        if not datagram:
-            self._drop("malformed")
+        if datagram and datagram[0] == codec.PUSH and len(datagram) <= codec.MAX_DATAGRAM:
+            self.push(datagram, source, now)
             return
-        if len(datagram) > codec.MAX_DATAGRAM:
-            self._drop("oversize")
-            return
-        kind = datagram[0]
-        if kind == codec.PUSH:
-            self._push(datagram, source, now)
-            return
-        try:
-            frames = codec.decode(datagram)
-        except codec.ProtocolError:
-            self._drop("malformed")
-            return
-        frame = frames[0]
-        if isinstance(frame, codec.Keepalive):
-            self._keepalive(frame, source, now)
-        elif isinstance(frame, codec.Request):
-            self._request(frame, source, now)
+        accepted = read_control(datagram, source, self.policy)
+        if isinstance(accepted, KeepaliveIn):
+            self.keepalive(accepted, source, now)
+        elif isinstance(accepted, RequestIn):
+            self.request(accepted, now)
         else:
-            # DELIVER, FORWARD, CONFIRM and ACK only travel away from the backbone.
-            self._drop("unexpected type")
+            self._drop(accepted)
 
     def _drop(self, reason: str) -> None:
         self.counters["drop:" + reason] += 1
 
-    def _resolve(self, addr: str, port: int, source: Address) -> Address | None:
-        """Apply "0.0.0.0 / port 0 = source" and refuse foreign addresses from untrusted sources."""
-        host = source[0] if addr == "0.0.0.0" else addr
-        if host != source[0] and not self._trusted(source[0]):
-            self._drop("foreign address")
-            return None
-        return host, port or source[1]
-
-    def _trusted(self, host: str) -> bool:
-        known = self._trusted_sources.get(host)
-        if known is None:
-            ip = ipaddress.IPv4Address(host)
-            known = any(ip in net for net in self.trusted_networks)
-            if len(self._trusted_sources) > 4096:
-                self._trusted_sources.clear()
-            self._trusted_sources[host] = known
-        return known
-
-    def _keepalive(self, frame: codec.Keepalive, source: Address, now: float) -> None:
-        addr = self._resolve(frame.addr, frame.port, source)
-        if addr is None:
-            return
-        if not self.clients.refresh(addr, frame.flags, now):
+    def keepalive(self, frame: KeepaliveIn, source: Address, now: float) -> None:
+        """Register an accepted KEEPALIVE and queue its ACK to ``source``."""
+        if not self.clients.refresh(frame.client, frame.flags, now):
             self._drop("client table full")
             return
         self.counters["keepalives"] += 1
@@ -121,10 +99,9 @@ class Backbone:
             ack += _SEQ_FIELD.pack(last >> 32, last & 0xFFFFFFFF)
         self._control.append((ack, source))
 
-    def _request(self, frame: codec.Request, source: Address, now: float) -> None:
-        requester = self._resolve(frame.addr, frame.port, source)
-        if requester is None:
-            return
+    def request(self, frame: RequestIn, now: float) -> None:
+        """Turn an accepted REQUEST into a FORWARD to a random journaling client other than the requester."""
+        requester = frame.requester
         self.counters["requests"] += 1
         last = self.sequence.last_issued
         if frame.from_seq > last:
@@ -139,12 +116,32 @@ class Backbone:
         self._control.append((codec.encode(forward), journaler))
         self.counters["forwards"] += 1
 
-    def _push(self, datagram: bytes, source: Address, now: float) -> None:
+    def push(self, datagram: bytes | bytearray | memoryview, source: Address, now: float) -> None:
+        """Sequence the well-formed PUSH frames of a datagram (up to the first malformed one)."""
+        step = uniform_step(datagram)
+        if step:
+            self._push_uniform(datagram, step)
+            return
         spans, error = codec.scan(datagram, codec.PUSH)
         if error is not None:
             self._drop("malformed")
-        if not spans:
+        if spans:
+            self._push_spans(datagram, spans, source, now)
+
+    def _push_uniform(self, datagram: bytes | bytearray | memoryview, step: int) -> None:
+        count = len(datagram) // step
+        try:
+            seq = self.sequence.take(count)
+        except SequenceExhausted:
+            self._drop("sequence space exhausted")
             return
+        buf = bytearray(datagram)
+        stamp_uniform(buf, step, seq)
+        self.counters["pushes"] += count
+        self._log.append(LogEntry(memoryview(buf), count, step))
+
+    def _push_spans(self, datagram: bytes | bytearray | memoryview, spans: list[tuple[int, int, int]],
+                    source: Address, now: float) -> None:
         confirmed = self.confirmed
         keep = spans
         repeated: list[int] = []  # tags seen twice within this datagram: confirmed once sequenced
@@ -173,9 +170,10 @@ class Backbone:
             return
         buf = bytearray(datagram[: keep[-1][1]])
         pack_seq = _SEQ_FIELD.pack_into
+        deliver = codec.DELIVER
         bounds = []
         for start, end, tag in keep:
-            buf[start] = codec.DELIVER
+            buf[start] = deliver
             pack_seq(buf, start + 3, seq >> 32, seq & 0xFFFFFFFF)
             if tag:
                 confirmed.remember(source, tag, seq, now)
@@ -187,11 +185,12 @@ class Backbone:
         self.counters["pushes"] += len(keep)
         base = bounds[0][0]
         if len(keep) == len(spans) or self._contiguous(bounds):
-            self._log.append((memoryview(buf)[base:], [(s - base, e - base) for s, e in bounds]))
+            view = memoryview(buf)[base:]
+            self._log.append(LogEntry(view, len(bounds), 0, [(s - base, e - base) for s, e in bounds]))
         else:
             view = memoryview(buf)
             for start, end in bounds:
-                self._log.append((view[start:end], [(0, end - start)]))
+                self._log.append(LogEntry(view[start:end], 1, end - start))
 
     @staticmethod
     def _contiguous(bounds: list[tuple[int, int]]) -> bool:
@@ -205,8 +204,13 @@ class Backbone:
     def pending(self) -> bool:
         return bool(self._log or self._control or self._confirms)
 
-    def flush(self, now: float) -> Outbox:
-        """Everything to send since the last flush: DELIVERs to every live subscriber, ACKs, CONFIRMs, FORWARDs."""
+    def take_log(self) -> list[LogEntry]:
+        """The frames sequenced since the last call, for a driver that fans them out itself."""
+        log, self._log = self._log, []
+        return log
+
+    def flush_control(self, now: float) -> Outbox:
+        """The reservation to persist, then ACKs, FORWARDs and CONFIRMs (packed for BATCH clients); no DELIVERs."""
         out = Outbox()
         if self.sequence.unpersisted:
             out.reserve = self.sequence.reserved
@@ -222,40 +226,27 @@ class Backbone:
                 sends.extend((frame, source) for frame in frames)
             self.counters["confirms"] += len(frames)
         self._confirms = {}
-        if self._log:
-            plain, batch = self.clients.subscribers(now)
-            messages = sum(len(bounds) for _, bounds in self._log)
-            if plain:
-                for view, bounds in self._log:
-                    for start, end in bounds:
-                        frame = view[start:end]
-                        sends.extend((frame, addr) for addr in plain)
-            if batch:
-                for datagram in self._batches():
-                    sends.extend((datagram, addr) for addr in batch)
-            self.counters["delivered"] += messages * (len(plain) + len(batch))
-            self._log = []
         self.counters["datagrams out"] += len(sends)
         return out
 
-    def _batches(self) -> list[bytes]:
-        """Pack the log into datagrams of at most ``batch_bytes``, splitting only between frames."""
-        limit = self.batch_bytes
-        out: list[bytes] = []
-        parts: list[memoryview] = []
-        size = 0
-        for view, bounds in self._log:
-            if size + len(view) <= limit:
-                parts.append(view)
-                size += len(view)
-                continue
-            for start, end in bounds:
-                length = end - start
-                if size + length > limit and parts:
-                    out.append(b"".join(parts))
-                    parts, size = [], 0
-                parts.append(view[start:end])
-                size += length
-        if parts:
-            out.append(b"".join(parts))
+    def flush(self, now: float) -> Outbox:
+        """Everything to send since the last flush: DELIVERs to every live subscriber, ACKs, CONFIRMs, FORWARDs."""
+        out = self.flush_control(now)
+        if not self._log:
+            return out
+        sends = out.sends
+        control = len(sends)
+        log = self.take_log()
+        plain, batch = self.clients.subscribers(now)
+        if plain:
+            for entry in log:
+                for frame in entry.frames():
+                    sends.extend((frame, addr) for addr in plain)
+        if batch:
+            for parts in batch_parts(log, self.batch_bytes):
+                datagram = join_parts(parts)
+                sends.extend((datagram, addr) for addr in batch)
+        messages = sum(entry.count for entry in log)
+        self.counters["delivered"] += messages * (len(plain) + len(batch))
+        self.counters["datagrams out"] += len(sends) - control
         return out

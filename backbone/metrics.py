@@ -60,6 +60,10 @@ class MetricsServer:
         self._server.shutdown()
         self._server.server_close()
 
+    def close_listener(self) -> None:
+        """Close this process's copy of the listening socket (in a forked worker; the parent keeps serving)."""
+        self._server.socket.close()
+
 
 _COUNTERS = {
     "pushes": ("fyrehose_pushes_total", "PUSH frames sequenced"),
@@ -111,3 +115,16 @@ def client_metrics(counts: dict[str, int], last_sequence: int) -> list[Metric]:
         ("fyrehose_clients", "gauge", "live clients (any flags)", [({}, counts["clients"])]),
         ("fyrehose_last_sequence", "gauge", "last sequence number issued", [({}, last_sequence)]),
     ]
+
+
+def ring_metrics(fills: dict[str, float]) -> list[Metric]:
+    """How full each shared-memory ring of the multi-process backbone is (0 to 1)."""
+    return [("fyrehose_ring_fill_ratio", "gauge",
+             "fraction of each shared-memory ring in use (receiver-N: towards the sequencer; log: towards fan-out)",
+             [({"ring": name}, round(fill, 6)) for name, fill in fills.items()])]
+
+
+def restart_metrics(restarts: dict[str, int]) -> list[Metric]:
+    """Worker processes the supervisor had to start again after they died."""
+    return [("fyrehose_worker_restarts_total", "counter", "worker processes restarted after they died",
+             [({"worker": name}, count) for name, count in restarts.items()])]

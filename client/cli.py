@@ -17,6 +17,12 @@ COMMANDS = {
     "backbone": ("fyrehose.backbone.command", "run the sequencing backbone"),
     "pub": ("fyrehose.pubsub_commands", "publish messages (arguments or stdin lines)"),
     "sub": ("fyrehose.pubsub_commands", "print delivered messages in sequence order"),
+    "cache": ("fyrehose.cache.command", "last value per subject: answer snapshots and initial values"),
+    "auth": ("fyrehose.auth_command", "users database for HMAC-authenticated sessions (add, remove, list, bench)"),
+    "journal": ("fyrehose.journal.command", "keep every message on disk, serve FORWARDs, write Parquet"),
+    "gateway": ("fyrehose.gateways.command", "serve Redis, NATS, Marlin or Lumberjack clients from the backbone"),
+    "bench": ("fyrehose.tools.bench.command", "side-by-side throughput and latency: fyrehose, redis-server, nats-server"),
+    "loadtest": ("fyrehose.loadtest.command", "Locust load test over UDP: capacity search, CSV/HTML reports"),
 }
 
 EXIT_USAGE = 2

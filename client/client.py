@@ -14,6 +14,16 @@ with the original number instead of sequencing it again (it remembers tags for
 between the first PUSH and a retry, that memory is gone and the message may be
 published twice.  When ``publish`` raises :class:`PublishTimeout` the message
 may or may not have been published.
+
+Subjects (docs/protocol.md, "Envelope" and "Subjects"): ``publish(data,
+subject=...)`` wraps the data in an envelope, ``subscribe(pattern)`` filters
+the one ordered stream by subject pattern, ``subscribe(subject,
+initial=True)`` first gets the subject's value from the cache, and
+``request``/``snapshot`` are request/reply over ``_INBOX`` subjects.  With
+``user=`` the client runs a session (HELLO, heartbeats, BYE); with ``auth=``
+it also signs every envelope it sends and drops, and counts in
+``client.auth.stats``, every enveloped message that fails verification
+(docs/security.md).
 """
 from __future__ import annotations
 
@@ -21,16 +31,23 @@ import itertools
 import os
 import queue
 import random
+import secrets
 import socket
 import threading
 import time
 from collections import Counter, deque
+from dataclasses import replace
 from typing import Iterable, Protocol
 
-from fyrehose import codec
+from fyrehose import codec, envelope
 from fyrehose.addresses import Address, parse_hostport
+from fyrehose.auth import Authenticator, Credentials
+from fyrehose.envelope import Envelope, MsgType, Status
 from fyrehose.memjournal import MemoryJournal
 from fyrehose.pacing import TokenBucket
+from fyrehose.sessions import DEFAULT_INTERVAL, SNAP_PREFIX, SUB_STOP_PREFIX, LocalSession, inbox
+from fyrehose.subject_stream import InitialGate, SubjectMessage
+from fyrehose.subjects import SubjectIndex, check_pattern, is_literal
 from fyrehose.tracker import Event, Lost, Message, SequenceTracker
 
 class MessageStore(Protocol):
@@ -57,6 +74,10 @@ class PublishTimeout(FyrehoseError):
     """No CONFIRM in time: the message may or may not have been published."""
 
 
+class RequestTimeout(FyrehoseError):
+    """No answer on the request's inbox in time."""
+
+
 class MessagesLost(FyrehoseError):
     """Raised by a subscription for sequences that will never arrive; iteration may continue after it."""
 
@@ -73,13 +94,20 @@ class Subscription:
     it; with ``on_loss="yield"`` a :class:`Lost` event is returned in line.
     At most ``max_queued`` events wait for the reader; beyond that the surplus
     becomes a ``Lost`` range with reason "subscriber overrun".
+
+    Without a ``pattern`` it yields every message as a :class:`Message` with
+    the raw payload (envelopes included, undecoded).  With one it yields a
+    :class:`~fyrehose.subject_stream.SubjectMessage` for each enveloped
+    message whose subject matches; loss events reach every subscription.
     """
 
-    def __init__(self, on_loss: str = "raise", max_queued: int = 1_000_000) -> None:
+    def __init__(self, on_loss: str = "raise", max_queued: int = 1_000_000, pattern: str | None = None) -> None:
         if on_loss not in ("raise", "yield"):
             raise ValueError("on_loss must be 'raise' or 'yield'")
         self.on_loss = on_loss
         self.max_queued = max_queued
+        self.pattern = pattern
+        self.gate: InitialGate | None = None
         self._queue: queue.Queue = queue.Queue()
         self._overrun: tuple[int, int] | None = None
         self.closed = False
@@ -106,9 +134,9 @@ class Subscription:
             raise MessagesLost(item)
         return item
 
-    def _offer(self, event: Event) -> None:
-        first = event.seq if isinstance(event, Message) else event.from_seq
-        last = event.seq if isinstance(event, Message) else event.to_seq
+    def _offer(self, event: Event | SubjectMessage) -> None:
+        first = event.from_seq if isinstance(event, Lost) else event.seq
+        last = event.to_seq if isinstance(event, Lost) else event.seq
         if self._queue.qsize() >= self.max_queued:
             self._overrun = (self._overrun[0] if self._overrun else first, last)
             return
@@ -127,10 +155,18 @@ class Client:
 
     ``subscribe=False`` sets NOSUBSCRIBE (a pure publisher); ``journal=False``
     sets NOJOURNAL.  A client that does not subscribe holds nothing to serve, so
-    it is NOJOURNAL too.  ``journal_bytes`` bounds the in-memory journal that
+    it is NOJOURNAL too, unless it has a ``store`` that its owner fills (a
+    publisher keeping what it published, as the Lumberjack gateway does).  ``journal_bytes`` bounds the in-memory journal that
     answers FORWARDs, ``forward_rate`` paces those answers (messages/s);
     ``store`` replaces that in-memory journal with another :class:`MessageStore`
     (the disk journal does).
+
+    ``user`` starts a session ``user.NONCE`` (HELLO now, a heartbeat every
+    ``session_interval`` seconds, BYE on close), which the cache uses to
+    expire this client's subscriptions.  ``auth`` (:class:`~fyrehose.auth.Credentials`)
+    implies a session for ``auth.user``, signs what the client publishes and
+    verifies what it receives; it needs ``subscribe=True`` because the trust
+    exchange is answered in both directions.
     """
 
     def __init__(
@@ -149,14 +185,25 @@ class Client:
         forward_rate: float = 50_000,
         bind: Address = ("0.0.0.0", 0),
         store: "MessageStore | None" = None,
+        user: str | None = None,
+        auth: Credentials | None = None,
+        session_interval: float = DEFAULT_INTERVAL,
     ) -> None:
         if isinstance(backbone, str):
             backbone = parse_hostport(backbone, 2323)
         if not 0 < keepalive_interval <= 1.0:
             raise ValueError("keepalive_interval must be in (0, 1] seconds (seeds/000 client rule 1)")
+        if auth is not None:
+            if not subscribe:
+                raise ValueError("auth needs subscribe=True: the trust exchange is answered both ways")
+            if user is not None and user != auth.user:
+                raise ValueError(f"user {user!r} differs from the credentials' user {auth.user!r}")
+            user = auth.user
+        self.session: LocalSession | None = LocalSession(user, session_interval) if user is not None else None
+        self.auth: Authenticator | None = Authenticator(auth, self.session) if auth is not None else None  # type: ignore[arg-type]
         self.backbone: Address = backbone
         self.subscribing = subscribe
-        self.journaling = journal and subscribe and journal_bytes > 0
+        self.journaling = journal and (subscribe or store is not None) and journal_bytes > 0
         self.flags = codec.FLAG_HEAD
         if not subscribe:
             self.flags |= codec.FLAG_NOSUBSCRIBE
@@ -198,6 +245,17 @@ class Client:
         self._pack: list[bytes] = []
         self._pack_size = 0
         self._pack_lock = threading.Lock()
+        # subject routing, shared by the receive thread and subscribe/request callers
+        self._route_lock = threading.Lock()
+        self._patterns: SubjectIndex[Subscription] = SubjectIndex()
+        self._gated: dict[str, Subscription] = {}  # inbox of an initial-value request -> its subscription
+        self._waiters: dict[str, queue.Queue] = {}  # inbox of a request() -> where its answer goes
+        self._inbox_owner = self.session.name if self.session is not None else secrets.token_hex(8)
+        self._inbox_numbers = itertools.count(1)
+        self._next_heartbeat = float("inf")
+        self._next_auth_expiry = 0.0
+        if self.auth is not None:  # the trust exchange needs the stream before any subscription
+            self._tracker = SequenceTracker(None, **self._tracker_options)
 
         self._reader = threading.Thread(target=self._run, name="fyrehose-client", daemon=True)
         self._forwarder = threading.Thread(target=self._forward_loop, name="fyrehose-forwarder", daemon=True)
@@ -207,6 +265,9 @@ class Client:
             self.close()
             host, port = backbone
             raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} within {unreachable_after:g} s")
+        if self.session is not None:
+            self._send_unconfirmed(self._finish(self.session.hello(_wall_us())))
+            self._next_heartbeat = time.monotonic() + self.session.interval
 
     # ------------------------------------------------------------ lifecycle
 
@@ -220,6 +281,8 @@ class Client:
         if self._closed:
             return
         self.flush()
+        if self.session is not None and self.reachable:
+            self._send_unconfirmed(self._finish(self.session.bye()))
         self._closed = True
         try:  # stop deliveries and FORWARDs now rather than after the 5 s lifetime
             goodbye = codec.Keepalive(flags=codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL, token=os.urandom(16))
@@ -256,19 +319,31 @@ class Client:
         tag = next(self._tags) & codec.MAX_TAG
         return tag or next(self._tags) & codec.MAX_TAG
 
-    def publish(self, data: bytes, timeout: float = 5.0) -> int:
-        """Publish ``data`` and return its sequence number once the backbone confirmed it."""
-        return self.publish_many([data], timeout=timeout)[0]
+    def publish(self, data: bytes, timeout: float = 5.0, *, subject: str | None = None,
+                type: MsgType = MsgType.UPDATE, status: Status = Status.OK, reply: str | None = None) -> int:
+        """Publish ``data`` and return its sequence number once the backbone confirmed it.
 
-    def publish_many(self, items: Iterable[bytes], *, timeout: float = 10.0, window: int = 2048) -> list[int]:
+        Without ``subject`` the payload goes out raw, exactly as given.  With
+        one it is wrapped in an envelope with ``type``, ``status`` and
+        ``reply``, stamped with this client's session and signed when it has
+        ``auth``.
+        """
+        return self.publish_many([data], timeout=timeout, subject=subject, type=type, status=status,
+                                 reply=reply)[0]
+
+    def publish_many(self, items: Iterable[bytes | Envelope], *, timeout: float = 10.0, window: int = 2048,
+                     subject: str | None = None, type: MsgType = MsgType.UPDATE, status: Status = Status.OK,
+                     reply: str | None = None) -> list[int]:
         """Publish several messages packed into few datagrams; their sequence numbers, in order.
 
         At most ``window`` messages are unconfirmed at a time.  The guarantee is
         that of :meth:`publish`; ``timeout`` bounds each window, not the whole call.
+        ``subject`` (with ``type``, ``status``, ``reply``) envelopes every item;
+        an item that is an :class:`~fyrehose.envelope.Envelope` is sent as itself.
         """
         if not 0 < timeout <= MAX_PUBLISH_TIMEOUT:
             raise ValueError(f"timeout must be in (0, {MAX_PUBLISH_TIMEOUT:g}] seconds")
-        payloads = [bytes(item) for item in items]
+        payloads = [self._payload(item, subject, type, status, reply) for item in items]
         for payload in payloads:
             if len(payload) > codec.MAX_PAYLOAD:
                 raise codec.PayloadTooLarge(len(payload))
@@ -317,13 +392,15 @@ class Client:
                 for tag in tags:
                     self._pending.pop(tag, None)
 
-    def publish_nowait(self, data: bytes) -> None:
+    def publish_nowait(self, data: bytes | Envelope, *, subject: str | None = None,
+                       type: MsgType = MsgType.UPDATE, status: Status = Status.OK, reply: str | None = None) -> None:
         """Queue ``data`` for an unconfirmed, packed PUSH; sent when a datagram fills or on :meth:`flush`.
 
         No retry and no sequence number: the fastest and weakest way to publish
-        (seeds/000 client rule 5: the PUSH may be lost).
+        (seeds/000 client rule 5: the PUSH may be lost).  ``subject`` and the
+        rest envelope it as in :meth:`publish`.
         """
-        frame = codec.encode_push(bytes(data))
+        frame = codec.encode_push(self._payload(data, subject, type, status, reply))
         with self._pack_lock:
             if self._pack_size + len(frame) > codec.MAX_DATAGRAM:
                 self._send_pack()
@@ -341,32 +418,224 @@ class Client:
         self._pack = []
         self._pack_size = 0
 
+    def _payload(self, item: bytes | Envelope, subject: str | None, type: MsgType, status: Status,
+                 reply: str | None) -> bytes:
+        if isinstance(item, Envelope):
+            return self._seal(item)
+        if subject is None:
+            if type != MsgType.UPDATE or status != Status.OK or reply is not None:
+                raise ValueError("type, status and reply need a subject")
+            return bytes(item)
+        return self._seal(Envelope(subject, bytes(item), MsgType(type), Status(status), reply))
+
+    def _seal(self, outgoing: Envelope) -> bytes:
+        """The envelope's bytes, stamped with this client's session (if any) and signed (with auth)."""
+        if self.session is not None:
+            outgoing = self.session.stamp(outgoing)
+        return self._finish(outgoing)
+
+    def _finish(self, stamped: Envelope) -> bytes:
+        if self.auth is not None:
+            stamped = self.auth.sign(stamped)
+        payload = envelope.encode(stamped)
+        if len(payload) > codec.MAX_PAYLOAD:
+            raise codec.PayloadTooLarge(len(payload))
+        return payload
+
+    def _send_unconfirmed(self, payload: bytes) -> None:
+        """One PUSH now, without CONFIRM: control messages whose loss a later retry or heartbeat covers."""
+        try:
+            self.sock.sendto(codec.encode_push(payload), self.backbone)
+        except OSError:
+            self.stats["send errors"] += 1
+
     # ------------------------------------------------------------ subscribing
 
-    def subscribe(self, from_seq: int | None = None, *, on_loss: str = "raise",
-                  max_queued: int = 1_000_000) -> Subscription:
+    def subscribe(self, pattern: str | int | None = None, from_seq: int | None = None, *, on_loss: str = "raise",
+                  max_queued: int = 1_000_000, initial: bool = False, initial_timeout: float = 5.0,
+                  initial_retry: float = 0.5) -> Subscription:
         """An ordered, gap-free stream of the messages delivered from now on (or from ``from_seq``).
 
+        ``pattern`` (``*`` one token, ``>`` the rest) keeps only enveloped
+        messages with a matching subject; None keeps everything, raw payloads
+        included.  An int in its place is ``from_seq`` (the earlier signature).
         ``from_seq`` backfills older messages through REQUESTs; it must be given
         before this client starts tracking (on its first subscription).
+
+        ``initial=True`` (a subject without wildcards) asks the cache with
+        ``_SUB.START.<subject>`` and yields its answer first (type ``initial``,
+        status ``ok``/``stale``/... or ``not_found``), under the subject itself,
+        then the updates newer than that answer.  The request is repeated every
+        ``initial_retry`` s; after ``initial_timeout`` s without an answer the
+        updates flow without it (counted as ``initial timeouts``).
         """
+        if isinstance(pattern, int):
+            pattern, from_seq = None, pattern
         if not self.subscribing:
             raise FyrehoseError("this client was created with subscribe=False")
-        subscription = Subscription(on_loss, max_queued)
+        if pattern is not None:
+            check_pattern(pattern)
+        if initial and (pattern is None or not is_literal(pattern)):
+            raise ValueError("initial values are per subject: give a subject without wildcards")
+        subscription = Subscription(on_loss, max_queued, pattern)
         with self._lock:
             if self._tracker is None:
                 self._tracker = SequenceTracker(from_seq, **self._tracker_options)
             elif from_seq is not None and (self._tracker.next is None or from_seq < self._tracker.next):
                 raise FyrehoseError("from_seq must be given on the first subscription of a client")
+        with self._route_lock:
+            if pattern is not None:
+                self._patterns.add(pattern, subscription)
+            if initial:
+                now = time.monotonic()
+                subscription.gate = InitialGate(pattern, now, timeout=initial_timeout, retry=initial_retry)  # type: ignore[arg-type]
+                self._ask_initial(subscription, now)
             self._subscriptions.append(subscription)
         return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        """End a subscription (its iterator stops); one that asked for an initial value sends ``_SUB.STOP``."""
+        with self._route_lock:
+            if subscription in self._subscriptions:
+                self._subscriptions.remove(subscription)
+            if subscription.pattern is not None:
+                self._patterns.discard(subscription.pattern, subscription)
+            if subscription.gate is not None:
+                for name in subscription.gate.inboxes:
+                    self._gated.pop(name, None)
+                self._send_unconfirmed(self._seal(Envelope(SUB_STOP_PREFIX + subscription.gate.subject)))
+        subscription._close()
+
+    def request(self, subject: str, data: bytes = b"", *, timeout: float = 2.0, retry: float | None = None,
+                type: MsgType = MsgType.UPDATE) -> SubjectMessage:
+        """Publish an envelope whose reply is a fresh ``_INBOX`` subject and return the first answer on it.
+
+        With ``retry`` the request is published again (on a new inbox) every
+        ``retry`` seconds until an answer or ``timeout``; use it for requests
+        that are safe to repeat.  Raises :class:`RequestTimeout`.
+        """
+        if not self.subscribing:
+            raise FyrehoseError("request() needs a client created with subscribe=True")
+        with self._lock:
+            if self._tracker is None:
+                self._tracker = SequenceTracker(None, **self._tracker_options)
+        answers: queue.Queue = queue.Queue()
+        inboxes = []
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                reply = self._new_inbox()
+                inboxes.append(reply)
+                with self._route_lock:
+                    self._waiters[reply] = answers
+                self._send_unconfirmed(self._seal(Envelope(subject, bytes(data), type, reply=reply)))
+                remaining = deadline - time.monotonic()
+                try:
+                    return answers.get(timeout=max(0.0, min(remaining, retry or remaining)))
+                except queue.Empty:
+                    if time.monotonic() >= deadline or self._closed:
+                        raise RequestTimeout(f"no answer to {subject} within {timeout:g} s") from None
+        finally:
+            with self._route_lock:
+                for name in inboxes:
+                    self._waiters.pop(name, None)
+
+    def snapshot(self, subject: str, *, timeout: float = 2.0, retry: float = 0.5) -> SubjectMessage:
+        """The cache's answer to ``_SNAP.<subject>``, under ``subject``: type ``initial`` with the value and
+        its status, ``snap``/``not_found`` when there is no record, ``drop``/``relocate`` for a moved one."""
+        answer = self.request(SNAP_PREFIX + subject, timeout=timeout, retry=retry)
+        return SubjectMessage(answer.seq, replace(answer.envelope, subject=subject))
+
+    def _new_inbox(self) -> str:
+        return inbox(self._inbox_owner, str(next(self._inbox_numbers)))
+
+    def _ask_initial(self, subscription: Subscription, now: float) -> None:
+        """Send (again) the START of a gated subscription; called with the route lock held."""
+        reply = self._new_inbox()
+        self._gated[reply] = subscription
+        self._send_unconfirmed(self._seal(subscription.gate.request(reply, now)))  # type: ignore[union-attr]
 
     def _emit(self, events: list[Event]) -> None:
         for event in events:
             if isinstance(event, Lost):
                 self.stats["lost"] += event.count
+                with self._route_lock:
+                    for subscription in self._subscriptions:
+                        if not subscription.closed:
+                            subscription._offer(event)
+            else:
+                self._route(event)
+
+    def _route(self, message: Message) -> None:
+        """One message in sequence order: authenticate it, then hand it to the subscriptions it matches."""
+        opened: Envelope | None = None
+        if envelope.is_envelope(message.data) and (self.auth is not None or self._patterns or self._gated
+                                                   or self._waiters):
+            opened = envelope.decode(message.data)
+            if opened is None:
+                self.stats["damaged envelopes"] += 1
+                if self.auth is not None:
+                    return
+            elif self.auth is not None:
+                check = self.auth.check(opened, _wall_us())
+                for answer in check.answers:
+                    self._send_unconfirmed(envelope.encode(answer))
+                if not check.accepted:
+                    self.stats["refused"] += 1
+                    return
+        with self._route_lock:
             for subscription in self._subscriptions:
-                if not subscription.closed:
+                if subscription.pattern is None and not subscription.closed:
+                    subscription._offer(message)
+            if opened is None:
+                return
+            self._route_envelope(SubjectMessage(message.seq, opened))
+
+    def _route_envelope(self, message: SubjectMessage) -> None:
+        subject, reply = message.subject, message.reply
+        if reply is not None and reply in self._gated:  # our own START, back from the backbone
+            self._gated[reply].gate.request_seen(reply, message.seq)  # type: ignore[union-attr]
+        waiter = self._waiters.get(subject)
+        if waiter is not None:
+            waiter.put(message)
+        gated = self._gated.get(subject)
+        if gated is not None and gated.gate is not None:
+            for event in gated.gate.answer(subject, message):
+                gated._offer(event)
+            if gated.gate.done:
+                for name in gated.gate.inboxes:
+                    self._gated.pop(name, None)
+        for subscription in self._patterns.lookup(subject):
+            if subscription.closed:
+                continue
+            if subscription.gate is not None and not subscription.gate.done:
+                for event in subscription.gate.update(message):
+                    subscription._offer(event)
+            else:
+                subscription._offer(message)
+
+    def _session_timers(self, now: float) -> None:
+        if self.session is not None and now >= self._next_heartbeat:
+            self._send_unconfirmed(self._finish(self.session.heartbeat(_wall_us())))
+            self._next_heartbeat = now + self.session.interval
+        if self.auth is not None and now >= self._next_auth_expiry:
+            self.auth.expire(_wall_us())
+            self._next_auth_expiry = now + 1.0
+        if not self._gated:
+            return
+        with self._route_lock:
+            for subscription in {id(s): s for s in self._gated.values()}.values():
+                gate = subscription.gate
+                if gate is None or gate.done:
+                    continue
+                if gate.due(now):
+                    self._ask_initial(subscription, now)
+                released = gate.expire(now)
+                if gate.timed_out:
+                    self.stats["initial timeouts"] += 1
+                    for name in gate.inboxes:
+                        self._gated.pop(name, None)
+                for event in released:
                     subscription._offer(event)
 
     # ------------------------------------------------------------ the receive thread
@@ -398,6 +667,7 @@ class Client:
                 self.stats["malformed"] += 1
 
     def _timers(self, now: float) -> None:
+        self._session_timers(now)
         if now >= self._next_keepalive:
             token = os.urandom(codec.TOKEN_SIZE)
             self._tokens.append(token)
@@ -497,3 +767,8 @@ class Client:
                     self.stats["forwarded"] += 1
                 except OSError:
                     self.stats["send errors"] += 1
+
+
+def _wall_us() -> int:
+    """Wall-clock microseconds: the time heartbeats and the trust exchange carry."""
+    return time.time_ns() // 1000

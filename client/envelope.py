@@ -14,11 +14,17 @@ Layout (big endian)::
     DATA (the rest)
 
 Type and status follow the type/status table of the cache protocol the
-subject layer implements (docs/protocol.md, "Envelope").
+subject layer implements (docs/protocol.md, "Envelope").  Lengths count
+bytes; subject and reply are UTF-8 subjects as :func:`check_subject` defines
+them (no wildcards); SESSION is ``user.NONCE``; SEQNO increases per session;
+DIGEST is the HMAC of docs/security.md.  Unknown FLAGS bits are ignored.
+:func:`decode` treats an envelope whose subject or reply breaks those rules
+as damaged (None), so a receiver never matches a wildcard coming off the wire.
 """
 from __future__ import annotations
 
 import enum
+import re
 import struct
 from dataclasses import dataclass
 
@@ -30,6 +36,7 @@ FLAG_DIGEST = 0x4
 MAX_SUBJECT = 1024
 
 _FIXED = struct.Struct(">2sBBBBH")  # magic, version, type, status, flags, subject length
+_EMPTY_TOKEN_OR_SPACE = re.compile(r"\A\.|\.\.|\.\Z|\s")  # \s is exactly str.isspace()
 _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 
@@ -89,10 +96,12 @@ def check_subject(subject: str, *, wildcards: bool = False) -> bytes:
     raw = subject.encode("utf-8")
     if not raw or len(raw) > MAX_SUBJECT:
         raise EnvelopeError(f"subject must be 1..{MAX_SUBJECT} bytes")
+    if _EMPTY_TOKEN_OR_SPACE.search(subject):
+        raise EnvelopeError(f"bad subject {subject!r}: empty token or whitespace")
+    if "*" not in subject and ">" not in subject:
+        return raw  # the common case: no token can be a wildcard
     tokens = subject.split(".")
     for index, token in enumerate(tokens):
-        if not token or any(ch.isspace() for ch in token):
-            raise EnvelopeError(f"bad subject {subject!r}: empty token or whitespace")
         if token in ("*", ">"):
             if not wildcards:
                 raise EnvelopeError(f"wildcard in subject {subject!r}: only subscriptions may use them")
@@ -104,6 +113,15 @@ def check_subject(subject: str, *, wildcards: bool = False) -> bytes:
 
 
 def encode(envelope: Envelope) -> bytes:
+    return _encode(envelope, envelope.digest)
+
+
+def encode_unsigned(envelope: Envelope) -> bytes:
+    """The envelope as encoded without its digest: the bytes a digest is computed over."""
+    return _encode(envelope, None)
+
+
+def _encode(envelope: Envelope, digest: bytes | None) -> bytes:
     subject = check_subject(envelope.subject)
     flags = 0
     parts = [b""]
@@ -119,11 +137,11 @@ def encode(envelope: Envelope) -> bytes:
         parts.append(bytes((len(session),)) + session + _U64.pack(envelope.seqno))
     elif envelope.seqno is not None:
         raise EnvelopeError("seqno without session")
-    if envelope.digest is not None:
-        if len(envelope.digest) > 255:
+    if digest is not None:
+        if len(digest) > 255:
             raise EnvelopeError("digest longer than 255 bytes")
         flags |= FLAG_DIGEST
-        parts.append(bytes((len(envelope.digest),)) + envelope.digest)
+        parts.append(bytes((len(digest),)) + digest)
     parts[0] = _FIXED.pack(MAGIC, VERSION, int(envelope.type), int(envelope.status), flags, len(subject)) + subject
     parts.append(envelope.data)
     return b"".join(parts)
@@ -162,6 +180,9 @@ def decode(payload: bytes) -> Envelope | None:
             offset += 1 + length
         if offset > len(payload) or len(subject.encode()) != subject_len:
             return None
+        check_subject(subject)  # a wildcard or empty token on the wire is damage, not a subject
+        if reply is not None:
+            check_subject(reply)
         return Envelope(subject, bytes(payload[offset:]), MsgType(kind), Status(status), reply, session, seqno, digest)
     except (struct.error, IndexError, UnicodeDecodeError, ValueError):
         return None

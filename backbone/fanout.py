@@ -1,0 +1,122 @@
+"""A fan-out worker: sends the shared log to its slice of the subscribers with sendmmsg.
+
+The log holds DELIVER frames exactly as they go on the wire, so a datagram is
+a list of slices of shared memory (an iovec), described once and queued for
+each subscriber.  BATCH subscribers get the frames packed greedily up to
+``batch_bytes``; a partly filled datagram goes out as soon as the log is
+momentarily empty, so an idle backbone answers at once and a loaded one sends
+full datagrams.  Plain subscribers get one frame per datagram.
+
+Worker ``i`` of ``F`` serves the clients whose address hashes to ``i``: a
+client keeps its worker while the table changes around it, so it never gets
+a stretch of the log twice or not at all.
+"""
+from __future__ import annotations
+
+import ctypes
+import socket
+from collections import Counter
+from typing import Callable
+
+from fyrehose.addresses import Address
+from fyrehose.backbone import records
+from fyrehose.backbone.pushes import LogEntry, batch_parts
+from fyrehose.backbone.rings import Doorbell, Ring
+from fyrehose.backbone.sendmmsg import Sender
+from fyrehose.backbone.shared import CounterBlock, SubscriberTable
+from fyrehose.codec import FLAG_BATCH, FLAG_NOSUBSCRIBE
+
+READ_LIMIT = 4096  # log records per round
+IDLE_WAIT = 0.2
+
+
+def worker_of(addr: Address, workers: int) -> int:
+    """Which fan-out worker serves ``addr`` (stable for as long as the address is)."""
+    a, b, c, d = (int(part) for part in addr[0].split("."))
+    return (((a << 24) | (b << 16) | (c << 8) | d) * 2654435761 + addr[1]) % workers
+
+
+class FanOut:
+    def __init__(self, index: int, workers: int, log: Ring, bell: Doorbell, table: SubscriberTable,
+                 sock: socket.socket, counter_block: CounterBlock, batch_bytes: int,
+                 stopping: Callable[[], bool]) -> None:
+        self.index = index
+        self.workers = workers
+        self.log = log
+        self.bell = bell
+        self.table = table
+        self.counter_block = counter_block
+        self.counters: Counter = counter_block.load()
+        self.sender = Sender(sock, self.counters)
+        self.batch_bytes = batch_bytes
+        self.stopping = stopping
+        self._data_at = ctypes.addressof(ctypes.c_char.from_buffer(log.data))
+        self._version = -1
+        self._plain: list[int] = []
+        self._batch: list[int] = []
+
+    def run(self) -> None:
+        """Serve until stopped, then send what the log still holds before returning."""
+        while True:
+            if self._round():
+                continue
+            if self.stopping():
+                if not self.log.backlog(self.index):
+                    return
+                continue
+            self.bell.clear()
+            if self.log.backlog(self.index):
+                continue
+            self.bell.wait(IDLE_WAIT)
+
+    def _refresh_clients(self) -> None:
+        if self.table.version == self._version:
+            return
+        self._version, rows = self.table.snapshot()
+        if self.sender.destinations > 2 * len(rows) + 1024:
+            self.sender.forget_destinations()  # nothing is queued between rounds
+        plain, batch = [], []
+        destination = self.sender.destination
+        for addr, flags in rows:
+            if flags & FLAG_NOSUBSCRIBE or worker_of(addr, self.workers) != self.index:
+                continue
+            (batch if flags & FLAG_BATCH else plain).append(destination(addr))
+        self._plain, self._batch = plain, batch
+
+    def _round(self) -> bool:
+        spans, position = self.log.read(self.index, READ_LIMIT)
+        if not spans:
+            return False
+        self._refresh_clients()  # after reading the log cursor: the table is at least as new as the records
+        plain, batch = self._plain, self._batch
+        if plain or batch:
+            data, base = self.log.data, self._data_at
+            header = records.LOG_HEADER_SIZE
+            entries = []
+            messages = 0
+            for offset, length in spans:
+                count, step = records.unpack_log_header(data[offset:offset + header])
+                start = offset + header
+                entries.append(LogEntry(data[start:offset + length], count, step, address=base + start))
+                messages += count
+            sender = self.sender
+            before = sender.sent
+            if batch:
+                for parts in batch_parts(entries, self.batch_bytes):
+                    iovec = sender.iovec([(entry.address + lo, hi - lo) for entry, lo, hi in parts])
+                    for dest in batch:
+                        sender.add(dest, iovec)
+            if plain:
+                for entry in entries:
+                    at = entry.address
+                    for lo, hi in entry.frame_bounds():
+                        iovec = sender.iovec([(at + lo, hi - lo)])
+                        for dest in plain:
+                            sender.add(dest, iovec)
+            sender.flush()
+            counters = self.counters
+            counters["delivered"] += messages * (len(plain) + len(batch))
+            counters["datagrams out"] += sender.sent - before
+        self.log.release(self.index, position)  # only now may the sequencer reuse those bytes
+        self.counter_block.store(self.counters)
+        return True

@@ -1,0 +1,147 @@
+"""PUSH datagrams become DELIVER frames in place, and the log of them is cut into datagrams: pure byte work.
+
+This is the per-message hot path of every backbone mode, so it avoids a
+Python loop per frame where it can.  A datagram whose frames all have the same
+length and carry no tag (the common case of a publisher packing fixed-size
+messages) is validated and stamped with a handful of strided slice operations,
+which run in C; any other datagram takes the frame-by-frame path of
+:func:`fyrehose.codec.scan`.  Both paths give byte-identical results.
+"""
+from __future__ import annotations
+
+import sys
+from array import array
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from fyrehose import codec
+
+_RUN = codec.MAX_DATAGRAM // codec.FRAME_HEADER + 1  # most frames one datagram can hold
+_PUSH_RUN = bytes([codec.PUSH]) * _RUN
+_DELIVER_RUN = bytes([codec.DELIVER]) * _RUN
+_ZERO_RUN = bytes(_RUN)
+_SWAP = sys.byteorder == "little"  # array('Q') is native; the wire is big endian
+
+
+def uniform_step(datagram: bytes | bytearray | memoryview) -> int:
+    """The frame size when ``datagram`` is only well-formed, untagged PUSH frames of one size; 0 otherwise.
+
+    Frames of one size tile the datagram exactly, so checking every frame's type
+    and LENGTH bytes at that stride proves what a frame-by-frame scan would.
+    """
+    size = len(datagram)
+    if size < codec.FRAME_HEADER or datagram[0] != codec.PUSH:
+        return 0
+    high, low = datagram[1], datagram[2]
+    step = codec.FRAME_HEADER + ((high << 8) | low)
+    if step > codec.MAX_DATAGRAM or size % step:
+        return 0
+    count = size // step
+    if count > 1 and (
+        datagram[0::step] != _PUSH_RUN[:count]
+        or datagram[1::step] != bytes((high,)) * count
+        or datagram[2::step] != bytes((low,)) * count
+    ):
+        return 0
+    zeros = _ZERO_RUN[:count]
+    for offset in range(3, codec.FRAME_HEADER):
+        if datagram[offset::step] != zeros:
+            return 0
+    return step
+
+
+def stamp_uniform(buf: bytearray, step: int, first_seq: int) -> None:
+    """Turn ``len(buf) // step`` PUSH frames of ``step`` bytes into DELIVERs numbered from ``first_seq``."""
+    count = len(buf) // step
+    buf[0::step] = _DELIVER_RUN[:count]
+    numbers = array("Q", range(first_seq, first_seq + count))
+    if _SWAP:
+        numbers.byteswap()
+    raw = numbers.tobytes()
+    for k in range(6):  # the low 6 of each 8-byte big-endian number
+        buf[3 + k::step] = raw[2 + k::8]
+
+
+@dataclass(slots=True)
+class LogEntry:
+    """Consecutive sequenced DELIVER frames, back to back as they go on the wire.
+
+    ``step`` is the common frame size (0 when sizes differ); ``bounds`` lists
+    each frame's (start, end) and is computed on demand when not given.
+    """
+
+    view: memoryview
+    count: int
+    step: int = 0
+    bounds: list[tuple[int, int]] | None = None
+    address: int = 0  # where view[0] lives in memory, for drivers that pass slices to the kernel
+
+    def frame_bounds(self) -> list[tuple[int, int]]:
+        if self.bounds is None:
+            if self.step:
+                step = self.step
+                self.bounds = [(start, start + step) for start in range(0, len(self.view), step)]
+            else:
+                spans, _ = codec.scan(self.view, codec.DELIVER)
+                self.bounds = [(start, end) for start, end, _ in spans]
+        return self.bounds
+
+    def frames(self) -> Iterator[memoryview]:
+        view = self.view
+        if self.step:
+            step = self.step
+            return (view[start:start + step] for start in range(0, len(view), step))
+        return (view[start:end] for start, end in self.frame_bounds())
+
+
+Part = tuple[LogEntry, int, int]  # a slice (start, end) of one entry's view
+
+
+def batch_parts(entries: Iterable[LogEntry], limit: int) -> Iterator[list[Part]]:
+    """Greedily group the log into datagrams of at most ``limit`` bytes, splitting only between frames.
+
+    Yields each datagram as the list of its parts, so a driver can join them
+    (:func:`join_parts`) or hand them to the kernel as an iovec.  A frame larger
+    than ``limit`` goes alone.
+    """
+    parts: list[Part] = []
+    size = 0
+    for entry in entries:
+        total = len(entry.view)
+        if size + total <= limit:
+            parts.append((entry, 0, total))
+            size += total
+            continue
+        if entry.step:
+            step = entry.step
+            pos = 0
+            while pos < total:
+                room = (limit - size) // step
+                if room <= 0:
+                    if parts:
+                        yield parts
+                        parts, size = [], 0
+                        continue
+                    room = 1
+                take = min(room, (total - pos) // step) * step
+                parts.append((entry, pos, pos + take))
+                size += take
+                pos += take
+            continue
+        for start, end in entry.frame_bounds():
+            length = end - start
+            if size + length > limit and parts:
+                yield parts
+                parts, size = [], 0
+            parts.append((entry, start, end))
+            size += length
+    if parts:
+        yield parts
+
+
+def join_parts(parts: list[Part]) -> bytes | memoryview:
+    """One datagram from its parts; a single part is sent as it is, without a copy."""
+    if len(parts) == 1:
+        entry, start, end = parts[0]
+        return entry.view[start:end]
+    return b"".join([entry.view[start:end] for entry, start, end in parts])

@@ -1,0 +1,85 @@
+"""A receive worker: reads its SO_REUSEPORT socket, checks every datagram, and passes the good ones on.
+
+It classifies with the same pure functions as the single-process core, drops
+and counts what is bad, and copies what is good into its ring to the
+sequencer: a PUSH datagram's well-formed frames as they are, a KEEPALIVE or
+REQUEST with its addresses resolved.  A full ring drops the datagram and
+counts it (``ring full``); the socket is never left unread for the ring's sake.
+"""
+from __future__ import annotations
+
+import select
+import socket
+from collections import Counter
+
+from fyrehose import codec
+from fyrehose.backbone import records
+from fyrehose.backbone.intake import AddressPolicy, read_control
+from fyrehose.backbone.pushes import uniform_step
+from fyrehose.backbone.rings import Doorbell, Ring
+from fyrehose.backbone.shared import CounterBlock
+
+DRAIN_LIMIT = 512
+IDLE_POLL_MS = 200
+
+
+def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake: Doorbell,
+                 counter_block: CounterBlock, stopping, policy: AddressPolicy) -> None:
+    """Serve until ``stopping()`` is true; everything read is in the ring or counted when this returns."""
+    counters: Counter = counter_block.load()
+    buf = bytearray(65536)
+    view = memoryview(buf)
+    recvfrom_into = sock.recvfrom_into
+    reserve = ring.reserve
+    push_kind = codec.PUSH
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    poller.register(wake.fileno(), select.POLLIN)
+    while not stopping():
+        poller.poll(IDLE_POLL_MS)
+        wake.clear()
+        wrote = False
+        seen = 0
+        for _ in range(DRAIN_LIMIT):
+            try:
+                size, source = recvfrom_into(buf)
+            except BlockingIOError:
+                break
+            except OSError:
+                counters["drop:receive error"] += 1
+                seen += 1
+                continue
+            seen += 1
+            data = view[:size]
+            if size and data[0] == push_kind:
+                if not uniform_step(data):
+                    spans, error = codec.scan(data, push_kind)
+                    if error is not None:
+                        counters["drop:malformed"] += 1
+                    if not spans:
+                        continue
+                    size = spans[-1][1]
+                slot = reserve(records.SOURCE_SIZE + size)
+                if slot is None:
+                    counters["drop:ring full"] += 1
+                    continue
+                records.pack_push_header(slot, source)
+                slot[records.SOURCE_SIZE:] = view[:size]
+            else:
+                accepted = read_control(data, source, policy)
+                if isinstance(accepted, str):
+                    counters["drop:" + accepted] += 1
+                    continue
+                record = records.pack_control(accepted, source)
+                slot = reserve(len(record))
+                if slot is None:
+                    counters["drop:ring full"] += 1
+                    continue
+                slot[:] = record
+            wrote = True
+        if seen:
+            counter_block.store(counters)  # before the records are visible: an answer implies the count
+        if wrote:
+            ring.publish()
+            sequencer_bell.ring()
+    counter_block.store(counters)

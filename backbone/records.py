@@ -1,0 +1,70 @@
+"""The records the multi-process backbone's processes pass through their rings: pure packing and unpacking.
+
+Ingress records go from a receive worker to the sequencer and carry what the
+worker already checked: a PUSH record is the datagram's well-formed PUSH
+frames, a KEEPALIVE or REQUEST record the resolved addresses.  Log records go
+from the sequencer to the fan-out workers and are the DELIVER frames exactly
+as they go on the wire, behind a small header.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+
+from fyrehose.addresses import Address
+from fyrehose.backbone.intake import KeepaliveIn, RequestIn
+
+PUSH_RECORD = 1
+KEEPALIVE_RECORD = 2
+REQUEST_RECORD = 3
+
+_SOURCE = struct.Struct("<BxH4s")  # kind, source port, source IPv4 address
+_KEEPALIVE = struct.Struct("<4sH2xQ16s")  # client address, port, flags, token
+_REQUEST = struct.Struct("<4sH2xQQ")  # requester address, port, from, to
+_LOG = struct.Struct("<II")  # frame count, common frame size (0: sizes differ)
+
+SOURCE_SIZE = _SOURCE.size
+LOG_HEADER_SIZE = _LOG.size
+
+
+def push_record_size(payload: int) -> int:
+    return SOURCE_SIZE + payload
+
+
+def pack_push_header(into: memoryview, source: Address) -> None:
+    """Write a PUSH record's header; the caller copies the frames in after ``SOURCE_SIZE`` bytes."""
+    _SOURCE.pack_into(into, 0, PUSH_RECORD, source[1], socket.inet_aton(source[0]))
+
+
+def pack_control(accepted: KeepaliveIn | RequestIn, source: Address) -> bytes:
+    head = _SOURCE.pack(KEEPALIVE_RECORD if isinstance(accepted, KeepaliveIn) else REQUEST_RECORD,
+                        source[1], socket.inet_aton(source[0]))
+    if isinstance(accepted, KeepaliveIn):
+        host, port = accepted.client
+        return head + _KEEPALIVE.pack(socket.inet_aton(host), port, accepted.flags, accepted.token)
+    host, port = accepted.requester
+    return head + _REQUEST.pack(socket.inet_aton(host), port, accepted.from_seq, accepted.to_seq)
+
+
+def unpack_ingress(record: memoryview) -> tuple[int, Address, memoryview | KeepaliveIn | RequestIn]:
+    """(kind, source, body): the PUSH frames as a view, or the accepted control frame."""
+    kind, port, ip = _SOURCE.unpack_from(record)
+    source = (socket.inet_ntoa(ip), port)
+    if kind == PUSH_RECORD:
+        return kind, source, record[SOURCE_SIZE:]
+    if kind == KEEPALIVE_RECORD:
+        ip, port, flags, token = _KEEPALIVE.unpack_from(record, SOURCE_SIZE)
+        return kind, source, KeepaliveIn((socket.inet_ntoa(ip), port), flags, token)
+    if kind == REQUEST_RECORD:
+        ip, port, from_seq, to_seq = _REQUEST.unpack_from(record, SOURCE_SIZE)
+        return kind, source, RequestIn((socket.inet_ntoa(ip), port), from_seq, to_seq)
+    raise ValueError(f"unknown ingress record kind {kind}")
+
+
+def pack_log_header(into: memoryview, count: int, step: int) -> None:
+    _LOG.pack_into(into, 0, count, step)
+
+
+def unpack_log_header(record: memoryview) -> tuple[int, int]:
+    """(frame count, common frame size or 0); the frames follow ``LOG_HEADER_SIZE`` bytes in."""
+    return _LOG.unpack_from(record)

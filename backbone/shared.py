@@ -1,0 +1,161 @@
+"""The multi-process backbone's shared memory: one anonymous shared mapping per structure.
+
+Every structure is an anonymous ``MAP_SHARED`` mapping made by the supervisor
+before it forks the workers, which inherit it.  Nothing has a name, so
+nothing appears in /dev/shm, nothing can leak when a process is killed (the
+kernel frees a mapping with its last process), and Python's
+multiprocessing resource tracker, which on 3.11 unlinks named segments that a
+child merely attached to, never gets involved.
+
+Layout, all little-endian 8-byte words:
+
+- ``CounterBlock``: one block of counters per process (role), written only by
+  that process and summed by the supervisor for metrics;
+- ``SequencerState``: the last sequence issued (stored before the log is
+  published, so a restarted sequencer continues above it) and the client
+  gauges;
+- ``SubscriberTable``: the live clients and their flags, written by the
+  sequencer under a sequence lock, read by the fan-out workers;
+- ``StopFlags``: one word per role the supervisor raises to drain and stop it.
+"""
+from __future__ import annotations
+
+import mmap
+import socket
+import struct
+from collections import Counter
+from typing import Iterable
+
+from fyrehose.addresses import Address
+
+# Every counter a backbone process keeps; keys of Backbone.counters and of the workers' own.
+COUNTER_NAMES = (
+    "pushes", "delivered", "datagrams out", "keepalives", "requests", "forwards", "confirms",
+    "duplicate pushes",
+    "drop:malformed", "drop:oversize", "drop:unexpected type", "drop:foreign address",
+    "drop:ring full", "drop:client table full", "drop:request beyond last sequence",
+    "drop:no journaling client", "drop:sequence space exhausted", "drop:send error",
+    "drop:send buffer full", "drop:receive error", "drop:other",
+)
+_SLOT = {name: index for index, name in enumerate(COUNTER_NAMES)}
+_OTHER = _SLOT["drop:other"]
+COUNTER_SLOTS = 32
+
+
+def anonymous(size: int) -> mmap.mmap:
+    """Shared memory inherited across fork(): MAP_SHARED | MAP_ANONYMOUS, zero-filled."""
+    return mmap.mmap(-1, max(size, mmap.PAGESIZE), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+
+
+class CounterBlock:
+    """Counters of one process; ``store`` copies a Counter in, ``load`` reads it back."""
+
+    SIZE = COUNTER_SLOTS * 8
+
+    def __init__(self, buffer: memoryview) -> None:
+        self._slots = memoryview(buffer).cast("B")[:self.SIZE].cast("Q")
+
+    def store(self, counters: Counter) -> None:
+        slots = self._slots
+        other = 0
+        for name, value in counters.items():
+            index = _SLOT.get(name)
+            if index is None:
+                other += value
+            elif slots[index] != value:
+                slots[index] = value
+        if other:
+            slots[_OTHER] = other
+
+    def load(self) -> Counter:
+        slots = self._slots
+        return Counter({name: slots[i] for i, name in enumerate(COUNTER_NAMES) if slots[i]})
+
+
+class SequencerState:
+    """What survives a sequencer crash besides the client table: the last sequence issued, and gauges."""
+
+    GAUGES = ("plain subscribers", "batch subscribers", "journalers", "clients")
+    SIZE = 8 * (1 + len(GAUGES))
+
+    def __init__(self, buffer: memoryview) -> None:
+        self._words = memoryview(buffer).cast("B")[:self.SIZE].cast("Q")
+
+    @property
+    def last_issued(self) -> int:
+        return self._words[0]
+
+    @last_issued.setter
+    def last_issued(self, value: int) -> None:
+        self._words[0] = value
+
+    def store_gauges(self, counts: dict[str, int]) -> None:
+        for i, name in enumerate(self.GAUGES, 1):
+            self._words[i] = counts.get(name, 0)
+
+    def gauges(self) -> dict[str, int]:
+        return {name: self._words[i] for i, name in enumerate(self.GAUGES, 1)}
+
+
+_ENTRY = struct.Struct("<4sHH")  # IPv4 address, port, flags (the low 16 bits are all that exist)
+
+
+class SubscriberTable:
+    """Live clients (address and flags), written by the sequencer, read by fan-out workers.
+
+    A sequence lock: the writer makes the version odd, writes, makes it even
+    again; a reader retries when the version was odd or changed under it.
+    """
+
+    HEADER = 16
+
+    def __init__(self, buffer: memoryview, capacity: int) -> None:
+        view = memoryview(buffer).cast("B")
+        self.capacity = capacity
+        self._words = view[:self.HEADER].cast("Q")  # [0] version, [1] count
+        self._entries = view[self.HEADER:self.HEADER + capacity * _ENTRY.size]
+
+    @staticmethod
+    def region_size(capacity: int) -> int:
+        return SubscriberTable.HEADER + capacity * _ENTRY.size
+
+    @property
+    def version(self) -> int:
+        return self._words[0]
+
+    def publish(self, clients: Iterable[tuple[Address, int]]) -> None:
+        rows = [_ENTRY.pack(socket.inet_aton(host), port, flags & 0xFFFF)
+                for (host, port), flags in clients][:self.capacity]
+        words = self._words
+        version = words[0] | 1
+        words[0] = version  # odd: being written
+        blob = b"".join(rows)
+        self._entries[:len(blob)] = blob
+        words[1] = len(rows)
+        words[0] = version + 1
+
+    def snapshot(self, attempts: int = 1000) -> tuple[int, list[tuple[Address, int]]]:
+        """(version, [(address, flags), ...]); an empty table if a writer died mid-update."""
+        words = self._words
+        for _ in range(attempts):
+            before = words[0]
+            if before & 1:
+                continue
+            count = min(words[1], self.capacity)
+            blob = bytes(self._entries[:count * _ENTRY.size])
+            if words[0] == before:
+                return before, [((socket.inet_ntoa(ip), port), flags) for ip, port, flags in _ENTRY.iter_unpack(blob)]
+        return words[0], []
+
+
+class StopFlags:
+    """One word per role; the supervisor sets it to make that role drain and exit."""
+
+    def __init__(self, buffer: memoryview, roles: int) -> None:
+        self._words = memoryview(buffer).cast("B")[:8 * roles].cast("Q")
+
+    def __getitem__(self, role: int) -> bool:
+        return bool(self._words[role])
+
+    def __setitem__(self, role: int, value: bool) -> None:
+        self._words[role] = int(value)

@@ -1,0 +1,313 @@
+"""The multi-process backbone (``--workers R``): sets everything up, forks the workers, keeps them alive.
+
+Before forking, the supervisor binds R sockets to the listen address in one
+SO_REUSEPORT group (one per receive worker; the sequencer and the fan-out
+workers send through the first of them, so every datagram leaves from the
+backbone's port and no send-only socket joins the group to steal packets),
+and maps the shared memory (see :mod:`fyrehose.backbone.shared`).  Workers are
+plain forks that inherit all of it.
+
+A worker that dies is forked again and counted
+(``fyrehose_worker_restarts_total``); a worker that outlives the supervisor is
+killed by the kernel (PR_SET_PDEATHSIG).  SIGTERM or SIGINT drain the pipeline
+in order (receivers stop reading, the sequencer empties its rings, the fan-out
+workers send the rest of the log), store the exact last sequence and exit.
+"""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import psutil
+
+from fyrehose.addresses import Address
+from fyrehose.backbone.core import Backbone
+from fyrehose.backbone.fanout import FanOut
+from fyrehose.backbone.intake import AddressPolicy
+from fyrehose.backbone.metrics import (Metric, MetricsServer, client_metrics, counter_metrics, process_metrics,
+                                       restart_metrics, ring_metrics)
+from fyrehose.backbone.receiver import run_receiver
+from fyrehose.backbone.rings import Doorbell, Ring
+from fyrehose.backbone.sequencer import Sequencer
+from fyrehose.backbone.shared import (CounterBlock, SequencerState, StopFlags, SubscriberTable, anonymous)
+from fyrehose.backbone.statefile import SequenceStateFile
+from fyrehose.backbone.udp import bind_udp
+
+INPUT_RING_BYTES = 32 << 20
+LOG_RING_BYTES = 64 << 20
+STAGE_TIMEOUT = 0.5  # seconds each stage of a shutdown may take before its workers are killed
+RESTART_SPACING = 0.2  # a worker that keeps dying is forked at most this often
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@dataclass
+class Options:
+    listen: Address
+    workers: int
+    fanout: int
+    trusted_networks: tuple = ()
+    batch_bytes: int = 65507
+    max_clients: int = 65536
+    metrics: Address | None = None
+
+
+@dataclass
+class Worker:
+    """One slot of the process tree: its role, the function it runs, and its current process."""
+
+    name: str
+    stage: int  # shutdown order: 0 receivers, 1 sequencer, 2 fan-outs
+    block: int  # index of its stop flag and counter block
+    target: Callable[[], None]
+    process: multiprocessing.process.BaseProcess | None = None
+    restarts: int = 0
+    started: float = 0.0
+    psutil: psutil.Process | None = field(default=None, repr=False)
+
+
+class Supervisor:
+    def __init__(self, options: Options, state_file: SequenceStateFile, reserved: int) -> None:
+        self.options = options
+        self.state_file = state_file
+        self._context = multiprocessing.get_context("fork")
+        self._pid = os.getpid()
+        self._stopping = False
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        r, f = options.workers, options.fanout
+        roles = r + 1 + f
+
+        self.sockets = [bind_udp(options.listen, reuse_port=True)]
+        self.address = self.sockets[0].getsockname()
+        self.sockets += [bind_udp(self.address, reuse_port=True) for _ in range(r - 1)]
+
+        self._memory = []  # keeps every mapping alive in the supervisor
+        self.counter_blocks = [CounterBlock(self._map(CounterBlock.SIZE)) for _ in range(roles)]
+        self.sequencer_state = SequencerState(self._map(SequencerState.SIZE))
+        self.sequencer_state.last_issued = reserved
+        self.table = SubscriberTable(self._map(SubscriberTable.region_size(options.max_clients)), options.max_clients)
+        self.stop_flags = StopFlags(self._map(8 * roles), roles)
+        self.input_rings = [Ring(self._map(Ring.region_size(INPUT_RING_BYTES))) for _ in range(r)]
+        self.log = Ring(self._map(Ring.region_size(LOG_RING_BYTES, f)), f)
+        self.sequencer_bell = Doorbell()
+        self.receiver_bells = [Doorbell() for _ in range(r)]
+        self.fanout_bells = [Doorbell() for _ in range(f)]
+
+        self.workers: list[Worker] = []
+        for i in range(r):
+            self.workers.append(Worker(f"receiver-{i}", 0, i, self._receiver(i)))
+        self.workers.append(Worker("sequencer", 1, r, self._sequencer(r)))
+        for i in range(f):
+            self.workers.append(Worker(f"fanout-{i}", 2, r + 1 + i, self._fanout(i, r + 1 + i)))
+
+        self._metrics = MetricsServer(options.metrics, self._collect) if options.metrics else None
+        self._process = psutil.Process()
+
+    def _map(self, size: int) -> memoryview:
+        region = anonymous(size)
+        self._memory.append(region)
+        return memoryview(region)
+
+    # ------------------------------------------------------------ worker bodies (run in the child)
+
+    def _stopper(self, block: int) -> Callable[[], bool]:
+        """In a worker: true once the supervisor raised its stop flag or the worker got SIGTERM."""
+        flags = self.stop_flags
+        return lambda: self._stopping or flags[block]
+
+    def _receiver(self, i: int) -> Callable[[], None]:
+        def body() -> None:
+            run_receiver(self.sockets[i], self.input_rings[i], self.sequencer_bell, self.receiver_bells[i],
+                         self.counter_blocks[i], self._stopper(i), AddressPolicy(self.options.trusted_networks))
+        return body
+
+    def _sequencer(self, block: int) -> Callable[[], None]:
+        def body() -> None:
+            options = self.options
+            stopping = self._stopper(block)
+            backbone = Sequencer.restore(
+                self.sequencer_state, self.table, self.counter_blocks[block], time.monotonic(),
+                trusted_networks=options.trusted_networks, batch_bytes=options.batch_bytes,
+                client_capacity=options.max_clients,
+            )
+            Sequencer(backbone, self.input_rings, self.log, self.sequencer_bell, self.fanout_bells,
+                      self.sockets[0], self.sequencer_state, self.table, self.counter_blocks[block],
+                      self.state_file, stopping).run()
+        return body
+
+    def _fanout(self, i: int, block: int) -> Callable[[], None]:
+        def body() -> None:
+            FanOut(i, self.options.fanout, self.log, self.fanout_bells[i], self.table, self.sockets[0],
+                   self.counter_blocks[block], self.options.batch_bytes, self._stopper(block)).run()
+        return body
+
+    def _child_main(self, worker: Worker) -> None:
+        """First thing in a forked worker: die with the supervisor, take a name, shed the supervisor's duties."""
+        self._stopping = False
+        signal.signal(signal.SIGTERM, self._terminate_worker)  # a worker told to stop drains like on a shutdown
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C reaches the supervisor, which drains in order
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != self._pid:
+            os._exit(1)
+        _libc.prctl(_PR_SET_NAME, ctypes.c_char_p(f"fh-{worker.name}".encode()[:15]), 0, 0, 0)
+        self.state_file.close()  # our copy of the lock descriptor: the supervisor holds the lock
+        if self._metrics:
+            self._metrics.close_listener()
+        self._wake_r.close()
+        self._wake_w.close()
+        worker.target()
+
+    def _terminate_worker(self, *_: object) -> None:
+        self._stopping = True
+
+    def _start(self, worker: Worker) -> None:
+        process = self._context.Process(target=self._child_main, args=(worker,), name=worker.name, daemon=False)
+        process.start()
+        worker.process = process
+        worker.started = time.monotonic()
+        worker.psutil = None
+
+    # ------------------------------------------------------------ supervision
+
+    def stop(self) -> None:
+        """Ask for a clean shutdown; safe from a signal handler."""
+        self._stopping = True
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+
+    def run(self) -> None:
+        for worker in self.workers:
+            self._start(worker)
+        if self._metrics:
+            self._metrics.start()
+        try:
+            while not self._stopping:
+                sentinels = [w.process.sentinel for w in self.workers if w.process is not None]
+                multiprocessing.connection.wait(sentinels + [self._wake_r], timeout=1.0)
+                try:
+                    self._wake_r.recv(64)
+                except BlockingIOError:
+                    pass
+                if self._stopping:
+                    break
+                for worker in self.workers:
+                    if worker.process is not None and not worker.process.is_alive():
+                        self._restart(worker)
+            self._drain()
+        finally:
+            self._shutdown()
+
+    def _restart(self, worker: Worker) -> None:
+        code = worker.process.exitcode
+        worker.process.join(0)
+        wait = worker.started + RESTART_SPACING - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        worker.restarts += 1
+        print(f"fyrehose backbone: {worker.name} (pid {worker.process.pid}) exited with {code}; restarting",
+              file=sys.stderr, flush=True)
+        self._start(worker)
+
+    def _drain(self) -> None:
+        """Stop the stages in pipeline order, each within STAGE_TIMEOUT."""
+        for stage, bells in ((0, self.receiver_bells), (1, [self.sequencer_bell]), (2, self.fanout_bells)):
+            members = [w for w in self.workers if w.stage == stage]
+            for worker in members:
+                self.stop_flags[worker.block] = True
+            for bell in bells:
+                bell.ring()
+            deadline = time.monotonic() + STAGE_TIMEOUT
+            for worker in members:
+                if worker.process is None:
+                    continue
+                worker.process.join(max(0.0, deadline - time.monotonic()))
+                if worker.process.is_alive():
+                    worker.process.kill()
+                    worker.process.join(1.0)
+
+    def _shutdown(self) -> None:
+        for worker in self.workers:
+            if worker.process is not None and worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(1.0)
+        if self._metrics:
+            self._metrics.stop()
+        self.state_file.write(self.sequencer_state.last_issued)
+        self.state_file.close()
+        for sock in self.sockets:
+            sock.close()
+        for bell in (self.sequencer_bell, *self.receiver_bells, *self.fanout_bells):
+            bell.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # ------------------------------------------------------------ metrics (a thread of the supervisor)
+
+    def _collect(self) -> list[Metric]:
+        total: dict[str, int] = {}
+        for block in self.counter_blocks:
+            for name, value in block.load().items():
+                total[name] = total.get(name, 0) + value
+        processes = {"supervisor": self._process}
+        for worker in self.workers:
+            process = worker.process
+            if process is None or process.pid is None:
+                continue
+            if worker.psutil is None or worker.psutil.pid != process.pid:
+                try:
+                    worker.psutil = psutil.Process(process.pid)
+                except psutil.Error:
+                    continue
+            processes[worker.name] = worker.psutil
+        rings = {f"receiver-{i}": ring.fill() for i, ring in enumerate(self.input_rings)}
+        rings["log"] = self.log.fill()
+        return (
+            counter_metrics(total)
+            + client_metrics(self.sequencer_state.gauges(), self.sequencer_state.last_issued)
+            + process_metrics(processes)
+            + ring_metrics(rings)
+            + restart_metrics({w.name: w.restarts for w in self.workers})
+        )
+
+
+def default_sizes(cpus: int | None = None, workers: int | None = None) -> tuple[int, int]:
+    """(receive workers, fan-out workers) for a host with ``cpus`` logical CPUs.
+
+    One CPU goes to the sequencer; of the rest, a third receives and two thirds
+    fan out (fan-out sends every message once per subscriber, receiving once).
+    """
+    cpus = cpus or psutil.cpu_count(logical=True) or 1
+    spare = max(2, cpus - 1)
+    receive = workers if workers else max(1, spare // 3)
+    return receive, max(1, spare - receive)
+
+
+def run_multiprocess(options: Options, state_file: SequenceStateFile, reserved: int) -> int:
+    supervisor = Supervisor(options, state_file, reserved)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: supervisor.stop())
+    host, port = supervisor.address
+    print(
+        f"fyrehose backbone listening on {host}:{port} ({options.workers} receive workers, "
+        f"{options.fanout} fan-out workers, supervisor pid {os.getpid()}, next sequence {reserved + 1}, "
+        f"state {state_file.directory})",
+        file=sys.stderr, flush=True,
+    )
+    supervisor.run()
+    print(f"fyrehose backbone stopped at sequence {supervisor.sequencer_state.last_issued}",
+          file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,279 @@
+"""The last-value cache as a pure state machine (seeds/004 "Type and Status Usage").
+
+:meth:`Cache.receive` takes every envelope of the ordered stream (already
+authenticated by the driver) and returns the envelopes to publish: answers on
+requesters' inboxes, ``drop``/``nosubscribers`` when a subject's last
+subscriber leaves, ``drop``/``preempted`` when the memory bound evicts a
+record.  :meth:`Cache.poll` runs the session timers.  Because every cache sees
+the same sequenced stream, two caches fed the same stream hold the same records.
+
+Record semantics (the cache's reading of the type/status table):
+
+- ``initial``: replaces the record and its status (so it clears ``stale``);
+  ``initial``/``not_found`` removes the record.
+- ``update``: merges into the record (:mod:`fyrehose.cache.merge`), creating
+  it if absent.  Its status becomes the record's, except that a *sticky*
+  status (``stale``, ``feed_down``, ``temp_unavail``, ``bad_access``,
+  ``bad_name``, ``perm_denied``) stays until an ``initial`` or ``verify``
+  replaces it: the cache cannot know which field is out of date.
+- ``verify``: merges and sets its status (``ok`` clears sticky ones); on a
+  missing record it creates one with status ``verify`` ("reinitialized").
+- ``transient``: a status without data; changes the status as an update does.
+- ``drop``: ``expired`` (and any status without its own rule) removes the
+  record; ``relocate`` (data = the new subject) moves the value to the new
+  subject and leaves a redirect answered with ``drop``/``relocate``;
+  ``nosubscribers`` and ``preempted`` (another manager's notices) change nothing.
+
+Requests: ``_SNAP.<subject>`` and ``_SUB.START.<subject>`` with a reply
+subject under ``_INBOX.`` are answered there with type ``initial`` and the
+record's status and value, or with ``not_found`` and no data (type ``snap``
+for a snapshot, ``initial`` for a start).  ``_SUB.START`` with a session also
+registers the subscription in the :class:`~fyrehose.sessions.SessionTable`;
+``_SUB.STOP`` and ``_SESSION.BYE`` end it, as does the end of the session's
+heartbeats.  Subjects whose first token starts with ``_`` are never cached.
+"""
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+
+from fyrehose.cache.merge import merge
+from fyrehose.codec import MAX_PAYLOAD
+from fyrehose.envelope import Envelope, EnvelopeError, MsgType, Status, check_subject, encode
+from fyrehose.sessions import BYE, HEARTBEAT, HELLO, INBOX_PREFIX, SNAP_PREFIX, SUB_START_PREFIX, \
+    SUB_STOP_PREFIX, Heartbeat, SessionTable, StartOptions, stop_wants_ack
+
+STICKY = frozenset({Status.STALE, Status.FEED_DOWN, Status.TEMP_UNAVAIL, Status.BAD_ACCESS, Status.BAD_NAME,
+                    Status.PERM_DENIED})
+RECORD_STATUSES = STICKY | {Status.OK, Status.VERIFY, Status.CONFLATED, Status.FEED_SWITCH}
+RECORD_OVERHEAD = 256  # bytes charged per record on top of subject and value (the Python objects)
+ANSWER_HEADROOM = 300  # session, seqno and digest the driver adds to an answer
+
+
+@dataclass(slots=True)
+class Record:
+    data: bytes
+    status: Status
+    relocated_to: str | None = None  # a redirect left by drop/relocate
+    size: int = 0
+
+
+def is_cacheable(subject: str) -> bool:
+    """Data subjects are cached; ``_INBOX``, ``_SESSION``, ``_SUB``, ``_SNAP`` and other ``_`` names are not."""
+    return not subject.startswith("_")
+
+
+class Cache:
+    """Records per subject, bounded to ``max_bytes`` (least recently used evicted first)."""
+
+    def __init__(self, max_bytes: int = 64 << 20, sessions: SessionTable | None = None) -> None:
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be positive")
+        self.max_bytes = max_bytes
+        self.sessions = sessions if sessions is not None else SessionTable()
+        self.records: OrderedDict[str, Record] = OrderedDict()
+        self.bytes = 0
+        self.stats: Counter[str] = Counter()
+
+    def get(self, subject: str) -> Record | None:
+        return self.records.get(subject)
+
+    # ------------------------------------------------------------ input
+
+    def receive(self, envelope: Envelope, now: float) -> list[Envelope]:
+        subject = envelope.subject
+        if subject in (HELLO, HEARTBEAT):
+            if envelope.session is not None:
+                try:
+                    interval: float | None = Heartbeat.decode(envelope.data).interval
+                except ValueError:
+                    interval = None
+                self.sessions.heartbeat(envelope.session, interval, now)
+            return []
+        if subject == BYE:
+            return self._nosubscribers(self.sessions.bye(envelope.session)) if envelope.session else []
+        if subject.startswith(SNAP_PREFIX):
+            return self._snapshot(envelope, subject[len(SNAP_PREFIX):])
+        if subject.startswith(SUB_START_PREFIX):
+            return self._start(envelope, subject[len(SUB_START_PREFIX):], now)
+        if subject.startswith(SUB_STOP_PREFIX):
+            return self._stop(envelope, subject[len(SUB_STOP_PREFIX):])
+        if not is_cacheable(subject):
+            self.stats["not cached"] += 1
+            return []
+        return self._apply(envelope)
+
+    def poll(self, now: float) -> list[Envelope]:
+        """Timers: subscriptions of sessions whose heartbeats stopped."""
+        return self._nosubscribers(self.sessions.expire(now))
+
+    def next_deadline(self) -> float | None:
+        return self.sessions.next_deadline()
+
+    def lost(self) -> None:
+        """The driver's stream lost messages: every record may have missed updates, so all turn stale."""
+        self.stats["losses"] += 1
+        for record in self.records.values():
+            if record.relocated_to is None and record.status not in STICKY:
+                record.status = Status.STALE
+
+    # ------------------------------------------------------------ requests
+
+    def _request_target(self, target: str) -> bool:
+        if target and is_cacheable(target):
+            return True
+        self.stats["bad requests"] += 1
+        return False
+
+    def _reply_to(self, envelope: Envelope) -> str | None:
+        """The inbox to answer on; anything else is refused so nobody can make the cache publish on data subjects."""
+        if envelope.reply is None:
+            return None
+        if not envelope.reply.startswith(INBOX_PREFIX):
+            self.stats["bad reply subjects"] += 1
+            return None
+        return envelope.reply
+
+    def _snapshot(self, envelope: Envelope, target: str) -> list[Envelope]:
+        reply = self._reply_to(envelope)
+        if not self._request_target(target):
+            return []
+        if reply is None:
+            self.stats["snapshots without inbox"] += 1
+            return []
+        self.stats["snapshots"] += 1
+        return [self._answer(target, reply, MsgType.SNAP)]
+
+    def _start(self, envelope: Envelope, target: str, now: float) -> list[Envelope]:
+        if not self._request_target(target):
+            return []
+        try:
+            options = StartOptions.decode(envelope.data)
+        except ValueError:
+            self.stats["bad requests"] += 1
+            return []
+        self.stats["starts"] += 1
+        if envelope.session is not None:
+            self.sessions.start(envelope.session, target, options.expires, now)
+        reply = self._reply_to(envelope)
+        answers = []
+        if reply is not None:
+            if options.ack:
+                answers.append(Envelope(reply, b"", MsgType.START, Status.ACK))
+            if options.initial:
+                answers.append(self._answer(target, reply, MsgType.INITIAL))
+        return answers
+
+    def _stop(self, envelope: Envelope, target: str) -> list[Envelope]:
+        if not self._request_target(target):
+            return []
+        try:
+            ack = stop_wants_ack(envelope.data)
+        except ValueError:
+            self.stats["bad requests"] += 1
+            return []
+        self.stats["stops"] += 1
+        answers = self._nosubscribers(self.sessions.stop(envelope.session, target) if envelope.session else [])
+        reply = self._reply_to(envelope)
+        if ack and reply is not None:
+            answers.append(Envelope(reply, b"", MsgType.STOP, Status.ACK))
+        return answers
+
+    def _answer(self, target: str, reply: str, not_found_type: MsgType) -> Envelope:
+        record = self.records.get(target)
+        if record is None:
+            return Envelope(reply, b"", not_found_type, Status.NOT_FOUND)
+        self.records.move_to_end(target)
+        if record.relocated_to is not None:
+            return Envelope(reply, record.relocated_to.encode(), MsgType.DROP, Status.RELOCATE)
+        answer = Envelope(reply, record.data, MsgType.INITIAL, record.status)
+        if len(encode(answer)) > MAX_PAYLOAD - ANSWER_HEADROOM:  # the inbox may be longer than the subject
+            self.stats["answers too large"] += 1
+            return Envelope(reply, b"", MsgType.INITIAL, Status.TEMP_UNAVAIL)
+        return answer
+
+    def _nosubscribers(self, subjects: list[str]) -> list[Envelope]:
+        self.stats["nosubscribers sent"] += len(subjects)
+        return [Envelope(subject, b"", MsgType.DROP, Status.NOSUBSCRIBERS) for subject in subjects]
+
+    # ------------------------------------------------------------ records
+
+    def _apply(self, envelope: Envelope) -> list[Envelope]:
+        kind, status, subject = envelope.type, envelope.status, envelope.subject
+        record = self.records.get(subject)
+        live = record if record is not None and record.relocated_to is None else None
+        if kind == MsgType.DROP:
+            return self._drop(envelope, live)
+        if kind not in (MsgType.UPDATE, MsgType.INITIAL, MsgType.VERIFY, MsgType.TRANSIENT):
+            self.stats["not cache input"] += 1  # snap/start/stop belong on inboxes and request subjects
+            return []
+        if kind == MsgType.INITIAL and status == Status.NOT_FOUND:
+            self.stats["initials"] += 1
+            self._remove(subject)
+            return []
+        if status not in RECORD_STATUSES:
+            self.stats["bad status"] += 1
+            return []
+        self.stats[f"{kind.name.lower()}s"] += 1
+        if kind == MsgType.INITIAL:
+            return self._store(subject, envelope.data, status)
+        if kind == MsgType.TRANSIENT:
+            if live is not None:
+                live.status = _status_after_update(live.status, status)
+            return []
+        if live is None:
+            return self._store(subject, envelope.data, Status.VERIFY if kind == MsgType.VERIFY else status)
+        new_status = status if kind == MsgType.VERIFY else _status_after_update(live.status, status)
+        return self._store(subject, merge(live.data, envelope.data), new_status)
+
+    def _drop(self, envelope: Envelope, live: Record | None) -> list[Envelope]:
+        status, subject = envelope.status, envelope.subject
+        self.stats[f"drop {status.name.lower()} received"] += 1
+        if status in (Status.NOSUBSCRIBERS, Status.PREEMPTED):
+            return []
+        if status != Status.RELOCATE:
+            self._remove(subject)
+            return []
+        try:
+            target = envelope.data.decode()
+            check_subject(target)
+        except (UnicodeDecodeError, EnvelopeError):
+            self.stats["bad relocations"] += 1
+            return []
+        if target == subject or not is_cacheable(target):
+            self.stats["bad relocations"] += 1
+            return []
+        moved: list[Envelope] = []
+        existing = self.records.get(target)
+        if live is not None and (existing is None or existing.relocated_to is not None):
+            moved = self._store(target, live.data, live.status)
+        self._remove(subject)
+        return moved + self._put(subject, Record(b"", Status.OK, target))
+
+    def _store(self, subject: str, data: bytes, status: Status) -> list[Envelope]:
+        return self._put(subject, Record(data, status))
+
+    def _put(self, subject: str, record: Record) -> list[Envelope]:
+        self._remove(subject)
+        payload = len(record.data) + len(record.relocated_to or "")
+        record.size = len(subject.encode()) + payload + RECORD_OVERHEAD
+        self.records[subject] = record
+        self.bytes += record.size
+        evicted = []
+        while self.bytes > self.max_bytes and self.records:
+            victim, old = self.records.popitem(last=False)
+            self.bytes -= old.size
+            self.stats["preempted sent"] += 1
+            evicted.append(Envelope(victim, b"", MsgType.DROP, Status.PREEMPTED))
+        return evicted
+
+    def _remove(self, subject: str) -> None:
+        record = self.records.pop(subject, None)
+        if record is not None:
+            self.bytes -= record.size
+
+
+def _status_after_update(current: Status, incoming: Status) -> Status:
+    if incoming in STICKY or current not in STICKY:
+        return incoming
+    return current

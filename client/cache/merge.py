@@ -1,0 +1,48 @@
+"""How an update merges into a cached value: JSON Merge Patch (RFC 7396) when both are JSON objects.
+
+seeds/004 updates are deltas of the initial value, but fyrehose payloads are
+opaque bytes.  A JSON object is the one shape whose fields can be merged
+without a dictionary: the update's members replace the record's, nested
+objects merge recursively, and a ``null`` member deletes the field (which is
+how a ``verify`` "clears fields").  Any other value simply replaces the record.
+"""
+from __future__ import annotations
+
+import orjson
+
+
+def merge_patch(target: object, patch: object) -> object:
+    """RFC 7396 §2 MergePatch(Target, Patch)."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for name, value in patch.items():
+        if value is None:
+            result.pop(name, None)
+        else:
+            result[name] = merge_patch(result.get(name), value)
+    return result
+
+
+def _object(data: bytes) -> dict | None:
+    if not data or data[:1] != b"{":
+        return None
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def merge(record: bytes, update: bytes) -> bytes:
+    """The record after ``update``: merged when both are JSON objects, otherwise ``update`` itself."""
+    patch = _object(update)
+    if patch is None:
+        return update
+    base = _object(record)
+    if base is None:
+        return update
+    try:
+        return orjson.dumps(merge_patch(base, patch))
+    except RecursionError:  # nesting deeper than Python recurses: no field-wise merge for that
+        return update

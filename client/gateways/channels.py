@@ -1,0 +1,64 @@
+"""Channel names (Redis, Marlin) as backbone subjects, and back.
+
+Redis channels and Marlin channels are arbitrary byte strings; backbone
+subjects are dot-separated UTF-8 tokens without whitespace or wildcards
+(:func:`fyrehose.envelope.check_subject`).  A channel that already is a valid
+literal subject travels as-is, so ``news.sports`` or ``user:42:events`` mean
+the same thing to Redis, NATS and Marlin clients.  Every other channel
+(whitespace, ``*``/``>``, empty tokens, bytes that are not UTF-8) travels as
+``_CHAN.<base64url without padding>``; a channel that itself starts with
+``_CHAN.`` is encoded too, so the mapping is one-to-one.  The empty channel
+has no subject.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+
+from fyrehose.envelope import MAX_SUBJECT, EnvelopeError, check_subject
+
+ENCODED_PREFIX = "_CHAN."
+_ENCODED_PREFIX_BYTES = ENCODED_PREFIX.encode()
+# the longest channel that still fits MAX_SUBJECT once encoded
+MAX_ENCODED_CHANNEL = (MAX_SUBJECT - len(ENCODED_PREFIX)) * 3 // 4
+
+
+class ChannelError(ValueError):
+    """A channel that has no subject (empty, or too long to encode)."""
+
+
+def channel_to_subject(channel: bytes) -> str:
+    """The backbone subject carrying ``channel``."""
+    if not channel:
+        raise ChannelError("empty channel names cannot be carried on the backbone")
+    if not channel.startswith(_ENCODED_PREFIX_BYTES):
+        try:
+            text = channel.decode("utf-8")
+            check_subject(text)
+            return text
+        except (UnicodeDecodeError, EnvelopeError):
+            pass
+    if len(channel) > MAX_ENCODED_CHANNEL:
+        raise ChannelError(f"channel of {len(channel)} bytes is too long (at most {MAX_ENCODED_CHANNEL} "
+                           "when it is not a plain dot-separated subject)")
+    return ENCODED_PREFIX + base64.urlsafe_b64encode(channel).rstrip(b"=").decode("ascii")
+
+
+def subject_to_channel(subject: str) -> bytes:
+    """The channel a subject stands for (its UTF-8 bytes unless it is an encoded channel)."""
+    if subject.startswith(ENCODED_PREFIX):
+        token = subject[len(ENCODED_PREFIX):]
+        try:
+            channel = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        except (binascii.Error, ValueError):
+            return subject.encode("utf-8")
+        if channel and channel_to_subject_or_none(channel) == subject:
+            return channel
+    return subject.encode("utf-8")
+
+
+def channel_to_subject_or_none(channel: bytes) -> str | None:
+    try:
+        return channel_to_subject(channel)
+    except ChannelError:
+        return None

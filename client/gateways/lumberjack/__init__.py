@@ -1,0 +1,105 @@
+"""``fyrehose gateway lumberjack``: acknowledged log ingest (Lumberjack v1/v2, as Beats and Logstash speak it).
+
+An ack from this gateway means the event is published: the backbone
+CONFIRMed it, and every event before it on the connection, under a sequence
+number.  See docs/lumberjack.md for the protocol, the subject rule and the
+exact cases in which an event can be published twice.
+
+The dispatcher (:mod:`fyrehose.gateways.command`) adds ``--listen`` and
+``--backbone``; everything heavy is imported inside :func:`run`.
+"""
+from __future__ import annotations
+
+import argparse
+
+from fyrehose.client import MAX_PUBLISH_TIMEOUT
+
+from .events import DEFAULT_SUBJECT, DEFAULT_SUBJECT_FIELD
+from .frames import DEFAULT_MAX_COMPRESSED_BYTES
+
+DEFAULT_PUBLISH_TIMEOUT = 10.0
+DEFAULT_HOLD_BYTES = 64 << 20
+PUBLISH_THREADS = 32
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def _publish_timeout(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= MAX_PUBLISH_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"must be in (0, {MAX_PUBLISH_TIMEOUT:g}] seconds")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tls-cert", metavar="FILE", help="serve TLS with this certificate (PEM; with --tls-key)")
+    parser.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM)")
+    parser.add_argument("--tls-ca", metavar="FILE",
+                        help="require client certificates signed by this CA (PEM); needs --tls-cert")
+    parser.add_argument("--subject-field", default=DEFAULT_SUBJECT_FIELD, metavar="NAME",
+                        help=f"event field that gives the subject; a dotted name also walks nested objects "
+                             f"(default {DEFAULT_SUBJECT_FIELD})")
+    parser.add_argument("--default-subject", default=DEFAULT_SUBJECT, metavar="SUBJECT",
+                        help=f"subject of events without a usable field (default {DEFAULT_SUBJECT})")
+    parser.add_argument("--publish-timeout", type=_publish_timeout, default=DEFAULT_PUBLISH_TIMEOUT, metavar="S",
+                        help=f"wait this long for CONFIRMs before a chunk is published again "
+                             f"(default {DEFAULT_PUBLISH_TIMEOUT:g}, at most {MAX_PUBLISH_TIMEOUT:g})")
+    parser.add_argument("--hold-bytes", type=_positive_int, default=DEFAULT_HOLD_BYTES, metavar="N",
+                        help=f"keep this much of what was published to answer FORWARDs "
+                             f"(default {DEFAULT_HOLD_BYTES})")
+    parser.add_argument("--max-compressed-bytes", type=_positive_int, default=DEFAULT_MAX_COMPRESSED_BYTES,
+                        metavar="N", help=f"largest compressed frame, stored and inflated "
+                                          f"(default {DEFAULT_MAX_COMPRESSED_BYTES})")
+    parser.add_argument("--max-connections", type=_positive_int, default=1024, metavar="N",
+                        help="connections served at once; more wait to be accepted (default 1024)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+    import signal
+    import sys
+
+    import gevent
+
+    from fyrehose.addresses import parse_hostport
+    from fyrehose.client import Client
+    from fyrehose.memjournal import MemoryJournal
+
+    from .events import SubjectRule
+    from .publisher import HoldingPublisher
+    from .server import LumberjackServer
+    from .tls import server_context
+
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    if args.tls_ca and not args.tls_cert:
+        raise ValueError("--tls-ca needs --tls-cert and --tls-key")
+    rule = SubjectRule(args.subject_field, args.default_subject)
+    listen = parse_hostport(args.listen)
+    backbone = parse_hostport(args.backbone, 2323)
+    tls = server_context(args.tls_cert, args.tls_key, args.tls_ca) if args.tls_cert else None
+
+    store = MemoryJournal(args.hold_bytes)
+    client = Client(backbone, subscribe=False, store=store, journal_bytes=args.hold_bytes)
+    publisher = HoldingPublisher(client, store, args.publish_timeout, PUBLISH_THREADS)
+    try:
+        server = LumberjackServer(listen, publisher, rule, tls=tls, max_connections=args.max_connections,
+                                  max_compressed_bytes=args.max_compressed_bytes)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            gevent.signal_handler(signum, server.stop)
+        host, port = server.address
+        print(f"fyrehose gateway lumberjack listening on {host}:{port}{' (TLS)' if tls else ''} "
+              f"(pid {os.getpid()}), backbone {backbone[0]}:{backbone[1]}", file=sys.stderr, flush=True)
+        server.serve()
+        server.close(grace=args.publish_timeout + 1)
+    finally:
+        publisher.close()
+        client.close()
+    stats = ", ".join(f"{name} {count}" for name, count in sorted(server.stats.items()))
+    print(f"fyrehose gateway lumberjack stopped: {stats or 'no connections'}", file=sys.stderr, flush=True)
+    return 0

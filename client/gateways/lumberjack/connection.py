@@ -1,0 +1,167 @@
+"""The driver of one writer's connection: two greenlets around the pure :class:`AckWindow`.
+
+The reader greenlet feeds received bytes to the window and queues the events
+as envelope messages, in chunks; the publisher greenlet publishes each chunk
+(:class:`~.publisher.HoldingPublisher`) and writes the acks the window gives
+for it.  Both run in the gevent hub's thread, so a TLS socket is never read
+and written by two OS threads at once (OpenSSL does not allow that).  The
+queue between them is short, so a writer that outruns the backbone is slowed
+down by TCP itself.
+
+How a connection ends decides what happens to events already read:
+
+* the writer closes its side, or sends bad input: the events read before
+  that are still published and acked (the writer may be waiting for them);
+  the bad input itself is reported on stderr and nothing after it is read;
+* the writer disappears (reset, failed ack write) or the gateway stops:
+  queued events are dropped unpublished, so the writer's resend publishes
+  them once; a chunk already being published finishes and, if the socket
+  still works, is acked.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Callable
+
+import gevent
+import gevent.event
+import gevent.queue
+
+from fyrehose.client import BackboneUnreachable, FyrehoseError, PublishTimeout
+
+from .events import SubjectRule, to_message
+from .frames import DataFrame, LumberjackError
+from .publisher import HoldingPublisher
+from .window import AckWindow
+
+RECEIVE_SIZE = 1 << 16
+CHUNK_EVENTS = 512  # events per publish_many call: also the most a backbone outage can duplicate per connection
+QUEUED_CHUNKS = 4
+KEEPALIVE_INTERVAL = 5.0  # 'A 0' while events wait, well inside Beats' 30 s timeout
+RETRY_DELAY = 0.5
+_END = None
+
+
+class Connection:
+    def __init__(self, sock, peer: str, publisher: HoldingPublisher, rule: SubjectRule, window: AckWindow,
+                 stats: Counter, log: Callable[[str], None]) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.publisher = publisher
+        self.rule = rule
+        self.window = window
+        self.stats = stats
+        self.log = log
+        self._chunks: gevent.queue.Queue = gevent.queue.Queue(QUEUED_CHUNKS)
+        self._aborted = gevent.event.Event()
+        self._reader: gevent.Greenlet | None = None
+        self._last_keepalive = time.monotonic()
+
+    def run(self) -> None:
+        """Serve the connection until it ends; the caller closes the socket."""
+        self._reader = gevent.spawn(self._read_loop)
+        publisher = gevent.spawn(self._publish_loop)
+        gevent.joinall([self._reader, publisher])
+
+    def abort(self) -> None:
+        """Stop reading and publishing now (a chunk being published still finishes and is acked)."""
+        self._aborted.set()
+        if self._reader is not None and self._reader is not gevent.getcurrent():
+            self._reader.kill(block=False)
+
+    # ------------------------------------------------------------ reading
+
+    def _read_loop(self) -> None:
+        try:
+            while not self._aborted.is_set():
+                data = self.sock.recv(RECEIVE_SIZE)
+                if not data:
+                    if self.window.decoder.buffered:
+                        raise LumberjackError(
+                            f"connection closed inside a frame ({self.window.decoder.buffered} bytes of it received)")
+                    return
+                self.stats["bytes received"] += len(data)
+                self._queue(self.window.feed(data))
+        except LumberjackError as exc:
+            self.stats["protocol errors"] += 1
+            self.log(f"{self.peer}: bad input, connection closed: {exc}")
+        except OSError as exc:  # reset, TLS failure: nobody is left to ack
+            self.stats["connections broken"] += 1
+            self.log(f"{self.peer}: connection broken: {exc}")
+            self._aborted.set()
+        finally:
+            self._chunks.put(_END)
+
+    def _queue(self, events: list[DataFrame]) -> None:
+        """Queue the events as messages; those before a bad one are queued before its error is raised."""
+        chunk: list[bytes] = []
+        try:
+            for event in events:
+                chunk.append(to_message(event, self.rule))
+                if len(chunk) == CHUNK_EVENTS:
+                    self._chunks.put(chunk)
+                    chunk = []
+        finally:
+            if chunk:
+                self._chunks.put(chunk)
+
+    # ------------------------------------------------------------ publishing
+
+    def _publish_loop(self) -> None:
+        while True:
+            try:
+                chunk = self._chunks.get(timeout=KEEPALIVE_INTERVAL)
+            except gevent.queue.Empty:
+                self._keepalive()
+                continue
+            if chunk is _END:
+                return
+            if self._aborted.is_set():
+                self.stats["events dropped unpublished"] += len(chunk)
+                continue
+            if self._publish(chunk):
+                self._send(self.window.published(len(chunk)))
+            else:
+                self.stats["events dropped unpublished"] += len(chunk)
+
+    def _publish(self, chunk: list[bytes]) -> bool:
+        """Publish until the backbone confirms every message; False if the connection ends first."""
+        failing = False
+        while True:
+            try:
+                self.publisher.publish(chunk)
+            except (PublishTimeout, BackboneUnreachable) as exc:
+                self.stats["publish retries"] += 1
+                if not failing:
+                    self.log(f"{self.peer}: {len(chunk)} events wait for the backbone, retrying: {exc}")
+                    failing = True
+                self._keepalive()
+                if self._aborted.wait(RETRY_DELAY):
+                    return False
+                continue
+            except FyrehoseError as exc:  # the client closed: the gateway is stopping
+                self.log(f"{self.peer}: {len(chunk)} events not published: {exc}")
+                self.abort()
+                return False
+            self.stats["events published"] += len(chunk)
+            if failing:
+                self.log(f"{self.peer}: the backbone confirmed the waiting events")
+            return True
+
+    def _keepalive(self) -> None:
+        now = time.monotonic()
+        if now - self._last_keepalive >= KEEPALIVE_INTERVAL:
+            self._last_keepalive = now
+            self._send(self.window.keepalive())
+
+    def _send(self, data: bytes) -> None:
+        if not data:
+            return
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            if not self._aborted.is_set():
+                self.stats["connections broken"] += 1
+                self.log(f"{self.peer}: cannot send acks, connection dropped: {exc}")
+            self.abort()

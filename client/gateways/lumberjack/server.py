@@ -1,0 +1,86 @@
+"""The listening side: accept TCP connections (gevent), do the TLS handshake, run one Connection each.
+
+A handshake that fails (no client certificate, wrong CA, not TLS at all) is
+one line on stderr and a counted error; the server goes on.
+"""
+from __future__ import annotations
+
+import socket
+import ssl
+import sys
+from collections import Counter
+
+import gevent
+import gevent.event
+from gevent.pool import Pool
+from gevent.server import StreamServer
+
+from fyrehose.addresses import Address
+
+from .connection import Connection
+from .events import SubjectRule
+from .publisher import HoldingPublisher
+from .window import AckWindow
+
+HANDSHAKE_TIMEOUT = 10.0
+
+
+def _log(line: str) -> None:
+    print(f"lumberjack {line}", file=sys.stderr, flush=True)
+
+
+class LumberjackServer:
+    def __init__(self, listen: Address, publisher: HoldingPublisher, rule: SubjectRule, *,
+                 tls: ssl.SSLContext | None = None, max_connections: int = 1024,
+                 max_compressed_bytes: int) -> None:
+        self.publisher = publisher
+        self.rule = rule
+        self.tls = tls
+        self.max_compressed_bytes = max_compressed_bytes
+        self.stats: Counter[str] = Counter()
+        self._connections: set[Connection] = set()
+        self._stopped = gevent.event.Event()
+        self._server = StreamServer(listen, self._handle, spawn=Pool(max_connections))
+        self._server.init_socket()
+        self.address: Address = self._server.address
+
+    def serve(self) -> None:
+        """Accept connections until :meth:`stop`; then let the connections finish within ``grace`` seconds."""
+        self._server.start()
+        self._stopped.wait()
+
+    def stop(self) -> None:
+        """Safe from a gevent signal handler: wakes :meth:`serve`."""
+        self._stopped.set()
+
+    def close(self, grace: float) -> None:
+        """Stop accepting, abort every connection (chunks being published finish and are acked)."""
+        self._server.close()
+        for connection in list(self._connections):
+            connection.abort()
+        self._server.pool.join(timeout=grace)
+        self._server.pool.kill(block=True, timeout=1)
+
+    def _handle(self, sock: socket.socket, address: Address) -> None:
+        peer = f"{address[0]}:{address[1]}"
+        self.stats["connections"] += 1
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # an ack must not wait for the previous one's ACK
+        if self.tls is not None:
+            sock.settimeout(HANDSHAKE_TIMEOUT)
+            try:
+                sock = self.tls.wrap_socket(sock, server_side=True)
+            except (OSError, ValueError) as exc:
+                self.stats["TLS handshakes failed"] += 1
+                _log(f"{peer}: TLS handshake failed: {exc}")
+                sock.close()
+                return
+            sock.settimeout(None)
+        connection = Connection(sock, peer, self.publisher, self.rule,
+                                AckWindow(max_compressed_bytes=self.max_compressed_bytes), self.stats, _log)
+        self._connections.add(connection)
+        try:
+            connection.run()
+        finally:
+            self._connections.discard(connection)
+            sock.close()

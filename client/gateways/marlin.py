@@ -1,0 +1,190 @@
+"""``fyrehose gateway marlin``: Marlin PubSub clients (seeds/003) on the backbone.
+
+Each client SUBSCRIBEs and UNSUBSCRIBEs channels (answered with a RESPONSE:
+OK with the channel as message, or ERROR with the reason) and publishes
+MESSAGEs, which reach every *other* client subscribed to the channel, here
+or behind any gateway, as MESSAGEs whose id is the backbone sequence number
+(so ids increase in delivery order).  A publish gets no answer unless it
+fails, which earns a RESPONSE ERROR naming the message id.  Channels map to
+backbone subjects as :mod:`fyrehose.gateways.channels` says; the TCP framing
+is in :mod:`fyrehose.gateways.marlin_protocol` and docs/protocol.md.
+"""
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from fyrehose.codec import PayloadTooLarge
+from fyrehose.envelope import Envelope
+from fyrehose.gateways import marlin_protocol as proto
+from fyrehose.gateways.sizes import checked
+from fyrehose.gateways.channels import ChannelError, channel_to_subject, subject_to_channel
+from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
+from fyrehose.gateways.options import add_server_arguments
+
+if TYPE_CHECKING:
+    from fyrehose.gateways.bridge import Bridge
+    from fyrehose.gateways.tcp import Connection
+
+MAX_SUBSCRIPTIONS = 65536  # channels per client
+MAX_FRAME = 1 << 20
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_server_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gevent import monkey
+
+    monkey.patch_all()
+    from fyrehose.gateways.runner import run_gateway
+
+    stats: Counter = Counter()
+    routes = MarlinRoutes()
+    return run_gateway(args, "marlin", stats, routes.route,
+                       lambda connection, bridge: MarlinSession(connection, routes, bridge, stats))
+
+
+class MarlinRoutes:
+    """Which local clients subscribed to which channel."""
+
+    def __init__(self) -> None:
+        self.channels: dict[bytes, dict[MarlinSession, None]] = {}
+
+    def subscribe(self, channel: bytes, session: "MarlinSession") -> None:
+        self.channels.setdefault(channel, {})[session] = None
+
+    def unsubscribe(self, channel: bytes, session: "MarlinSession") -> None:
+        sessions = self.channels.get(channel)
+        if sessions is not None:
+            sessions.pop(session, None)
+            if not sessions:
+                del self.channels[channel]
+
+    def route(self, seq: int, message: Envelope) -> None:
+        channel = subject_to_channel(message.subject)
+        sessions = self.channels.get(channel)
+        if not sessions or len(channel) > proto.MAX_CHANNEL:
+            return
+        frame = proto.message_frame(seq, channel, message.data)
+        for session in list(sessions):
+            session.deliver(seq, frame)
+
+
+class MarlinSession:
+    """One Marlin client: its channels and the publishes it is waiting on."""
+
+    def __init__(self, connection: "Connection", routes: MarlinRoutes, bridge: "Bridge", stats: Counter) -> None:
+        self.connection = connection
+        self.routes = routes
+        self.bridge = bridge
+        self.stats = stats
+        self.parser = proto.FrameParser(MAX_FRAME)
+        self.channels: dict[bytes, None] = {}
+        self.echo = EchoFilter(connection.max_pending)
+
+    # ------------------------------------------------------------ the driver's interface
+
+    def receive(self, data: bytes) -> None:
+        replies: list[bytes] = []
+        batch: list[tuple[int, Envelope]] = []  # (message id, message)
+        for frame in self.parser.feed(data):
+            if isinstance(frame, proto.Message):
+                result = self._prepare(frame)
+                if isinstance(result, Envelope):
+                    batch.append((frame.id, result))
+                else:
+                    replies.append(_error(result))
+                continue
+            if batch:  # what was published before this frame is confirmed first
+                replies.extend(self._publish(batch))
+                batch = []
+            if isinstance(frame, proto.FrameError):
+                self.stats["malformed frames"] += 1
+                replies.append(_error(frame.reason))
+                if frame.fatal:
+                    self.connection.send(b"".join(replies))
+                    self.connection.close(frame.reason)
+                    return
+            elif isinstance(frame, proto.Subscribe):
+                replies.append(self._subscribe(frame.channel))
+            elif isinstance(frame, proto.Unsubscribe):
+                replies.append(self._unsubscribe(frame.channel))
+            else:
+                replies.append(_error("RESPONSE is sent by the node, not by clients"))
+        if batch:
+            replies.extend(self._publish(batch))
+        if replies:
+            self.connection.send(b"".join(replies))
+
+    def farewell(self, reason: str) -> bytes:
+        return _error(reason)
+
+    def closed(self) -> None:
+        for channel in self.channels:
+            self.routes.unsubscribe(channel, self)
+        self.channels.clear()
+
+    def deliver(self, seq: int, frame: bytes) -> None:
+        try:
+            ready = self.echo.offer(seq, frame)
+        except HeldTooMuch as exc:
+            self.connection.slow_consumer(str(exc))
+            return
+        if ready is not None:
+            self.connection.send(ready)
+            self.stats["delivered"] += 1
+
+    # ------------------------------------------------------------ frames
+
+    def _subscribe(self, channel: bytes) -> bytes:
+        if not channel:
+            return _error("cannot subscribe to the empty channel")
+        if channel not in self.channels:
+            if len(self.channels) >= MAX_SUBSCRIPTIONS:
+                return _error(f"at most {MAX_SUBSCRIPTIONS} channels per client; not subscribed to {_text(channel)}")
+            self.channels[channel] = None
+            self.routes.subscribe(channel, self)
+        return proto.encode(proto.Response(True, channel))
+
+    def _unsubscribe(self, channel: bytes) -> bytes:
+        if channel not in self.channels:
+            return _error(f"not subscribed to {_text(channel)}")
+        del self.channels[channel]
+        self.routes.unsubscribe(channel, self)
+        return proto.encode(proto.Response(True, channel))
+
+    def _prepare(self, message: proto.Message) -> Envelope | str:
+        """The message to publish, or why it cannot be."""
+        try:
+            return checked(Envelope(channel_to_subject(message.channel), message.data))
+        except (ChannelError, PayloadTooLarge) as exc:
+            return f"message {message.id} not published: {exc}"
+
+    def _publish(self, batch: list[tuple[int, Envelope]]) -> list[bytes]:
+        """Publish; RESPONSE ERRORs for what the backbone did not confirm."""
+        self.echo.publishing()
+        seqs = None
+        try:
+            seqs = self.bridge.publish([message for _, message in batch])
+            failures = []
+        except Exception as exc:
+            self.stats["publish failures"] += len(batch)
+            failures = [_error(f"message {message_id} not confirmed by the backbone: {exc}")
+                        for message_id, _ in batch]
+        finally:
+            released = self.echo.published(seqs, self.bridge.position)
+        for frame in released:
+            self.connection.send(frame)
+        self.stats["delivered"] += len(released)
+        return failures
+
+
+def _error(reason: str) -> bytes:
+    return proto.encode(proto.Response(False, reason.encode("utf-8", "replace")))
+
+
+def _text(channel: bytes) -> str:
+    return channel.decode("utf-8", "replace")

@@ -1,0 +1,322 @@
+"""``fyrehose gateway nats``: unmodified NATS clients publish and subscribe through the backbone.
+
+NATS subjects are backbone subjects as they are, and NATS wildcards (``*``,
+``>``) are the backbone's, so a subscription is matched with
+:class:`fyrehose.subjects.SubjectIndex`.  A reply subject travels in the
+envelope's ``reply`` field, which is all request/reply needs: a requester's
+``_INBOX.<nuid>.*`` subscription here receives whatever any client anywhere
+publishes to its inbox, and ``_SNAP.<subject>`` requests are answered by the
+cache node the same way.  A message whose envelope type or status is not the
+default (a cache answer: INITIAL, NOT_FOUND) reaches clients that announced
+header support as an HMSG with ``Fyrehose-Type`` and ``Fyrehose-Status``
+headers.
+
+With ``verbose`` the ``+OK`` of a PUB is sent once the backbone confirmed the
+message; in any mode a PONG follows the confirmation of every PUB before its
+PING, so a client's flush() means "sequenced".
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fyrehose.codec import MAX_PAYLOAD, PayloadTooLarge
+from fyrehose.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status, check_subject
+from fyrehose.gateways import nats_protocol as proto
+from fyrehose.gateways.sizes import checked
+from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
+from fyrehose.gateways.options import add_server_arguments
+from fyrehose.subjects import SubjectIndex, check_pattern
+
+if TYPE_CHECKING:
+    from fyrehose.gateways.bridge import Bridge
+    from fyrehose.gateways.tcp import Connection
+
+SERVER_VERSION = "2.10.0"  # the nats-server release whose client protocol this gateway follows
+MAX_SUBSCRIPTIONS = 65536  # per client
+# the largest payload that fits one backbone message whatever its subject and reply subject
+ANNOUNCED_MAX_PAYLOAD = MAX_PAYLOAD - (8 + MAX_SUBJECT + 2 + MAX_SUBJECT)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_server_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gevent import monkey
+
+    monkey.patch_all()
+    from fyrehose.addresses import parse_hostport
+    from fyrehose.gateways.runner import run_gateway
+
+    stats: Counter = Counter()
+    routes = NatsRoutes(stats)
+    host, port = parse_hostport(args.listen)
+    server_id = "FYREHOSE" + os.urandom(8).hex().upper()
+    return run_gateway(args, "nats", stats, routes.route,
+                       lambda connection, bridge: NatsSession(
+                           connection, routes, bridge, stats, server_id=server_id, host=host, port=port))
+
+
+@dataclass(eq=False)
+class NatsSubscription:
+    session: "NatsSession"
+    sid: str
+    subject: str
+    queue: str | None
+    sid_bytes: bytes = b""
+    max_msgs: int | None = None
+    delivered: int = 0
+
+    def __post_init__(self) -> None:
+        self.sid_bytes = self.sid.encode()
+
+
+class NatsRoutes:
+    """Every local subscription, by subject pattern."""
+
+    def __init__(self, stats: Counter) -> None:
+        self.index: SubjectIndex[NatsSubscription] = SubjectIndex()
+        self.stats = stats
+
+    def route(self, seq: int, message: Envelope) -> None:
+        try:
+            subscriptions = self.index.lookup(message.subject)
+        except EnvelopeError:  # a subject some raw publisher made up
+            self.stats["bad subjects skipped"] += 1
+            return
+        if not subscriptions:
+            return
+        subject = message.subject.encode()
+        reply = message.reply.encode() if message.reply else None
+        headers = None
+        if message.type != MsgType.UPDATE or message.status != Status.OK:
+            headers = proto.header_block([("Fyrehose-Type", message.type.name),
+                                          ("Fyrehose-Status", message.status.name)])
+        groups: dict[str, list[NatsSubscription]] = {}
+        for subscription in subscriptions:
+            if subscription.queue is None:
+                subscription.session.deliver(seq, subscription, subject, reply, message.data, headers)
+            else:
+                groups.setdefault(subscription.queue, []).append(subscription)
+        for members in groups.values():  # a queue group: one member, chosen at random
+            chosen = random.choice(members)
+            chosen.session.deliver(seq, chosen, subject, reply, message.data, headers)
+
+
+class NatsSession:
+    """One NATS client: its CONNECT options and subscriptions."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, connection: "Connection", routes: NatsRoutes, bridge: "Bridge", stats: Counter, *,
+                 server_id: str, host: str, port: int) -> None:
+        self.connection = connection
+        self.routes = routes
+        self.bridge = bridge
+        self.stats = stats
+        self.id = next(self._ids)
+        self.parser = proto.OperationParser(MAX_PAYLOAD)
+        self.verbose = False
+        self.pedantic = False
+        self.headers = False
+        self.echo: EchoFilter | None = None  # set when the client asked not to get its own messages
+        self.subscriptions: dict[str, NatsSubscription] = {}
+        connection.send(proto.info({
+            "server_id": server_id,
+            "server_name": "fyrehose-nats-gateway",
+            "version": SERVER_VERSION,
+            "proto": 1,
+            "go": "python (fyrehose gateway)",
+            "host": host,
+            "port": port,
+            "headers": True,
+            "max_payload": ANNOUNCED_MAX_PAYLOAD,
+            "client_id": self.id,
+            "client_ip": connection.peer.rpartition(":")[0],
+        }))
+
+    # ------------------------------------------------------------ the driver's interface
+
+    def receive(self, data: bytes) -> None:
+        replies: list[bytes | None] = []  # None: a +OK waiting for the backbone's confirmation
+        batch: list[tuple[int | None, Envelope]] = []  # (reply index, message)
+        for operation in self.parser.feed(data):
+            if isinstance(operation, proto.NatsError):
+                self.stats["protocol errors"] += 1
+                self._fatal(replies, batch, operation.message)
+                return
+            if isinstance(operation, proto.Pub):
+                result = self._publish(operation)
+                if isinstance(result, Envelope):
+                    if self.verbose:
+                        batch.append((len(replies), result))
+                        replies.append(None)
+                    else:
+                        batch.append((None, result))
+                    continue
+                if result.fatal:
+                    self._fatal(replies, batch, result.message)
+                    return
+                replies.append(proto.error(result.message))
+                continue
+            if batch:  # what was published before this operation is confirmed first
+                if not self._send(replies, batch):
+                    return
+                replies, batch = [], []
+            answer = self._execute(operation)
+            if isinstance(answer, _Refusal):
+                self._fatal(replies, batch, answer.message)
+                return
+            if answer:
+                replies.append(answer)
+        self._send(replies, batch)
+
+    def farewell(self, reason: str) -> bytes:
+        return proto.error("Slow Consumer" if reason.startswith("slow consumer") else reason)
+
+    def closed(self) -> None:
+        for subscription in self.subscriptions.values():
+            self.routes.index.discard(subscription.subject, subscription)
+        self.subscriptions.clear()
+
+    def deliver(self, seq: int, subscription: NatsSubscription, subject: bytes, reply: bytes | None,
+                data: bytes, headers: bytes | None) -> None:
+        if headers is not None and self.headers:
+            frame = proto.hmsg(subject, subscription.sid_bytes, reply, headers, data)
+        else:
+            frame = proto.msg(subject, subscription.sid_bytes, reply, data)
+        if self.echo is not None:
+            try:
+                frame = self.echo.offer(seq, frame)
+            except HeldTooMuch as exc:
+                self.connection.slow_consumer(str(exc))
+                return
+        if frame is not None:
+            self.connection.send(frame)
+            self.stats["delivered"] += 1
+        subscription.delivered += 1
+        if subscription.max_msgs is not None and subscription.delivered >= subscription.max_msgs:
+            self._drop(subscription)
+
+    # ------------------------------------------------------------ operations
+
+    def _publish(self, pub: proto.Pub) -> "Envelope | _Refusal":
+        """The message to publish, or why not."""
+        try:
+            check_subject(pub.subject)
+            if pub.reply is not None:
+                check_subject(pub.reply)
+        except EnvelopeError:
+            self.stats["invalid publish subjects"] += 1
+            return _Refusal("Invalid Publish Subject", fatal=False)
+        if pub.headers is not None:
+            self.stats["headers not carried"] += 1
+        try:
+            return checked(Envelope(pub.subject, pub.payload, reply=pub.reply))
+        except PayloadTooLarge:
+            return _Refusal("Maximum Payload Violation")
+
+    def _send(self, replies: list[bytes | None], batch: list[tuple[int | None, Envelope]]) -> bool:
+        """Publish the batch, then send the replies; False when the connection had to end."""
+        if batch:
+            failure = self._publish_batch([message for _, message in batch])
+            for index, _ in batch:
+                if index is not None:
+                    replies[index] = b"" if failure else proto.OK
+            if failure:
+                self.stats["publish failures"] += len(batch)
+                self.connection.send(b"".join(replies))  # type: ignore[arg-type]
+                self.connection.close("publish failed", proto.error(f"Publish Failed: {failure}"))
+                return False
+        if replies:
+            self.connection.send(b"".join(replies))  # type: ignore[arg-type]
+        return True
+
+    def _publish_batch(self, messages: list[Envelope]) -> str | None:
+        """Publish and wait for the confirmation; why it failed, or None."""
+        echo = self.echo
+        if echo is None:
+            try:
+                self.bridge.publish(messages)
+            except Exception as exc:
+                return str(exc)
+            return None
+        echo.publishing()
+        seqs, failure = None, None
+        try:
+            seqs = self.bridge.publish(messages)
+        except Exception as exc:
+            failure = str(exc)
+        released = echo.published(seqs, self.bridge.position)
+        for frame in released:
+            self.connection.send(frame)
+        self.stats["delivered"] += len(released)
+        return failure
+
+    def _fatal(self, replies: list[bytes | None], batch: list[tuple[int | None, Envelope]], message: str) -> None:
+        if self._send(replies, batch):
+            self.connection.close(message, proto.error(message))
+
+    def _execute(self, operation: proto.Operation) -> "bytes | _Refusal":
+        if isinstance(operation, proto.Ping):
+            return proto.PONG
+        if isinstance(operation, proto.Pong):
+            return b""
+        if isinstance(operation, proto.Connect):
+            return self._connect(operation.options)
+        if isinstance(operation, proto.Sub):
+            return self._subscribe(operation)
+        return self._unsubscribe(operation)  # type: ignore[arg-type]
+
+    def _connect(self, options: dict) -> "bytes | _Refusal":
+        if options.get("echo") is False:
+            self.echo = EchoFilter(self.connection.max_pending)
+        if options.get("tls_required"):
+            return _Refusal("Secure Connection - TLS Required is not supported by this gateway")
+        self.verbose = bool(options.get("verbose"))
+        self.pedantic = bool(options.get("pedantic"))
+        self.headers = bool(options.get("headers"))
+        return proto.OK if self.verbose else b""
+
+    def _subscribe(self, sub: proto.Sub) -> "bytes | _Refusal":
+        try:
+            check_pattern(sub.subject)
+        except EnvelopeError:
+            return proto.error("Invalid Subject")
+        previous = self.subscriptions.get(sub.sid)
+        if previous is not None:
+            self._drop(previous)
+        elif len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
+            return proto.error("Maximum Subscriptions Exceeded")
+        subscription = NatsSubscription(self, sub.sid, sub.subject, sub.queue)
+        self.subscriptions[sub.sid] = subscription
+        self.routes.index.add(sub.subject, subscription)
+        return proto.OK if self.verbose else b""
+
+    def _unsubscribe(self, unsub: proto.Unsub) -> bytes:
+        subscription = self.subscriptions.get(unsub.sid)
+        if subscription is not None:
+            if unsub.max_msgs and subscription.delivered < unsub.max_msgs:
+                subscription.max_msgs = unsub.max_msgs
+            else:
+                self._drop(subscription)
+        return proto.OK if self.verbose else b""
+
+    def _drop(self, subscription: NatsSubscription) -> None:
+        if self.subscriptions.get(subscription.sid) is subscription:
+            del self.subscriptions[subscription.sid]
+        self.routes.index.discard(subscription.subject, subscription)
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """An ``-ERR`` for the client; fatal ones end the connection, as nats-server does."""
+
+    message: str
+    fatal: bool = field(default=True)

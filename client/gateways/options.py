@@ -1,0 +1,40 @@
+"""Command-line options every gateway kind shares (besides --listen and --backbone)."""
+from __future__ import annotations
+
+import argparse
+
+DEFAULT_MAX_PENDING = 8 << 20
+DEFAULT_MAX_CLIENTS = 1024
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def publish_timeout(text: str) -> float:
+    from fyrehose.client import MAX_PUBLISH_TIMEOUT
+
+    value = positive_float(text)
+    if value > MAX_PUBLISH_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"at most {MAX_PUBLISH_TIMEOUT:g} s (the backbone's memory of retries)")
+    return value
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-pending", type=positive_int, default=DEFAULT_MAX_PENDING, metavar="BYTES",
+                        help="output a client may leave unread before it is disconnected as a slow "
+                             f"consumer (default {DEFAULT_MAX_PENDING})")
+    parser.add_argument("--max-clients", type=positive_int, default=DEFAULT_MAX_CLIENTS, metavar="N",
+                        help=f"clients served at once; more wait to be accepted (default {DEFAULT_MAX_CLIENTS})")
+    parser.add_argument("--publish-timeout", type=publish_timeout, default=5.0, metavar="S",
+                        help="how long a publish waits for the backbone's confirmation (default 5)")

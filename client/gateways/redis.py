@@ -1,0 +1,359 @@
+"""``fyrehose gateway redis``: unmodified Redis clients publish and subscribe through the backbone.
+
+Speaks enough of RESP2 and RESP3 for pub/sub: SUBSCRIBE, UNSUBSCRIBE,
+PSUBSCRIBE (Redis glob patterns), PUNSUBSCRIBE, PUBLISH, PING, QUIT, HELLO,
+CLIENT SETNAME/GETNAME/ID, SELECT 0, and GET answered by the cache node
+(``fyrehose cache``).  Anything else gets a clear ``-ERR``.  Channels map to
+backbone subjects as :mod:`fyrehose.gateways.channels` says.
+
+PUBLISH replies once the backbone confirmed the message; its integer is the
+number of receivers this gateway knows (its own clients' matching channel
+and pattern subscriptions, counted as Redis counts them), since subscribers
+behind other gateways are not known here.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from fyrehose.codec import PayloadTooLarge
+from fyrehose.envelope import Envelope, EnvelopeError, MsgType, Status
+from fyrehose.gateways import resp
+from fyrehose.gateways.sizes import checked
+from fyrehose.gateways.channels import ChannelError, channel_to_subject, subject_to_channel
+from fyrehose.gateways.options import add_server_arguments, positive_float
+from fyrehose.gateways.redis_glob import Matcher, compile_pattern
+
+if TYPE_CHECKING:
+    from fyrehose.gateways.bridge import Bridge
+    from fyrehose.gateways.tcp import Connection
+
+SERVER_VERSION = "7.0.0"  # the Redis release whose pub/sub replies this gateway follows
+MAX_SUBSCRIPTIONS = 65536  # channels + patterns per client
+MAX_COMMAND_BULK = 1 << 20  # larger arguments end the connection; up to this, a clear error
+SUBSCRIBED_CONTEXT = {b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscribe", b"ping", b"quit"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_server_arguments(parser)
+    parser.add_argument("--request-timeout", type=positive_float, default=1.0, metavar="S",
+                        help="how long GET waits for the cache to answer (default 1)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from gevent import monkey
+
+    monkey.patch_all()
+    from fyrehose.gateways.runner import run_gateway
+
+    stats: Counter = Counter()
+    routes = RedisRoutes()
+    return run_gateway(args, "redis", stats, routes.route,
+                       lambda connection, bridge: RedisSession(
+                           connection, routes, bridge, stats, request_timeout=args.request_timeout))
+
+
+class RedisRoutes:
+    """Which local clients want which channel: exact channels and glob patterns."""
+
+    def __init__(self) -> None:
+        self.channels: dict[bytes, dict[RedisSession, None]] = {}
+        self.patterns: dict[bytes, tuple[Matcher, dict[RedisSession, None]]] = {}
+
+    def subscribe(self, channel: bytes, session: "RedisSession") -> None:
+        self.channels.setdefault(channel, {})[session] = None
+
+    def unsubscribe(self, channel: bytes, session: "RedisSession") -> None:
+        sessions = self.channels.get(channel)
+        if sessions is not None:
+            sessions.pop(session, None)
+            if not sessions:
+                del self.channels[channel]
+
+    def psubscribe(self, pattern: bytes, session: "RedisSession") -> None:
+        self.patterns.setdefault(pattern, (compile_pattern(pattern), {}))[1][session] = None
+
+    def punsubscribe(self, pattern: bytes, session: "RedisSession") -> None:
+        entry = self.patterns.get(pattern)
+        if entry is not None:
+            entry[1].pop(session, None)
+            if not entry[1]:
+                del self.patterns[pattern]
+
+    def receivers(self, channel: bytes) -> int:
+        """How many deliveries a message on ``channel`` makes here (a client per matching subscription)."""
+        count = len(self.channels.get(channel, ()))
+        for matches, sessions in self.patterns.values():
+            if matches(channel):
+                count += len(sessions)
+        return count
+
+    def route(self, seq: int, message: Envelope) -> None:
+        channel = subject_to_channel(message.subject)
+        tail = None
+        sessions = self.channels.get(channel)
+        if sessions:
+            tail = resp.bulk(channel) + resp.bulk(message.data)
+            for session in list(sessions):
+                session.deliver(MESSAGE_HEAD, tail)
+        for pattern, (matches, sessions) in list(self.patterns.items()):
+            if sessions and matches(channel):
+                if tail is None:
+                    tail = resp.bulk(channel) + resp.bulk(message.data)
+                head = PMESSAGE_HEAD + resp.bulk(pattern)
+                for session in list(sessions):
+                    session.deliver(head, tail, count=4)
+
+
+MESSAGE_HEAD = resp.bulk(b"message")
+PMESSAGE_HEAD = resp.bulk(b"pmessage")
+
+
+class RedisSession:
+    """One Redis client: its protocol version, name and subscriptions."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, connection: "Connection", routes: RedisRoutes, bridge: "Bridge", stats: Counter,
+                 *, request_timeout: float = 1.0) -> None:
+        self.connection = connection
+        self.routes = routes
+        self.bridge = bridge
+        self.stats = stats
+        self.request_timeout = request_timeout
+        self.id = next(self._ids)
+        self.parser = resp.CommandParser(max_bulk=MAX_COMMAND_BULK)
+        self.resp3 = False
+        self.name: bytes | None = None
+        self.channels: dict[bytes, None] = {}
+        self.patterns: dict[bytes, None] = {}
+
+    # ------------------------------------------------------------ the driver's interface
+
+    def receive(self, data: bytes) -> None:
+        replies: list[bytes | None] = []  # None: the reply of a publish still to be confirmed
+        batch: list[tuple[int, Envelope, int]] = []  # (reply index, message, receivers)
+        for command in self.parser.feed(data):
+            if isinstance(command, resp.RespError):
+                self.stats["protocol errors"] += 1
+                self._send(replies, batch)
+                self.connection.close(command.message, resp.error(f"ERR {command.message}"))
+                return
+            name = command[0].lower()
+            if name != b"publish" and batch:  # what was published before this command is confirmed first
+                self._send(replies, batch)
+                replies, batch = [], []
+            result = self._execute(name, command)
+            if isinstance(result, bytes):
+                replies.append(result)
+            else:  # consecutive PUBLISHes are confirmed together
+                batch.append((len(replies), *result))
+                replies.append(None)
+            if name == b"quit":
+                self._send(replies, batch)
+                self.connection.close("QUIT")
+                return
+        self._send(replies, batch)
+
+    def farewell(self, reason: str) -> bytes:
+        return resp.error(f"ERR {reason}")
+
+    def closed(self) -> None:
+        for channel in self.channels:
+            self.routes.unsubscribe(channel, self)
+        for pattern in self.patterns:
+            self.routes.punsubscribe(pattern, self)
+        self.channels.clear()
+        self.patterns.clear()
+
+    def deliver(self, head: bytes, tail: bytes, count: int = 3) -> None:
+        """Queue one pub/sub message: a push in RESP3, an array in RESP2."""
+        self.connection.send((b">%d\r\n" if self.resp3 else b"*%d\r\n") % count + head + tail)
+        self.stats["delivered"] += 1
+
+    # ------------------------------------------------------------ publishing
+
+    @property
+    def _subscribed(self) -> bool:
+        return bool(self.channels or self.patterns)
+
+    def _send(self, replies: list[bytes | None], batch: list[tuple[int, Envelope, int]]) -> None:
+        if batch:
+            try:
+                self.bridge.publish([message for _, message, _ in batch])
+                for index, _, receivers in batch:
+                    replies[index] = resp.integer(receivers)
+            except Exception as exc:  # unconfirmed: every client in the batch hears why
+                self.stats["publish failures"] += len(batch)
+                for index, _, _ in batch:
+                    replies[index] = resp.error(f"ERR publish not confirmed by the backbone: {exc}")
+        if replies:
+            self.connection.send(b"".join(replies))  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------ commands
+
+    def _execute(self, name: bytes, command: list[bytes]) -> bytes | tuple[Envelope, int]:
+        args = command[1:]
+        if not self.resp3 and self._subscribed and name not in SUBSCRIBED_CONTEXT:
+            return resp.error(f"ERR Can't execute '{_text(name)}': only (P)SUBSCRIBE / (P)UNSUBSCRIBE / "
+                              "PING / QUIT are allowed in this context")
+        handler = COMMANDS.get(name)
+        if handler is None:
+            shown = " ".join(f"'{_text(arg)[:64]}'" for arg in args[:4])
+            return resp.error(f"ERR unknown command '{_text(name)[:64]}', with args beginning with: {shown}"
+                              " (this gateway serves pub/sub only)")
+        method, low, high = handler
+        if not low <= len(args) <= high:
+            return resp.error(f"ERR wrong number of arguments for '{_text(name)}' command")
+        return method(self, args)
+
+    def _ping(self, args: list[bytes]) -> bytes:
+        if self._subscribed and not self.resp3:
+            return resp.array([resp.bulk(b"pong"), resp.bulk(args[0] if args else b"")])
+        return resp.bulk(args[0]) if args else resp.simple("PONG")
+
+    def _quit(self, args: list[bytes]) -> bytes:
+        return resp.simple("OK")
+
+    def _hello(self, args: list[bytes]) -> bytes:
+        resp3 = self.resp3
+        rest = args
+        if args:
+            if args[0] not in (b"2", b"3"):
+                return resp.error("NOPROTO unsupported protocol version")
+            resp3 = args[0] == b"3"
+            rest = args[1:]
+        name = self.name
+        while rest:
+            option = rest[0].lower()
+            if option == b"setname" and len(rest) >= 2:
+                if not _valid_name(rest[1]):
+                    return resp.error("ERR Client names cannot contain spaces, newlines or special characters.")
+                name, rest = rest[1], rest[2:]
+            elif option == b"auth":
+                return resp.error("ERR AUTH is not supported: this gateway has no users")
+            else:
+                return resp.error(f"ERR Syntax error in HELLO option '{_text(rest[0])}'")
+        self.resp3, self.name = resp3, name
+        fields = [
+            (b"server", resp.bulk(b"fyrehose")),
+            (b"version", resp.bulk(SERVER_VERSION.encode())),
+            (b"proto", resp.integer(3 if resp3 else 2)),
+            (b"id", resp.integer(self.id)),
+            (b"mode", resp.bulk(b"standalone")),
+            (b"role", resp.bulk(b"master")),
+            (b"modules", resp.array([])),
+        ]
+        return resp.mapping([(resp.bulk(key), value) for key, value in fields], resp3)
+
+    def _client(self, args: list[bytes]) -> bytes:
+        sub = args[0].lower()
+        if sub == b"setname" and len(args) == 2:
+            if not _valid_name(args[1]):
+                return resp.error("ERR Client names cannot contain spaces, newlines or special characters.")
+            self.name = args[1] or None
+            return resp.simple("OK")
+        if sub == b"getname" and len(args) == 1:
+            return resp.bulk(self.name) if self.name else resp.null(self.resp3)
+        if sub == b"id" and len(args) == 1:
+            return resp.integer(self.id)
+        return resp.error(f"ERR unknown subcommand or wrong number of arguments for 'CLIENT {_text(args[0])}'"
+                          " (this gateway supports SETNAME, GETNAME and ID)")
+
+    def _select(self, args: list[bytes]) -> bytes:
+        try:
+            index = int(args[0])
+        except ValueError:
+            return resp.error("ERR value is not an integer or out of range")
+        return resp.simple("OK") if index == 0 else resp.error("ERR DB index is out of range")
+
+    def _subscribe(self, args: list[bytes]) -> bytes:
+        return self._add(args, self.channels, self.routes.subscribe, b"subscribe")
+
+    def _psubscribe(self, args: list[bytes]) -> bytes:
+        return self._add(args, self.patterns, self.routes.psubscribe, b"psubscribe")
+
+    def _unsubscribe(self, args: list[bytes]) -> bytes:
+        return self._remove(args, self.channels, self.routes.unsubscribe, b"unsubscribe")
+
+    def _punsubscribe(self, args: list[bytes]) -> bytes:
+        return self._remove(args, self.patterns, self.routes.punsubscribe, b"punsubscribe")
+
+    def _add(self, names: list[bytes], held: dict[bytes, None], register, kind: bytes) -> bytes:
+        replies = []
+        for name in names:
+            if name not in held:
+                if len(self.channels) + len(self.patterns) >= MAX_SUBSCRIPTIONS:
+                    replies.append(resp.error(f"ERR at most {MAX_SUBSCRIPTIONS} subscriptions per client"))
+                    continue
+                held[name] = None
+                register(name, self)
+            replies.append(self._confirmation(kind, name))
+        return b"".join(replies)
+
+    def _remove(self, names: list[bytes], held: dict[bytes, None], unregister, kind: bytes) -> bytes:
+        if not names:
+            names = list(held)
+            if not names:
+                return self._confirmation(kind, None)
+        replies = []
+        for name in names:
+            if name in held:
+                del held[name]
+                unregister(name, self)
+            replies.append(self._confirmation(kind, name))
+        return b"".join(replies)
+
+    def _confirmation(self, kind: bytes, name: bytes | None) -> bytes:
+        count = len(self.channels) + len(self.patterns)
+        item = resp.bulk(name) if name is not None else resp.null(self.resp3)
+        return resp.push([resp.bulk(kind), item, resp.integer(count)], self.resp3)
+
+    def _publish(self, args: list[bytes]) -> bytes | tuple[Envelope, int]:
+        """The message to publish and its receiver count, or an error reply."""
+        channel, data = args
+        try:
+            message = checked(Envelope(channel_to_subject(channel), data))
+        except (ChannelError, PayloadTooLarge) as exc:
+            return resp.error(f"ERR {exc}")
+        return message, self.routes.receivers(channel)
+
+    def _get(self, args: list[bytes]) -> bytes:
+        try:
+            answer = self.bridge.snapshot(channel_to_subject(args[0]), timeout=self.request_timeout)
+        except (ChannelError, EnvelopeError) as exc:
+            return resp.error(f"ERR {exc}")
+        if answer is None:
+            return resp.error(f"ERR no cache answered within {self.request_timeout:g} s "
+                              "(GET is served by `fyrehose cache`)")
+        if answer.status == Status.NOT_FOUND:
+            return resp.null(self.resp3)
+        if answer.type != MsgType.INITIAL or answer.status == Status.TEMP_UNAVAIL:
+            return resp.error(f"ERR the cache answered {answer.type.name}/{answer.status.name}")
+        return resp.bulk(answer.data)  # a stale value is still the last value
+
+
+# command -> (method, fewest arguments, most arguments)
+COMMANDS = {
+    b"ping": (RedisSession._ping, 0, 1),
+    b"quit": (RedisSession._quit, 0, 0),
+    b"hello": (RedisSession._hello, 0, 6),
+    b"client": (RedisSession._client, 1, 2),
+    b"select": (RedisSession._select, 1, 1),
+    b"subscribe": (RedisSession._subscribe, 1, 1 << 30),
+    b"psubscribe": (RedisSession._psubscribe, 1, 1 << 30),
+    b"unsubscribe": (RedisSession._unsubscribe, 0, 1 << 30),
+    b"punsubscribe": (RedisSession._punsubscribe, 0, 1 << 30),
+    b"publish": (RedisSession._publish, 2, 2),
+    b"get": (RedisSession._get, 1, 1),
+}
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def _valid_name(name: bytes) -> bool:
+    return all(0x21 <= byte <= 0x7E for byte in name)

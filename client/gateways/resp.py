@@ -1,0 +1,181 @@
+"""RESP: an incremental parser for Redis client commands and the reply encoders (RESP2 and RESP3).
+
+Pure: bytes in, commands out.  :class:`CommandParser` accepts what real
+clients send: arrays of bulk strings (``*2\\r\\n$4\\r\\nPING\\r\\n...``) and
+inline commands (``PING\\r\\n``, as typed into telnet), in any chunking.
+Bad input ends the stream with one :class:`RespError` whose text follows
+Redis's own ``Protocol error: ...`` messages; the connection is then closed,
+as Redis does.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+Command = list[bytes]
+
+MAX_ARGS = 1024 * 1024  # Redis's limit on multibulk length
+MAX_INLINE = 64 * 1024  # Redis's PROTO_INLINE_MAX_SIZE: longest line without its CRLF
+
+
+@dataclass(frozen=True)
+class RespError:
+    """The stream is malformed; nothing after this is parsed."""
+
+    message: str
+
+
+class CommandParser:
+    """Feed it bytes as they arrive; it returns every command completed so far."""
+
+    def __init__(self, max_bulk: int = 512 * 1024 * 1024, max_args: int = MAX_ARGS) -> None:
+        self.max_bulk = max_bulk
+        self.max_args = max_args
+        self._buffer = bytearray()
+        self._pos = 0
+        self._args: Command | None = None  # the array being read
+        self._remaining = 0  # elements of that array still to come
+        self._bulk: int | None = None  # length of the bulk string being read
+        self.failed: RespError | None = None
+
+    def feed(self, data: bytes) -> list[Command | RespError]:
+        if self.failed:
+            return []
+        self._buffer += data
+        out: list[Command | RespError] = []
+        try:
+            while True:
+                command = self._next()
+                if command is None:
+                    break
+                if command:
+                    out.append(command)
+        except _Malformed as exc:
+            self.failed = RespError(str(exc))
+            self._buffer.clear()
+            self._pos = 0
+            out.append(self.failed)
+            return out
+        del self._buffer[:self._pos]
+        self._pos = 0
+        return out
+
+    def _line(self) -> bytes | None:
+        """The line at the cursor (without CRLF), consumed; None if it has not fully arrived."""
+        end = self._buffer.find(b"\r\n", self._pos)
+        if end < 0:
+            if len(self._buffer) - self._pos > MAX_INLINE:
+                raise _Malformed("Protocol error: too big count string")
+            return None
+        line = bytes(self._buffer[self._pos:end])
+        self._pos = end + 2
+        return line
+
+    def _next(self) -> Command | None:
+        """The next command; an empty list for input that holds none (``*0``, a blank line)."""
+        buffer = self._buffer
+        if self._args is None:
+            if self._pos >= len(buffer):
+                return None
+            if buffer[self._pos] != 0x2A:  # not '*': an inline command
+                return self._inline()
+            start = self._pos
+            line = self._line()
+            if line is None:
+                return None
+            count = _integer(line[1:], "invalid multibulk length")
+            if count > self.max_args:
+                self._pos = start
+                raise _Malformed("Protocol error: invalid multibulk length")
+            if count <= 0:
+                return []
+            self._args, self._remaining = [], count
+        while self._remaining:
+            if self._bulk is None:
+                if self._pos >= len(buffer):
+                    return None
+                if buffer[self._pos] != 0x24:  # '$'
+                    got = chr(buffer[self._pos])
+                    raise _Malformed(f"Protocol error: expected '$', got '{got}'")
+                line = self._line()
+                if line is None:
+                    return None
+                length = _integer(line[1:], "invalid bulk length")
+                if not 0 <= length <= self.max_bulk:
+                    raise _Malformed("Protocol error: invalid bulk length")
+                self._bulk = length
+            end = self._pos + self._bulk
+            if len(buffer) < end + 2:
+                return None
+            if buffer[end:end + 2] != b"\r\n":
+                raise _Malformed("Protocol error: expected CRLF after bulk string")
+            self._args.append(bytes(buffer[self._pos:end]))
+            self._pos = end + 2
+            self._bulk = None
+            self._remaining -= 1
+        command, self._args = self._args, None
+        return command
+
+    def _inline(self) -> Command | None:
+        end = self._buffer.find(b"\n", self._pos)
+        if end < 0:
+            if len(self._buffer) - self._pos > MAX_INLINE:
+                raise _Malformed("Protocol error: too big inline request")
+            return None
+        line = bytes(self._buffer[self._pos:end]).rstrip(b"\r")
+        self._pos = end + 1
+        try:
+            words = shlex.split(line.decode("latin-1"))
+        except ValueError:
+            raise _Malformed("Protocol error: unbalanced quotes in request") from None
+        return [word.encode("latin-1") for word in words]
+
+
+class _Malformed(Exception):
+    pass
+
+
+def _integer(text: bytes, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise _Malformed(f"Protocol error: {what}") from None
+
+
+# ---------------------------------------------------------------- replies
+
+def simple(text: str) -> bytes:
+    return b"+" + text.encode() + b"\r\n"
+
+
+def error(text: str) -> bytes:
+    """An error reply; ``text`` starts with its code (``ERR ...``, ``NOPROTO ...``)."""
+    return b"-" + text.replace("\r", " ").replace("\n", " ").encode("utf-8", "replace") + b"\r\n"
+
+
+def integer(value: int) -> bytes:
+    return b":%d\r\n" % value
+
+
+def bulk(data: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def null(resp3: bool) -> bytes:
+    return b"_\r\n" if resp3 else b"$-1\r\n"
+
+
+def array(items: list[bytes]) -> bytes:
+    """An array of already encoded replies."""
+    return b"*%d\r\n" % len(items) + b"".join(items)
+
+
+def push(items: list[bytes], resp3: bool) -> bytes:
+    """Out-of-band data (pub/sub messages): a RESP3 push, or a plain array in RESP2."""
+    return (b">%d\r\n" if resp3 else b"*%d\r\n") % len(items) + b"".join(items)
+
+
+def mapping(pairs: list[tuple[bytes, bytes]], resp3: bool) -> bytes:
+    """A map of encoded keys to encoded values; RESP2 has no map type and gets a flat array."""
+    body = b"".join(key + value for key, value in pairs)
+    return (b"%%%d\r\n" % len(pairs) if resp3 else b"*%d\r\n" % (2 * len(pairs))) + body

@@ -1,0 +1,51 @@
+"""Runs one gateway process: the bridge to the backbone, the TCP server, and a clean stop on SIGTERM.
+
+Import this only after ``gevent.monkey.patch_all()`` (:func:`patch`): the
+backbone client uses threads, which must become greenlets of the server's
+event loop.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections import Counter
+from typing import Callable
+
+import gevent
+from gevent.event import Event
+
+from fyrehose.addresses import parse_hostport
+from fyrehose.gateways.bridge import Bridge, Route
+from fyrehose.gateways.tcp import Connection, GatewayServer, Session
+
+log = logging.getLogger("fyrehose.gateway")
+
+SessionMaker = Callable[[Connection, Bridge], Session]
+
+
+def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,
+                make_session: SessionMaker) -> int:
+    """Serve until SIGTERM or SIGINT; print the listening address once ready."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s fyrehose {kind} gateway: %(message)s")
+    listen = parse_hostport(args.listen)
+    bridge = Bridge(args.backbone, route, stats=stats, publish_timeout=args.publish_timeout)
+    try:
+        server = GatewayServer(listen, lambda connection: make_session(connection, bridge),
+                               max_pending=args.max_pending, max_clients=args.max_clients, stats=stats)
+        server.start()
+    except BaseException:
+        bridge.close()
+        raise
+    host, port = server.address
+    print(f"fyrehose {kind} gateway listening on {host}:{port} (backbone {args.backbone})", flush=True)
+    stop = Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        gevent.signal_handler(signum, stop.set)
+    stop.wait()
+    server.stop()
+    bridge.close()
+    log.info("stopped; %s", ", ".join(f"{name} {count}" for name, count in sorted(stats.items())) or "idle")
+    return 0

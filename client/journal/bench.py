@@ -1,0 +1,280 @@
+"""``fyrehose journal bench``: the journal's figures, measured the same way on any machine.
+
+It starts its own backbone and journal processes on loopback (in a temporary
+directory), then, per run and per fsync mode (modes alternate within a run):
+
+- **journaled msgs/s**: a confirmed publisher sends ``--messages`` payloads of
+  ``--size`` bytes as fast as confirmations allow; the figure is messages
+  divided by the time from the first publish until the last message is in the
+  journal's segment file (written; with ``always`` also fsynced batch by batch);
+- **FORWARD service rate from disk**: once everything is written, REQUESTs for
+  ``--forward-messages`` old sequences go to the backbone from a plain socket;
+  the backbone FORWARDs them to the journal (the only journaling client), which
+  reads them from disk and re-DELIVERs them, paced at ``--forward-rate``.  The
+  figure is messages received divided by the time from the first REQUEST to
+  the last DELIVER.
+
+Medians over ``--runs`` are printed as a table (or JSON with ``--json``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fyrehose.journal.store import FSYNC_MODES
+
+CATCH_UP_TIMEOUT = 120.0
+FORWARD_IDLE = 2.0  # seconds without a DELIVER that end the FORWARD measurement
+REQUEST_SPAN = 8192  # what a subscriber asks for at once
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--messages", type=int, default=200_000, metavar="N", help="messages per run (default 200000)")
+    parser.add_argument("--size", type=int, default=64, metavar="BYTES", help="payload size (default 64)")
+    parser.add_argument("--runs", type=int, default=3, metavar="R", help="runs per fsync mode; medians are shown (default 3)")
+    parser.add_argument("--fsync", default="interval,always", metavar="MODES",
+                        help="comma-separated fsync modes to compare (default interval,always)")
+    parser.add_argument("--forward-messages", type=int, default=100_000, metavar="N",
+                        help="old messages to REQUEST back per run; 0 skips the FORWARD figure (default 100000)")
+    parser.add_argument("--forward-rate", type=float, default=1_000_000, metavar="N",
+                        help="the journal's --forward-rate during the bench (default 1000000: effectively unpaced, "
+                             "to measure the disk path rather than the pacing)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    import json
+
+    modes = [mode.strip() for mode in args.fsync.split(",") if mode.strip()]
+    if not modes or any(mode not in FSYNC_MODES for mode in modes):
+        raise ValueError(f"--fsync takes a comma-separated list of {', '.join(FSYNC_MODES)}")
+    if args.messages < 1 or args.runs < 1 or not 0 <= args.size <= 65498 or args.forward_messages < 0:
+        raise ValueError("--messages and --runs must be at least 1, --size within 0..65498, "
+                         "--forward-messages 0 or more")
+    if args.forward_messages > args.messages:
+        raise ValueError("--forward-messages cannot exceed --messages")
+    if args.forward_rate <= 0:
+        raise ValueError("--forward-rate must be positive")
+    results: dict[str, list[dict]] = {mode: [] for mode in modes}
+    with tempfile.TemporaryDirectory(prefix="fyrehose-journal-bench-") as tmp:
+        root = Path(tmp)
+        backbone = _Process.start(root / "backbone.log", ["backbone", "--listen", f"127.0.0.1:{_free_port()}",
+                                                           "--state-dir", str(root / "backbone-state")])
+        try:
+            address = backbone.args[backbone.args.index("--listen") + 1]
+            for run in range(args.runs):
+                order = modes if run % 2 == 0 else modes[::-1]
+                for mode in order:
+                    directory = root / f"journal-{mode}-{run}"
+                    results[mode].append(_measure(address, directory, mode, args))
+                    sys.stderr.write(f"run {run + 1}/{args.runs} fsync={mode}: "
+                                     f"{results[mode][-1]['journaled_per_s']:.0f} journaled msgs/s\n")
+        finally:
+            backbone.stop()
+    summary = _summarise(results, args)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print_table(summary)
+    return 0
+
+
+def _measure(address: str, directory: Path, mode: str, args: argparse.Namespace) -> dict:
+    from fyrehose.client import Client
+    from fyrehose.journal.segment import record_size
+
+    journal = _Process.start(directory.with_suffix(".log"), [
+        "journal", "--backbone", address, "--dir", str(directory), "--fsync", mode, "--no-parquet",
+        "--forward-rate", str(args.forward_rate), "--segment-size", "1GiB"])
+    try:
+        with Client(address, subscribe=False, unreachable_after=10.0) as publisher:
+            warmup = _warm_up(publisher, directory, journal, args.size)
+            baseline = _journal_bytes(directory)
+            payloads = [os.urandom(args.size) for _ in range(min(args.messages, 4096))]
+            started = time.perf_counter()
+            last = warmup
+            for start in range(0, args.messages, 2048):
+                count = min(2048, args.messages - start)
+                batch = [payloads[(start + i) % len(payloads)] for i in range(count)]
+                last = publisher.publish_many(batch, window=2048)[-1]
+            published = time.perf_counter()
+            expected = baseline + record_size(args.size) * args.messages
+            _wait_for(lambda: _journal_bytes(directory) >= expected, journal, f"sequence {last}")
+            written = time.perf_counter()
+        if _last_sequence(directory) != last:
+            raise RuntimeError(f"the journal's last record is not sequence {last}; see {journal.log}")
+        result = {
+            "messages": args.messages,
+            "journaled_per_s": args.messages / (written - started),
+            "published_per_s": args.messages / (published - started),
+        }
+        if args.forward_messages:
+            result.update(_measure_forward(address, warmup + 1, warmup + args.forward_messages))
+        return result
+    finally:
+        journal.stop()
+
+
+def _warm_up(publisher, directory: Path, journal: "_Process", size: int) -> int:
+    """Publish until the journal has written one message (it has subscribed); the last sequence it holds."""
+    deadline = time.monotonic() + CATCH_UP_TIMEOUT
+    last = publisher.publish(b"w" * size)
+    while not _journal_bytes(directory):
+        if journal.proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the journal did not start: {journal.tail()}")
+        time.sleep(0.2)
+        last = publisher.publish(b"w" * size)
+    _wait_for(lambda: _last_sequence(directory) == last, journal, f"warm-up sequence {last}")
+    return last
+
+
+def _measure_forward(address: str, first: int, last: int) -> dict:
+    from fyrehose import codec
+    from fyrehose.addresses import parse_hostport
+
+    backbone = parse_hostport(address)
+    received: set[int] = set()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        sock.bind(("127.0.0.1", 0))
+        sock.settimeout(FORWARD_IDLE)
+        started = time.perf_counter()
+        for low in range(first, last + 1, REQUEST_SPAN):
+            sock.sendto(codec.encode(codec.Request("0.0.0.0", 0, low, min(last, low + REQUEST_SPAN - 1))), backbone)
+        finished = started
+        wanted = last - first + 1
+        while len(received) < wanted:
+            try:
+                data, _ = sock.recvfrom(65536)
+            except socket.timeout:
+                break
+            spans, _ = codec.scan(data, codec.DELIVER)
+            for _, _, seq in spans:
+                if first <= seq <= last:
+                    received.add(seq)
+            finished = time.perf_counter()
+    elapsed = finished - started
+    return {
+        "forward_requested": wanted,
+        "forward_received": len(received),
+        "forward_per_s": len(received) / elapsed if elapsed > 0 else 0.0,
+    }
+
+
+def _journal_bytes(directory: Path) -> int:
+    segments = directory / "segments"
+    if not segments.is_dir():
+        return 0
+    return sum(entry.stat().st_size for entry in os.scandir(segments) if entry.name.endswith(".log"))
+
+
+def _last_sequence(directory: Path) -> int | None:
+    from fyrehose.journal.reader import FileScan
+
+    logs = sorted((directory / "segments").glob("seg-*.log"))
+    last = None
+    for _, record in FileScan(logs[-1]):
+        last = record.seq
+    return last
+
+
+def _wait_for(condition, journal: "_Process", what: str) -> None:
+    deadline = time.monotonic() + CATCH_UP_TIMEOUT
+    while not condition():
+        if journal.proc.poll() is not None:
+            raise RuntimeError(f"the journal exited: {journal.tail()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the journal did not write {what} within {CATCH_UP_TIMEOUT:g} s: {journal.tail()}")
+        time.sleep(0.002)
+
+
+def _summarise(results: dict[str, list[dict]], args: argparse.Namespace) -> dict:
+    def median(mode: str, key: str) -> float | None:
+        values = [result[key] for result in results[mode] if key in result]
+        return statistics.median(values) if values else None
+
+    return {
+        "machine": {"cores": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version()},
+        "messages": args.messages,
+        "size": args.size,
+        "runs": args.runs,
+        "forward_rate_limit": args.forward_rate,
+        "modes": {mode: {
+            "journaled_per_s": median(mode, "journaled_per_s"),
+            "published_per_s": median(mode, "published_per_s"),
+            "forward_per_s": median(mode, "forward_per_s"),
+            "forward_received": median(mode, "forward_received"),
+            "forward_requested": median(mode, "forward_requested"),
+        } for mode in results},
+        "runs_detail": results,
+    }
+
+
+def _print_table(summary: dict) -> None:
+    machine = summary["machine"]
+    print(f"journal bench: {summary['messages']} messages of {summary['size']} bytes, median of "
+          f"{summary['runs']} run(s); {machine['cores']} cores, {machine['cpu']}, Python {machine['python']}")
+    print(f"{'fsync':<10} {'journaled msgs/s':>17} {'published msgs/s':>17} {'FORWARD from disk msgs/s':>25} "
+          f"{'received/requested':>19}")
+    for mode, figures in summary["modes"].items():
+        forward = figures["forward_per_s"]
+        forward_text = "-" if forward is None else f"{forward:.0f}"
+        received = "-" if forward is None else f"{figures['forward_received']:.0f}/{figures['forward_requested']:.0f}"
+        print(f"{mode:<10} {figures['journaled_per_s']:>17.0f} {figures['published_per_s']:>17.0f} "
+              f"{forward_text:>25} {received:>19}")
+    print(f"(FORWARD pacing limit during the bench: {summary['forward_rate_limit']:.0f} msgs/s)")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class _Process:
+    """A ``fyrehose`` subprocess of the bench, logging to a file, stopped by its PID."""
+
+    def __init__(self, proc: subprocess.Popen, args: list[str], log: Path) -> None:
+        self.proc = proc
+        self.args = args
+        self.log = log
+
+    @classmethod
+    def start(cls, log: Path, args: list[str]) -> "_Process":
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "fyrehose.cli", *args], stdout=out, stderr=subprocess.STDOUT)
+        return cls(proc, args, log)
+
+    def tail(self) -> str:
+        try:
+            return " | ".join(self.log.read_text().strip().splitlines()[-3:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)

@@ -1,0 +1,133 @@
+"""Reading segment files: a chunked scan for recovery and verification, and range reads for FORWARDs.
+
+Thin I/O around :func:`fyrehose.journal.segment.decode_records`: files are read
+in chunks growing from 64 KiB to 1 MiB (a FORWARD for one sequence, which
+starts at the nearest index entry, reads only the first), and a record cut by
+a chunk boundary is completed from the next chunk, so memory stays flat
+however large a segment grows.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from fyrehose.journal.segment import INCOMPLETE, LOG_SUFFIX, SUMMARY_SUFFIX, Record, SegmentError, decode_records, parse_name
+from fyrehose.journal.summary import SegmentSummary, SummaryBuilder, decode_summary
+
+FIRST_CHUNK = 64 << 10  # a FORWARD of a few sequences reads little; the chunks double up to READ_CHUNK
+READ_CHUNK = 1 << 20
+SEGMENTS_DIR = "segments"
+
+
+class FileScan:
+    """Iterates ``(offset, record)`` over a segment file; afterwards ``end`` and ``stop`` say where and why it ended.
+
+    ``stop`` is None when intact records run to the end (or to ``limit``);
+    otherwise the records end at ``end`` because of a torn or damaged record.
+    ``on_read`` is called with the number of bytes of each chunk read.
+    """
+
+    def __init__(self, path: Path, start: int = 0, limit: int | None = None,
+                 on_read: Callable[[int], None] | None = None) -> None:
+        self.path = path
+        self.start = start
+        self.limit = limit
+        self.on_read = on_read
+        self.end = start
+        self.stop: str | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, Record]]:
+        with open(self.path, "rb", buffering=0) as file:
+            file.seek(self.start)
+            position = self.start  # file offset of buffer[0]
+            buffer = b""
+            remaining = None if self.limit is None else self.limit - self.start
+            chunk_size = FIRST_CHUNK
+            while True:
+                want = chunk_size if remaining is None else min(chunk_size, remaining)
+                chunk_size = min(chunk_size * 2, READ_CHUNK)
+                chunk = file.read(want) if want > 0 else b""
+                if remaining is not None:
+                    remaining -= len(chunk)
+                if self.on_read and chunk:
+                    self.on_read(len(chunk))
+                buffer = buffer + chunk if buffer else chunk
+                scan = decode_records(buffer)
+                for offset, record in zip(scan.offsets, scan.records):
+                    yield position + offset, record
+                self.end = position + scan.end
+                if scan.stop is None and not chunk:
+                    return
+                if scan.stop not in (None, INCOMPLETE) or (scan.stop == INCOMPLETE and not chunk):
+                    self.stop = scan.stop
+                    return
+                buffer = buffer[scan.end:]
+                position += scan.end
+
+
+def read_range(path: Path, from_seq: int, to_seq: int, start: int, limit: int) -> Iterator[Record]:
+    """The records of ``from_seq..to_seq`` in one segment, reading from offset ``start`` up to ``limit``."""
+    for _, record in FileScan(path, start, limit):
+        if record.seq > to_seq:
+            return
+        if record.seq >= from_seq:
+            yield record
+
+
+def scan_segment(path: Path, on_read: Callable[[int], None] | None = None) -> tuple[SummaryBuilder, FileScan]:
+    """Read a whole segment: the summary of its intact records, and the scan (``end``, ``stop``) that ended it."""
+    builder = SummaryBuilder()
+    scan = FileScan(path, on_read=on_read)
+    for _, record in scan:
+        builder.add(record.seq, record.received_at, len(record.data))
+    return builder, scan
+
+
+@dataclass
+class SegmentFile:
+    """A segment file found in a journal directory, with its summary when it has a sound one."""
+
+    first_seq: int
+    path: Path
+    summary: SegmentSummary | None
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path.with_suffix(SUMMARY_SUFFIX)
+
+
+def list_segments(directory: Path) -> tuple[list[SegmentFile], list[Path]]:
+    """The segment files of a journal directory in sequence order, and summary files without a segment.
+
+    A summary counts only when it matches its segment's name and size: a
+    segment without one is unsealed (being written, or left so by a crash).
+    """
+    segments_dir = directory / SEGMENTS_DIR
+    logs: dict[int, Path] = {}
+    summaries: dict[int, Path] = {}
+    try:
+        entries = list(os.scandir(segments_dir))
+    except FileNotFoundError:
+        return [], []
+    for entry in entries:
+        parsed = parse_name(entry.name)
+        if parsed is None:
+            continue
+        first_seq, suffix = parsed
+        (logs if suffix == LOG_SUFFIX else summaries)[first_seq] = Path(entry.path)
+    found = []
+    for first_seq in sorted(logs):
+        path = logs[first_seq]
+        summary = None
+        if first_seq in summaries:
+            try:
+                summary = decode_summary(summaries[first_seq].read_bytes())
+            except (SegmentError, OSError):
+                summary = None
+            if summary is not None and (summary.first_seq != first_seq or summary.size != path.stat().st_size):
+                summary = None
+        found.append(SegmentFile(first_seq, path, summary))
+    orphans = [path for first_seq, path in sorted(summaries.items()) if first_seq not in logs]
+    return found, orphans

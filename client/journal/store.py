@@ -1,0 +1,372 @@
+"""One journal directory: recovery after a crash, the ordered write path, and the FORWARD store.
+
+Three threads share it.  The client's receive thread calls :meth:`add` for
+every DELIVER (the message waits in memory, with its receive time, until it is
+written); the client's forwarder calls :meth:`held` to answer FORWARDs from
+disk and from those waiting messages; the journal's own thread calls
+:meth:`write` with the subscription's ordered events.  File writes happen
+outside the lock; only the bookkeeping that tells readers what is on disk is
+done under it, so a reader sees either a record's complete bytes or nothing.
+
+Layout::
+
+    DIR/lock                       flock: one journal per directory
+    DIR/segments/seg-N.log         records from sequence N on (see segment.py)
+    DIR/segments/seg-N.idx         summary of a sealed segment (see summary.py)
+    DIR/gaps.jsonl                 permanent losses (see gapindex.py)
+    DIR/parquet/date=…/hour=…/     Parquet copies of sealed segments (see parquet.py)
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import queue
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from fyrehose.journal.durable import fsync_directory, replace_atomically
+from fyrehose.journal.gapindex import Gap, GapIndex, utc_iso
+from fyrehose.journal.reader import SEGMENTS_DIR, FileScan, list_segments, read_range, scan_segment
+from fyrehose.journal.retention import Retention, SegmentState, expired_segments
+from fyrehose.journal.segment import SUMMARY_SUFFIX, Record, record_size
+from fyrehose.journal.summary import SegmentSummary, encode_summary
+from fyrehose.journal.writer import ActiveSegment
+from fyrehose.tracker import Event, Lost, Message
+
+FSYNC_MODES = ("always", "interval", "never")
+LOCK_NAME = "lock"
+PARQUET_DIR = "parquet"
+
+
+class StoreError(RuntimeError):
+    """A journal directory that cannot be used: locked by another journal, or damaged beyond a torn tail."""
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass
+class SealedSegment:
+    path: Path
+    summary: SegmentSummary
+
+
+class JournalStore:
+    """``fsync``: "always" syncs every written batch before the next is taken, "interval" at most every
+    ``fsync_interval`` seconds, "never" leaves it to the OS (sealing and gap records are synced in every mode).
+    A segment is sealed when it reaches ``segment_bytes`` or holds records older than ``segment_age`` seconds.
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, fsync: str = "interval", fsync_interval: float = 1.0,
+                 segment_bytes: int = 64 << 20, segment_age: float = 600.0, pending_bytes: int = 256 << 20,
+                 clock: Callable[[], int] = now_us) -> None:
+        if fsync not in FSYNC_MODES:
+            raise ValueError(f"fsync must be one of {', '.join(FSYNC_MODES)}")
+        self.directory = Path(directory)
+        self.segments_dir = self.directory / SEGMENTS_DIR
+        self.parquet_dir = self.directory / PARQUET_DIR
+        self.fsync = fsync
+        self.fsync_interval = fsync_interval
+        self.segment_bytes = segment_bytes
+        self.segment_age = segment_age
+        self.pending_bytes = pending_bytes
+        self.clock = clock
+        self.stats: Counter[str] = Counter()
+        self.gaps = GapIndex(self.directory)
+        self.sealed_queue: queue.Queue[SealedSegment] = queue.Queue()
+        self._lock = threading.Lock()
+        self._lock_fd: int | None = None
+        self._sealed: list[SealedSegment] = []
+        self._active: ActiveSegment | None = None
+        self._written_through = 0  # every sequence up to this is on disk or in the gap index
+        self._next: int | None = None  # the sequence the next event must carry
+        self._pending: dict[int, tuple[int, bytes]] = {}  # seq -> (receive time, data), not yet written
+        self._pending_size = 0
+        self._last_sync = time.monotonic()
+
+    # ------------------------------------------------------------ opening and closing
+
+    def open(self) -> int | None:
+        """Lock and recover the directory; the next sequence to write (None for an empty journal)."""
+        self.segments_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreError(f"{self.directory} is in use by another journal") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+        try:
+            self._recover_segments()
+            self.gaps.open()
+        except Exception:
+            self.close()
+            raise
+        last = self.last_seq
+        self._written_through = last
+        self._next = last + 1 if last else None
+        return self._next
+
+    @property
+    def last_seq(self) -> int:
+        """The highest sequence on disk or in the gap index (0 when there is none)."""
+        records = self._active.summary.last_seq if self._active else 0
+        if not records and self._sealed:
+            records = self._sealed[-1].summary.last_seq
+        return max(records, self.gaps.last_seq)
+
+    @property
+    def first_seq(self) -> int | None:
+        if self._sealed:
+            return self._sealed[0].summary.first_seq
+        return self._active.summary.first_seq if self._active else None
+
+    def _recover_segments(self) -> None:
+        for entry in os.scandir(self.segments_dir):
+            if entry.name.endswith(".tmp"):
+                os.unlink(entry.path)  # an atomic replacement cut short: its target is intact
+        found, orphans = list_segments(self.directory)
+        for path in orphans:
+            os.unlink(path)
+        for index, segment in enumerate(found):
+            is_last = index == len(found) - 1
+            if segment.summary is not None:
+                self._sealed.append(SealedSegment(segment.path, segment.summary))
+                continue
+            builder, scan = scan_segment(segment.path)
+            size = segment.path.stat().st_size
+            if scan.end < size:
+                with open(segment.path, "r+b") as file:
+                    file.truncate(scan.end)
+                    os.fsync(file.fileno())
+                self.stats["truncated bytes"] += size - scan.end
+            summary = builder.summary
+            if summary is None:
+                os.unlink(segment.path)
+                segment.summary_path.unlink(missing_ok=True)
+                continue
+            if summary.first_seq != segment.first_seq:
+                raise StoreError(f"{segment.path} starts with sequence {summary.first_seq}, not the one in its name")
+            if is_last:
+                self._active = ActiveSegment.resume(segment.path, builder)
+            else:
+                replace_atomically(segment.summary_path, encode_summary(summary))
+                self._sealed.append(SealedSegment(segment.path, summary))
+        fsync_directory(self.segments_dir)
+        summaries = [s.summary for s in self._sealed] + ([self._active.summary] if self._active else [])
+        for before, after in zip(summaries, summaries[1:]):
+            if after.first_seq <= before.last_seq:
+                raise StoreError(f"segments overlap: one ends at {before.last_seq}, the next starts at {after.first_seq}")
+
+    def close(self) -> None:
+        """Sync and close everything; the active segment stays unsealed and is continued on the next open."""
+        if self._active is not None:
+            self._active.sync()
+            self._active.close()
+        self.gaps.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # ------------------------------------------------------------ the client's MessageStore
+
+    def add(self, seq: int, data: bytes) -> None:
+        """Keep a delivered message until it is written (the client's receive thread calls this)."""
+        received = self.clock()
+        with self._lock:
+            if seq <= self._written_through or seq in self._pending:
+                return
+            if self._pending_size + len(data) > self.pending_bytes:
+                self.stats["pending full"] += 1
+                return
+            self._pending[seq] = (received, data)
+            self._pending_size += len(data)
+
+    def held(self, from_seq: int, to_seq: int) -> Iterator[tuple[int, bytes]]:
+        """What this journal holds of ``from_seq..to_seq``, ascending: from disk, then from memory."""
+        with self._lock:
+            through = self._written_through
+            upto = min(to_seq, through)
+            sources = []
+            if from_seq <= upto:
+                candidates: list[tuple[Path, SegmentSummary, int]] = [
+                    (s.path, s.summary, s.summary.size) for s in self._sealed]
+                if self._active is not None and self._active.summary is not None:
+                    candidates.append((self._active.path, self._active.summary, self._active.size))
+                for path, summary, size in candidates:
+                    if summary.first_seq <= upto and summary.last_seq >= from_seq:
+                        sources.append((path, summary.offset_before(from_seq), size))
+            recent = self._pending_in(max(from_seq, through + 1), to_seq) if to_seq > through else []
+        for path, start, size in sources:
+            try:
+                for record in read_range(path, from_seq, upto, start, size):
+                    yield record.seq, record.data
+            except OSError:  # removed by retention meanwhile: a range it no longer holds
+                self.stats["forward read errors"] += 1
+        for seq, (_, data) in recent:
+            yield seq, data
+
+    def _pending_in(self, from_seq: int, to_seq: int) -> list[tuple[int, tuple[int, bytes]]]:
+        """Waiting messages within a range, ascending (call with the lock held)."""
+        pending = self._pending
+        if to_seq - from_seq + 1 <= len(pending):
+            found = ((seq, pending.get(seq)) for seq in range(from_seq, to_seq + 1))
+            return [(seq, entry) for seq, entry in found if entry is not None]
+        return sorted((seq, entry) for seq, entry in pending.items() if from_seq <= seq <= to_seq)
+
+    # ------------------------------------------------------------ the ordered write path
+
+    def write(self, events: Iterable[Event]) -> list[Gap]:
+        """Append a subscription's ordered events; the gaps recorded on the way.
+
+        A :class:`Lost` range is first filled from messages that arrived outside
+        the subscription's view (before it started, or beyond an overrun); what
+        is still missing goes to the gap index, after the records before it are
+        fsynced, so no crash can leave a hole that neither holds.
+        """
+        records: list[Record] = []
+        gaps: list[Gap] = []
+        pending = self._pending
+        for event in events:
+            if isinstance(event, Message):
+                self._expect(event.seq)
+                entry = pending.get(event.seq)
+                received = entry[0] if entry is not None else self.clock()
+                records.append(Record(event.seq, received, event.data))
+                self._next = event.seq + 1
+                continue
+            self._expect(event.from_seq)
+            with self._lock:
+                recovered = self._pending_in(event.from_seq, event.to_seq)
+            cursor = event.from_seq
+            for seq, (received, data) in recovered:
+                if seq > cursor:
+                    gaps.append(self._record_gap(records, cursor, seq - 1))
+                records.append(Record(seq, received, data))
+                cursor = seq + 1
+            if cursor <= event.to_seq:
+                gaps.append(self._record_gap(records, cursor, event.to_seq))
+            self.stats["recovered from memory"] += len(recovered)
+            self._next = event.to_seq + 1
+        self._append(records)
+        if self.fsync == "always":
+            self.sync()
+        return gaps
+
+    def _expect(self, seq: int) -> None:
+        if self._next is not None and seq != self._next:
+            raise RuntimeError(f"journal got sequence {seq} where {self._next} was due: the subscription broke order")
+
+    def _append(self, records: list[Record]) -> None:
+        """Write ``records`` (and empty the list), sealing segments as they fill up."""
+        start = 0
+        while start < len(records):
+            active = self._active
+            if active is None:
+                active = ActiveSegment.create(self.segments_dir, records[start].seq)
+            end, size = start, active.size
+            while end < len(records):
+                grown = size + record_size(len(records[end].data))
+                if grown > self.segment_bytes and size:
+                    break
+                size, end = grown, end + 1
+            if end == start:  # not even one more record fits the active segment
+                self.seal_active()
+                continue
+            chunk = records[start:end]
+            active.write(chunk)
+            with self._lock:
+                self._active = active
+                active.noted(chunk)
+                self._written_through = chunk[-1].seq
+                pending = self._pending
+                for record in chunk:
+                    entry = pending.pop(record.seq, None)
+                    if entry is not None:
+                        self._pending_size -= len(entry[1])
+            self.stats["written"] += len(chunk)
+            if end < len(records) or size >= self.segment_bytes:
+                self.seal_active()
+            start = end
+        records.clear()
+
+    def _record_gap(self, records: list[Record], from_seq: int, to_seq: int) -> Gap:
+        self._append(records)
+        if self._active is not None:
+            self._active.sync()
+        gap = Gap(from_seq, to_seq, utc_iso(self.clock()))
+        self.gaps.append(gap)
+        with self._lock:
+            self._written_through = to_seq
+        self.stats["lost"] += gap.count
+        return gap
+
+    def sync(self) -> None:
+        if self._active is not None:
+            self._active.sync()
+        self._last_sync = time.monotonic()
+
+    def tick(self, now: float) -> None:
+        """Timers of the write path: the interval fsync and sealing by age."""
+        active = self._active
+        if active is None:
+            return
+        if self.fsync == "interval" and now - self._last_sync >= self.fsync_interval:
+            self.sync()
+        summary = active.summary
+        if summary is not None and self.clock() - summary.oldest >= self.segment_age * 1e6:
+            self.seal_active()
+
+    def seal_active(self) -> SealedSegment | None:
+        """Seal the active segment (its summary written, handed to ``sealed_queue``); the next record starts another."""
+        active = self._active
+        if active is None or active.summary is None:
+            return None
+        summary = active.seal()
+        sealed = SealedSegment(active.path, summary)
+        with self._lock:
+            self._sealed.append(sealed)
+            self._active = None
+        self._last_sync = time.monotonic()
+        self.sealed_queue.put(sealed)
+        return sealed
+
+    # ------------------------------------------------------------ Parquet and retention (maintenance thread)
+
+    def sealed_segments(self) -> list[SealedSegment]:
+        with self._lock:
+            return list(self._sealed)
+
+    def records_of(self, segment: SealedSegment, on_read: Callable[[int], None] | None = None) -> Iterator[Record]:
+        for _, record in FileScan(segment.path, 0, segment.summary.size, on_read):
+            yield record
+
+    def mark_exported(self, segment: SealedSegment) -> None:
+        segment.summary.exported = True
+        replace_atomically(segment.path.with_suffix(SUMMARY_SUFFIX), encode_summary(segment.summary))
+
+    def apply_retention(self, retention: Retention, require_export: bool) -> list[SealedSegment]:
+        """Delete the segments ``retention`` lets go (oldest first); the ones deleted."""
+        with self._lock:
+            states = [SegmentState(s.summary.first_seq, s.summary.size, s.summary.newest, True, s.summary.exported)
+                      for s in self._sealed]
+            active = self._active.summary if self._active else None
+            if active is not None:
+                states.append(SegmentState(active.first_seq, active.size, active.newest, False, False))
+            expired = set(expired_segments(states, retention, self.clock(), require_export))
+            removed = [s for s in self._sealed if s.summary.first_seq in expired]
+            self._sealed = [s for s in self._sealed if s.summary.first_seq not in expired]
+        for segment in removed:
+            segment.path.unlink()
+            segment.path.with_suffix(SUMMARY_SUFFIX).unlink()
+        if removed:
+            fsync_directory(self.segments_dir)
+            self.stats["segments removed"] += len(removed)
+        return removed

@@ -1,0 +1,78 @@
+"""The active segment: the one file the journal appends records to, and its sealing.
+
+Each batch of records goes to the file in one ``write`` on an ``O_APPEND``
+descriptor, with no user-space buffer, so everything up to the segment's size
+is in the kernel and readable by the FORWARD path at once.  Durability is the
+caller's choice of when to call :meth:`ActiveSegment.sync`.  Sealing fsyncs the
+file and only then writes its summary (atomically): a summary always describes
+records that are on disk.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fyrehose.journal.durable import fsync_directory, replace_atomically
+from fyrehose.journal.segment import SUMMARY_SUFFIX, Record, encode_record, log_name
+from fyrehose.journal.summary import SegmentSummary, SummaryBuilder, encode_summary
+
+
+class ActiveSegment:
+    def __init__(self, path: Path, fd: int, builder: SummaryBuilder) -> None:
+        self.path = path
+        self.builder = builder
+        self._fd = fd
+        self._dirty = False
+
+    @classmethod
+    def create(cls, directory: Path, first_seq: int) -> "ActiveSegment":
+        path = directory / log_name(first_seq)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fsync_directory(directory)
+        return cls(path, fd, SummaryBuilder())
+
+    @classmethod
+    def resume(cls, path: Path, builder: SummaryBuilder) -> "ActiveSegment":
+        """Continue a segment whose intact records ``builder`` has scanned (its torn tail already cut off)."""
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        return cls(path, fd, builder)
+
+    @property
+    def size(self) -> int:
+        return self.builder.size
+
+    @property
+    def summary(self) -> SegmentSummary | None:
+        return self.builder.summary
+
+    def write(self, records: list[Record]) -> None:
+        """Append ``records`` to the file; the caller then calls :meth:`noted` to account for them."""
+        view = memoryview(b"".join(encode_record(r.seq, r.received_at, r.data) for r in records))
+        while view:
+            view = view[os.write(self._fd, view):]
+        self._dirty = True
+
+    def noted(self, records: list[Record]) -> None:
+        """Count written records into the summary (separate from :meth:`write` so the caller can lock it)."""
+        add = self.builder.add
+        for record in records:
+            add(record.seq, record.received_at, len(record.data))
+
+    def sync(self) -> None:
+        if self._dirty:
+            os.fsync(self._fd)
+            self._dirty = False
+
+    def seal(self) -> SegmentSummary:
+        """Make the segment durable and read-only: fsync, then its summary beside it."""
+        self._dirty = True
+        self.sync()
+        self.close()
+        summary = self.builder.summary
+        replace_atomically(self.path.with_suffix(SUMMARY_SUFFIX), encode_summary(summary))
+        return summary
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

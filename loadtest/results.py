@@ -1,0 +1,161 @@
+"""From tallies to results: each phase's rates, losses and percentiles, whether it was sustained, the summary.
+
+Pure.  A phase is *sustained* when subscribers received at least
+RATE_TOLERANCE of the offered rate, less than LOSS_LIMIT of the messages
+missed the backbone's own delivery (loss before recovery), less than
+LOSS_LIMIT of the publishes failed, and the publish-to-confirm p99 stayed
+under the threshold.  The capacity is the highest offered rate of a
+sustained phase.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fyrehose.loadtest.rates import Phase, RateSchedule
+from fyrehose.loadtest.tally import PhaseTally, RunTally
+
+LOSS_LIMIT = 0.001  # < 0.1 %
+RATE_TOLERANCE = 0.95
+
+
+def _ratio(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
+
+
+@dataclass
+class PhaseResult:
+    name: str
+    t_start: float  # unix seconds
+    t_end: float
+    offered_rate: float  # msgs/s, all publishers together
+    delivered_rate: float  # msgs/s each subscriber received (directly or recovered), averaged over subscribers
+    confirmed_rate: float  # msgs/s the backbone CONFIRMed
+    loss_before_recovery: float  # fraction of expected messages the backbone's DELIVERs missed
+    loss_after_recovery: float  # fraction given up (or, mid-run, still missing)
+    p50_ms: float | None  # publish-to-confirm
+    p99_ms: float | None
+    deliver_p50_ms: float | None  # publish-to-deliver
+    deliver_p99_ms: float | None
+    requests: int
+    failures: int
+    expected: int
+    missed_before_recovery: int
+    lost_after_recovery: int
+    sustained: bool
+    reasons: list[str]
+
+
+def judge(phase: Phase, tally: PhaseTally, anchor: float, p99_limit_ms: float, final: bool) -> PhaseResult:
+    """The result of one phase; mid-run (``final`` False) still-missing messages count as lost after recovery too."""
+    seconds = phase.duration
+    expected = tally.expected
+    missed = tally.recovered + tally.lost + tally.pending
+    unrecovered = tally.lost + (0 if final else tally.pending)
+    delivered = (tally.direct + tally.recovered) / tally.receivers / seconds if tally.receivers else 0.0
+    p99 = tally.push_ms.percentile(0.99)
+    result = PhaseResult(
+        name=phase.name,
+        t_start=anchor + phase.start,
+        t_end=anchor + phase.end,
+        offered_rate=phase.rate,
+        delivered_rate=delivered,
+        confirmed_rate=(tally.pushes - tally.push_failures) / seconds,
+        loss_before_recovery=_ratio(missed, expected),
+        loss_after_recovery=_ratio(unrecovered, expected),
+        p50_ms=tally.push_ms.percentile(0.5),
+        p99_ms=p99,
+        deliver_p50_ms=tally.deliver_ms.percentile(0.5),
+        deliver_p99_ms=tally.deliver_ms.percentile(0.99),
+        requests=tally.pushes,
+        failures=tally.push_failures,
+        expected=expected,
+        missed_before_recovery=missed,
+        lost_after_recovery=unrecovered,
+        sustained=False,
+        reasons=[],
+    )
+    reasons = result.reasons
+    if phase.cut_short:
+        reasons.append("cut short: publishing stopped during this phase")
+    if not expected:
+        reasons.append("no message reached a subscriber")
+    elif delivered < RATE_TOLERANCE * phase.rate:
+        reasons.append(f"delivered {delivered:.0f}/s < {RATE_TOLERANCE:.0%} of offered {phase.rate:.0f}/s")
+    if result.loss_before_recovery >= LOSS_LIMIT:
+        reasons.append(f"loss before recovery {result.loss_before_recovery:.2%} >= {LOSS_LIMIT:.1%}")
+    if _ratio(tally.push_failures, tally.pushes) >= LOSS_LIMIT:
+        reasons.append(f"{tally.push_failures} of {tally.pushes} publishes unconfirmed")
+    if p99 is None or p99 >= p99_limit_ms:
+        reasons.append("no publish confirmed" if p99 is None else f"p99 {p99:g} ms >= {p99_limit_ms:g} ms")
+    result.sustained = not reasons
+    return result
+
+
+def judge_all(schedule: RateSchedule, tally: RunTally, anchor: float, p99_limit_ms: float,
+              final: bool) -> list[PhaseResult]:
+    return [judge(phase, tally[index], anchor, p99_limit_ms, final) for index, phase in enumerate(schedule.phases)]
+
+
+def summarize(results: list[PhaseResult], tally: RunTally, run: dict, complete: bool) -> dict:
+    """The run's summary.json: ``run`` describes the set-up (shape, users, backbone, ...)."""
+    total = tally.total()
+    expected = total.expected
+    missed = total.recovered + total.lost + total.pending
+    sustained = [result.offered_rate for result in results if result.sustained]
+    broken = next((result for result in results if not result.sustained), None)
+    return {
+        **run,
+        "complete": complete,
+        "max_sustained_rate": max(sustained, default=0.0),
+        "first_unsustained_phase": None if broken is None else {"name": broken.name, "reasons": broken.reasons},
+        "loss_before_recovery": _ratio(missed, expected),
+        "loss_after_recovery": _ratio(total.lost + total.pending, expected),
+        "messages_expected": expected,
+        "messages_missed_before_recovery": missed,
+        "messages_lost_after_recovery": total.lost + total.pending,
+        "p50_ms": total.push_ms.percentile(0.5),
+        "p99_ms": total.push_ms.percentile(0.99),
+        "deliver_p50_ms": total.deliver_ms.percentile(0.5),
+        "deliver_p99_ms": total.deliver_ms.percentile(0.99),
+        "requests": total.pushes,
+        "failures": total.push_failures,
+        "phases": len(results),
+    }
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def render(summary: dict, steps: list[dict]) -> str:
+    """The capacity summary for the terminal: one row per phase, then the verdict."""
+    lines = [
+        f"fyrehose loadtest: {summary['shape']} shape, {summary['users']} publishers, "
+        f"{summary['subscribers']} subscribers, backbone {summary['backbone']}",
+        f"{'phase':<16} {'offered/s':>10} {'delivered/s':>12} {'loss before':>12} {'loss after':>11} "
+        f"{'p50 ms':>8} {'p99 ms':>8}  sustained",
+    ]
+    for step in steps:
+        lines.append(
+            f"{step['name']:<16} {step['offered_rate']:>10.0f} {step['delivered_rate']:>12.1f} "
+            f"{step['loss_before_recovery']:>12.3%} {step['loss_after_recovery']:>11.3%} "
+            f"{_ms(step['p50_ms']):>8} {_ms(step['p99_ms']):>8}  "
+            + ("yes" if step["sustained"] else "no: " + "; ".join(step["reasons"]))
+        )
+    lines.append(
+        f"max sustained rate: {summary['max_sustained_rate']:g} msgs/s "
+        f"(loss before recovery < {LOSS_LIMIT:.1%}, publish-to-confirm p99 < {summary['p99_threshold_ms']:g} ms)"
+    )
+    lines.append(
+        f"publishes: {summary['requests']} ({summary['failures']} failed), p50 {_ms(summary['p50_ms'])} ms, "
+        f"p99 {_ms(summary['p99_ms'])} ms; publish-to-deliver p50 {_ms(summary['deliver_p50_ms'])} ms, "
+        f"p99 {_ms(summary['deliver_p99_ms'])} ms"
+    )
+    lines.append(
+        f"loss: {summary['messages_missed_before_recovery']} of {summary['messages_expected']} deliveries "
+        f"missed before recovery ({summary['loss_before_recovery']:.3%}), "
+        f"{summary['messages_lost_after_recovery']} after ({summary['loss_after_recovery']:.3%})"
+    )
+    if not summary["complete"]:
+        lines.append("incomplete: the run was stopped early or a worker's final tally is missing")
+    return "\n".join(lines)

@@ -1,0 +1,175 @@
+"""The Locust users: thin gevent drivers around the fyrehose client and the measuring subscriber session.
+
+Locust has patched the process with gevent before this module loads, so the
+Client's threads are greenlets and every socket wait here is cooperative.
+Both classes get the process's :class:`ProcessRun` as the class attribute
+``load`` when a test starts (see locustfile.py).
+"""
+from __future__ import annotations
+
+import random
+import socket
+import time
+
+import gevent
+import gevent.queue
+from locust import User, task
+
+from fyrehose import codec
+from fyrehose.addresses import parse_hostport
+from fyrehose.client import BackboneUnreachable, Client, FyrehoseError, MessagesLost
+from fyrehose.loadtest.account import DeliveryAccount
+from fyrehose.loadtest.coordination import ProcessRun
+from fyrehose.loadtest.rates import Pacer
+from fyrehose.loadtest.session import SubscriberSession
+from fyrehose.loadtest.stamp import stamp
+from fyrehose.loadtest.tally import RunTally
+from fyrehose.pacing import TokenBucket
+from fyrehose.tracker import Event, Lost
+
+PUSH = "PUSH"
+DELIVER = "DELIVER"
+ACK_WAIT = 5.0  # seconds a subscriber waits for its first KEEPALIVE-ACK
+PUMP_SLICE = 1.0  # seconds one receive task runs, so Locust can stop the user between tasks
+FORWARD_RATE = 50_000  # re-DELIVERs per second, as the Client paces them
+SOCKET_BUFFER = 8 << 20
+
+
+class Publisher(User):
+    """Publishes stamped messages with CONFIRM at its share of the offered rate; each round trip is one PUSH request."""
+
+    load: ProcessRun
+
+    def on_start(self) -> None:
+        settings = self.load.settings
+        self.client = Client(settings.backbone, subscribe=False)
+        elapsed = self.load.elapsed()
+        rate = self.load.user_rate(elapsed)
+        self.pacer = Pacer(elapsed + (random.random() / rate if rate > 0 else 0.0))
+
+    def wait_time(self) -> float:
+        elapsed = self.load.elapsed()
+        return self.pacer.wait(elapsed, self.load.user_rate(elapsed))
+
+    @task
+    def publish(self) -> None:
+        run = self.load
+        elapsed = run.elapsed()
+        if not self.pacer.take(elapsed, run.user_rate(elapsed)):
+            return
+        payload = stamp(time.time_ns(), run.settings.size)
+        error = None
+        started = time.perf_counter()
+        try:
+            self.client.publish(payload, timeout=run.settings.timeout)
+        except FyrehoseError as exc:
+            error = exc
+        response_ms = (time.perf_counter() - started) * 1000
+        self.environment.events.request.fire(
+            request_type=PUSH, name="publish", response_time=response_ms, response_length=len(payload),
+            exception=error, context={},
+        )
+        run.count_push(run.schedule.index_at(elapsed), response_ms, error is not None)
+
+    def on_stop(self) -> None:
+        self.client.close()
+
+
+class Subscriber(User):
+    """Subscribes, recovers gaps with its peers, and reports each message's publish-to-deliver time as DELIVER.
+
+    What the backbone delivered and what peers re-delivered is counted per
+    phase (loss before and after recovery); a range given up is also reported
+    as a failed DELIVER named "lost".
+    """
+
+    load: ProcessRun
+    fixed_count = 2  # set from --subscribers when the test starts
+
+    def on_start(self) -> None:
+        settings = self.load.settings
+        self.backbone = parse_hostport(settings.backbone)
+        self.session = SubscriberSession(self.backbone, DeliveryAccount(self.load.phase_of_ns),
+                                         give_up_after=max(settings.drain, 0.5))
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+        self.sock.bind(("0.0.0.0", 0))
+        self.forwards: gevent.queue.Queue = gevent.queue.Queue(maxsize=1024)
+        self.forwarder = gevent.spawn(self._serve_forwards)
+        self._pump(time.monotonic() + ACK_WAIT, until_acked=True)
+        if not self.session.acked:
+            self.on_stop()  # Locust calls on_stop only for users that started
+            host, port = self.backbone
+            raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} within {ACK_WAIT:g} s")
+        self.load.subscribers.append(self)
+
+    @task
+    def receive(self) -> None:
+        self._pump(time.monotonic() + PUMP_SLICE)
+
+    def _pump(self, until: float, until_acked: bool = False) -> None:
+        session = self.session
+        sock = self.sock
+        now = time.monotonic()
+        while now < until and not (until_acked and session.acked):
+            sends, events = session.poll(now)
+            for datagram in sends:
+                self._send(datagram, self.backbone)
+            self._report(events)
+            sock.settimeout(min(max(session.deadline() - now, 0.001), until - now))
+            try:
+                datagram, source = sock.recvfrom(65536)
+            except socket.timeout:
+                now = time.monotonic()
+                continue
+            except OSError:
+                session.stats["receive errors"] += 1
+                now = time.monotonic()
+                continue
+            now = time.monotonic()
+            events, forward = session.receive(datagram, source, now)
+            self._report(events)
+            if forward is not None and not self.forwards.full():
+                self.forwards.put_nowait(forward)
+
+    def _report(self, events: list[Event]) -> None:
+        fire = self.environment.events.request.fire
+        now_ns = time.time_ns()
+        for event in events:
+            if isinstance(event, Lost):
+                fire(request_type=DELIVER, name="lost", response_time=None, response_length=0,
+                     exception=MessagesLost(event), context={})
+                continue
+            latency = self.session.account.released(event.data, now_ns)
+            if latency is not None:
+                fire(request_type=DELIVER, name="publish-to-deliver", response_time=latency,
+                     response_length=len(event.data), exception=None, context={})
+
+    def _serve_forwards(self) -> None:
+        """Re-DELIVERs what a peer REQUESTed from this subscriber's journal, paced like the Client's forwarder."""
+        bucket = TokenBucket(FORWARD_RATE, burst=256, now=time.monotonic())
+        while True:
+            forward = self.forwards.get()
+            target = (forward.addr, forward.port)
+            for seq, payload in self.session.journal.held(forward.from_seq, forward.to_seq):
+                delay = bucket.wait_time(time.monotonic())
+                while delay > 0:
+                    gevent.sleep(delay)
+                    delay = bucket.wait_time(time.monotonic())
+                self._send(codec.encode_deliver(seq, payload), target)
+
+    def _send(self, datagram: bytes, target: tuple[str, int]) -> None:
+        try:
+            self.sock.sendto(datagram, target)
+        except OSError:
+            self.session.stats["send errors"] += 1
+
+    def finish(self) -> None:
+        self._report(self.session.finish(time.monotonic()))
+
+    def snapshot(self) -> RunTally:
+        return self.session.snapshot()
+
+    def on_stop(self) -> None:
+        self.forwarder.kill()
+        self.sock.close()

@@ -1,0 +1,155 @@
+"""``fyrehose cache`` as a process on a real backbone: initial values, snapshots, eviction, bad arguments."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from fyrehose import Client
+from fyrehose.envelope import MsgType, Status
+from support import FYREHOSE, run_cli
+
+
+def take_until(stream, wanted, timeout=5.0):
+    """The first event of ``stream`` for which ``wanted`` is true, within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = stream.get(timeout=max(0.0, deadline - time.monotonic()))
+        if event is not None and wanted(event):
+            return event
+    raise AssertionError(f"nothing wanted arrived within {timeout} s")
+
+
+class CacheProcess:
+    """A ``fyrehose cache`` subprocess, stopped with SIGTERM (then SIGKILL) by its PID."""
+
+    def __init__(self, backbone, tmp_path, *extra: str) -> None:
+        self.log = tmp_path / f"cache-{time.monotonic_ns()}.log"
+        self.args = FYREHOSE + ["cache", "--backbone", backbone.address, *extra]
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "CacheProcess":
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(self.args, stderr=log, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while b"session" not in self.log.read_bytes():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError(f"cache did not start: {self.log.read_text()}")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+    def summary(self) -> dict[str, int]:
+        """The counters of the line the cache prints when it stops."""
+        last = self.log.read_text().strip().splitlines()[-1]
+        return {name: int(value) for name, _, value in (item.partition("=") for item in last.split("; ")[1].split())}
+
+
+def test_a_late_subscriber_gets_the_initial_value_then_updates(backbone, tmp_path):
+    with CacheProcess(backbone, tmp_path) as cache, Client(backbone.addr, subscribe=False) as publisher:
+        publisher.publish(b'{"bid":10,"ask":11}', subject="NASDAQ.INTC")
+        publisher.publish(b'{"ask":12}', subject="NASDAQ.INTC")
+        publisher.publish(b'{"bid":1}', subject="NASDAQ.MSFT")
+        with Client(backbone.addr, user="late") as late:
+            stream = late.subscribe("NASDAQ.INTC", initial=True)
+            initial = stream.get(timeout=10)
+            assert (initial.subject, initial.type, initial.status) == ("NASDAQ.INTC", MsgType.INITIAL, Status.OK)
+            assert json.loads(initial.data) == {"bid": 10, "ask": 12}
+            publisher.publish(b'{"bid":13}', subject="NASDAQ.INTC")
+            update = stream.get(timeout=10)
+            assert (update.type, update.data) == (MsgType.UPDATE, b'{"bid":13}')
+            assert stream.get(timeout=0.3) is None  # MSFT never matches, the answer came once
+    assert cache.summary()["starts"] == 1
+
+
+def test_initial_value_is_never_overtaken_by_older_state(backbone, tmp_path):
+    """Updates race the START: whatever the timing, the subscriber's view only moves forward."""
+    with CacheProcess(backbone, tmp_path), Client(backbone.addr, subscribe=False) as publisher:
+        publisher.publish(b'{"n":0}', subject="count.x")
+        done = threading.Event()
+
+        def count() -> None:
+            for n in range(1, 301):
+                publisher.publish(f'{{"n":{n}}}'.encode(), subject="count.x")
+            done.set()
+
+        counter = threading.Thread(target=count)
+        counter.start()
+        time.sleep(0.05)
+        try:
+            with Client(backbone.addr, user="late") as late:
+                stream = late.subscribe("count.x", initial=True)
+                seen = []
+                while not seen or seen[-1] != 300:
+                    event = stream.get(timeout=10)
+                    assert event is not None, f"stream stalled after {seen[-5:]}"
+                    seen.append(json.loads(event.data)["n"])
+        finally:
+            counter.join(30)
+        assert done.is_set()
+        assert seen == list(range(seen[0], 301))  # the initial, then every newer update once, in order
+
+
+def test_snapshots_not_found_found_and_relocated(backbone, tmp_path):
+    with CacheProcess(backbone, tmp_path), Client(backbone.addr, user="sam") as client:
+        missing = client.snapshot("q.none", timeout=5)
+        assert (missing.subject, missing.type, missing.status, missing.data) == \
+            ("q.none", MsgType.SNAP, Status.NOT_FOUND, b"")
+        client.publish(b"v1", subject="q.old", type=MsgType.INITIAL, status=Status.STALE)
+        found = client.snapshot("q.old", timeout=5)
+        assert (found.type, found.status, found.data) == (MsgType.INITIAL, Status.STALE, b"v1")
+        client.publish(b"q.new", subject="q.old", type=MsgType.DROP, status=Status.RELOCATE)
+        moved = client.snapshot("q.old", timeout=5)
+        assert (moved.type, moved.status, moved.data) == (MsgType.DROP, Status.RELOCATE, b"q.new")
+        assert client.snapshot("q.new", timeout=5).data == b"v1"
+
+
+def test_max_bytes_evicts_with_preempted_drops(backbone, tmp_path):
+    with CacheProcess(backbone, tmp_path, "--max-bytes", "2000") as cache, Client(backbone.addr) as client:
+        drops = client.subscribe("big.>")
+        for index in range(4):
+            client.publish(bytes(600), subject=f"big.{index}")
+        evicted = take_until(drops, lambda m: m.type == MsgType.DROP, timeout=5)
+        assert (evicted.subject, evicted.status) == ("big.0", Status.PREEMPTED)
+        assert client.snapshot("big.0", timeout=5).status == Status.NOT_FOUND
+        assert client.snapshot("big.3", timeout=5).status == Status.OK
+    assert cache.summary()["preempted_sent"] >= 1
+
+
+@pytest.mark.parametrize("args", [
+    ["--max-bytes", "0"],
+    ["--auth-db", "users.json"],
+    ["--service", "quotes"],
+    ["--session-interval", "-1"],
+    ["--user", "a.b"],
+])
+def test_bad_arguments_give_one_line_and_nonzero_exit(args, backbone):
+    result = run_cli("cache", "--backbone", backbone.address, *args, timeout=20)
+    assert result.returncode != 0
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_missing_auth_database_is_one_line(tmp_path, backbone):
+    result = run_cli("cache", "--backbone", backbone.address, "--auth-db", str(tmp_path / "nope.json"),
+                     "--service", "quotes", timeout=20)
+    assert result.returncode == 1
+    assert result.stderr.decode().strip().splitlines() == [f"fyrehose cache: error: no auth database at {tmp_path / 'nope.json'}"]
+
+
+def test_help():
+    result = run_cli("cache", "--help")
+    assert result.returncode == 0 and b"--max-bytes" in result.stdout

@@ -1,0 +1,192 @@
+"""Helpers for the gateway tests: gateway processes, and a Marlin client written from seeds/003 alone.
+
+Not a test module of its own (it holds no tests); the gateway test modules
+import from it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+
+from support import FYREHOSE, LOOPBACK, BackboneProcess
+
+KINDS = ("redis", "nats", "marlin")
+
+
+@dataclass
+class GatewayProcess:
+    """A ``fyrehose gateway KIND`` subprocess listening on a port it chose; stopped by PID."""
+
+    kind: str
+    backbone: str
+    log_dir: Path
+    extra: list[str] = field(default_factory=list)
+    port: int = 0
+    proc: subprocess.Popen | None = None
+    log: Path | None = None
+
+    def start(self, timeout: float = 20.0) -> "GatewayProcess":
+        self.log = self.log_dir / f"gateway-{self.kind}-{os.getpid()}-{time.monotonic_ns()}.log"
+        args = FYREHOSE + ["gateway", self.kind, "--listen", f"{LOOPBACK}:0", "--backbone", self.backbone] + self.extra
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log)
+        line = self._first_line(timeout)
+        found = re.search(rb"listening on 127\.0\.0\.1:(\d+)", line)
+        if not found:
+            self.kill()
+            raise RuntimeError(f"{self.kind} gateway did not start: {line!r} {self.log.read_text()[-2000:]}")
+        self.port = int(found.group(1))
+        return self
+
+    def _first_line(self, timeout: float) -> bytes:
+        assert self.proc is not None and self.proc.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            if not selector.select(timeout):
+                return b""
+        return self.proc.stdout.readline()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return LOOPBACK, self.port
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log else ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def rss(self) -> int:
+        assert self.proc is not None
+        return psutil.Process(self.proc.pid).memory_info().rss
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM and wait: the clean shutdown."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def module_backbone(tmp_path_factory):
+    """One backbone for all tests of a module (starting processes is what costs time)."""
+    process = BackboneProcess(tmp_path_factory.mktemp("gateway-backbone") / "state").start()
+    yield process
+    process.kill()
+
+
+@pytest.fixture(scope="module")
+def gateways(module_backbone, tmp_path_factory):
+    """A redis, a nats and a marlin gateway on the module's backbone, by kind."""
+    log_dir = tmp_path_factory.mktemp("gateway-logs")
+    started: dict[str, GatewayProcess] = {}
+    try:
+        for kind in KINDS:
+            started[kind] = GatewayProcess(kind, module_backbone.address, log_dir).start()
+        yield started
+    finally:
+        for process in started.values():
+            process.kill()
+
+
+def wait_until(condition, timeout: float = 10.0, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+# ---------------------------------------------------------------- a Marlin client from seeds/003
+
+# seeds/003: every message is VERSION(1) TYPE(1) PAYLOAD; over TCP each message is
+# preceded by its length as 4 bytes, big endian (docs/protocol.md, "Marlin over TCP").
+M_SUBSCRIBE, M_UNSUBSCRIBE, M_RESPONSE, M_MESSAGE = 0, 1, 2, 3
+
+
+def marlin_frame(kind: int, payload: bytes, version: int = 0) -> bytes:
+    body = bytes((version, kind)) + payload
+    return struct.pack(">I", len(body)) + body
+
+
+def marlin_message(channel: bytes, data: bytes, message_id: int = 0) -> bytes:
+    payload = struct.pack(">QQH", len(data), message_id, len(channel)) + channel + data
+    return marlin_frame(M_MESSAGE, payload)
+
+
+class MarlinClient:
+    """A blocking Marlin client: send frames, read (kind, fields) tuples."""
+
+    def __init__(self, address: tuple[str, int], timeout: float = 5.0) -> None:
+        self.sock = socket.create_connection(address, timeout=timeout)
+        self.buffer = bytearray()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def subscribe(self, channel: bytes) -> None:
+        self.sock.sendall(marlin_frame(M_SUBSCRIBE, channel))
+
+    def unsubscribe(self, channel: bytes) -> None:
+        self.sock.sendall(marlin_frame(M_UNSUBSCRIBE, channel))
+
+    def publish(self, channel: bytes, data: bytes, message_id: int = 0) -> None:
+        self.sock.sendall(marlin_message(channel, data, message_id))
+
+    def read(self, timeout: float = 5.0):
+        """The next message: ("response", ok, text) or ("message", id, channel, data); None on timeout/EOF."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if len(self.buffer) >= 4:
+                (length,) = struct.unpack_from(">I", self.buffer)
+                if len(self.buffer) >= 4 + length:
+                    body = bytes(self.buffer[4:4 + length])
+                    del self.buffer[:4 + length]
+                    return _parse_marlin(body)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self.sock.settimeout(remaining)
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                return None
+            if not chunk:
+                return None
+            self.buffer += chunk
+
+
+def _parse_marlin(body: bytes):
+    assert body[0] == 0, f"version byte {body[0]}"
+    if body[1] == M_RESPONSE:
+        assert body[2] in (0, 1)
+        return ("response", body[2] == 0, body[3:])
+    assert body[1] == M_MESSAGE, f"unexpected type {body[1]}"
+    data_length, message_id, channel_length = struct.unpack_from(">QQH", body, 2)
+    channel = body[20:20 + channel_length]
+    data = body[20 + channel_length:]
+    assert len(data) == data_length
+    return ("message", message_id, channel, data)

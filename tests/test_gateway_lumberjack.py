@@ -1,0 +1,469 @@
+"""``fyrehose gateway lumberjack`` as a process, with a real backbone, pylogbeat and hand-built seeds/002 frames."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import orjson
+import pylogbeat
+import pytest
+
+from fyrehose import Client, Lost
+from fyrehose.envelope import decode
+from fyrehose.gateways.lumberjack.frames import (
+    VERSION_1,
+    VERSION_2,
+    decode_acks,
+    encode_compressed,
+    encode_json,
+    encode_key_value,
+    encode_window,
+)
+from support import FYREHOSE, LOOPBACK, free_port
+
+
+class GatewayProcess:
+    def __init__(self, log: Path, backbone: str, extra: list[str]) -> None:
+        self.port = free_port(socket.SOCK_STREAM)
+        self.log = log
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                FYREHOSE + ["gateway", "lumberjack", "--listen", f"{LOOPBACK}:{self.port}",
+                            "--backbone", backbone] + extra, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        while "listening on" not in self.output():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"gateway did not start: {self.output()}")
+            time.sleep(0.05)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> int:
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            return self.proc.wait(20)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def gateway_factory(tmp_path):
+    started: list[GatewayProcess] = []
+
+    def start(backbone, *extra: str) -> GatewayProcess:
+        gateway = GatewayProcess(tmp_path / f"gateway-{len(started)}.log", backbone.address, list(extra))
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.kill()
+
+
+class Recorder:
+    """A subscriber that keeps every message it is delivered, through backbone restarts (the in-memory journal)."""
+
+    def __init__(self, backbone_addr) -> None:
+        self.client = Client(backbone_addr, give_up_after=3.0)
+        self.stream = self.client.subscribe(1, on_loss="yield")  # from the first sequence: a complete history
+        self.messages: list = []  # (seq, envelope)
+        self.lost = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            event = self.stream.get(timeout=0.5)
+            if event is None:
+                if self.client._closed:
+                    return
+                continue
+            if isinstance(event, Lost):
+                self.lost += event.count
+            else:
+                self.messages.append((event.seq, decode(event.data)))
+
+    def documents(self) -> list[dict]:
+        return [orjson.loads(envelope.data) for _, envelope in list(self.messages)]
+
+    def wait_for(self, count: int, timeout: float = 15.0) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while len(self.messages) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.documents()
+
+    def has(self, document: dict, timeout: float = 15.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while document not in self.documents():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def close(self) -> None:
+        self.client.close()
+        self._thread.join(5)
+
+
+@pytest.fixture
+def recorder_factory():
+    recorders: list[Recorder] = []
+
+    def start(backbone) -> Recorder:
+        recorders.append(Recorder(backbone.addr))
+        return recorders[-1]
+
+    yield start
+    for recorder in recorders:
+        recorder.close()
+
+
+def beats_client(gateway: GatewayProcess, **tls) -> pylogbeat.PyLogBeatClient:
+    return pylogbeat.PyLogBeatClient(LOOPBACK, gateway.port, timeout=20, **tls)
+
+
+def exchange(gateway: GatewayProcess, data: bytes, *, half_close: bool = False, until_ack: int | None = None,
+             timeout: float = 15.0) -> tuple[list[tuple[int, int]], bool]:
+    """Send raw bytes; read acks until ``until_ack`` arrives or the gateway closes. (acks, closed by gateway)."""
+    acks: list[tuple[int, int]] = []
+    received = b""
+    with socket.create_connection((LOOPBACK, gateway.port), timeout=timeout) as sock:
+        sock.sendall(data)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(4096)
+            except ConnectionResetError:
+                return acks, True
+            if not chunk:
+                return acks, True
+            received += chunk
+            usable = len(received) - len(received) % 6
+            acks += decode_acks(received[:usable])
+            received = received[usable:]
+            if until_ack is not None and any(seq == until_ack for _, seq in acks):
+                return acks, False
+    raise AssertionError(f"no end of the exchange within {timeout} s; acks so far {acks}")
+
+
+def json_frame(seq: int, document: dict, version: int = VERSION_2) -> bytes:
+    return encode_json(seq, orjson.dumps(document), version)
+
+
+# ---------------------------------------------------------------- publishing
+
+
+def test_pylogbeat_batches_are_published_in_order_with_subjects_from_the_beat(backbone, gateway_factory,
+                                                                              recorder_factory):
+    gateway = gateway_factory(backbone)
+    recorder = recorder_factory(backbone)
+    batches = [
+        [{"message": f"line {n}", "@metadata": {"beat": "filebeat"}, "n": n} for n in range(5)],
+        [{"message": "m", "@metadata": {"beat": "metric beat"}, "n": n} for n in range(5, 1305)],  # > 2 chunks
+        [{"message": "no beat here", "n": 1305}],
+    ]
+    with beats_client(gateway) as client:
+        for batch in batches:
+            client.send(batch)  # returns once the whole batch is acked
+    sent = [event for batch in batches for event in batch]
+    assert recorder.wait_for(len(sent)) == sent
+    subjects = [envelope.subject for _, envelope in recorder.messages]
+    assert subjects == ["filebeat"] * 5 + ["metric_beat"] * 1300 + ["lumberjack"]
+    seqs = [seq for seq, _ in recorder.messages]
+    assert seqs == sorted(seqs)
+
+
+def test_seed_v1_key_value_frames_plain_and_compressed(backbone, gateway_factory, recorder_factory):
+    gateway = gateway_factory(backbone, "--subject-field", "type", "--default-subject", "v1.other")
+    recorder = recorder_factory(backbone)
+    plain = encode_window(3, VERSION_1) + b"".join(
+        encode_key_value(seq, {"type": "syslog", "line": f"l{seq}"}) for seq in (1, 2, 3))
+    acks, closed = exchange(gateway, plain, until_ack=3)
+    assert not closed and acks[-1] == (VERSION_1, 3)
+    compressed = encode_window(2, VERSION_1) + encode_compressed(
+        [encode_key_value(4, {"line": "l4"}), encode_key_value(5, {"type": "a.b", "line": "l5"})], VERSION_1)
+    acks, closed = exchange(gateway, compressed, until_ack=5)
+    assert not closed and all(version == VERSION_1 for version, _ in acks) and acks[-1] == (VERSION_1, 5)
+    documents = recorder.wait_for(5)
+    assert [document["line"] for document in documents] == ["l1", "l2", "l3", "l4", "l5"]
+    assert [envelope.subject for _, envelope in recorder.messages] == ["syslog"] * 3 + ["v1.other", "a.b"]
+
+
+def test_pipelined_windows_with_restarting_sequences_are_acked_per_window(backbone, gateway_factory,
+                                                                         recorder_factory):
+    gateway = gateway_factory(backbone)
+    recorder = recorder_factory(backbone)
+    stream = encode_window(2) + encode_compressed([json_frame(1, {"w": 1, "n": 1}), json_frame(2, {"w": 1, "n": 2})]) \
+        + encode_window(3) + encode_compressed([json_frame(seq, {"w": 2, "n": seq}) for seq in (1, 2, 3)])
+    acks, closed = exchange(gateway, stream, until_ack=3)
+    assert not closed
+    seqs = [seq for _, seq in acks]
+    first_window_done = seqs.index(2)  # window 1 is acked up to its last event before window 2 is acked at all
+    assert seqs[:first_window_done] == sorted(seqs[:first_window_done])
+    assert seqs[first_window_done + 1:] == sorted(seqs[first_window_done + 1:]) and seqs[-1] == 3
+    assert recorder.wait_for(5) == [{"w": 1, "n": 1}, {"w": 1, "n": 2}, {"w": 2, "n": 1}, {"w": 2, "n": 2},
+                                    {"w": 2, "n": 3}]
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def bomb() -> bytes:
+    squeezer = zlib.compressobj(9)
+    packed = b"".join(squeezer.compress(bytes(1 << 20)) for _ in range(16)) + squeezer.flush()  # 16 MiB of zeros
+    return b"2C" + struct.pack(">I", len(packed)) + packed
+
+
+BAD_INPUTS = {
+    # name: (bytes after a valid window holding one good event, close our side after sending?, log text)
+    "unknown version": (b"3J\0\0\0\2\0\0\0\2{}", False, "unknown protocol version"),
+    "unknown frame type": (b"2X", False, "unknown frame type"),
+    "window 0": (b"2W\0\0\0\0", False, "window size 0"),
+    "oversize frame": (b"2J\0\0\0\2" + struct.pack(">I", 1 << 30), False, "exceeds the limit"),
+    "truncated frame": (json_frame(2, {"case": "truncated frame", "n": 2})[:-3], True, "closed inside a frame"),
+    "compression bomb": (bomb(), False, "inflates beyond the limit"),
+    "window exceeded": (json_frame(2, {"n": 2}) + json_frame(3, {"n": 3}), False, "window exceeded"),
+    "invalid JSON": (encode_json(2, b'{"n": 2'), False, "invalid JSON"),
+}
+
+
+def test_bad_input_closes_only_that_connection_and_nothing_unpublished_is_acked(backbone, gateway_factory,
+                                                                               recorder_factory):
+    gateway = gateway_factory(backbone, "--max-compressed-bytes", str(8 << 20))
+    recorder = recorder_factory(backbone)
+    for case, (bad, half_close, log_text) in BAD_INPUTS.items():
+        window = 2 if case == "window exceeded" else 5
+        good = encode_window(window) + json_frame(1, {"case": case, "n": 1})
+        acks, closed = exchange(gateway, good + bad, half_close=half_close)
+        assert closed, case
+        assert set(acks) <= {(VERSION_2, 1), (VERSION_2, 0)}, (case, acks)
+        if (VERSION_2, 1) in acks:  # acked: must be published
+            assert recorder.has({"case": case, "n": 1}), case
+        assert gateway.output().count(log_text) >= 1, (case, gateway.output())
+        assert gateway.alive(), case
+    assert gateway.output().count("bad input, connection closed") == len(BAD_INPUTS)
+    assert all(document["n"] == 1 for document in recorder.documents()), "nothing after the bad frame is published"
+    with beats_client(gateway) as client:
+        client.send([{"after": "bad input"}])
+    assert recorder.has({"after": "bad input"})
+
+
+# ---------------------------------------------------------------- acks and the backbone
+
+
+def test_no_ack_before_the_backbone_confirms(backbone_factory, gateway_factory, recorder_factory):
+    backbone = backbone_factory()
+    gateway = gateway_factory(backbone)
+    recorder = recorder_factory(backbone)
+    backbone.kill()
+    with socket.create_connection((LOOPBACK, gateway.port), timeout=20) as sock:
+        sock.sendall(encode_window(1) + json_frame(1, {"waited": True}))
+        acks = []
+        sock.settimeout(0.2)
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:  # only keep-alive acks while nothing can be published
+            try:
+                acks += decode_acks(sock.recv(6))
+            except socket.timeout:
+                continue
+        assert set(acks) <= {(VERSION_2, 0)}
+        backbone_factory(port=backbone.port, state_dir=backbone.state_dir)
+        sock.settimeout(20)
+        while (VERSION_2, 1) not in acks:
+            reply = sock.recv(6)
+            assert reply, "the gateway closed the connection instead of acking"
+            acks += decode_acks(reply)
+    assert set(acks) <= {(VERSION_2, 0), (VERSION_2, 1)}
+    assert recorder.wait_for(1) == [{"waited": True}]
+
+
+def test_a_late_subscriber_recovers_acked_events_from_the_gateway(backbone, gateway_factory, recorder_factory):
+    gateway = gateway_factory(backbone)
+    with beats_client(gateway) as client:  # nobody subscribes: only the gateway holds these now
+        client.send([{"early": n} for n in range(10)])
+    late = recorder_factory(backbone)
+    assert late.wait_for(10) == [{"early": n} for n in range(10)]
+    assert late.lost == 0
+
+
+class JournalProcess:
+    """``fyrehose journal`` with a complete history (from sequence 1), read back with ``journal inspect``."""
+
+    def __init__(self, directory: Path, backbone: str) -> None:
+        self.directory = directory / "journal"
+        self.log = directory / "journal.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                FYREHOSE + ["journal", "--backbone", backbone, "--dir", str(self.directory), "--from", "1",
+                            "--no-parquet", "--give-up", "3"], stdout=out, stderr=subprocess.STDOUT)
+
+    def ids(self) -> set[int]:
+        """The "id" of every event journaled so far (the records hold binary envelopes, so no line splitting)."""
+        result = subprocess.run(FYREHOSE + ["journal", "inspect", str(self.directory), "--records", "1..1000000"],
+                                capture_output=True, timeout=60)
+        assert result.returncode == 0, result.stderr.decode(errors="replace")
+        return {int(number) for number in re.findall(rb'"id":(\d+)', result.stdout)}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+def test_backbone_kill9_mid_stream_every_acked_event_is_in_the_journal(backbone_factory, gateway_factory, tmp_path):
+    backbone = backbone_factory()
+    journal = JournalProcess(tmp_path, backbone.address)
+    try:
+        gateway = gateway_factory(backbone)
+        acked: list[int] = []
+        stop = threading.Event()
+        failure: list[BaseException] = []
+
+        def ship() -> None:
+            try:
+                with beats_client(gateway) as client:
+                    number = 0
+                    while not stop.is_set() and number < 20_000:
+                        batch = [{"id": number + k, "message": "x" * 100} for k in range(20)]
+                        client.send(batch)  # returns once the gateway acked the whole batch
+                        acked.extend(event["id"] for event in batch)
+                        number += len(batch)
+            except BaseException as exc:  # reported by the test thread
+                failure.append(exc)
+
+        shipper = threading.Thread(target=ship, daemon=True)
+        shipper.start()
+        deadline = time.monotonic() + 20
+        while len(acked) < 400 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        backbone.kill()  # kill -9 while batches are in flight
+        killed_at = len(acked)
+        time.sleep(0.5)
+        backbone_factory(port=backbone.port, state_dir=backbone.state_dir)
+        while len(acked) < killed_at + 400 and time.monotonic() < deadline + 20 and not failure:
+            time.sleep(0.01)
+        stop.set()
+        shipper.join(30)
+        assert not failure, failure
+        assert len(acked) >= killed_at + 400, "shipping did not resume after the restart"
+        wanted = set(acked)
+        deadline = time.monotonic() + 30
+        while not wanted <= journal.ids() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert gateway.alive()
+    finally:
+        journal.stop()
+    missing = wanted - journal.ids()
+    assert not missing, f"{len(missing)} acked events are not in the journal: {sorted(missing)[:20]}"
+
+
+# ---------------------------------------------------------------- TLS
+
+
+@pytest.fixture(scope="session")
+def certificates(tmp_path_factory) -> dict[str, str]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, made with the openssl command."""
+    directory = tmp_path_factory.mktemp("tls")
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=60)
+
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test CA")
+    (directory / "server.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    for name in ("server", "client"):
+        openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+        extension = ["-extfile", "server.ext"] if name == "server" else []
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", f"{name}.pem", "-days", "2", *extension)
+    return {name: str(directory / name) for name in
+            ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+
+
+def test_tls_with_required_client_certificates(backbone, gateway_factory, recorder_factory, certificates):
+    gateway = gateway_factory(backbone, "--tls-cert", certificates["server.pem"], "--tls-key",
+                              certificates["server.key"], "--tls-ca", certificates["ca.pem"])
+    recorder = recorder_factory(backbone)
+    verified = {"ssl_enable": True, "ssl_verify": True, "ca_certs": certificates["ca.pem"]}
+    with beats_client(gateway, certfile=certificates["client.pem"], keyfile=certificates["client.key"],
+                      **verified) as client:
+        client.send([{"secure": n} for n in range(3)])
+    assert recorder.wait_for(3) == [{"secure": n} for n in range(3)]
+
+    with pytest.raises((OSError, pylogbeat.ConnectionException)):
+        with beats_client(gateway, **verified) as client:  # no client certificate
+            client.send([{"secure": "no certificate"}])
+    acks, closed = exchange(gateway, encode_window(1) + json_frame(1, {"secure": "plain TCP"}))
+    assert closed and not acks
+    deadline = time.monotonic() + 5
+    while gateway.output().count("TLS handshake failed") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gateway.output().count("TLS handshake failed") == 2 and gateway.alive()
+    time.sleep(0.3)
+    assert len(recorder.messages) == 3
+
+
+def test_tls_without_client_certificates(backbone, gateway_factory, recorder_factory, certificates):
+    gateway = gateway_factory(backbone, "--tls-cert", certificates["server.pem"], "--tls-key",
+                              certificates["server.key"])
+    recorder = recorder_factory(backbone)
+    with beats_client(gateway, ssl_enable=True, ssl_verify=True, ca_certs=certificates["ca.pem"]) as client:
+        client.send([{"encrypted": True}])
+    assert recorder.wait_for(1) == [{"encrypted": True}]
+
+
+def test_bad_options_are_one_line_errors(backbone, certificates, tmp_path):
+    from support import run_cli
+
+    def failure(*options: str) -> str:
+        result = run_cli("gateway", "lumberjack", "--listen", f"{LOOPBACK}:0", "--backbone", backbone.address,
+                         *options, timeout=30)
+        assert result.returncode != 0
+        return result.stderr.decode()
+
+    assert "go together" in failure("--tls-cert", certificates["server.pem"])
+    assert "needs --tls-cert" in failure("--tls-ca", certificates["ca.pem"])
+    error = failure("--tls-cert", certificates["server.pem"], "--tls-key", str(tmp_path / "missing.key"))
+    assert "cannot load TLS certificate" in error and len(error.strip().splitlines()) == 1
+    assert "bad subject" in failure("--default-subject", "two words")
+    assert "must be in (0, 25]" in failure("--publish-timeout", "30")
+    with socket.socket() as taken:
+        taken.bind((LOOPBACK, 0))
+        taken.listen()
+        error = run_cli("gateway", "lumberjack", "--listen", f"{LOOPBACK}:{taken.getsockname()[1]}",
+                        "--backbone", backbone.address, timeout=30)
+    assert error.returncode == 1 and "in use" in error.stderr.decode()
+    assert len(error.stderr.decode().strip().splitlines()) == 1
+
+
+def test_sigterm_stops_the_gateway_cleanly(backbone, gateway_factory):
+    gateway = gateway_factory(backbone)
+    with beats_client(gateway) as client:
+        client.send([{"before": "stop"}])
+    assert gateway.stop() == 0
+    assert "stopped: " in gateway.output() and "events published 1" in gateway.output()

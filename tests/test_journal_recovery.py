@@ -1,0 +1,232 @@
+"""The journal end to end: real backbone and journal processes over loopback UDP.
+
+- a subscriber behind a relay that drops 1% of its datagrams recovers every
+  message, and only the journal can supply them (the subscriber sets NOJOURNAL
+  and no other client journals);
+- with several journals, a subscriber recovers from whichever is alive;
+- a journal killed with SIGKILL again and again under load ends up, after its
+  restarts, holding every confirmed message (backfilled from the other
+  journal), and ``journal verify`` passes.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fyrehose import Client
+from fyrehose.journal.gapindex import FILE_NAME as GAPS_FILE
+from fyrehose.journal.gapindex import parse_gaps
+from fyrehose.journal.reader import FileScan, list_segments
+from fyrehose.journal.report import records_in
+from fyrehose.tracker import Message
+from support import FYREHOSE, LossyRelay, run_cli
+
+
+class JournalProcess:
+    """A ``fyrehose journal`` subprocess on one directory; stopped or killed by its PID."""
+
+    def __init__(self, backbone: str, directory: Path, *extra: str) -> None:
+        self.args = FYREHOSE + ["journal", "--backbone", backbone, "--dir", str(directory), *extra]
+        self.directory = directory
+        self.log = directory.parent / f"{directory.name}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "JournalProcess":
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def stop(self) -> int:
+        """SIGTERM and wait: a clean stop."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            return self.proc.wait(30)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL (kill -9) and reap."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def forwarded(self) -> int:
+        """Messages re-DELIVERed in all runs so far, from the journal's exit lines."""
+        return sum(int(n) for n in re.findall(r"forwarded (\d+)", self.log.read_text()))
+
+
+@pytest.fixture
+def journals(tmp_path):
+    started: list[JournalProcess] = []
+
+    def start(backbone, name: str, *extra: str) -> JournalProcess:
+        journal = JournalProcess(backbone.address, tmp_path / name, *extra).start()
+        started.append(journal)
+        return journal
+
+    yield start
+    for journal in started:
+        journal.kill()
+
+
+def last_written(directory: Path) -> int:
+    """The highest sequence a journal directory holds on disk or in its gap index (0: none yet)."""
+    segments, _ = list_segments(directory)
+    last = 0
+    if segments:
+        for _, record in FileScan(segments[-1].path):
+            last = record.seq
+    gaps_path = directory / GAPS_FILE
+    if gaps_path.exists():
+        gaps, _, _ = parse_gaps(gaps_path.read_bytes())
+        last = max([last] + [g.to_seq for g in gaps])
+    return last
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def journaling(publisher: Client, *journals: JournalProcess) -> int:
+    """Publish probes until every journal has written one (it is subscribed); the last probe's sequence."""
+    deadline = time.monotonic() + 20
+    seq = publisher.publish(b"probe")
+    while not all(last_written(j.directory) >= seq for j in journals):
+        assert time.monotonic() < deadline, "journals did not start journaling"
+        assert all(j.proc.poll() is None for j in journals), [j.log.read_text() for j in journals]
+        time.sleep(0.1)
+        seq = publisher.publish(b"probe")
+    wait_until(lambda: all(last_written(j.directory) >= seq for j in journals), 10, "the last probe")
+    return seq
+
+
+def held(directory: Path, first: int, last: int) -> dict[int, bytes]:
+    return {record.seq: record.data for record in records_in(directory, first, last)}
+
+
+def recorded_lost(directory: Path) -> set[int]:
+    gaps, _, _ = parse_gaps((directory / GAPS_FILE).read_bytes())
+    return {seq for gap in gaps for seq in range(gap.from_seq, gap.to_seq + 1)}
+
+
+def recover_through_the_journal_despite_one_percent_loss(backbone, journals, messages: int) -> None:
+    journal = journals(backbone, "journal", "--no-parquet")
+    relay = LossyRelay(backbone.addr, drop_every=100)
+    try:
+        with Client(backbone.addr, subscribe=False) as publisher:
+            journaling(publisher, journal)
+            # one DELIVER per datagram (no BATCH), so dropping 1% of datagrams loses 1% of the messages
+            with Client(relay.addr, journal=False, batch=False) as lossy:
+                stream = lossy.subscribe(on_loss="yield")
+                payloads = [b"payload %06d" % i for i in range(messages)]
+                seqs = []
+                for start in range(0, messages, 1000):
+                    seqs += publisher.publish_many(payloads[start:start + 1000])
+                events = []
+                deadline = time.monotonic() + 60 + messages / 2000
+                while len(events) < messages and time.monotonic() < deadline:
+                    event = stream.get(timeout=1.0)
+                    if event is not None:
+                        events.append(event)
+                assert relay.dropped >= messages // 100 * 0.9
+                assert lossy.stats["requests"] > 0
+                assert all(isinstance(e, Message) for e in events), [e for e in events if not isinstance(e, Message)][:3]
+                assert [e.seq for e in events] == seqs
+                assert [e.data for e in events] == payloads
+        assert journal.stop() == 0
+        assert journal.forwarded() >= relay.dropped  # only the journal could answer the REQUESTs
+    finally:
+        relay.close()
+
+
+def test_a_subscriber_with_one_percent_loss_recovers_10000_messages_through_the_journal(backbone, journals):
+    recover_through_the_journal_despite_one_percent_loss(backbone, journals, 10_000)
+
+
+@pytest.mark.slow
+def test_a_subscriber_with_one_percent_loss_recovers_100000_messages_through_the_journal(backbone, journals):
+    recover_through_the_journal_despite_one_percent_loss(backbone, journals, 100_000)
+
+
+def test_a_subscriber_recovers_from_whichever_journal_is_alive(backbone, journals):
+    first, second = journals(backbone, "first"), journals(backbone, "second")
+    with Client(backbone.addr, subscribe=False) as publisher:
+        start = journaling(publisher, first, second) + 1
+        payloads = [b"kept %d" % i for i in range(3000)]
+        seqs = publisher.publish_many(payloads)
+        wait_until(lambda: all(last_written(j.directory) >= seqs[-1] for j in (first, second)), 20, "both journals")
+        for dead, alive in ((first, second), (second, first)):
+            dead.kill()  # the late subscriber and the publisher set NOJOURNAL: only `alive` can answer
+            with Client(backbone.addr, journal=False) as late:
+                stream = late.subscribe(start, on_loss="yield")
+                events = [stream.get(timeout=20) for _ in range(3000)]
+            assert [(e.seq, e.data) for e in events] == list(zip(seqs, payloads)), f"recovering from {alive.directory.name}"
+            dead.start()  # back for the next round: it resumes and backfills from the other
+            wait_until(lambda: last_written(dead.directory) >= seqs[-1], 20, "the restarted journal")
+        assert first.stop() == 0 and second.stop() == 0
+
+
+def test_kill_minus_nine_in_a_loop_under_load_loses_nothing_confirmed(backbone, journals, tmp_path):
+    steady = journals(backbone, "steady")
+    victim = journals(backbone, "victim")
+    confirmed: list[int] = []
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def publish() -> None:
+        try:
+            number = 0
+            while not stop.is_set():
+                batch = [b"load %d" % (number + i) for i in range(200)]
+                confirmed.extend(publisher.publish_many(batch))
+                number += 200
+                time.sleep(0.01)
+        except BaseException as exc:  # reported by the test thread
+            failures.append(exc)
+
+    with Client(backbone.addr, subscribe=False) as publisher, Client(backbone.addr) as keeper:
+        keeper.subscribe()  # another client that holds recent messages, as a subscriber would
+        first = journaling(publisher, steady, victim) + 1
+        thread = threading.Thread(target=publish, daemon=True)
+        thread.start()
+        rng = random.Random(4)
+        try:
+            for _ in range(6):
+                time.sleep(rng.uniform(0.4, 1.2))
+                victim.kill()
+                time.sleep(rng.uniform(0.0, 0.4))
+                victim.start()
+        finally:
+            stop.set()
+            thread.join(30)
+        assert not failures, failures
+        last = confirmed[-1]
+        wait_until(lambda: last_written(victim.directory) >= last and last_written(steady.directory) >= last,
+                   60, f"both journals reaching {last}")
+    assert victim.stop() == 0 and steady.stop() == 0
+    for journal in (victim, steady):
+        result = run_cli("journal", "verify", str(journal.directory))
+        assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+    victim_held = held(victim.directory, first, last)
+    steady_held = held(steady.directory, first, last)
+    for directory, mine, other in ((victim.directory, victim_held, steady_held),
+                                   (steady.directory, steady_held, victim_held)):
+        missing = [seq for seq in confirmed if seq not in mine]
+        lost = recorded_lost(directory)
+        # what one journal lacks it may only lack because nobody had it: then it is in its gap index
+        assert all(seq in lost and seq not in other for seq in missing), (directory.name, missing[:10])
+    assert len(victim_held) >= len(confirmed) * 0.99
+    assert victim_held == {seq: data for seq, data in steady_held.items() if seq in victim_held}

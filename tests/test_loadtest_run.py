@@ -1,0 +1,197 @@
+"""``fyrehose loadtest`` end to end: real Locust processes, real backbones over loopback, a real browser.
+
+Every run is short and slow on purpose (tens of messages per second): these
+tests check what the command produces, never how fast anything is.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from support import FYREHOSE, LOOPBACK, free_port, run_cli
+
+RUN_TIMEOUT = 90.0
+STEP_FIELDS = {"t_start", "t_end", "offered_rate", "delivered_rate", "loss_before_recovery",
+               "loss_after_recovery", "p50_ms", "p99_ms"}
+SUMMARY_FIELDS = {"max_sustained_rate", "loss_before_recovery", "loss_after_recovery", "p50_ms", "p99_ms",
+                  "requests", "failures", "shape", "users", "duration_s", "backbone"}
+LOCUST_FILES = ["locust_stats.csv", "locust_stats_history.csv", "locust_failures.csv", "locust_exceptions.csv",
+                "report.html", "metrics.jsonl", "steps.jsonl", "summary.json"]
+
+
+def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
+    """Signal the command by its PID (it stops what it started), then make sure it is gone."""
+    if process.poll() is None:
+        os.kill(process.pid, sig)
+    try:
+        process.wait(timeout)
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+
+def loadtest(*args: str) -> tuple[int, str, str]:
+    process = subprocess.Popen(FYREHOSE + ["loadtest", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        stop(process)  # a no-op unless the run hung: then SIGTERM lets it stop its own processes
+    return process.returncode, stdout.decode(), stderr.decode()
+
+
+def read_jsonl(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def stats_rows(out) -> dict[tuple[str, str], dict]:
+    with open(out / "locust_stats.csv", newline="") as stats:
+        return {(row["Type"], row["Name"]): row for row in csv.DictReader(stats)}
+
+
+def test_a_short_run_writes_every_result_and_loses_nothing(tmp_path):
+    out = tmp_path / "out"
+    code, stdout, stderr = loadtest("--shape", "step", "--step-time", "2", "--duration", "4", "--rate", "40",
+                                    "--users", "2", "--drain", "2", "--out", str(out))
+    assert code == 0, stderr
+    assert "max sustained rate" in stdout
+    for name in LOCUST_FILES:
+        assert (out / name).exists(), name
+
+    rows = stats_rows(out)
+    assert int(rows[("PUSH", "publish")]["Request Count"]) > 0
+    assert int(rows[("DELIVER", "publish-to-deliver")]["Request Count"]) > 0
+    assert "PUSH" in (out / "report.html").read_text()
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert SUMMARY_FIELDS <= set(summary)
+    assert (summary["shape"], summary["users"], summary["duration_s"]) == ("step", 2, 4)
+    assert summary["backbone"].startswith(LOOPBACK + ":") and summary["complete"]
+    assert summary["requests"] > 0 and summary["requests"] == int(rows[("PUSH", "publish")]["Request Count"])
+    assert summary["messages_expected"] > 0
+    assert summary["loss_after_recovery"] == 0 and summary["messages_lost_after_recovery"] == 0
+
+    steps = read_jsonl(out / "steps.jsonl")
+    assert [step["offered_rate"] for step in steps] == [40, 80]
+    assert all(STEP_FIELDS <= set(step) for step in steps)
+    assert all(step["delivered_rate"] > 0 and step["loss_after_recovery"] == 0 for step in steps)
+    assert steps[0]["t_end"] == steps[1]["t_start"]
+
+    samples = read_jsonl(out / "metrics.jsonl")
+    assert len(samples) >= 2
+    assert all(isinstance(sample["t"], float) for sample in samples)
+    assert samples[-1]["metrics"]["fyrehose_pushes_total"] >= summary["requests"] - summary["failures"]
+    assert "fyrehose backbone stopped" in (out / "backbone.log").read_text()  # stopped cleanly, by the command
+
+
+def test_distributed_run_against_a_given_backbone_stops_at_the_first_failed_step(tmp_path, backbone):
+    out = tmp_path / "out"
+    metrics_url = f"http://{LOOPBACK}:{backbone.metrics_port}/metrics"
+    # No publish-to-confirm round trip is under a microsecond: the first step must fail, and the run stop.
+    code, stdout, stderr = loadtest("--backbone", backbone.address, "--metrics-url", metrics_url,
+                                    "--workers", "1", "--shape", "step", "--step-time", "2", "--duration", "60",
+                                    "--rate", "40", "--p99-ms", "0.001", "--drain", "1", "--out", str(out))
+    assert code == 0, stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] and summary["workers"] == 1
+    assert summary["duration_s"] < 20
+    assert summary["max_sustained_rate"] == 0
+    assert summary["first_unsustained_phase"]["name"] == "step 1"
+    assert any("p99" in reason for reason in summary["first_unsustained_phase"]["reasons"])
+    assert summary["requests"] > 0 and summary["messages_expected"] > 0
+    assert backbone.metric("fyrehose_pushes_total") >= summary["requests"] - summary["failures"]
+    assert read_jsonl(out / "metrics.jsonl")
+    assert int(stats_rows(out)[("PUSH", "publish")]["Request Count"]) == summary["requests"]
+    assert (out / "locust-worker-1.log").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["--rate", "0"],
+    ["--users", "0"],
+    ["--size", "4"],
+    ["--shape", "zigzag"],
+    ["--timeout", "60"],
+    ["--backbone", "nowhere"],
+    ["--web-port", "70000"],
+    ["--metrics-url", "ftp://x"],
+])
+def test_bad_arguments_give_one_line_and_nonzero_exit(args, tmp_path):
+    result = run_cli("loadtest", "--out", str(tmp_path / "out"), *args)
+    assert result.returncode != 0
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "error" in lines[0], lines
+    assert not (tmp_path / "out").exists()  # refused before anything started
+
+
+def test_an_unreachable_backbone_is_one_line(tmp_path):
+    result = run_cli("loadtest", "--backbone", f"{LOOPBACK}:{free_port()}", "--out", str(tmp_path / "out"))
+    assert result.returncode == 1
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "no KEEPALIVE-ACK" in lines[0], lines
+
+
+def test_help_lists_the_options():
+    result = run_cli("loadtest", "--help")
+    assert result.returncode == 0
+    for option in (b"--backbone", b"--users", b"--rate", b"--duration", b"--shape", b"--web", b"--workers", b"--out"):
+        assert option in result.stdout
+
+
+def wait_for_push_stats(port: int, process: subprocess.Popen, timeout: float = 45.0) -> None:
+    """Until Locust's UI serves statistics with a PUSH row (bounded in time)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stderr.read().decode()
+        try:
+            with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/stats/requests", timeout=2) as response:
+                stats = json.loads(response.read())
+            if any(row["method"] == "PUSH" and row["num_requests"] for row in stats["stats"]):
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError("Locust's web UI never showed PUSH statistics")
+
+
+def test_the_web_ui_shows_the_push_statistics_in_a_real_browser(tmp_path):
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium is missing: tools/bootstrap --test installs tools/test-packages.txt"
+    out = tmp_path / "out"
+    port = free_port(socket.SOCK_STREAM)
+    command = subprocess.Popen(FYREHOSE + ["loadtest", "--web", "--web-port", str(port), "--duration", "60",
+                                           "--rate", "40", "--users", "2", "--out", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for_push_stats(port, command)
+        browser = subprocess.Popen(
+            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'chromium'}", "--virtual-time-budget=10000", "--dump-dom",
+             f"http://{LOOPBACK}:{port}/"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            dom, _ = browser.communicate(timeout=60)
+        finally:
+            if browser.poll() is None:
+                os.killpg(browser.pid, signal.SIGKILL)  # the browser's group is led by its PID
+                browser.wait(10)
+        page = dom.decode()
+        # the statistics table, rendered by the page's JavaScript: a row for PUSH publish with its request count
+        row = re.search(r"<tr[^>]*><td[^>]*>PUSH</td><td[^>]*>publish</td><td[^>]*>(\d+)</td>", page)
+        assert row, page[-3000:]
+        assert int(row.group(1)) > 0
+    finally:
+        stop(command, signal.SIGINT)  # Ctrl-C: the command stops Locust (which writes its report) and the backbone
+    assert command.returncode == 0, command.stderr.read().decode()
+    assert "PUSH" in (out / "report.html").read_text()
+    assert "fyrehose backbone stopped" in (out / "backbone.log").read_text()

@@ -1,0 +1,461 @@
+"""The load test's pure parts: schedules and pacing, payload stamps, tallies, loss accounting, the
+measuring subscriber session, phase verdicts, the conductor's course of a run, settings, metrics parsing.
+
+None of these modules imports Locust (which would monkey-patch this test process with gevent).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import urllib.request
+
+import pytest
+from hypothesis import given, settings as hypothesis_settings, strategies as st
+
+from fyrehose import codec
+from fyrehose.backbone.metrics import render
+from fyrehose.loadtest.account import DeliveryAccount, attribute
+from fyrehose.loadtest.coordination import FINISH, TRUNCATE, Conductor
+from fyrehose.loadtest.prometheus import MetricsFormatError, parse_samples
+from fyrehose.loadtest.rates import MAX_WAIT, Pacer, Phase, RateSchedule, build_schedule
+from fyrehose.loadtest.results import LOSS_LIMIT, judge, judge_all, summarize
+from fyrehose.loadtest.session import SubscriberSession
+from fyrehose.loadtest.settings import PREFIX, LoadSettings, add_setting_arguments
+from fyrehose.loadtest.stamp import MIN_SIZE, published_ns, stamp
+from fyrehose.loadtest.tally import Histogram, PhaseTally, RunTally, bucket_ms
+from fyrehose.tracker import Lost, Message
+
+BACKBONE = ("127.0.0.1", 2323)
+PEER = ("127.0.0.1", 40000)
+ANCHOR_NS = 1_700_000_000 * 10**9
+
+
+# ---------------------------------------------------------------- schedules and pacing
+
+
+@given(shape=st.sampled_from(["constant", "step", "spike"]), rate=st.floats(0.1, 1e6),
+       duration=st.floats(0.5, 1000), step_time=st.floats(0.1, 100), factor=st.floats(0.1, 100))
+@hypothesis_settings(deadline=None)
+def test_every_shape_covers_its_duration_with_contiguous_phases(shape, rate, duration, step_time, factor):
+    schedule = build_schedule(shape, rate, duration, step_time, factor)
+    assert schedule.phases[0].start == 0
+    assert math.isclose(schedule.end, duration)
+    for before, after in zip(schedule.phases, schedule.phases[1:]):
+        assert before.end == after.start
+    for index, phase in enumerate(schedule.phases):
+        middle = (phase.start + phase.end) / 2
+        assert schedule.index_at(middle) == index
+        assert schedule.rate_at(middle) == phase.rate
+    assert schedule.rate_at(-0.1) == schedule.rate_at(schedule.end) == 0
+
+
+def test_step_shape_adds_the_rate_per_step_and_spike_multiplies_it():
+    steps = build_schedule("step", 100, 25, 10, 5)
+    assert [(p.name, p.start, p.end, p.rate) for p in steps.phases] == [
+        ("step 1", 0, 10, 100), ("step 2", 10, 20, 200), ("step 3", 20, 25, 300)]
+    spike = build_schedule("spike", 100, 10, 10, 5)
+    assert [(p.name, p.rate) for p in spike.phases] == [("before spike", 100), ("spike", 500), ("after spike", 100)]
+    assert spike.phases[1].start == 4 and spike.phases[1].end == 6
+
+
+@pytest.mark.parametrize("args", [("zigzag", 1, 1, 1, 1), ("step", 1, 1, 0, 1), ("constant", 0, 1, 1, 1),
+                                  ("constant", 1, -1, 1, 1), ("spike", 1, 1, 1, 0)])
+def test_impossible_shapes_are_refused(args):
+    with pytest.raises(ValueError):
+        build_schedule(*args)
+
+
+def test_truncation_cuts_the_running_phase_and_marks_it():
+    schedule = build_schedule("step", 100, 30, 10, 5)
+    cut = schedule.truncated(15)
+    assert [(p.name, p.end, p.cut_short) for p in cut.phases] == [("step 1", 10, False), ("step 2", 15, True)]
+    assert cut.rate_at(16) == 0
+    at_boundary = schedule.truncated(20)
+    assert [p.cut_short for p in at_boundary.phases] == [False, False]
+    assert schedule.truncated(99) is schedule
+    with pytest.raises(ValueError):
+        RateSchedule([Phase("a", 0, 1, 1), Phase("b", 2, 3, 1)])
+
+
+@given(rate=st.floats(1, 5000), duration=st.floats(0.5, 5), busy=st.floats(0, 0.9))
+@hypothesis_settings(max_examples=50, deadline=None)
+def test_a_pacer_offers_its_rate(rate, duration, busy):
+    """A user whose publish takes ``busy`` of the interval and who sleeps as told publishes rate x duration (+-1)."""
+    pacer = Pacer(start=0.0)
+    t = 0.0
+    taken = 0
+    for _ in range(100_000):
+        if t >= duration:
+            break
+        if pacer.take(t, rate):
+            taken += 1
+            t += busy / rate
+        t += pacer.wait(t, rate) or 1e-9
+    assert abs(taken - rate * duration) <= 1
+
+
+def test_a_late_pacer_catches_up_only_its_slack():
+    pacer = Pacer(start=0.0, slack=0.05)
+    assert pacer.take(0.0, 100)
+    # the user was busy for a whole second: it publishes the one that was due, then 0.05 s x 100/s = 5 of
+    # backlog and the one due now, not the 100 it missed
+    burst = 0
+    while pacer.take(1.0, 100):
+        burst += 1
+    assert burst == 7
+    assert pacer.wait(1.0, 100) == pytest.approx(0.01)
+    assert not pacer.take(1.0, 0) and pacer.wait(1.0, 0) == MAX_WAIT
+
+
+# ---------------------------------------------------------------- stamps and tallies
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(MIN_SIZE, 2000))
+def test_stamps_round_trip(published, size):
+    payload = stamp(published, size)
+    assert len(payload) == size
+    assert published_ns(payload) == published
+
+
+@given(st.binary(max_size=64))
+def test_foreign_payloads_carry_no_stamp(data):
+    if not data.startswith(b"FHLT"):
+        assert published_ns(data) is None
+
+
+def test_stamps_need_room():
+    with pytest.raises(ValueError):
+        stamp(1, MIN_SIZE - 1)
+
+
+@given(st.lists(st.floats(0, 1e5), min_size=1, max_size=300), st.floats(0.01, 1.0))
+def test_histogram_percentiles_follow_locusts_definition(values, fraction):
+    histogram = Histogram()
+    for value in values:
+        histogram.add(value)
+    result = histogram.percentile(fraction)
+    buckets = [bucket_ms(value) for value in values]
+    below = int(len(values) * fraction)
+    assert sum(b < result for b in buckets) <= below < sum(b <= result for b in buckets)
+
+
+def test_buckets_keep_two_significant_digits():
+    assert [bucket_ms(v) for v in (0.347, 1.234, 12.4, 147, 3432, 58760, -1)] == [
+        0.35, 1.2, 12, 150, 3400, 59000, 0]
+    assert Histogram().percentile(0.5) is None
+
+
+tallies = st.builds(
+    PhaseTally, pushes=st.integers(0, 1000), push_failures=st.integers(0, 10), direct=st.integers(0, 1000),
+    recovered=st.integers(0, 100), lost=st.integers(0, 100), pending=st.integers(0, 100),
+    receivers=st.integers(0, 4),
+    push_ms=st.lists(st.floats(0, 1000), max_size=20).map(lambda vs: Histogram.from_pairs([(bucket_ms(v), 1) for v in vs])),
+)
+
+
+@given(st.dictionaries(st.integers(0, 5), tallies, max_size=4), st.dictionaries(st.integers(0, 5), tallies, max_size=4))
+def test_tallies_survive_the_wire_and_merge_by_adding(first, second):
+    one, two = RunTally(first), RunTally(second)
+    wire = json.loads(json.dumps(one.to_dict()))  # Locust's messages carry plain data
+    assert RunTally.from_dict(wire) == one
+    merged = RunTally().merge(one).merge(two)
+    for index in set(first) | set(second):
+        assert merged[index].pushes == one[index].pushes + two[index].pushes
+        assert merged[index].expected == one[index].expected + two[index].expected
+        assert merged[index].push_ms.total == one[index].push_ms.total + two[index].push_ms.total
+
+
+# ---------------------------------------------------------------- loss accounting
+
+
+@given(st.dictionaries(st.integers(0, 8), st.integers(1, 2000), max_size=6),
+       st.integers(1, 2500), st.integers(0, 500))
+def test_attribution_splits_a_range_exactly(first_seqs, start, length):
+    end = start + length
+    counts = attribute(start, end, first_seqs)
+    if not first_seqs:
+        assert counts == {}
+        return
+    assert sum(counts.values()) == length + 1
+    phases = sorted(first_seqs)
+    lowest_from = {p: min(first_seqs[q] for q in phases if q >= p) for p in phases}
+
+    def owner(seq):  # one sequence at a time, by the definition
+        candidates = [p for p in phases if lowest_from[p] <= seq]
+        return max(candidates) if candidates else phases[0]
+
+    brute = {}
+    for seq in range(start, end + 1):
+        brute[owner(seq)] = brute.get(owner(seq), 0) + 1
+    assert counts == brute
+
+
+def phase_of(published):
+    """Phases of one second each from ANCHOR_NS."""
+    offset = published - ANCHOR_NS
+    return None if offset < 0 else offset // 10**9
+
+
+def payload(phase, size=16):
+    return stamp(ANCHOR_NS + phase * 10**9 + 1000, size)
+
+
+def test_the_account_sorts_arrivals_losses_and_latencies_by_phase():
+    account = DeliveryAccount(phase_of)
+    for seq in range(1, 11):
+        account.arrived(seq, payload(0), direct=seq != 5)
+    for seq in range(11, 21):
+        account.arrived(seq, payload(1), direct=True)
+    account.arrived(99, b"not ours", direct=True)
+    account.lost(21, 22)  # above phase 1's first sequence: phase 1
+    assert account.released(payload(1), ANCHOR_NS + 10**9 + 1000 + 2_500_000) == pytest.approx(2.5)
+    snapshot = account.snapshot([(23, 25)])
+    assert (snapshot[0].direct, snapshot[0].recovered, snapshot[0].expected) == (9, 1, 10)
+    assert (snapshot[1].direct, snapshot[1].lost, snapshot[1].pending, snapshot[1].expected) == (10, 2, 3, 15)
+    assert snapshot[0].receivers == snapshot[1].receivers == 1
+    assert snapshot[1].deliver_ms.percentile(0.5) == 2.5
+    assert account.foreign == 1
+    assert account.tally[1].pending == 0  # the snapshot is a copy
+
+
+# ---------------------------------------------------------------- the measuring subscriber
+
+
+def deliver(*frames):
+    return b"".join(codec.encode_deliver(seq, data) for seq, data in frames)
+
+
+def acked_session(give_up_after=1.0):
+    session = SubscriberSession(BACKBONE, DeliveryAccount(phase_of), give_up_after=give_up_after)
+    sends, _ = session.poll(0.0)
+    (keepalive,) = codec.decode(sends[0])
+    assert keepalive.flags == codec.FLAG_BATCH | codec.FLAG_HEAD  # subscribes, journals, wants HEAD
+    session.receive(codec.encode(codec.KeepaliveAck(keepalive.token, head=0)), BACKBONE, 0.0)
+    assert session.acked
+    return session
+
+
+def test_only_the_backbone_acknowledges_with_a_fresh_token():
+    session = SubscriberSession(BACKBONE, DeliveryAccount(phase_of), give_up_after=1.0)
+    sends, _ = session.poll(0.0)
+    (keepalive,) = codec.decode(sends[0])
+    session.receive(codec.encode(codec.KeepaliveAck(keepalive.token)), PEER, 0.0)
+    session.receive(codec.encode(codec.KeepaliveAck(bytes(16))), BACKBONE, 0.0)
+    assert not session.acked
+    assert session.poll(0.1)[0] == []  # the next KEEPALIVE is due after the interval
+    assert len(session.poll(0.5)[0]) == 1
+
+
+def test_a_gap_recovered_from_a_peer_is_loss_before_recovery_only():
+    session = acked_session()
+    events, _ = session.receive(deliver((1, payload(0)), (2, payload(0)), (4, payload(0)), (5, payload(0))),
+                                BACKBONE, 0.1)
+    assert [event.seq for event in events] == [1, 2]
+    sends, _ = session.poll(0.2)  # past the reordering slack: the hole is REQUESTed
+    assert codec.Request("0.0.0.0", 0, 3, 3) in [codec.decode(s)[0] for s in sends]
+    events, _ = session.receive(deliver((3, payload(0))), PEER, 0.25)  # a peer re-DELIVERs it
+    assert [event.seq for event in events] == [3, 4, 5]
+    session.receive(deliver((4, payload(0))), PEER, 0.3)  # a duplicate counts nowhere
+    tally = session.snapshot()[0]
+    assert (tally.direct, tally.recovered, tally.lost, tally.pending) == (4, 1, 0, 0)
+    assert list(session.journal.held(1, 5)) == [(seq, payload(0)) for seq in range(1, 6)]
+
+
+def test_a_gap_nobody_fills_is_pending_then_lost():
+    session = acked_session(give_up_after=1.0)
+    session.receive(deliver((10, payload(0)), (13, payload(0))), BACKBONE, 0.1)
+    assert session.snapshot()[0].pending == 2
+    _, events = session.poll(1.2)  # give-up time passed: the loss, then the message that waited behind it
+    assert events == [Lost(11, 12, "not recovered"), Message(13, payload(0))]
+    tally = session.snapshot()[0]
+    assert (tally.direct, tally.lost, tally.pending, tally.expected) == (2, 2, 0, 4)
+
+
+def test_finishing_gives_up_every_open_hole_and_head_reveals_a_lost_tail():
+    session = acked_session()
+    session.receive(deliver((1, payload(2))), BACKBONE, 0.1)
+    sends, _ = session.poll(0.5)
+    (keepalive,) = codec.decode(sends[0])
+    session.receive(codec.encode(codec.KeepaliveAck(keepalive.token, head=4)), BACKBONE, 0.5)
+    lost = session.finish(0.6)
+    assert [(loss.from_seq, loss.to_seq) for loss in lost] == [(2, 4)]
+    assert session.snapshot()[2].lost == 3
+
+
+def test_forwards_are_served_only_for_the_backbone_and_garbage_is_counted():
+    session = acked_session()
+    forward = codec.Forward("127.0.0.1", 5555, 1, 3)
+    assert session.receive(codec.encode(forward), BACKBONE, 0.1) == ([], forward)
+    assert session.receive(codec.encode(forward), PEER, 0.1) == ([], None)
+    assert session.receive(b"", BACKBONE, 0.1) == ([], None)
+    assert session.receive(b"\x99junk", BACKBONE, 0.1) == ([], None)
+    assert session.stats["malformed"] == 2 and session.stats["from strangers"] == 1
+
+
+@given(st.binary(max_size=200), st.sampled_from([BACKBONE, PEER]))
+def test_no_datagram_crashes_the_session(datagram, source):
+    session = acked_session()
+    session.receive(datagram, source, 0.1)
+    session.poll(0.2)
+    session.snapshot()
+
+
+# ---------------------------------------------------------------- verdicts and the summary
+
+
+def good_tally(rate, seconds, p99=1.0):
+    tally = PhaseTally(pushes=int(rate * seconds), direct=int(rate * seconds) * 2, receivers=2)
+    for _ in range(100):
+        tally.push_ms.add(0.5)
+    for _ in range(5):  # enough to be the 99th percentile
+        tally.push_ms.add(p99)
+    return tally
+
+
+def test_a_phase_is_sustained_only_when_every_criterion_holds():
+    phase = Phase("step 1", 0, 10, 100)
+    assert judge(phase, good_tally(100, 10), 1000.0, 50, final=True).sustained
+    result = judge(phase, good_tally(100, 10), 1000.0, 50, final=True)
+    assert (result.t_start, result.t_end, result.delivered_rate, result.confirmed_rate) == (1000, 1010, 100, 100)
+
+    slow = good_tally(100, 10)
+    for _ in range(5):
+        slow.push_ms.add(80)
+    lossy = good_tally(100, 10)
+    lossy.recovered, lossy.direct = 2, lossy.direct - 2  # 0.1 % of 2000 missed the backbone's delivery
+    short = good_tally(100, 10)
+    short.direct = 1800  # 90 msgs/s per subscriber
+    failing = good_tally(100, 10)
+    failing.push_failures = 1
+    for tally, reason in [(slow, "p99"), (lossy, "loss before recovery"), (short, "delivered"),
+                          (failing, "unconfirmed"), (PhaseTally(), "no message")]:
+        result = judge(phase, tally, 0, 50, final=True)
+        assert not result.sustained and any(reason in text for text in result.reasons), result.reasons
+    assert lossy.recovered / lossy.expected == LOSS_LIMIT
+    cut = Phase("step 2", 10, 12, 200, cut_short=True)
+    assert not judge(cut, good_tally(200, 2), 0, 50, final=True).sustained
+
+
+def test_pending_counts_as_unrecovered_until_final():
+    tally = good_tally(100, 1)
+    tally.pending = 4
+    assert judge(Phase("c", 0, 1, 100), tally, 0, 50, final=False).lost_after_recovery == 4
+    assert judge(Phase("c", 0, 1, 100), tally, 0, 50, final=True).lost_after_recovery == 0
+
+
+def test_the_summary_reports_the_highest_sustained_rate():
+    schedule = build_schedule("step", 100, 30, 10, 5)
+    tally = RunTally({0: good_tally(100, 10), 1: good_tally(200, 10), 2: good_tally(300, 10, p99=900)})
+    tally[2].lost = 3
+    results = judge_all(schedule, tally, 0.0, 50, final=True)
+    summary = summarize(results, tally, {"shape": "step"}, complete=True)
+    assert summary["max_sustained_rate"] == 200
+    assert summary["first_unsustained_phase"]["name"] == "step 3"
+    assert summary["requests"] == 6000 and summary["failures"] == 0
+    assert summary["messages_lost_after_recovery"] == 3
+    assert summary["loss_after_recovery"] == pytest.approx(3 / summary["messages_expected"])
+    assert summary["p50_ms"] == 0.5 and summary["shape"] == "step"
+
+
+# ---------------------------------------------------------------- the conductor's course of a run
+
+
+def test_the_conductor_stops_a_failing_step_drains_and_writes_the_results(tmp_path):
+    settings = LoadSettings(shape="step", rate=100, duration=30, step_time=10, drain=2, p99_ms=50,
+                            out=str(tmp_path))
+    sent = []
+    conductor = Conductor(settings, lambda kind, data: sent.append((kind, data)), lambda: {"w1", "w2"})
+    assert conductor.tick(5.0)  # not started yet: keep the users
+    conductor.start(1000.0)
+
+    def report(node, at, tally, final=False):
+        conductor.receive(node, {"tally": tally.to_dict(), "sent_at": at, "final": final})
+
+    good = RunTally({0: good_tally(50, 10)})
+    report("w1", 1010.6, good)
+    report("w2", 1010.2, good)  # w2 has not reported past step 1's settling time yet
+    assert conductor.tick(1010.7) and sent == []
+    broken = RunTally({0: good_tally(50, 10, p99=300)})
+    report("w2", 1011.0, broken)
+    assert conductor.tick(1011.1)
+    assert sent == [(TRUNCATE, {"at": 1011.1})]
+    assert conductor.schedule.end == pytest.approx(11.1)
+    assert conductor.tick(1012.0) and sent[-1][0] == TRUNCATE  # draining
+    assert conductor.tick(1013.2) and sent[-1] == (FINISH, {})
+    report("w1", 1013.3, good, final=True)
+    report("w1", 1013.4, RunTally())  # a late periodic report never replaces a final one
+    assert conductor.tick(1013.5)  # w2 is not final yet
+    report("w2", 1013.6, broken, final=True)
+    assert not conductor.tick(1013.7)
+    steps = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert [step["name"] for step in steps] == ["step 1", "step 2"]
+    assert steps[0]["requests"] == 1000 and not steps[0]["sustained"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["complete"] and summary["duration_s"] == pytest.approx(11.1)
+    assert summary["max_sustained_rate"] == 0 and summary["backbone"] == settings.backbone
+
+
+def test_the_conductor_gives_up_waiting_for_a_silent_worker(tmp_path):
+    settings = LoadSettings(duration=1, drain=0, out=str(tmp_path))
+    sent = []
+    conductor = Conductor(settings, lambda kind, data: sent.append(kind), lambda: {"w1"})
+    conductor.start(0.0)
+    assert conductor.tick(1.0) and conductor.tick(1.1) and sent == [FINISH]
+    assert conductor.tick(5.0)
+    assert not conductor.tick(11.2)
+    assert json.loads((tmp_path / "summary.json").read_text())["complete"] is False
+
+
+# ---------------------------------------------------------------- settings
+
+
+def test_settings_cross_to_locust_unchanged():
+    original = LoadSettings(backbone="127.0.0.1:9", users=7, rate=12.5, shape="spike", out="/tmp/x", workers=2)
+    parser = argparse.ArgumentParser()
+    add_setting_arguments(parser, prefix=PREFIX)
+    parsed = parser.parse_args(original.to_locust_argv())
+    assert LoadSettings.from_namespace(parsed, PREFIX.replace("-", "_")) == original
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"users": 0}, "--users"), ({"rate": 0}, "--rate"), ({"size": 3}, "--size"), ({"timeout": 30}, "--timeout"),
+    ({"drain": -1}, "--drain"), ({"shape": "zigzag"}, "--shape"), ({"backbone": "nowhere"}, "HOST:PORT"),
+    ({"step_time": 0}, "--step-time"),
+])
+def test_impossible_settings_are_refused_in_one_line(change, message):
+    with pytest.raises(ValueError, match=message):
+        LoadSettings(**change).validate()
+
+
+# ---------------------------------------------------------------- metrics
+
+
+metric_names = st.from_regex(r"[a-z_][a-z0-9_]{0,20}", fullmatch=True)
+
+
+@given(st.lists(st.tuples(metric_names, st.dictionaries(metric_names, st.text(max_size=10), max_size=2),
+                          st.floats(-1e12, 1e12)), max_size=10, unique_by=lambda m: m[0]))
+def test_what_the_backbone_renders_parses_back(samples):
+    text = render((name, "gauge", "help text", [(labels, value)]) for name, labels, value in samples)
+    parsed = parse_samples(text)
+    assert len(parsed) == len(samples)
+    for (name, labels, value), (key, parsed_value) in zip(samples, parsed.items()):
+        assert parsed_value == value
+        assert key == name if not labels else key.startswith(name + "{") and key.endswith("}")
+
+
+def test_labelled_samples_keep_their_exposed_names():
+    text = 'x_total{reason="a b}c"} 3 1700000000\n# HELP y\ny 4.5\n\n'
+    assert parse_samples(text) == {'x_total{reason="a b}c"}': 3.0, "y": 4.5}
+    for bad in ("lonely", "x{a=\"1\" 2", "x notanumber", "x 1 2 3"):
+        with pytest.raises(MetricsFormatError):
+            parse_samples(bad)
+
+
+def test_a_live_backbone_exposes_what_the_sampler_reads(backbone):
+    url = f"http://127.0.0.1:{backbone.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        samples = parse_samples(response.read().decode())
+    assert "fyrehose_pushes_total" in samples
+    assert 'fyrehose_process_cpu_seconds_total{process="backbone"}' in samples

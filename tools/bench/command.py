@@ -1,0 +1,118 @@
+"""``fyrehose bench``: argument parsing and the run from preflight to report."""
+from __future__ import annotations
+
+import argparse
+
+from fyrehose.codec import MAX_PAYLOAD
+from fyrehose.tools.bench.targets import DEFAULT_TARGETS, parse_targets
+from fyrehose.tools.bench.wire import MIN_PAYLOAD
+
+
+def _targets(text: str):
+    try:
+        return parse_targets(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text} must be more than 0")
+        return value
+    return parse
+
+
+def _at_least_zero(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{text} must not be negative")
+        return value
+    return parse
+
+
+def _payload(text: str) -> int:
+    value = _positive(int)(text)
+    if not MIN_PAYLOAD <= value <= MAX_PAYLOAD:
+        raise argparse.ArgumentTypeError(
+            f"{value} is outside {MIN_PAYLOAD}..{MAX_PAYLOAD} (a payload carries a mark and an 8-byte timestamp)")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--targets", type=_targets, default=DEFAULT_TARGETS, metavar="LIST",
+                        help="comma-separated, measured in this order each round: fyrehose (multi-process backbone), "
+                             "fyrehose-single (--workers 0), redis, nats, and fyrehose-nobatch / "
+                             f"fyrehose-single-nobatch for subscribers without BATCH (default {DEFAULT_TARGETS})")
+    parser.add_argument("--publishers", type=_positive(int), default=1, metavar="N",
+                        help="publisher processes (default 1)")
+    parser.add_argument("--subscribers", type=_positive(int), default=4, metavar="N",
+                        help="subscriber processes (default 4)")
+    parser.add_argument("--payload", type=_payload, default=64, metavar="BYTES",
+                        help=f"payload size, {MIN_PAYLOAD}..{MAX_PAYLOAD} (default 64)")
+    parser.add_argument("--duration", type=_positive(float), default=10.0, metavar="S",
+                        help="seconds of publishing per step (default 10)")
+    parser.add_argument("--rate", type=_positive(float), metavar="R",
+                        help="offer a fixed R msgs/s in total and measure throughput and latency there "
+                             "(default: search for the highest rate sustained with < 0.1%% loss)")
+    parser.add_argument("--latency-rate", type=_positive(float), default=10_000.0, metavar="R",
+                        help="fixed rate of the latency step after a search (default 10000)")
+    parser.add_argument("--rounds", type=_positive(int), default=3, metavar="N",
+                        help="rounds; every target is measured once per round, figures are medians (default 3)")
+    parser.add_argument("--search-steps", type=_at_least_zero(int), default=4, metavar="N",
+                        help="fixed-rate steps of the search after the unthrottled one (default 4)")
+    parser.add_argument("--grace", type=_at_least_zero(float), default=0.25, metavar="S",
+                        help="how long after the publishers stop a message may still arrive and count "
+                             "(default 0.25)")
+    parser.add_argument("--workers", type=_positive(int), default=1, metavar="R",
+                        help="--workers of the multi-process backbone (targets fyrehose, fyrehose-nobatch; default 1)")
+    parser.add_argument("--fanout", type=_positive(int), metavar="F",
+                        help="--fanout of the multi-process backbone (default: the backbone's own)")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import signal
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from fyrehose.tools.bench import report
+    from fyrehose.tools.bench.orchestra import BenchSettings, preflight, run_rounds
+    from fyrehose.tools.bench.servers import PACKAGES, locate, version
+
+    settings = BenchSettings(
+        targets=args.targets, publishers=args.publishers, subscribers=args.subscribers, payload=args.payload,
+        duration=args.duration, rate=args.rate, latency_rate=args.latency_rate, rounds=args.rounds,
+        search_steps=args.search_steps, grace=args.grace, workers=args.workers, fanout=args.fanout,
+    )
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).touch()  # a path that cannot be written fails now, not after the whole run
+    # SIGTERM unwinds like Ctrl-C, so every server and load generator is stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    binaries = {}
+    versions = {}
+    for protocol in sorted({target.protocol for target in settings.targets}):
+        if protocol in PACKAGES:
+            binary, package = PACKAGES[protocol]
+            binaries[protocol] = locate(binary, package)
+            versions[binary] = version(binaries[protocol])
+    machine = report.machine_info(versions)
+    with tempfile.TemporaryDirectory(prefix="fyrehose-bench-") as workdir:
+        preflight(settings, binaries, Path(workdir) / "preflight")
+        rounds = run_rounds(settings, binaries, Path(workdir) / "run")
+    doc = report.document(settings, machine, rounds)
+    report.write_table(doc, sys.stdout)
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    return 0

@@ -1,0 +1,399 @@
+"""The load-generator processes: a publisher and a subscriber for each protocol, each in its own process.
+
+A process talks to the orchestrator over a pipe: it connects (and
+subscribes), sends ``("ready", pid)``, waits for ``("start", start, end,
+deadline)`` — CLOCK_MONOTONIC times, shared by every process on Linux — then
+publishes from ``start`` to ``end`` or counts until ``deadline``, and sends
+``("result", {...})``.  Any failure is sent as ``("error", text)``.
+
+The per-message work is the same kind for every target and kept to the
+least: publishers stamp and send pre-built buffers (wire.py), subscribers
+count with C-level scans (scanning.py) and decode only sampled stamps.
+"""
+from __future__ import annotations
+
+import abc
+import array
+import os
+import select
+import socket
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from fyrehose import codec
+from fyrehose.addresses import Address
+from fyrehose.backbone.udp import enlarge_buffers
+from fyrehose.tools.bench import wire
+from fyrehose.tools.bench.pacing import OfferSchedule
+from fyrehose.tools.bench.scanning import (
+    DeliverScanner,
+    NatsStream,
+    RespStream,
+    RespValue,
+    StreamError,
+    parse_resp,
+    resp_reply_error,
+)
+from fyrehose.tools.bench.targets import FYREHOSE, NATS, REDIS
+
+KEEPALIVE_INTERVAL = 0.5
+HANDSHAKE_TIMEOUT = 10.0
+START_TIMEOUT = 60.0
+IDLE_WAIT = 0.05
+TCP_READ = 1 << 20
+MAX_SAMPLES = 1_000_000  # latency samples kept per subscriber
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    protocol: str
+    address: Address
+    payload_size: int
+    rate: float | None = None  # publishers: messages/s this one offers; None = as fast as it can
+    batch: bool = True  # fyrehose subscribers: set the BATCH flag
+
+
+def _await_start(conn: Connection, idle=lambda now: None) -> tuple[float, float, float] | None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while not conn.poll(0.1):
+        now = time.monotonic()
+        if now > deadline:
+            return None
+        idle(now)
+    message = conn.recv()
+    return message[1:] if message[0] == "start" else None
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, StreamError) else f"{type(exc).__name__}: {exc}"
+
+
+# ---------------------------------------------------------------- publishers
+
+
+class _Sender(abc.ABC):
+    def __init__(self, spec: LoadSpec, batch: wire.Batch) -> None:
+        self.spec = spec
+        self.batch = batch
+        self.sock: socket.socket | None = None
+
+    @abc.abstractmethod
+    def send(self, count: int) -> None:
+        """Send the first ``count`` messages of the batch, the first one stamped now."""
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+
+
+class _FyrehoseSender(_Sender):
+    def __init__(self, spec: LoadSpec, batch: wire.Batch) -> None:
+        super().__init__(spec, batch)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        enlarge_buffers(self.sock)
+        self.sock.connect(spec.address)  # a connected socket: no address to resolve per send
+        self._send = self.sock.send
+
+    def send(self, count: int) -> None:
+        self._send(self.batch.stamped(count, time.monotonic_ns()))
+
+
+class _TcpSender(_Sender):
+    def __init__(self, spec: LoadSpec, batch: wire.Batch) -> None:
+        super().__init__(spec, batch)
+        self.sock = socket.create_connection(spec.address, timeout=HANDSHAKE_TIMEOUT)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        enlarge_buffers(self.sock)
+        self.handshake()
+        self.sock.settimeout(None)
+        self._sendall = self.sock.sendall
+
+    @abc.abstractmethod
+    def handshake(self) -> None:
+        """Connect at the protocol level and wait until the server answered."""
+
+    @abc.abstractmethod
+    def replies(self, chunk: bytes) -> None:
+        """Deal with what the server sent back to a publisher."""
+
+    def send(self, count: int) -> None:
+        self._sendall(self.batch.stamped(count, time.monotonic_ns()))
+        while True:  # drain replies without waiting, so the server never buffers them for us
+            try:
+                chunk = self.sock.recv(TCP_READ, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            if not chunk:
+                raise StreamError("the server closed the publisher's connection")
+            self.replies(chunk)
+
+
+class _RespSender(_TcpSender):
+    def handshake(self) -> None:
+        answer = resp_request(self.sock, wire.resp_command(b"PING"))
+        if answer != b"PONG":
+            raise StreamError(f"Redis answered PING with {answer!r}")
+
+    def replies(self, chunk: bytes) -> None:
+        error = resp_reply_error(chunk)
+        if error is not None:
+            raise StreamError(f"Redis replied with an error: {error}")
+
+
+class _NatsSender(_TcpSender):
+    def handshake(self) -> None:
+        self._stream = NatsStream(self.spec.payload_size)
+        self.sock.sendall(wire.NATS_CONNECT + wire.NATS_PING)
+        while not self._stream.pongs:
+            self.replies(read_chunk(self.sock))
+
+    def replies(self, chunk: bytes) -> None:
+        self._stream.feed(chunk)
+        if self._stream.pings:
+            self.sock.sendall(wire.NATS_PONG * self._stream.pings)
+            self._stream.pings = 0
+
+
+def read_chunk(sock: socket.socket) -> bytes:
+    chunk = sock.recv(TCP_READ)
+    if not chunk:
+        raise StreamError("the server closed the connection")
+    return chunk
+
+
+def resp_request(sock: socket.socket, command: bytes) -> RespValue:
+    """Send one command on a blocking socket and return its reply."""
+    sock.sendall(command)
+    buf = bytearray()
+    while (parsed := parse_resp(buf)) is None:
+        buf += read_chunk(sock)
+    return parsed[0]
+
+
+_SENDERS = {
+    FYREHOSE: (_FyrehoseSender, wire.push_batch),
+    REDIS: (_RespSender, wire.resp_publish_batch),
+    NATS: (_NatsSender, wire.nats_pub_batch),
+}
+
+
+def publish(sender: _Sender, schedule: OfferSchedule, end: float) -> int:
+    """Send on ``schedule`` until ``end``; return how many messages went out."""
+    monotonic = time.monotonic
+    sleep = time.sleep
+    due = schedule.due
+    while True:
+        now = monotonic()
+        if now >= end:
+            return schedule.sent
+        count = due(now)
+        if count:
+            sender.send(count)
+            schedule.record(count, now)
+        else:
+            sleep(min(schedule.wait(now), end - now))
+
+
+def publisher_main(conn: Connection, spec: LoadSpec) -> None:
+    sender = None
+    try:
+        kind, build = _SENDERS[spec.protocol]
+        sender = kind(spec, build(spec.payload_size, wire.messages_per_send(spec.payload_size)))
+        conn.send(("ready", os.getpid()))
+        times = _await_start(conn)
+        if times is None:
+            return
+        start, end, _ = times
+        time.sleep(max(0.0, start - time.monotonic()))
+        schedule = OfferSchedule(spec.rate, start, sender.batch.capacity)
+        conn.send(("result", {"sent": publish(sender, schedule, end)}))
+    except Exception as exc:  # reported to the orchestrator, which ends the run with it
+        conn.send(("error", _describe(exc)))
+    finally:
+        if sender is not None:
+            sender.close()
+        conn.close()
+
+
+# ---------------------------------------------------------------- subscribers
+
+
+class _Receiver(abc.ABC):
+    read_size = TCP_READ
+
+    def __init__(self, spec: LoadSpec) -> None:
+        self.spec = spec
+        self.sock: socket.socket | None = None
+
+    @abc.abstractmethod
+    def feed(self, data: bytes) -> tuple[int, list[int]]:
+        """Count the messages in what was just read; return (count, stamps of samples)."""
+
+    def tick(self, now: float) -> None:
+        """Periodic duties while waiting or receiving (KEEPALIVEs)."""
+
+    def anomalies(self) -> dict[str, int]:
+        """Counts of what arrived but could not count as a message (a TCP stream has none: it raises)."""
+        return {}
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+
+
+class _FyrehoseReceiver(_Receiver):
+    read_size = 65536
+
+    def __init__(self, spec: LoadSpec) -> None:
+        super().__init__(spec)
+        self.scanner = DeliverScanner(spec.payload_size)
+        flags = codec.FLAG_NOJOURNAL | (codec.FLAG_BATCH if spec.batch else 0)
+        self._token = os.urandom(codec.TOKEN_SIZE)
+        self._keepalive = codec.encode_keepalive(codec.Keepalive(flags=flags, token=self._token))
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        enlarge_buffers(self.sock)
+        self.sock.bind((spec.address[0], 0))
+        self._next_keepalive = 0.0
+        self._subscribe()
+
+    def _subscribe(self) -> None:
+        ack = bytes((codec.KEEPALIVE_ACK,)) + self._token
+        deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+        self.sock.settimeout(0.2)
+        while time.monotonic() < deadline:
+            self.sock.sendto(self._keepalive, self.spec.address)
+            try:
+                if self.sock.recv(100)[:len(ack)] == ack:
+                    self._next_keepalive = time.monotonic() + KEEPALIVE_INTERVAL
+                    return
+            except socket.timeout:
+                continue
+        raise StreamError(f"the backbone at {self.spec.address[0]}:{self.spec.address[1]} did not answer a KEEPALIVE")
+
+    def tick(self, now: float) -> None:
+        if now >= self._next_keepalive:
+            self.sock.sendto(self._keepalive, self.spec.address)
+            self._next_keepalive = now + KEEPALIVE_INTERVAL
+
+    def feed(self, data: bytes) -> tuple[int, list[int]]:
+        return self.scanner.scan(data)
+
+    def anomalies(self) -> dict[str, int]:
+        scanner = self.scanner
+        return {"malformed datagrams": scanner.malformed, "duplicate frames": scanner.duplicates,
+                "untracked frames": scanner.untracked}
+
+
+class _TcpReceiver(_Receiver):
+    def __init__(self, spec: LoadSpec) -> None:
+        super().__init__(spec)
+        self.sock = socket.create_connection(spec.address, timeout=HANDSHAKE_TIMEOUT)
+        enlarge_buffers(self.sock)
+        self.stream = self.make_stream(spec.payload_size)
+        self.sock.sendall(self.subscribe_bytes())
+        while not self.subscribed():
+            self.feed(read_chunk(self.sock))
+
+    @abc.abstractmethod
+    def make_stream(self, payload_size: int) -> RespStream | NatsStream:
+        """The scanner of this protocol's subscriber stream."""
+
+    @abc.abstractmethod
+    def subscribe_bytes(self) -> bytes:
+        """What to send to subscribe."""
+
+    @abc.abstractmethod
+    def subscribed(self) -> bool:
+        """Whether the server has confirmed the subscription."""
+
+    def feed(self, data: bytes) -> tuple[int, list[int]]:
+        return self.stream.feed(data)
+
+
+class _RespReceiver(_TcpReceiver):
+    def make_stream(self, payload_size: int) -> RespStream:
+        return RespStream(payload_size)
+
+    def subscribe_bytes(self) -> bytes:
+        return wire.resp_command(b"SUBSCRIBE", wire.CHANNEL)
+
+    def subscribed(self) -> bool:
+        return self.stream.subscribed > 0
+
+
+class _NatsReceiver(_TcpReceiver):
+    def make_stream(self, payload_size: int) -> NatsStream:
+        return NatsStream(payload_size)
+
+    def subscribe_bytes(self) -> bytes:
+        # The PING's PONG proves the SUB before it was processed.
+        return wire.NATS_CONNECT + wire.nats_sub() + wire.NATS_PING
+
+    def subscribed(self) -> bool:
+        return self.stream.pongs > 0
+
+    def feed(self, data: bytes) -> tuple[int, list[int]]:
+        counted = self.stream.feed(data)
+        if self.stream.pings:
+            self.sock.sendall(wire.NATS_PONG * self.stream.pings)
+            self.stream.pings = 0
+        return counted
+
+
+_RECEIVERS = {FYREHOSE: _FyrehoseReceiver, REDIS: _RespReceiver, NATS: _NatsReceiver}
+
+
+def receive(receiver: _Receiver, deadline: float) -> tuple[int, array.array]:
+    """Count messages until ``deadline``; return the count and the latencies (ns) of the samples."""
+    sock = receiver.sock
+    sock.setblocking(False)
+    recv = sock.recv
+    size = receiver.read_size
+    feed = receiver.feed
+    tick = receiver.tick
+    monotonic = time.monotonic
+    monotonic_ns = time.monotonic_ns
+    latencies = array.array("q")
+    count = 0
+    while True:
+        try:
+            data = recv(size)
+        except BlockingIOError:
+            now = monotonic()
+            if now >= deadline:
+                break
+            tick(now)
+            select.select((sock,), (), (), min(IDLE_WAIT, deadline - now))
+            continue
+        if not data:
+            raise StreamError("the server closed the connection")
+        got, stamps = feed(data)
+        count += got
+        if stamps and len(latencies) < MAX_SAMPLES:
+            arrived = monotonic_ns()
+            latencies.extend(arrived - stamp for stamp in stamps)
+        now = monotonic()
+        if now >= deadline:
+            break
+        tick(now)
+    return count, latencies
+
+
+def subscriber_main(conn: Connection, spec: LoadSpec) -> None:
+    receiver = None
+    try:
+        receiver = _RECEIVERS[spec.protocol](spec)
+        conn.send(("ready", os.getpid()))
+        times = _await_start(conn, receiver.tick)
+        if times is None:
+            return
+        count, latencies = receive(receiver, times[2])
+        conn.send(("result", {"received": count, "latencies": latencies.tobytes(),
+                              "anomalies": receiver.anomalies()}))
+    except Exception as exc:  # reported to the orchestrator, which ends the run with it
+        conn.send(("error", _describe(exc)))
+    finally:
+        if receiver is not None:
+            receiver.close()
+        conn.close()

@@ -1,0 +1,211 @@
+"""The servers under test: started by the bench on loopback, stopped by PID, installed from the OS packages when missing.
+
+Each step of a run gets a fresh server, so no step inherits another's
+subscribers (a fyrehose backbone keeps delivering to a subscriber for 5 s
+after its last KEEPALIVE), buffers or memory.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from fyrehose import codec
+from fyrehose.addresses import Address
+from fyrehose.tools.bench import wire
+from fyrehose.tools.bench.loadgen import read_chunk, resp_request
+from fyrehose.tools.bench.scanning import NatsStream, StreamError
+from fyrehose.tools.bench.targets import FYREHOSE, NATS, REDIS, BenchError, Target
+
+LOOPBACK = "127.0.0.1"
+START_TIMEOUT = 20.0
+STOP_TIMEOUT = 10.0
+PACKAGES = {REDIS: ("redis-server", "redis-server"), NATS: ("nats-server", "nats-server")}  # protocol -> (binary, package)
+_SEARCH_PATH = ("/usr/sbin", "/usr/bin", "/sbin", "/usr/local/sbin", "/usr/local/bin")
+
+# Beyond these lines both servers run with their defaults.  Slow subscribers are
+# never cut off: a subscriber that falls behind shows as lag, which the bench
+# counts as loss when it exceeds the grace period (docs/benchmarks.md).
+REDIS_CONFIG = """\
+bind {host}
+port {port}
+daemonize no
+save ""
+appendonly no
+dir {dir}
+client-output-buffer-limit pubsub 0 0 0
+"""
+NATS_CONFIG = """\
+listen: {host}:{port}
+max_pending: 1073741824
+write_deadline: "30s"
+ping_interval: "10m"
+"""
+
+
+def free_port(kind: int) -> int:
+    with socket.socket(socket.AF_INET, kind) as probe:
+        probe.bind((LOOPBACK, 0))
+        return probe.getsockname()[1]
+
+
+def locate(binary: str, package: str) -> str:
+    """The path of ``binary``; installs ``package`` with apt-get first when it is missing."""
+    search = os.pathsep.join([os.environ.get("PATH", ""), *_SEARCH_PATH])
+    path = shutil.which(binary, path=search)
+    if path:
+        return path
+    print(f"fyrehose bench: {binary} is missing: installing the OS package {package}", file=sys.stderr, flush=True)
+    _apt_install(package)
+    path = shutil.which(binary, path=search)
+    if not path:
+        raise BenchError(f"{binary} is still missing after installing {package}")
+    return path
+
+
+def _apt_install(package: str) -> None:
+    if not shutil.which("apt-get"):
+        raise BenchError(f"cannot install {package}: no apt-get here; install it with the system's package manager")
+    prefix: list[str] = []
+    if os.geteuid() != 0:
+        if not shutil.which("sudo"):
+            raise BenchError(f"cannot install {package}: not root and no sudo; run `apt-get install {package}` as root")
+        prefix = ["sudo", "-n"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = prefix + ["apt-get", "install", "-y", "-q", "--no-install-recommends", package]
+    result = subprocess.run(install, capture_output=True, text=True, env=env, timeout=900)
+    if result.returncode != 0:  # often a stale package list: refresh it once and retry
+        subprocess.run(prefix + ["apt-get", "update", "-q"], capture_output=True, env=env, timeout=900)
+        result = subprocess.run(install, capture_output=True, text=True, env=env, timeout=900)
+    if result.returncode != 0:
+        last = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:] or ["no output"]
+        raise BenchError(f"apt-get install {package} failed: {last[0]}")
+
+
+def version(path: str) -> str:
+    result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    return (result.stdout.strip() or result.stderr.strip()).splitlines()[0]
+
+
+class ServerProcess:
+    """One server under test, as a subprocess with its own working directory and log."""
+
+    def __init__(self, target: Target, command: list[str], address: Address, workdir: Path) -> None:
+        self.target = target
+        self.command = command
+        self.address = address
+        self.workdir = workdir
+        self.log = workdir / "server.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "ServerProcess":
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if self.proc.poll() is not None:
+                raise BenchError(f"the server exited at start: {self.log_tail()}")
+            try:
+                _READY[self.target.protocol](self.address)
+                return self
+            except (OSError, StreamError):
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise BenchError(f"the server did not answer within {START_TIMEOUT:.0f} s: {self.log_tail()}") \
+                        from None
+                time.sleep(0.05)
+
+    def log_tail(self) -> str:
+        try:
+            lines = self.log.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            lines = []
+        return lines[-1] if lines else "(no output)"
+
+    def processes(self) -> dict[str, psutil.Process]:
+        """The server's process and its children (a multi-process backbone has several), by name."""
+        if self.proc is None or self.proc.poll() is not None:
+            return {}
+        try:
+            main = psutil.Process(self.proc.pid)
+            children = sorted(main.children(recursive=True), key=lambda child: child.pid)
+        except psutil.Error:
+            return {}
+        found = {"server": main}
+        found.update((f"server-child-{number}", child) for number, child in enumerate(children, 1))
+        return found
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it has not exited in time; always reaped."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(STOP_TIMEOUT)
+
+
+def server_for(target: Target, binaries: dict[str, str], workdir: Path, workers: int,
+               fanout: int | None) -> ServerProcess:
+    """A server for one step (not started), in a fresh directory under ``workdir``."""
+    workdir.mkdir(parents=True)
+    if target.protocol == FYREHOSE:
+        port = free_port(socket.SOCK_DGRAM)
+        command = [sys.executable, "-m", "fyrehose.cli", "backbone", "--listen", f"{LOOPBACK}:{port}",
+                   "--workers", str(workers if target.multiprocess else 0), "--state-dir", str(workdir / "state")]
+        if target.multiprocess and fanout is not None:
+            command += ["--fanout", str(fanout)]
+    elif target.protocol == REDIS:
+        port = free_port(socket.SOCK_STREAM)
+        config = workdir / "redis.conf"
+        config.write_text(REDIS_CONFIG.format(host=LOOPBACK, port=port, dir=workdir))
+        command = [binaries[REDIS], str(config)]
+    else:
+        port = free_port(socket.SOCK_STREAM)
+        config = workdir / "nats.conf"
+        config.write_text(NATS_CONFIG.format(host=LOOPBACK, port=port))
+        command = [binaries[NATS], "-c", str(config)]
+    return ServerProcess(target, command, (LOOPBACK, port), workdir)
+
+
+# ---------------------------------------------------------------- readiness probes: raise OSError until ready
+
+
+def _fyrehose_ready(address: Address) -> None:
+    token = os.urandom(codec.TOKEN_SIZE)
+    keepalive = codec.encode_keepalive(codec.Keepalive(flags=codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL,
+                                                       token=token))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(0.2)
+        sock.sendto(keepalive, address)
+        while True:
+            data = sock.recv(100)  # socket.timeout (an OSError) ends the attempt
+            if data[:1 + codec.TOKEN_SIZE] == bytes((codec.KEEPALIVE_ACK,)) + token:
+                return
+
+
+def _redis_ready(address: Address) -> None:
+    with socket.create_connection(address, timeout=1.0) as sock:
+        answer = resp_request(sock, wire.resp_command(b"PING"))
+        if answer != b"PONG":
+            raise StreamError(f"unexpected answer to PING: {answer!r}")
+
+
+def _nats_ready(address: Address) -> None:
+    with socket.create_connection(address, timeout=1.0) as sock:
+        sock.sendall(wire.NATS_CONNECT + wire.NATS_PING)
+        stream = NatsStream(wire.MIN_PAYLOAD)
+        while not stream.pongs:
+            stream.feed(read_chunk(sock))
+
+
+_READY = {FYREHOSE: _fyrehose_ready, REDIS: _redis_ready, NATS: _nats_ready}

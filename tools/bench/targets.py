@@ -1,0 +1,49 @@
+"""The systems ``fyrehose bench`` can measure, by the names its ``--targets`` option takes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FYREHOSE = "fyrehose"
+REDIS = "redis"
+NATS = "nats"
+
+
+class BenchError(RuntimeError):
+    """A run cannot go on: a server would not start or install, a load generator failed."""
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    protocol: str  # FYREHOSE, REDIS or NATS: which server and which load generators
+    multiprocess: bool = False  # fyrehose only: --workers R (--fanout F) instead of --workers 0
+    batch: bool = True  # fyrehose only: subscribers set the BATCH flag (several DELIVERs per datagram)
+
+
+TARGETS = {
+    target.name: target
+    for target in (
+        Target("fyrehose", FYREHOSE, multiprocess=True),
+        Target("fyrehose-single", FYREHOSE),
+        Target("fyrehose-nobatch", FYREHOSE, multiprocess=True, batch=False),
+        Target("fyrehose-single-nobatch", FYREHOSE, batch=False),
+        Target("redis", REDIS),
+        Target("nats", NATS),
+    )
+}
+DEFAULT_TARGETS = "fyrehose,fyrehose-single,redis,nats"
+
+# (target, baseline): ratios reported when both ran, each from rounds measured side by side
+RATIOS = (("fyrehose", "fyrehose-single"), ("fyrehose-nobatch", "fyrehose-single-nobatch"))
+
+
+def parse_targets(text: str) -> list[Target]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise ValueError("no targets given")
+    unknown = [name for name in names if name not in TARGETS]
+    if unknown:
+        raise ValueError(f"unknown target {unknown[0]!r} (choose from {', '.join(TARGETS)})")
+    if len(set(names)) != len(names):
+        raise ValueError("a target is named twice")
+    return [TARGETS[name] for name in names]
