@@ -94,7 +94,7 @@ class FanOut:
             header = records.LOG_HEADER_SIZE
             entries = []
             messages = 0
-            for offset, length in spans:
+            for offset, length, _ in spans:
                 count, step = records.unpack_log_header(data[offset:offset + header])
                 start = offset + header
                 entries.append(LogEntry(data[start:offset + length], count, step, address=base + start))

@@ -5,44 +5,77 @@ and counts what is bad, and copies what is good into its ring to the
 sequencer: a PUSH datagram's well-formed frames as they are, a KEEPALIVE or
 REQUEST with its addresses resolved.  A full ring drops the datagram and
 counts it (``ring full``); the socket is never left unread for the ring's sake.
+
+With several receive workers each record carries the kernel's arrival time
+(SO_TIMESTAMPNS), and the worker raises its busy flag while it holds
+datagrams that are not in its ring yet, so that the sequencer can merge the
+rings in arrival order (see :mod:`fyrehose.backbone.sequencer`).
 """
 from __future__ import annotations
 
 import select
 import socket
+import struct
 from collections import Counter
+from typing import Callable
 
 from fyrehose import codec
 from fyrehose.backbone import records
 from fyrehose.backbone.intake import AddressPolicy, read_control
 from fyrehose.backbone.pushes import uniform_step
 from fyrehose.backbone.rings import Doorbell, Ring
-from fyrehose.backbone.shared import CounterBlock
+from fyrehose.backbone.shared import CounterBlock, Flags
 
 DRAIN_LIMIT = 512
 IDLE_POLL_MS = 200
+SO_TIMESTAMPNS = 35  # <asm-generic/socket.h>; also the control message type (SCM_TIMESTAMPNS)
+_TIMESPEC = struct.Struct("qq")
+_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
+
+
+def enable_arrival_times(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
 
 
 def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake: Doorbell,
-                 counter_block: CounterBlock, stopping, policy: AddressPolicy) -> None:
-    """Serve until ``stopping()`` is true; everything read is in the ring or counted when this returns."""
+                 counter_block: CounterBlock, stopping: Callable[[], bool], policy: AddressPolicy,
+                 busy: Flags | None = None, index: int = 0) -> None:
+    """Serve until ``stopping()`` is true; everything read is in the ring or counted when this returns.
+
+    ``busy`` (with this worker's ``index``) is given when there are several
+    receive workers: records then carry arrival times and the flag is kept.
+    """
     counters: Counter = counter_block.load()
     buf = bytearray(65536)
     view = memoryview(buf)
+    timed = busy is not None
     recvfrom_into = sock.recvfrom_into
+    recvmsg_into = sock.recvmsg_into
+    buffers = [buf]
+    unpack_time = _TIMESPEC.unpack
     reserve = ring.reserve
     push_kind = codec.PUSH
+    arrival = 0
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     poller.register(wake.fileno(), select.POLLIN)
     while not stopping():
         poller.poll(IDLE_POLL_MS)
+        if timed:
+            busy[index] = True
         wake.clear()
         wrote = False
         seen = 0
         for _ in range(DRAIN_LIMIT):
             try:
-                size, source = recvfrom_into(buf)
+                if timed:
+                    size, ancillary, _, source = recvmsg_into(buffers, _ANCILLARY)
+                    for _, kind, data in ancillary:
+                        if kind == SO_TIMESTAMPNS:
+                            seconds, nanoseconds = unpack_time(data[:_TIMESPEC.size])
+                            arrival = seconds * 1_000_000_000 + nanoseconds
+                else:
+                    size, source = recvfrom_into(buf)
             except BlockingIOError:
                 break
             except OSError:
@@ -63,14 +96,14 @@ def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake
                 if slot is None:
                     counters["drop:ring full"] += 1
                     continue
-                records.pack_push_header(slot, source)
+                records.pack_push_header(slot, source, arrival)
                 slot[records.SOURCE_SIZE:] = view[:size]
             else:
                 accepted = read_control(data, source, policy)
                 if isinstance(accepted, str):
                     counters["drop:" + accepted] += 1
                     continue
-                record = records.pack_control(accepted, source)
+                record = records.pack_control(accepted, source, arrival)
                 slot = reserve(len(record))
                 if slot is None:
                     counters["drop:ring full"] += 1
@@ -81,5 +114,8 @@ def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake
             counter_block.store(counters)  # before the records are visible: an answer implies the count
         if wrote:
             ring.publish()
+        if timed:
+            busy[index] = False  # after publish: a sequencer that sees the flag down sees the records
+        if wrote:
             sequencer_bell.ring()
     counter_block.store(counters)

@@ -18,7 +18,7 @@ PUSH_RECORD = 1
 KEEPALIVE_RECORD = 2
 REQUEST_RECORD = 3
 
-_SOURCE = struct.Struct("<BxH4s")  # kind, source port, source IPv4 address
+_SOURCE = struct.Struct("<BxH4sQ")  # kind, source port, source IPv4 address, arrival time (ns)
 _KEEPALIVE = struct.Struct("<4sH2xQ16s")  # client address, port, flags, token
 _REQUEST = struct.Struct("<4sH2xQQ")  # requester address, port, from, to
 _LOG = struct.Struct("<II")  # frame count, common frame size (0: sizes differ)
@@ -31,14 +31,14 @@ def push_record_size(payload: int) -> int:
     return SOURCE_SIZE + payload
 
 
-def pack_push_header(into: memoryview, source: Address) -> None:
+def pack_push_header(into: memoryview, source: Address, arrival: int) -> None:
     """Write a PUSH record's header; the caller copies the frames in after ``SOURCE_SIZE`` bytes."""
-    _SOURCE.pack_into(into, 0, PUSH_RECORD, source[1], socket.inet_aton(source[0]))
+    _SOURCE.pack_into(into, 0, PUSH_RECORD, source[1], socket.inet_aton(source[0]), arrival)
 
 
-def pack_control(accepted: KeepaliveIn | RequestIn, source: Address) -> bytes:
+def pack_control(accepted: KeepaliveIn | RequestIn, source: Address, arrival: int) -> bytes:
     head = _SOURCE.pack(KEEPALIVE_RECORD if isinstance(accepted, KeepaliveIn) else REQUEST_RECORD,
-                        source[1], socket.inet_aton(source[0]))
+                        source[1], socket.inet_aton(source[0]), arrival)
     if isinstance(accepted, KeepaliveIn):
         host, port = accepted.client
         return head + _KEEPALIVE.pack(socket.inet_aton(host), port, accepted.flags, accepted.token)
@@ -46,9 +46,14 @@ def pack_control(accepted: KeepaliveIn | RequestIn, source: Address) -> bytes:
     return head + _REQUEST.pack(socket.inet_aton(host), port, accepted.from_seq, accepted.to_seq)
 
 
+def arrival(record: memoryview) -> int:
+    """When the kernel received the record's datagram (CLOCK_REALTIME ns; 0 when not taken)."""
+    return _SOURCE.unpack_from(record)[3]
+
+
 def unpack_ingress(record: memoryview) -> tuple[int, Address, memoryview | KeepaliveIn | RequestIn]:
     """(kind, source, body): the PUSH frames as a view, or the accepted control frame."""
-    kind, port, ip = _SOURCE.unpack_from(record)
+    kind, port, ip, _ = _SOURCE.unpack_from(record)
     source = (socket.inet_ntoa(ip), port)
     if kind == PUSH_RECORD:
         return kind, source, record[SOURCE_SIZE:]

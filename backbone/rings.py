@@ -103,11 +103,11 @@ class Ring:
 
     # ------------------------------------------------------------ consumers
 
-    def read(self, consumer: int = 0, limit: int = 1 << 30) -> tuple[list[tuple[int, int]], int]:
+    def read(self, consumer: int = 0, limit: int = 1 << 30) -> tuple[list[tuple[int, int, int]], int]:
         """Up to ``limit`` published records not yet released by ``consumer``, and the position after them.
 
-        Records are ``(offset, length)`` in :attr:`data`; their bytes stay put
-        until :meth:`release` with that position.
+        Records are ``(offset, length, position after it)`` with ``offset`` into
+        :attr:`data`; their bytes stay put until :meth:`release` passes them.
         """
         words = self._words
         pos = words[8 * (1 + consumer)]
@@ -122,8 +122,8 @@ class Ring:
             if length == _WRAP:
                 pos += capacity - offset
                 continue
-            records.append((offset + _RECORD_HEADER, length))
             pos += _padded(length)
+            records.append((offset + _RECORD_HEADER, length, pos))
         return records, pos
 
     def release(self, consumer: int, position: int) -> None:

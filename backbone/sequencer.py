@@ -10,30 +10,62 @@ Sequence numbers are never reused, even when this process is killed: a new
 block of numbers is persisted before any of it is published, and the last
 number issued is stored in shared memory before the log records carrying it
 become visible; a restarted sequencer continues after that number.
+
+With several receive workers the sequencer merges their rings in the order
+the kernel received the datagrams, as one socket would have: each ring keeps
+its own order, and a record is taken once no other worker can still hold an
+earlier datagram (it is not mid-drain and its socket queue is empty), or once
+the record is older than ``ORDER_HOLD``, so an overloaded worker delays the
+others by that much at most.
 """
 from __future__ import annotations
 
+import fcntl
+import heapq
+import itertools
 import socket
+import termios
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 from fyrehose.backbone import records
 from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.rings import Doorbell, Ring
-from fyrehose.backbone.shared import CounterBlock, SequencerState, SubscriberTable
+from fyrehose.backbone.shared import CounterBlock, Flags, SequencerState, SubscriberTable
 from fyrehose.backbone.statefile import SequenceStateFile
 from fyrehose.backbone.udp import send_all
 
 READ_LIMIT = 1024  # records taken from one ring per round, so no receive worker starves the others
 IDLE_WAIT = 0.1  # seconds; also the resolution of client expiry while idle
 LOG_FULL_WAIT = 0.0005
+ORDER_HOLD = 2_000_000  # ns a record may wait for a busy receive worker's earlier datagrams
+
+Record = tuple[int, int, int, int]  # (arrival ns, ring, offset, length)
+
+
+def in_arrival_order(rings: list[list[tuple[int, tuple]]], cutoff: int) -> Iterator[tuple[int, tuple]]:
+    """Merge per-ring lists of (arrival, item) into (ring, item), earliest arrival first, up to ``cutoff``.
+
+    Each ring's own order is kept even if its clock went backwards; the merge
+    stops at the first head that arrived after ``cutoff``.
+    """
+    tagged = [[(arrival, index, item) for arrival, item in ring] for index, ring in enumerate(rings)]
+    merged = heapq.merge(*tagged, key=lambda entry: entry[0])
+    for arrival, index, item in itertools.takewhile(lambda entry: entry[0] <= cutoff, merged):
+        yield index, item
+
+
+def _queued(sock: socket.socket) -> bool:
+    """Whether a datagram waits in ``sock``'s receive queue (FIONREAD: the size of the next one)."""
+    return int.from_bytes(fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"), "little") > 0
 
 
 class Sequencer:
     def __init__(self, backbone: Backbone, rings: list[Ring], log: Ring, bell: Doorbell,
                  fanout_bells: list[Doorbell], sock: socket.socket, state: SequencerState,
                  table: SubscriberTable, counter_block: CounterBlock, state_file: SequenceStateFile,
-                 stopping: Callable[[], bool]) -> None:
+                 stopping: Callable[[], bool], receiver_sockets: list[socket.socket] = (),
+                 busy: Flags | None = None) -> None:
         self.backbone = backbone
         self.rings = rings
         self.log = log
@@ -45,6 +77,9 @@ class Sequencer:
         self.counter_block = counter_block
         self.state_file = state_file
         self.stopping = stopping
+        self.receiver_sockets = list(receiver_sockets)
+        self.busy = busy
+        self._held: int | None = None  # arrival of the earliest record held back for order
         self._views: tuple[list, list, list] | None = None
         self._gauges_at = 0.0
 
@@ -61,35 +96,60 @@ class Sequencer:
     def run(self) -> None:
         """Serve until stopped, then drain every ring before returning."""
         while True:
-            busy = self._round(time.monotonic())
-            if busy:
+            if self._round(time.monotonic()):
                 continue
-            if self.stopping():
+            if self.stopping() and self._held is None:
                 if not any(ring.backlog() for ring in self.rings):
                     return
                 continue
             self.bell.clear()
+            if self._held is not None:
+                self.bell.wait(max(0.0, (self._held + ORDER_HOLD - time.time_ns()) / 1e9))
+                continue
             if any(ring.backlog() for ring in self.rings):
                 continue
             self.bell.wait(IDLE_WAIT)
 
+    def _take(self) -> tuple[list[tuple[Ring, int, int]], dict[int, int]]:
+        """The records to apply now, in order, and how far to release each ring afterwards."""
+        rings = self.rings
+        self._held = None
+        if self.busy is None:  # one receive worker: its ring is already in arrival order
+            spans, position = rings[0].read(0, READ_LIMIT)
+            return [(rings[0], offset, length) for offset, length, _ in spans], {0: position} if spans else {}
+        checked = time.time_ns()
+        busy = self.busy
+        caught_up = self.stopping() or not any(
+            busy[i] or _queued(sock) for i, sock in enumerate(self.receiver_sockets))
+        cutoff = checked if caught_up else checked - ORDER_HOLD
+        pending = []
+        for ring in rings:
+            spans, _ = ring.read(0, READ_LIMIT)
+            data = ring.data
+            pending.append([(records.arrival(data[offset:offset + length]), (offset, length, after))
+                            for offset, length, after in spans])
+        order = []
+        release: dict[int, int] = {}
+        taken = [0] * len(rings)
+        for index, (offset, length, after) in in_arrival_order(pending, cutoff):
+            order.append((rings[index], offset, length))
+            release[index] = after
+            taken[index] += 1
+        left = [ring[count][0] for ring, count in zip(pending, taken) if count < len(ring)]
+        self._held = min(left) if left and not caught_up else None
+        return order, release
+
     def _round(self, now: float) -> bool:
         backbone = self.backbone
-        taken = []
-        for ring in self.rings:
-            spans, position = ring.read(0, READ_LIMIT)
-            if not spans:
-                continue
-            data = ring.data
-            for offset, length in spans:
-                kind, source, body = records.unpack_ingress(data[offset:offset + length])
-                if kind == records.PUSH_RECORD:
-                    backbone.push(body, source, now)
-                elif kind == records.KEEPALIVE_RECORD:
-                    backbone.keepalive(body, source, now)
-                else:
-                    backbone.request(body, now)
-            taken.append((ring, position))
+        order, release = self._take()
+        for ring, offset, length in order:
+            kind, source, body = records.unpack_ingress(ring.data[offset:offset + length])
+            if kind == records.PUSH_RECORD:
+                backbone.push(body, source, now)
+            elif kind == records.KEEPALIVE_RECORD:
+                backbone.keepalive(body, source, now)
+            else:
+                backbone.request(body, now)
         self._publish_clients(now)
         out = backbone.flush_control(now)
         if out.reserve is not None:
@@ -101,13 +161,13 @@ class Sequencer:
             self.log.publish()
             for bell in self.fanout_bells:
                 bell.ring()
-        for ring, position in taken:
-            ring.release(0, position)
+        for index, position in release.items():
+            self.rings[index].release(0, position)
         self.counter_block.store(backbone.counters)
         if out.sends:
             send_all(self.sock, out.sends, backbone.counters)
             self.counter_block.store(backbone.counters)
-        return bool(taken)
+        return bool(order)
 
     def _append(self, log: list) -> None:
         """Copy sequenced frames into the shared log, waiting for the fan-out workers when it is full."""

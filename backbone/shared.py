@@ -16,7 +16,8 @@ Layout, all little-endian 8-byte words:
   gauges;
 - ``SubscriberTable``: the live clients and their flags, written by the
   sequencer under a sequence lock, read by the fan-out workers;
-- ``StopFlags``: one word per role the supervisor raises to drain and stop it.
+- ``Flags``: one word per process, e.g. the stop flag the supervisor raises to
+  drain and stop a worker.
 """
 from __future__ import annotations
 
@@ -148,8 +149,9 @@ class SubscriberTable:
         return words[0], []
 
 
-class StopFlags:
-    """One word per role; the supervisor sets it to make that role drain and exit."""
+class Flags:
+    """One word per process: stop flags (raised by the supervisor to drain and stop a worker) and
+    busy flags (raised by a receive worker while it holds datagrams not yet in its ring)."""
 
     def __init__(self, buffer: memoryview, roles: int) -> None:
         self._words = memoryview(buffer).cast("B")[:8 * roles].cast("Q")

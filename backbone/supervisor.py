@@ -34,10 +34,10 @@ from fyrehose.backbone.fanout import FanOut
 from fyrehose.backbone.intake import AddressPolicy
 from fyrehose.backbone.metrics import (Metric, MetricsServer, client_metrics, counter_metrics, process_metrics,
                                        restart_metrics, ring_metrics)
-from fyrehose.backbone.receiver import run_receiver
+from fyrehose.backbone.receiver import enable_arrival_times, run_receiver
 from fyrehose.backbone.rings import Doorbell, Ring
 from fyrehose.backbone.sequencer import Sequencer
-from fyrehose.backbone.shared import (CounterBlock, SequencerState, StopFlags, SubscriberTable, anonymous)
+from fyrehose.backbone.shared import CounterBlock, Flags, SequencerState, SubscriberTable, anonymous
 from fyrehose.backbone.statefile import SequenceStateFile
 from fyrehose.backbone.udp import bind_udp
 
@@ -92,13 +92,17 @@ class Supervisor:
         self.sockets = [bind_udp(options.listen, reuse_port=True)]
         self.address = self.sockets[0].getsockname()
         self.sockets += [bind_udp(self.address, reuse_port=True) for _ in range(r - 1)]
+        if r > 1:
+            for sock in self.sockets:
+                enable_arrival_times(sock)
 
         self._memory = []  # keeps every mapping alive in the supervisor
         self.counter_blocks = [CounterBlock(self._map(CounterBlock.SIZE)) for _ in range(roles)]
         self.sequencer_state = SequencerState(self._map(SequencerState.SIZE))
         self.sequencer_state.last_issued = reserved
         self.table = SubscriberTable(self._map(SubscriberTable.region_size(options.max_clients)), options.max_clients)
-        self.stop_flags = StopFlags(self._map(8 * roles), roles)
+        self.stop_flags = Flags(self._map(8 * roles), roles)
+        self.busy_flags = Flags(self._map(8 * r), r) if r > 1 else None
         self.input_rings = [Ring(self._map(Ring.region_size(INPUT_RING_BYTES))) for _ in range(r)]
         self.log = Ring(self._map(Ring.region_size(LOG_RING_BYTES, f)), f)
         self.sequencer_bell = Doorbell()
@@ -130,7 +134,8 @@ class Supervisor:
     def _receiver(self, i: int) -> Callable[[], None]:
         def body() -> None:
             run_receiver(self.sockets[i], self.input_rings[i], self.sequencer_bell, self.receiver_bells[i],
-                         self.counter_blocks[i], self._stopper(i), AddressPolicy(self.options.trusted_networks))
+                         self.counter_blocks[i], self._stopper(i), AddressPolicy(self.options.trusted_networks),
+                         self.busy_flags, i)
         return body
 
     def _sequencer(self, block: int) -> Callable[[], None]:
@@ -144,7 +149,7 @@ class Supervisor:
             )
             Sequencer(backbone, self.input_rings, self.log, self.sequencer_bell, self.fanout_bells,
                       self.sockets[0], self.sequencer_state, self.table, self.counter_blocks[block],
-                      self.state_file, stopping).run()
+                      self.state_file, stopping, self.sockets, self.busy_flags).run()
         return body
 
     def _fanout(self, i: int, block: int) -> Callable[[], None]:

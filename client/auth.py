@@ -26,7 +26,7 @@ import secrets
 import struct
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .envelope import Envelope, encode_unsigned

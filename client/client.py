@@ -451,14 +451,14 @@ class Client:
 
     # ------------------------------------------------------------ subscribing
 
-    def subscribe(self, pattern: str | int | None = None, from_seq: int | None = None, *, on_loss: str = "raise",
+    def subscribe(self, pattern: str | None = None, *, from_seq: int | None = None, on_loss: str = "raise",
                   max_queued: int = 1_000_000, initial: bool = False, initial_timeout: float = 5.0,
                   initial_retry: float = 0.5) -> Subscription:
         """An ordered, gap-free stream of the messages delivered from now on (or from ``from_seq``).
 
         ``pattern`` (``*`` one token, ``>`` the rest) keeps only enveloped
         messages with a matching subject; None keeps everything, raw payloads
-        included.  An int in its place is ``from_seq`` (the earlier signature).
+        included.
         ``from_seq`` backfills older messages through REQUESTs; it must be given
         before this client starts tracking (on its first subscription).
 
@@ -469,8 +469,6 @@ class Client:
         ``initial_retry`` s; after ``initial_timeout`` s without an answer the
         updates flow without it (counted as ``initial timeouts``).
         """
-        if isinstance(pattern, int):
-            pattern, from_seq = None, pattern
         if not self.subscribing:
             raise FyrehoseError("this client was created with subscribe=False")
         if pattern is not None:

@@ -85,7 +85,7 @@ def run_sub(args: argparse.Namespace) -> int:
     lost = 0
     received = 0
     with Client(args.backbone, journal=not args.no_journal, give_up_after=args.give_up) as client:
-        stream = client.subscribe(args.from_seq, on_loss="yield")
+        stream = client.subscribe(from_seq=args.from_seq, on_loss="yield")
         while args.count is None or received < args.count:
             wait = None if end is None else end - time.monotonic()
             if wait is not None and wait <= 0:

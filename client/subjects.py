@@ -147,15 +147,6 @@ class SubjectIndex(Generic[V]):
         order = self._order
         return sorted(found, key=order.__getitem__)
 
-    def values_for(self, pattern: str) -> list[V]:
-        """The values stored under exactly ``pattern`` (no matching)."""
-        node = self._root
-        for token in _pattern_tokens(pattern):
-            node = node.children.get(token)
-            if node is None:
-                return []
-        return list(node.values)
-
     def items(self) -> Iterator[tuple[str, V]]:
         """Every (pattern, value) pair."""
         stack: list[tuple[_Node, tuple[str, ...]]] = [(self._root, ())]

@@ -17,7 +17,6 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 
 from fyrehose.loadtest.results import render
@@ -170,6 +169,7 @@ def _run_processes(settings: LoadSettings, args: argparse.Namespace, out: Path) 
         else:
             (out / "metrics.jsonl").touch()
         master = _start_locust(settings, args, out, stack)
+        stack.callback(_ignore_interrupts)  # runs first on the way out: a second Ctrl-C must not cut cleanup short
         if args.web:
             return _serve_web(master, args, out)
         status = master.wait()
@@ -177,6 +177,11 @@ def _run_processes(settings: LoadSettings, args: argparse.Namespace, out: Path) 
             raise RuntimeError(f"Locust exited with status {status} without results: "
                                f"{_last_error(out / 'locust.log')} (log: {out / 'locust.log'})")
         return False
+
+
+def _ignore_interrupts() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _start_locust(settings: LoadSettings, args: argparse.Namespace, out: Path, stack: ExitStack) -> subprocess.Popen:

@@ -31,6 +31,7 @@ class SubscriberSession:
         self.tracker = SequenceTracker(give_up_after=give_up_after)
         self.journal = MemoryJournal(journal_bytes)
         self.stats: Counter[str] = Counter()
+        self.recovered: set[int] = set()  # sequences a peer re-delivered, until the driver reports them
         self.acked = False
         self._tokens: deque[bytes] = deque(maxlen=8)
         self._next_keepalive = 0.0
@@ -101,6 +102,8 @@ class SubscriberSession:
                 continue
             self.journal.add(seq, payload)
             self.account.arrived(seq, payload, direct)
+            if not direct:
+                self.recovered.add(seq)
             events.extend(released)
         self._account(events)
         return events

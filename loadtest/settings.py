@@ -8,12 +8,13 @@ keeps them apart from Locust's own options.)
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass, field, fields
 
 from fyrehose.addresses import parse_hostport
 from fyrehose.client import MAX_PUBLISH_TIMEOUT
 from fyrehose.codec import MAX_PAYLOAD
-from fyrehose.loadtest.rates import SHAPES, build_schedule, RateSchedule
+from fyrehose.loadtest.rates import SHAPES, RateSchedule, build_schedule
 from fyrehose.loadtest.stamp import MIN_SIZE
 
 PREFIX = "fyrehose-"
@@ -49,14 +50,14 @@ class LoadSettings:
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be at least 1")
         for name in ("rate", "duration", "step_time", "spike_factor", "p99_ms"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive")
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"--{name.replace('_', '-')} must be a positive number")
         if not MIN_SIZE <= self.size <= MAX_PAYLOAD:
             raise ValueError(f"--size must be between {MIN_SIZE} and {MAX_PAYLOAD} bytes")
         if not 0 < self.timeout <= MAX_PUBLISH_TIMEOUT:
             raise ValueError(f"--timeout must be in (0, {MAX_PUBLISH_TIMEOUT:g}] seconds")
-        if self.drain < 0:
-            raise ValueError("--drain must not be negative")
+        if not 0 <= self.drain < math.inf:
+            raise ValueError("--drain must be 0 or more seconds")
         if self.workers < 0:
             raise ValueError("--workers must be 0 or more")
         if self.shape not in SHAPES:

@@ -79,12 +79,14 @@ class Subscriber(User):
     """Subscribes, recovers gaps with its peers, and reports each message's publish-to-deliver time as DELIVER.
 
     What the backbone delivered and what peers re-delivered is counted per
-    phase (loss before and after recovery); a range given up is also reported
-    as a failed DELIVER named "lost".
+    phase (loss before and after recovery).  In Locust's statistics a message
+    the backbone delivered is a DELIVER named "publish-to-deliver", one a peer
+    re-delivered after a REQUEST is named "recovered", and a range given up is
+    a failed DELIVER named "lost".
     """
 
     load: ProcessRun
-    fixed_count = 2  # set from --subscribers when the test starts
+    fixed_count = 2  # replaced by --subscribers when Locust initialises
 
     def on_start(self) -> None:
         settings = self.load.settings
@@ -141,9 +143,11 @@ class Subscriber(User):
                      exception=MessagesLost(event), context={})
                 continue
             latency = self.session.account.released(event.data, now_ns)
+            recovered = event.seq in self.session.recovered
+            self.session.recovered.discard(event.seq)
             if latency is not None:
-                fire(request_type=DELIVER, name="publish-to-deliver", response_time=latency,
-                     response_length=len(event.data), exception=None, context={})
+                fire(request_type=DELIVER, name="recovered" if recovered else "publish-to-deliver",
+                     response_time=latency, response_length=len(event.data), exception=None, context={})
 
     def _serve_forwards(self) -> None:
         """Re-DELIVERs what a peer REQUESTed from this subscriber's journal, paced like the Client's forwarder."""

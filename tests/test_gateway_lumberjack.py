@@ -437,28 +437,29 @@ def test_tls_without_client_certificates(backbone, gateway_factory, recorder_fac
     assert recorder.wait_for(1) == [{"encrypted": True}]
 
 
-def test_bad_options_are_one_line_errors(backbone, certificates, tmp_path):
-    from support import run_cli
+def test_bad_options_are_one_line_errors(backbone, certificates, tmp_path, capsys):
+    from fyrehose.cli import main
 
-    def failure(*options: str) -> str:
-        result = run_cli("gateway", "lumberjack", "--listen", f"{LOOPBACK}:0", "--backbone", backbone.address,
-                         *options, timeout=30)
-        assert result.returncode != 0
-        return result.stderr.decode()
+    def failure(*options: str, listen: str = f"{LOOPBACK}:0") -> str:
+        try:
+            status = main(["gateway", "lumberjack", "--listen", listen, "--backbone", backbone.address, *options])
+        except SystemExit as exit:  # a usage error
+            status = exit.code
+        assert status != 0
+        error = capsys.readouterr().err
+        assert len(error.strip().splitlines()) == 1, error
+        return error
 
     assert "go together" in failure("--tls-cert", certificates["server.pem"])
     assert "needs --tls-cert" in failure("--tls-ca", certificates["ca.pem"])
-    error = failure("--tls-cert", certificates["server.pem"], "--tls-key", str(tmp_path / "missing.key"))
-    assert "cannot load TLS certificate" in error and len(error.strip().splitlines()) == 1
+    assert "cannot load TLS certificate" in failure("--tls-cert", certificates["server.pem"],
+                                                    "--tls-key", str(tmp_path / "missing.key"))
     assert "bad subject" in failure("--default-subject", "two words")
     assert "must be in (0, 25]" in failure("--publish-timeout", "30")
     with socket.socket() as taken:
         taken.bind((LOOPBACK, 0))
         taken.listen()
-        error = run_cli("gateway", "lumberjack", "--listen", f"{LOOPBACK}:{taken.getsockname()[1]}",
-                        "--backbone", backbone.address, timeout=30)
-    assert error.returncode == 1 and "in use" in error.stderr.decode()
-    assert len(error.stderr.decode().strip().splitlines()) == 1
+        assert "in use" in failure(listen=f"{LOOPBACK}:{taken.getsockname()[1]}")
 
 
 def test_sigterm_stops_the_gateway_cleanly(backbone, gateway_factory):

@@ -58,7 +58,7 @@ def split(data: bytes, cuts: list[int]) -> list[bytes]:
     return [data[start:end] for start, end in zip([0] + points, points + [len(data)])]
 
 
-@settings(max_examples=200)
+@settings(max_examples=150)
 @given(st.lists(items, max_size=12), st.lists(st.integers(0, 1 << 20), max_size=20))
 def test_any_split_of_a_valid_stream_decodes_to_its_frames(stream, cuts):
     data = b"".join(encode_item(item) for item in stream)

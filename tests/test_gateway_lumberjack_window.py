@@ -45,7 +45,7 @@ class WriterModel:
         return sum(window["acked"] for window in self.windows)
 
 
-@settings(max_examples=200)
+@settings(max_examples=150)
 @given(st.data())
 def test_a_writer_within_its_windows_gets_acks_exactly_for_what_was_published(data):
     restart_each_window = data.draw(st.booleans(), "restart sequences per window (Beats) or continue (pylogbeat)")

@@ -256,6 +256,7 @@ def test_a_gap_recovered_from_a_peer_is_loss_before_recovery_only():
     assert codec.Request("0.0.0.0", 0, 3, 3) in [codec.decode(s)[0] for s in sends]
     events, _ = session.receive(deliver((3, payload(0))), PEER, 0.25)  # a peer re-DELIVERs it
     assert [event.seq for event in events] == [3, 4, 5]
+    assert session.recovered == {3}
     session.receive(deliver((4, payload(0))), PEER, 0.3)  # a duplicate counts nowhere
     tally = session.snapshot()[0]
     assert (tally.direct, tally.recovered, tally.lost, tally.pending) == (4, 1, 0, 0)
@@ -421,7 +422,7 @@ def test_settings_cross_to_locust_unchanged():
 @pytest.mark.parametrize("change, message", [
     ({"users": 0}, "--users"), ({"rate": 0}, "--rate"), ({"size": 3}, "--size"), ({"timeout": 30}, "--timeout"),
     ({"drain": -1}, "--drain"), ({"shape": "zigzag"}, "--shape"), ({"backbone": "nowhere"}, "HOST:PORT"),
-    ({"step_time": 0}, "--step-time"),
+    ({"step_time": 0}, "--step-time"), ({"duration": math.inf}, "--duration"), ({"rate": math.nan}, "--rate"),
 ])
 def test_impossible_settings_are_refused_in_one_line(change, message):
     with pytest.raises(ValueError, match=message):

@@ -151,7 +151,7 @@ def test_start_options_round_trip(initial, ack, expires):
 SUBSCRIBER = textwrap.dedent("""
     import sys, time
     from fyrehose import Client
-    client = Client(sys.argv[1], user="sam", session_interval=0.3)
+    client = Client(sys.argv[1], user="sam", session_interval=0.5)
     stream = client.subscribe("q.x", initial=True)
     first = stream.get(timeout=10)
     print(first.type.name, first.status.name, flush=True)
@@ -166,13 +166,13 @@ def test_an_expired_sessions_subscriptions_go_away(backbone, tmp_path):
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             assert subscriber.stdout.readline().split() == [b"INITIAL", b"NOT_FOUND"]
-            assert drops.get(timeout=1.5) is None  # heartbeats keep the subscription
+            assert drops.get(timeout=2.0) is None  # heartbeats keep it beyond its 1.5 s grace
             subscriber.kill()  # no BYE: only the missing heartbeats tell
             subscriber.wait(10)
             killed = time.monotonic()
             drop = take_until(drops, lambda m: m.type == MsgType.DROP, timeout=10)
             assert (drop.subject, drop.status) == ("q.x", Status.NOSUBSCRIBERS)
-            assert time.monotonic() - killed < 5  # 3 × 0.3 s intervals plus scheduling slack
+            assert time.monotonic() - killed < 8  # 3 × 0.5 s intervals plus slack for a loaded machine
         finally:
             if subscriber.poll() is None:
                 subscriber.kill()

@@ -124,7 +124,7 @@ def test_index_lookup_order_is_first_added_and_discard_value():
     index.add("a.b", "first")
     index.add("*.b", "second-pattern")
     assert index.lookup("a.b") == ["second-pattern", "first"]
-    assert index.values_for("a.b") == ["first"]
+    assert sorted(index.items()) == [("*.b", "second-pattern"), ("a.>", "second-pattern"), ("a.b", "first")]
     assert index.discard_value("second-pattern") == 2
     assert index.lookup("a.b") == ["first"]
     assert index.lookup("a.c") == []
@@ -287,12 +287,14 @@ def test_request_times_out_without_an_answer_and_unsubscribe_stops(backbone):
         assert client.stats["initial timeouts"] == 1
         client.unsubscribe(gated)
         assert gated.get(timeout=0.1) is None
-        subjects = [m.subject for m in drain(watcher, 10, timeout=0.5)]
+        subjects: list[str] = []
         deadline = time.monotonic() + 5
         while "_SUB.STOP.q.x" not in subjects and time.monotonic() < deadline:
-            stop = watcher.get(timeout=1)
-            subjects.append(stop.subject if stop else None)
-        assert subjects[-1] == "_SUB.STOP.q.x" and set(subjects) == {"_SUB.START.q.x", "_SUB.STOP.q.x"}
+            event = watcher.get(timeout=0.5)
+            if event is not None:
+                subjects.append(event.subject)
+        assert subjects[-1] == "_SUB.STOP.q.x"
+        assert set(subjects[:-1]) <= {"_SUB.START.q.x"}  # at most the last retries before the timeout
 
 
 def test_request_reply_between_two_clients(backbone):

@@ -50,7 +50,7 @@ class JournalService:
                         forward_rate=self.forward_rate)
         maintenance = threading.Thread(target=self._maintain, args=(stop,), name="journal-maintenance", daemon=True)
         try:
-            stream = client.subscribe(self.start_seq, on_loss="yield", max_queued=self.max_queued)
+            stream = client.subscribe(from_seq=self.start_seq, on_loss="yield", max_queued=self.max_queued)
             maintenance.start()
             while not stop.is_set():
                 event = stream.get(timeout=0.2)

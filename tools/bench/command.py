@@ -39,6 +39,10 @@ def _at_least_zero(kind):
     return parse
 
 
+def _workers(text: str) -> int | str:
+    return text if text == "auto" else _positive(int)(text)
+
+
 def _payload(text: str) -> int:
     value = _positive(int)(text)
     if not MIN_PAYLOAD <= value <= MAX_PAYLOAD:
@@ -72,8 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grace", type=_at_least_zero(float), default=0.25, metavar="S",
                         help="how long after the publishers stop a message may still arrive and count "
                              "(default 0.25)")
-    parser.add_argument("--workers", type=_positive(int), default=1, metavar="R",
-                        help="--workers of the multi-process backbone (targets fyrehose, fyrehose-nobatch; default 1)")
+    parser.add_argument("--workers", type=_workers, default="auto", metavar="R",
+                        help="--workers of the multi-process backbone (targets fyrehose, fyrehose-nobatch): "
+                             "a count or 'auto' (default auto: the backbone sizes itself to the CPUs)")
     parser.add_argument("--fanout", type=_positive(int), metavar="F",
                         help="--fanout of the multi-process backbone (default: the backbone's own)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")

@@ -45,7 +45,7 @@ class BenchSettings:
     rounds: int
     search_steps: int
     grace: float
-    workers: int  # --workers of the multi-process backbone
+    workers: int | str  # --workers of the multi-process backbone: a count or "auto"
     fanout: int | None  # --fanout of the multi-process backbone (None: its default)
 
 

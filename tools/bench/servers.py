@@ -139,7 +139,13 @@ class ServerProcess:
         except psutil.Error:
             return {}
         found = {"server": main}
-        found.update((f"server-child-{number}", child) for number, child in enumerate(children, 1))
+        for number, child in enumerate(children, 1):
+            try:
+                name = child.name()  # the multi-process backbone names its workers (fh-sequencer, ...)
+            except psutil.Error:
+                continue
+            label = f"server/{name}"
+            found[label if label not in found and name != main.name() else f"server-child-{number}"] = child
         return found
 
     def stop(self) -> None:
@@ -154,7 +160,7 @@ class ServerProcess:
             self.proc.wait(STOP_TIMEOUT)
 
 
-def server_for(target: Target, binaries: dict[str, str], workdir: Path, workers: int,
+def server_for(target: Target, binaries: dict[str, str], workdir: Path, workers: int | str,
                fanout: int | None) -> ServerProcess:
     """A server for one step (not started), in a fresh directory under ``workdir``."""
     workdir.mkdir(parents=True)
