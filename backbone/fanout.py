@@ -9,7 +9,9 @@ full datagrams.  Plain subscribers get one frame per datagram.
 
 Worker ``i`` of ``F`` serves the clients whose address hashes to ``i``: a
 client keeps its worker while the table changes around it, so it never gets
-a stretch of the log twice or not at all.
+a stretch of the log twice or not at all.  Table changes arrive in the log,
+between the messages, so each message goes to the subscribers of the moment
+the sequencer issued it, as in the single-process backbone.
 """
 from __future__ import annotations
 
@@ -51,9 +53,10 @@ class FanOut:
         self.batch_bytes = batch_bytes
         self.stopping = stopping
         self._data_at = ctypes.addressof(ctypes.c_char.from_buffer(log.data))
-        self._version = -1
         self._plain: list[int] = []
         self._batch: list[int] = []
+        # Running workers follow the table in the log; a restarted one starts from the latest copy.
+        self._use_clients(table.snapshot()[1])
 
     def run(self) -> None:
         """Serve until stopped, then send what the log still holds before returning."""
@@ -69,54 +72,58 @@ class FanOut:
                 continue
             self.bell.wait(IDLE_WAIT)
 
-    def _refresh_clients(self) -> None:
-        if self.table.version == self._version:
-            return
-        self._version, rows = self.table.snapshot()
-        if self.sender.destinations > 2 * len(rows) + 1024:
-            self.sender.forget_destinations()  # nothing is queued between rounds
+    def _use_clients(self, rows: list[tuple[Address, int]]) -> None:
+        """Serve, from now on, the subscribers among ``rows`` that belong to this worker."""
+        sender = self.sender
+        if sender.destinations > 2 * len(rows) + 1024:
+            sender.forget_destinations()  # nothing is queued between groups
         plain, batch = [], []
-        destination = self.sender.destination
         for addr, flags in rows:
             if flags & FLAG_NOSUBSCRIBE or worker_of(addr, self.workers) != self.index:
                 continue
-            (batch if flags & FLAG_BATCH else plain).append(destination(addr))
+            (batch if flags & FLAG_BATCH else plain).append(sender.destination(addr))
         self._plain, self._batch = plain, batch
 
     def _round(self) -> bool:
         spans, position = self.log.read(self.index, READ_LIMIT)
         if not spans:
             return False
-        self._refresh_clients()  # after reading the log cursor: the table is at least as new as the records
-        plain, batch = self._plain, self._batch
-        if plain or batch:
-            data, base = self.log.data, self._data_at
-            header = records.LOG_HEADER_SIZE
-            entries = []
-            messages = 0
-            for offset, length, _ in spans:
-                count, step = records.unpack_log_header(data[offset:offset + header])
-                start = offset + header
-                entries.append(LogEntry(data[start:offset + length], count, step, address=base + start))
-                messages += count
-            sender = self.sender
-            before = sender.sent
-            if batch:
-                for parts in batch_parts(entries, self.batch_bytes):
-                    iovec = sender.iovec([(entry.address + lo, hi - lo) for entry, lo, hi in parts])
-                    for dest in batch:
-                        sender.add(dest, iovec)
-            if plain:
-                for entry in entries:
-                    at = entry.address
-                    for lo, hi in entry.frame_bounds():
-                        iovec = sender.iovec([(at + lo, hi - lo)])
-                        for dest in plain:
-                            sender.add(dest, iovec)
-            sender.flush()
-            counters = self.counters
-            counters["delivered"] += messages * (len(plain) + len(batch))
-            counters["datagrams out"] += sender.sent - before
+        data, base = self.log.data, self._data_at
+        header = records.LOG_HEADER_SIZE
+        group: list[LogEntry] = []
+        for offset, length, _ in spans:
+            count, step = records.unpack_log_header(data[offset:offset + header])
+            start = offset + header
+            if count == records.CLIENTS:
+                self._send(group)  # what was sequenced before the change goes to the clients of before
+                group = []
+                self._use_clients(records.unpack_clients(data[start:offset + length]))
+                continue
+            group.append(LogEntry(data[start:offset + length], count, step, address=base + start))
+        self._send(group)
         self.log.release(self.index, position)  # only now may the sequencer reuse those bytes
         self.counter_block.store(self.counters)
         return True
+
+    def _send(self, entries: list[LogEntry]) -> None:
+        plain, batch = self._plain, self._batch
+        if not entries or not (plain or batch):
+            return
+        sender = self.sender
+        before = sender.sent
+        if batch:
+            for parts in batch_parts(entries, self.batch_bytes):
+                iovec = sender.iovec([(entry.address + lo, hi - lo) for entry, lo, hi in parts])
+                for dest in batch:
+                    sender.add(dest, iovec)
+        if plain:
+            for entry in entries:
+                at = entry.address
+                for lo, hi in entry.frame_bounds():
+                    iovec = sender.iovec([(at + lo, hi - lo)])
+                    for dest in plain:
+                        sender.add(dest, iovec)
+        sender.flush()
+        counters = self.counters
+        counters["delivered"] += sum(entry.count for entry in entries) * (len(plain) + len(batch))
+        counters["datagrams out"] += sender.sent - before

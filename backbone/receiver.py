@@ -7,15 +7,19 @@ REQUEST with its addresses resolved.  A full ring drops the datagram and
 counts it (``ring full``); the socket is never left unread for the ring's sake.
 
 With several receive workers each record carries the kernel's arrival time
-(SO_TIMESTAMPNS), and the worker raises its busy flag while it holds
-datagrams that are not in its ring yet, so that the sequencer can merge the
-rings in arrival order (see :mod:`fyrehose.backbone.sequencer`).
+(SO_TIMESTAMPNS), and the worker keeps two words for the sequencer, which
+merges the rings in arrival order (see :mod:`fyrehose.backbone.sequencer`):
+a busy flag, raised while it holds datagrams that are not in its ring yet,
+and a watermark, a time before which every datagram of its socket is in the
+ring (the arrival of the last one it passed on, or, when it found the socket
+empty, the moment just before it looked).
 """
 from __future__ import annotations
 
 import select
 import socket
 import struct
+import time
 from collections import Counter
 from typing import Callable
 
@@ -24,7 +28,7 @@ from fyrehose.backbone import records
 from fyrehose.backbone.intake import AddressPolicy, read_control
 from fyrehose.backbone.pushes import uniform_step
 from fyrehose.backbone.rings import Doorbell, Ring
-from fyrehose.backbone.shared import CounterBlock, Flags
+from fyrehose.backbone.shared import CounterBlock, Words
 
 DRAIN_LIMIT = 512
 IDLE_POLL_MS = 200
@@ -39,11 +43,11 @@ def enable_arrival_times(sock: socket.socket) -> None:
 
 def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake: Doorbell,
                  counter_block: CounterBlock, stopping: Callable[[], bool], policy: AddressPolicy,
-                 busy: Flags | None = None, index: int = 0) -> None:
+                 busy: Words | None = None, watermarks: Words | None = None, index: int = 0) -> None:
     """Serve until ``stopping()`` is true; everything read is in the ring or counted when this returns.
 
-    ``busy`` (with this worker's ``index``) is given when there are several
-    receive workers: records then carry arrival times and the flag is kept.
+    ``busy`` and ``watermarks`` (with this worker's ``index``) are given when
+    there are several receive workers: records then carry arrival times.
     """
     counters: Counter = counter_block.load()
     buf = bytearray(65536)
@@ -56,6 +60,8 @@ def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake
     reserve = ring.reserve
     push_kind = codec.PUSH
     arrival = 0
+    watermark = 0
+    clock = time.time_ns
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     poller.register(wake.fileno(), select.POLLIN)
@@ -69,6 +75,7 @@ def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake
         for _ in range(DRAIN_LIMIT):
             try:
                 if timed:
+                    looked = clock()
                     size, ancillary, _, source = recvmsg_into(buffers, _ANCILLARY)
                     for _, kind, data in ancillary:
                         if kind == SO_TIMESTAMPNS:
@@ -77,12 +84,15 @@ def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake
                 else:
                     size, source = recvfrom_into(buf)
             except BlockingIOError:
+                if timed:
+                    watermark = looked  # the socket was empty at that moment
                 break
             except OSError:
                 counters["drop:receive error"] += 1
                 seen += 1
                 continue
             seen += 1
+            watermark = arrival
             data = view[:size]
             if size and data[0] == push_kind:
                 if not uniform_step(data):
@@ -115,7 +125,8 @@ def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake
         if wrote:
             ring.publish()
         if timed:
-            busy[index] = False  # after publish: a sequencer that sees the flag down sees the records
-        if wrote:
+            watermarks[index] = watermark  # after publish: whoever reads it sees the records
+            busy[index] = False
+        if wrote or timed:  # a sequencer holding records for our sake may go on now
             sequencer_bell.ring()
     counter_block.store(counters)

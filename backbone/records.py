@@ -3,13 +3,16 @@
 Ingress records go from a receive worker to the sequencer and carry what the
 worker already checked: a PUSH record is the datagram's well-formed PUSH
 frames, a KEEPALIVE or REQUEST record the resolved addresses.  Log records go
-from the sequencer to the fan-out workers and are the DELIVER frames exactly
-as they go on the wire, behind a small header.
+from the sequencer to the fan-out workers: DELIVER frames exactly as they go
+on the wire behind a small header, and, whenever the client table changed,
+the whole table, in line, so that every message goes to the subscribers of
+the moment it was sequenced.
 """
 from __future__ import annotations
 
 import socket
 import struct
+from typing import Iterable
 
 from fyrehose.addresses import Address
 from fyrehose.backbone.intake import KeepaliveIn, RequestIn
@@ -22,6 +25,8 @@ _SOURCE = struct.Struct("<BxH4sQ")  # kind, source port, source IPv4 address, ar
 _KEEPALIVE = struct.Struct("<4sH2xQ16s")  # client address, port, flags, token
 _REQUEST = struct.Struct("<4sH2xQQ")  # requester address, port, from, to
 _LOG = struct.Struct("<II")  # frame count, common frame size (0: sizes differ)
+_CLIENT = struct.Struct("<4sHH")  # IPv4 address, port, flags (the low 16 bits are all that exist)
+CLIENTS = 0xFFFFFFFF  # a log record's frame count that marks a client table instead of frames
 
 SOURCE_SIZE = _SOURCE.size
 LOG_HEADER_SIZE = _LOG.size
@@ -73,3 +78,16 @@ def pack_log_header(into: memoryview, count: int, step: int) -> None:
 def unpack_log_header(record: memoryview) -> tuple[int, int]:
     """(frame count, common frame size or 0); the frames follow ``LOG_HEADER_SIZE`` bytes in."""
     return _LOG.unpack_from(record)
+
+
+def pack_clients(clients: Iterable[tuple[Address, int]]) -> bytes:
+    """A client table as bytes: (address, flags) rows."""
+    pack = _CLIENT.pack
+    return b"".join([pack(socket.inet_aton(host), port, flags & 0xFFFF) for (host, port), flags in clients])
+
+
+def unpack_clients(blob: bytes | memoryview) -> list[tuple[Address, int]]:
+    return [((socket.inet_ntoa(ip), port), flags) for ip, port, flags in _CLIENT.iter_unpack(blob)]
+
+
+CLIENT_SIZE = _CLIENT.size

@@ -13,10 +13,11 @@ become visible; a restarted sequencer continues after that number.
 
 With several receive workers the sequencer merges their rings in the order
 the kernel received the datagrams, as one socket would have: each ring keeps
-its own order, and a record is taken once no other worker can still hold an
-earlier datagram (it is not mid-drain and its socket queue is empty), or once
-the record is older than ``ORDER_HOLD``, so an overloaded worker delays the
-others by that much at most.
+its own order, and a record is taken once no worker can still hold an earlier
+datagram: every worker is either idle (not mid-drain, socket queue empty) or
+its watermark has passed the record's arrival.  A worker that stops making
+progress (descheduled, stopped, dead) holds the others back by at most
+``ORDER_HOLD``.
 """
 from __future__ import annotations
 
@@ -31,14 +32,14 @@ from typing import Callable, Iterator
 from fyrehose.backbone import records
 from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.rings import Doorbell, Ring
-from fyrehose.backbone.shared import CounterBlock, Flags, SequencerState, SubscriberTable
+from fyrehose.backbone.shared import CounterBlock, SequencerState, SubscriberTable, Words
 from fyrehose.backbone.statefile import SequenceStateFile
 from fyrehose.backbone.udp import send_all
 
 READ_LIMIT = 1024  # records taken from one ring per round, so no receive worker starves the others
 IDLE_WAIT = 0.1  # seconds; also the resolution of client expiry while idle
 LOG_FULL_WAIT = 0.0005
-ORDER_HOLD = 2_000_000  # ns a record may wait for a busy receive worker's earlier datagrams
+ORDER_HOLD = 50_000_000  # ns a record may wait for a stalled receive worker's earlier datagrams
 
 Record = tuple[int, int, int, int]  # (arrival ns, ring, offset, length)
 
@@ -65,7 +66,7 @@ class Sequencer:
                  fanout_bells: list[Doorbell], sock: socket.socket, state: SequencerState,
                  table: SubscriberTable, counter_block: CounterBlock, state_file: SequenceStateFile,
                  stopping: Callable[[], bool], receiver_sockets: list[socket.socket] = (),
-                 busy: Flags | None = None) -> None:
+                 busy: Words | None = None, watermarks: Words | None = None) -> None:
         self.backbone = backbone
         self.rings = rings
         self.log = log
@@ -79,6 +80,7 @@ class Sequencer:
         self.stopping = stopping
         self.receiver_sockets = list(receiver_sockets)
         self.busy = busy
+        self.watermarks = watermarks
         self._held: int | None = None  # arrival of the earliest record held back for order
         self._views: tuple[list, list, list] | None = None
         self._gauges_at = 0.0
@@ -118,10 +120,14 @@ class Sequencer:
             spans, position = rings[0].read(0, READ_LIMIT)
             return [(rings[0], offset, length) for offset, length, _ in spans], {0: position} if spans else {}
         checked = time.time_ns()
-        busy = self.busy
-        caught_up = self.stopping() or not any(
-            busy[i] or _queued(sock) for i, sock in enumerate(self.receiver_sockets))
-        cutoff = checked if caught_up else checked - ORDER_HOLD
+        busy, watermarks = self.busy, self.watermarks
+        cutoff = checked
+        if not self.stopping():
+            for i, sock in enumerate(self.receiver_sockets):
+                if busy[i] or _queued(sock):
+                    cutoff = min(cutoff, watermarks[i])
+        caught_up = cutoff == checked
+        cutoff = max(cutoff, checked - ORDER_HOLD)
         pending = []
         for ring in rings:
             spans, _ = ring.read(0, READ_LIMIT)
@@ -150,14 +156,17 @@ class Sequencer:
                 backbone.keepalive(body, source, now)
             else:
                 backbone.request(body, now)
-        self._publish_clients(now)
+        clients = self._client_changes(now)
         out = backbone.flush_control(now)
         if out.reserve is not None:
             self.state_file.write(out.reserve)
         log = backbone.take_log()
-        if log:
+        if clients is not None or log:
             self.state.last_issued = backbone.sequence.last_issued  # before any of these numbers is visible
-            self._append(log)
+            if clients is not None:
+                self._append_record(records.CLIENTS, 0, clients)
+            for entry in log:
+                self._append_record(entry.count, entry.step, entry.view)
             self.log.publish()
             for bell in self.fanout_bells:
                 bell.ring()
@@ -169,28 +178,32 @@ class Sequencer:
             self.counter_block.store(backbone.counters)
         return bool(order)
 
-    def _append(self, log: list) -> None:
-        """Copy sequenced frames into the shared log, waiting for the fan-out workers when it is full."""
-        reserve = self.log.reserve
-        for entry in log:
-            size = len(entry.view)
-            slot = reserve(records.LOG_HEADER_SIZE + size)
-            while slot is None:
-                # Publish what is written so far and let the fan-out workers make room.
-                self.log.publish()
-                for bell in self.fanout_bells:
-                    bell.ring()
-                time.sleep(LOG_FULL_WAIT)
-                slot = reserve(records.LOG_HEADER_SIZE + size)
-            records.pack_log_header(slot, entry.count, entry.step)
-            slot[records.LOG_HEADER_SIZE:] = entry.view
+    def _append_record(self, count: int, step: int, body: bytes | memoryview) -> None:
+        """Copy one record into the shared log, waiting for the fan-out workers while it is full."""
+        size = records.LOG_HEADER_SIZE + len(body)
+        slot = self.log.reserve(size)
+        while slot is None:
+            # Publish what is written so far and let the fan-out workers make room.
+            self.log.publish()
+            for bell in self.fanout_bells:
+                bell.ring()
+            time.sleep(LOG_FULL_WAIT)
+            slot = self.log.reserve(size)
+        records.pack_log_header(slot, count, step)
+        slot[records.LOG_HEADER_SIZE:] = body
 
-    def _publish_clients(self, now: float) -> None:
-        """Hand the fan-out workers the client table whenever it changed (expiry included)."""
+    def _client_changes(self, now: float) -> bytes | None:
+        """The packed client table when it changed (expiry included) since the last round, else None.
+
+        It goes into the log ahead of this round's messages, exactly like the
+        single-process core, which sends a flush's messages to the subscribers
+        of that flush.  The shared table keeps a copy for restarted workers.
+        """
         clients = self.backbone.clients
         plain, batch = clients.subscribers(now)
         journalers = clients.journalers(now)
         views = self._views
+        packed = None
         if views is None or views[0] is not plain or views[1] is not batch or views[2] is not journalers:
             self._views = (plain, batch, journalers)
             rows = {}
@@ -198,9 +211,9 @@ class Sequencer:
                 entry = clients.get(addr)
                 if entry is not None:
                     rows[addr] = entry.flags
-            self.table.publish(rows.items())
+            packed = records.pack_clients(rows.items())
+            self.table.publish(packed)
+        if packed is not None or now - self._gauges_at >= 1.0:
             self.state.store_gauges(clients.counts(now))
             self._gauges_at = now
-        elif now - self._gauges_at >= 1.0:
-            self.state.store_gauges(clients.counts(now))
-            self._gauges_at = now
+        return packed

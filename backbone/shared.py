@@ -15,19 +15,18 @@ Layout, all little-endian 8-byte words:
   published, so a restarted sequencer continues above it) and the client
   gauges;
 - ``SubscriberTable``: the live clients and their flags, written by the
-  sequencer under a sequence lock, read by the fan-out workers;
-- ``Flags``: one word per process, e.g. the stop flag the supervisor raises to
+  sequencer under a sequence lock, read by a restarted sequencer or fan-out
+  worker (running ones get every change in line with the log);
+- ``Words``: one word per process, e.g. the stop flag the supervisor raises to
   drain and stop a worker.
 """
 from __future__ import annotations
 
 import mmap
-import socket
-import struct
 from collections import Counter
-from typing import Iterable
 
 from fyrehose.addresses import Address
+from fyrehose.backbone.records import CLIENT_SIZE, unpack_clients
 
 # Every counter a backbone process keeps; keys of Backbone.counters and of the workers' own.
 COUNTER_NAMES = (
@@ -98,11 +97,8 @@ class SequencerState:
         return {name: self._words[i] for i, name in enumerate(self.GAUGES, 1)}
 
 
-_ENTRY = struct.Struct("<4sHH")  # IPv4 address, port, flags (the low 16 bits are all that exist)
-
-
 class SubscriberTable:
-    """Live clients (address and flags), written by the sequencer, read by fan-out workers.
+    """Live clients (address and flags), written by the sequencer, read by restarted workers.
 
     A sequence lock: the writer makes the version odd, writes, makes it even
     again; a reader retries when the version was odd or changed under it.
@@ -114,25 +110,24 @@ class SubscriberTable:
         view = memoryview(buffer).cast("B")
         self.capacity = capacity
         self._words = view[:self.HEADER].cast("Q")  # [0] version, [1] count
-        self._entries = view[self.HEADER:self.HEADER + capacity * _ENTRY.size]
+        self._entries = view[self.HEADER:self.HEADER + capacity * CLIENT_SIZE]
 
     @staticmethod
     def region_size(capacity: int) -> int:
-        return SubscriberTable.HEADER + capacity * _ENTRY.size
+        return SubscriberTable.HEADER + capacity * CLIENT_SIZE
 
     @property
     def version(self) -> int:
         return self._words[0]
 
-    def publish(self, clients: Iterable[tuple[Address, int]]) -> None:
-        rows = [_ENTRY.pack(socket.inet_aton(host), port, flags & 0xFFFF)
-                for (host, port), flags in clients][:self.capacity]
+    def publish(self, packed: bytes) -> None:
+        """Store a table packed by :func:`fyrehose.backbone.records.pack_clients`."""
+        packed = packed[:self.capacity * CLIENT_SIZE]
         words = self._words
         version = words[0] | 1
         words[0] = version  # odd: being written
-        blob = b"".join(rows)
-        self._entries[:len(blob)] = blob
-        words[1] = len(rows)
+        self._entries[:len(packed)] = packed
+        words[1] = len(packed) // CLIENT_SIZE
         words[0] = version + 1
 
     def snapshot(self, attempts: int = 1000) -> tuple[int, list[tuple[Address, int]]]:
@@ -143,21 +138,21 @@ class SubscriberTable:
             if before & 1:
                 continue
             count = min(words[1], self.capacity)
-            blob = bytes(self._entries[:count * _ENTRY.size])
+            blob = bytes(self._entries[:count * CLIENT_SIZE])
             if words[0] == before:
-                return before, [((socket.inet_ntoa(ip), port), flags) for ip, port, flags in _ENTRY.iter_unpack(blob)]
+                return before, unpack_clients(blob)
         return words[0], []
 
 
-class Flags:
-    """One word per process: stop flags (raised by the supervisor to drain and stop a worker) and
-    busy flags (raised by a receive worker while it holds datagrams not yet in its ring)."""
+class Words:
+    """One 8-byte word per process, written by one process and read by others: stop flags (raised by
+    the supervisor to drain and stop a worker), a receive worker's busy flag and its arrival watermark."""
 
-    def __init__(self, buffer: memoryview, roles: int) -> None:
-        self._words = memoryview(buffer).cast("B")[:8 * roles].cast("Q")
+    def __init__(self, buffer: memoryview, count: int) -> None:
+        self._words = memoryview(buffer).cast("B")[:8 * count].cast("Q")
 
-    def __getitem__(self, role: int) -> bool:
-        return bool(self._words[role])
+    def __getitem__(self, index: int) -> int:
+        return self._words[index]
 
-    def __setitem__(self, role: int, value: bool) -> None:
-        self._words[role] = int(value)
+    def __setitem__(self, index: int, value: int) -> None:
+        self._words[index] = int(value)

@@ -37,7 +37,7 @@ from fyrehose.backbone.metrics import (Metric, MetricsServer, client_metrics, co
 from fyrehose.backbone.receiver import enable_arrival_times, run_receiver
 from fyrehose.backbone.rings import Doorbell, Ring
 from fyrehose.backbone.sequencer import Sequencer
-from fyrehose.backbone.shared import CounterBlock, Flags, SequencerState, SubscriberTable, anonymous
+from fyrehose.backbone.shared import CounterBlock, SequencerState, SubscriberTable, Words, anonymous
 from fyrehose.backbone.statefile import SequenceStateFile
 from fyrehose.backbone.udp import bind_udp
 
@@ -101,10 +101,14 @@ class Supervisor:
         self.sequencer_state = SequencerState(self._map(SequencerState.SIZE))
         self.sequencer_state.last_issued = reserved
         self.table = SubscriberTable(self._map(SubscriberTable.region_size(options.max_clients)), options.max_clients)
-        self.stop_flags = Flags(self._map(8 * roles), roles)
-        self.busy_flags = Flags(self._map(8 * r), r) if r > 1 else None
-        self.input_rings = [Ring(self._map(Ring.region_size(INPUT_RING_BYTES))) for _ in range(r)]
-        self.log = Ring(self._map(Ring.region_size(LOG_RING_BYTES, f)), f)
+        self.stop_flags = Words(self._map(8 * roles), roles)
+        self.busy_flags = Words(self._map(8 * r), r) if r > 1 else None
+        self.watermarks = Words(self._map(8 * r), r) if r > 1 else None
+        # Each process builds its own Ring over these (a Ring caches its cursors; a fresh one reads them).
+        self._input_regions = [self._map(Ring.region_size(INPUT_RING_BYTES)) for _ in range(r)]
+        self._log_region = self._map(Ring.region_size(LOG_RING_BYTES, f))
+        self.input_rings = [Ring(region) for region in self._input_regions]
+        self.log = Ring(self._log_region, f)
         self.sequencer_bell = Doorbell()
         self.receiver_bells = [Doorbell() for _ in range(r)]
         self.fanout_bells = [Doorbell() for _ in range(f)]
@@ -133,9 +137,9 @@ class Supervisor:
 
     def _receiver(self, i: int) -> Callable[[], None]:
         def body() -> None:
-            run_receiver(self.sockets[i], self.input_rings[i], self.sequencer_bell, self.receiver_bells[i],
+            run_receiver(self.sockets[i], Ring(self._input_regions[i]), self.sequencer_bell, self.receiver_bells[i],
                          self.counter_blocks[i], self._stopper(i), AddressPolicy(self.options.trusted_networks),
-                         self.busy_flags, i)
+                         self.busy_flags, self.watermarks, i)
         return body
 
     def _sequencer(self, block: int) -> Callable[[], None]:
@@ -147,14 +151,15 @@ class Supervisor:
                 trusted_networks=options.trusted_networks, batch_bytes=options.batch_bytes,
                 client_capacity=options.max_clients,
             )
-            Sequencer(backbone, self.input_rings, self.log, self.sequencer_bell, self.fanout_bells,
+            Sequencer(backbone, [Ring(region) for region in self._input_regions],
+                      Ring(self._log_region, options.fanout), self.sequencer_bell, self.fanout_bells,
                       self.sockets[0], self.sequencer_state, self.table, self.counter_blocks[block],
-                      self.state_file, stopping, self.sockets, self.busy_flags).run()
+                      self.state_file, stopping, self.sockets, self.busy_flags, self.watermarks).run()
         return body
 
     def _fanout(self, i: int, block: int) -> Callable[[], None]:
         def body() -> None:
-            FanOut(i, self.options.fanout, self.log, self.fanout_bells[i], self.table, self.sockets[0],
+            FanOut(i, self.options.fanout, Ring(self._log_region, self.options.fanout), self.fanout_bells[i], self.table, self.sockets[0],
                    self.counter_blocks[block], self.options.batch_bytes, self._stopper(block)).run()
         return body
 

@@ -23,6 +23,7 @@ COMMANDS = {
     "gateway": ("fyrehose.gateways.command", "serve Redis, NATS, Marlin or Lumberjack clients from the backbone"),
     "bench": ("fyrehose.tools.bench.command", "side-by-side throughput and latency: fyrehose, redis-server, nats-server"),
     "loadtest": ("fyrehose.loadtest.command", "Locust load test over UDP: capacity search, CSV/HTML reports"),
+    "pipeline": ("fyrehose.tools.pipeline.command", "PySpark jobs: journal report, load-test capacity, export"),
 }
 
 EXIT_USAGE = 2

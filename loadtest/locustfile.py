@@ -14,12 +14,14 @@ import locust.stats
 from locust import LoadTestShape, events
 from locust.runners import MasterRunner, WorkerRunner
 
-from fyrehose.loadtest.coordination import FINISH, TALLY, TALLY_INTERVAL, TRUNCATE, Conductor, ProcessRun
+from fyrehose.loadtest.coordination import (
+    FINISH, LEAD_IN, TALLY, TALLY_INTERVAL, TRUNCATE, Conductor, ProcessRun,
+)
 from fyrehose.loadtest.settings import PREFIX, LoadSettings, add_setting_arguments
 from fyrehose.loadtest.tally import bucket_ms
 from fyrehose.loadtest.users import Publisher, Subscriber
 
-# Locust rounds response times below 10 ms to whole milliseconds; a loopback round trip takes a fraction of one.
+# Locust rounds response times below 100 ms to whole milliseconds; a loopback round trip takes a fraction of one.
 locust.stats.bucket_response_time = bucket_ms
 
 __all__ = ["Publisher", "Subscriber", "ScheduledLoad"]
@@ -35,7 +37,7 @@ class ScheduledLoad(LoadTestShape):
             return None
         settings = self.conductor.settings
         users = settings.users + settings.subscribers
-        return users, users
+        return users, users  # all at once
 
 
 @events.init_command_line_parser.add_listener
@@ -83,8 +85,14 @@ _sender: list[gevent.Greenlet] = []
 @events.test_start.add_listener
 def _on_test_start(environment, **_kwargs) -> None:
     runner = environment.runner
-    anchor = time.time()
-    if not isinstance(runner, WorkerRunner):
+    options = environment.parsed_options
+    if isinstance(runner, WorkerRunner):
+        anchor = options.fyrehose_anchor  # the master's, from the spawn message
+    else:
+        anchor = time.time() + LEAD_IN
+        # Locust sends the master's options to the workers with each spawn message, after this event:
+        # so every process counts the phases from the same instant.
+        options.fyrehose_anchor = anchor
         environment.shape_class.conductor.start(anchor)
     if not isinstance(runner, MasterRunner):
         run = ProcessRun(_settings(environment), anchor)

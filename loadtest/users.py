@@ -43,12 +43,14 @@ class Publisher(User):
     def on_start(self) -> None:
         settings = self.load.settings
         self.client = Client(settings.backbone, subscribe=False)
-        elapsed = self.load.elapsed()
-        rate = self.load.user_rate(elapsed)
-        self.pacer = Pacer(elapsed + (random.random() / rate if rate > 0 else 0.0))
+        start = max(self.load.elapsed(), 0.0)  # users start during the lead-in, before the first phase
+        rate = self.load.user_rate(start)
+        self.pacer = Pacer(start + (random.random() / rate if rate > 0 else 0.0))
 
     def wait_time(self) -> float:
         elapsed = self.load.elapsed()
+        if elapsed < 0:
+            return -elapsed
         return self.pacer.wait(elapsed, self.load.user_rate(elapsed))
 
     @task
@@ -57,6 +59,7 @@ class Publisher(User):
         elapsed = run.elapsed()
         if not self.pacer.take(elapsed, run.user_rate(elapsed)):
             return
+        phase = run.schedule.index_at(elapsed)  # now: while publishing, a truncation may replace the schedule
         payload = stamp(time.time_ns(), run.settings.size)
         error = None
         started = time.perf_counter()
@@ -69,7 +72,7 @@ class Publisher(User):
             request_type=PUSH, name="publish", response_time=response_ms, response_length=len(payload),
             exception=error, context={},
         )
-        run.count_push(run.schedule.index_at(elapsed), response_ms, error is not None)
+        run.count_push(phase, response_ms, error is not None)
 
     def on_stop(self) -> None:
         self.client.close()

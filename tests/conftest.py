@@ -6,7 +6,7 @@ import pytest
 from support import BackboneProcess
 
 # Every protocol test runs against each backbone mode listed here (--workers values).
-BACKBONE_MODES = [0]
+BACKBONE_MODES = [0, 2]  # 2: the multi-process backbone (fan-out workers sized by the backbone)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fyrehose import envelope
 from fyrehose.client import Client
 from fyrehose.envelope import check_subject
 from fyrehose.gateways import command
@@ -166,7 +165,7 @@ def test_every_gateway_and_the_udp_client_see_one_order(gateways, module_backbon
     assert marlin_sub.read()[:2] == ("response", True)
     marlin_pub = MarlinClient(gateways["marlin"].address)
     udp = Client(module_backbone.address)
-    udp_stream = udp.subscribe(on_loss="yield")
+    udp_stream = udp.subscribe(subject, on_loss="yield")
 
     async def exercise() -> list[bytes]:
         nc = await nats.connect(f"nats://{LOOPBACK}:{gateways['nats'].port}")
@@ -176,7 +175,7 @@ def test_every_gateway_and_the_udp_client_see_one_order(gateways, module_backbon
             await nc.publish(subject, b"nats-%d" % index)
             redis_client.publish(subject, b"redis-%d" % index)
             marlin_pub.publish(subject.encode(), b"marlin-%d" % index, message_id=index)
-            udp.publish(envelope.encode(envelope.Envelope(subject, b"udp-%d" % index)))
+            udp.publish(b"udp-%d" % index, subject=subject)
         await nc.flush()
         got = []
         while len(got) < 4 * per_source:
@@ -200,10 +199,8 @@ def test_every_gateway_and_the_udp_client_see_one_order(gateways, module_backbon
     udp_got = []
     while len(udp_got) < 4 * per_source:
         event = udp_stream.get(timeout=10)
-        assert event is not None
-        message = envelope.decode(event.data)
-        if message is not None and message.subject == subject:
-            udp_got.append(message.data)
+        assert event is not None and event.subject == subject, event
+        udp_got.append(event.data)
     for source in (b"nats", b"redis", b"marlin", b"udp"):
         assert [item for item in nats_got if item.startswith(source)] == \
             [b"%s-%d" % (source, index) for index in range(per_source)]
@@ -279,7 +276,7 @@ def test_a_slow_consumer_is_disconnected_and_memory_stays_bounded(kind, module_b
         window = 5
         with Client(module_backbone.address, subscribe=False) as publisher:
             for start in range(0, messages, window):
-                publisher.publish_many([envelope.encode(envelope.Envelope(channel.decode(), payload))] * window)
+                publisher.publish_many([payload] * window, subject=channel.decode())
                 if healthy is not None:  # the healthy reader keeps up: it is never a window behind
                     assert wait_until(lambda: received[0] >= start, timeout=10), (received[0], start)
         assert wait_until(lambda: "slow consumer" in gateway.log_text(), timeout=15), gateway.log_text()
@@ -297,3 +294,17 @@ def test_a_slow_consumer_is_disconnected_and_memory_stays_bounded(kind, module_b
             pass  # still serving
     finally:
         gateway.kill()
+
+
+def test_bench_command_reports_every_target_it_was_given():
+    """The figure comes from this command; here only its shape is checked, never a rate."""
+    import json
+
+    result = run_cli("gateway", "bench", "--messages", "200", "--runs", "1", "--targets",
+                     "redis-server,marlin-gateway", "--json", timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert set(report["results"]) == {"redis-server", "marlin-gateway"}
+    assert all(len(item["runs_msgs_per_s"]) == 1 and item["median_msgs_per_s"] > 0
+               for item in report["results"].values())
+    assert report["machine"]["cores"] >= 1 and report["subscribers"] == 4

@@ -19,12 +19,13 @@ from hypothesis import strategies as st
 from fyrehose.backbone import records
 from fyrehose.backbone.intake import KeepaliveIn, RequestIn
 from fyrehose.backbone.rings import Doorbell, Ring
-from fyrehose.backbone.shared import (COUNTER_NAMES, CounterBlock, Flags, SequencerState, SubscriberTable,
-                                      anonymous)
+from fyrehose.backbone.shared import (COUNTER_NAMES, CounterBlock, SequencerState, SubscriberTable,
+                                      Words, anonymous)
 
 
 def make_ring(capacity: int, consumers: int = 1) -> tuple[Ring, memoryview]:
-    region = memoryview(anonymous(Ring.region_size(capacity, consumers)))
+    size = Ring.region_size(capacity, consumers)
+    region = memoryview(anonymous(size))[:size]
     return Ring(region, consumers), region
 
 
@@ -210,17 +211,10 @@ def test_ring_and_doorbell_across_fork_deliver_everything_in_order_and_the_reade
             got.extend(records_now)
         assert got == [payload(n, n % 200) for n in range(total)]
     finally:
-        os.kill(child, signal.SIGKILL) if _alive(child) else None
+        os.kill(child, signal.SIGKILL)  # a child that already exited is a zombie until reaped: no error
         os.waitpid(child, 0)
         bell.close()
         start.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return os.waitpid(pid, os.WNOHANG) == (0, 0)
-    except ChildProcessError:
-        return False
 
 
 def test_doorbell_wakes_once_per_clear():
@@ -254,7 +248,7 @@ def test_counter_block_round_trips_and_folds_unknown_names_into_other():
 def test_subscriber_table_snapshot_returns_what_was_published(rows):
     table = SubscriberTable(memoryview(anonymous(SubscriberTable.region_size(64))), 64)
     before = table.version
-    table.publish(rows)
+    table.publish(records.pack_clients(rows))
     version, snapshot = table.snapshot()
     assert snapshot == rows
     assert version > before and version % 2 == 0
@@ -263,10 +257,10 @@ def test_subscriber_table_snapshot_returns_what_was_published(rows):
 def test_subscriber_table_torn_by_a_dead_writer_reads_as_empty():
     region = memoryview(anonymous(SubscriberTable.region_size(8)))
     table = SubscriberTable(region, 8)
-    table.publish([(("10.0.0.1", 1), 0)])
+    table.publish(records.pack_clients([(("10.0.0.1", 1), 0)]))
     region.cast("Q")[0] += 1  # a writer died between "odd" and "even"
     assert table.snapshot(attempts=5)[1] == []
-    table.publish([(("10.0.0.2", 2), 4)])  # the next writer repairs it
+    table.publish(records.pack_clients([(("10.0.0.2", 2), 4)]))  # the next writer repairs it
     assert table.snapshot()[1] == [(("10.0.0.2", 2), 4)]
 
 
@@ -276,9 +270,10 @@ def test_sequencer_state_and_flags_are_shared_words():
     state.store_gauges({"clients": 3, "journalers": 2})
     assert state.last_issued == (1 << 48) - 1
     assert state.gauges() == {"plain subscribers": 0, "batch subscribers": 0, "journalers": 2, "clients": 3}
-    flags = Flags(memoryview(anonymous(64)), 3)
-    flags[2] = True
-    assert [flags[i] for i in range(3)] == [False, False, True]
+    words = Words(memoryview(anonymous(64)), 3)
+    words[2] = True
+    words[1] = 1 << 62
+    assert [words[i] for i in range(3)] == [0, 1 << 62, 1]
 
 
 # ---------------------------------------------------------------- records
@@ -310,6 +305,11 @@ def test_push_record_round_trips(source, frames):
     record[records.SOURCE_SIZE:] = frames
     kind, got_source, body = records.unpack_ingress(memoryview(record))
     assert (kind, got_source, bytes(body)) == (records.PUSH_RECORD, source, frames)
+
+
+@given(st.lists(st.tuples(addresses, st.integers(0, 0xFFFF)), max_size=30))
+def test_client_table_record_round_trips(rows):
+    assert records.unpack_clients(records.pack_clients(rows)) == rows
 
 
 def test_unknown_record_kind_is_refused():

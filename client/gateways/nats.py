@@ -12,8 +12,11 @@ header support as an HMSG with ``Fyrehose-Type`` and ``Fyrehose-Status``
 headers.
 
 With ``verbose`` the ``+OK`` of a PUB is sent once the backbone confirmed the
-message; in any mode a PONG follows the confirmation of every PUB before its
-PING, so a client's flush() means "sequenced".
+message; in any mode the PONG to a PING follows the confirmation of every PUB
+received before that PING.  Every client gets the checks of ``pedantic``
+mode: a subject the backbone cannot carry (a wildcard or an empty token in a
+PUB subject) is refused with ``-ERR 'Invalid Publish Subject'`` rather than
+dropped.
 """
 from __future__ import annotations
 
@@ -28,9 +31,9 @@ from typing import TYPE_CHECKING
 from fyrehose.codec import MAX_PAYLOAD, PayloadTooLarge
 from fyrehose.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status, check_subject
 from fyrehose.gateways import nats_protocol as proto
-from fyrehose.gateways.sizes import checked
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
 from fyrehose.gateways.options import add_server_arguments
+from fyrehose.gateways.sizes import checked
 from fyrehose.subjects import SubjectIndex, check_pattern
 
 if TYPE_CHECKING:
@@ -123,7 +126,6 @@ class NatsSession:
         self.id = next(self._ids)
         self.parser = proto.OperationParser(MAX_PAYLOAD)
         self.verbose = False
-        self.pedantic = False
         self.headers = False
         self.echo: EchoFilter | None = None  # set when the client asked not to get its own messages
         self.subscriptions: dict[str, NatsSubscription] = {}
@@ -280,7 +282,6 @@ class NatsSession:
         if options.get("tls_required"):
             return _Refusal("Secure Connection - TLS Required is not supported by this gateway")
         self.verbose = bool(options.get("verbose"))
-        self.pedantic = bool(options.get("pedantic"))
         self.headers = bool(options.get("headers"))
         return proto.OK if self.verbose else b""
 

@@ -27,7 +27,7 @@ from fyrehose.addresses import Address
 
 log = logging.getLogger("fyrehose.gateway")
 
-READ_SIZE = 65536
+READ_SIZE = 256 << 10  # larger reads make larger batches of confirmed publishes
 CLOSE_GRACE = 5.0  # seconds a closing connection gets to flush its output
 
 
@@ -62,17 +62,16 @@ class Connection:
         self._writer = gevent.spawn(self._write_loop)
         self._grace: gevent.Greenlet | None = None
 
-    def send(self, data: bytes) -> bool:
-        """Queue ``data``; False (and a disconnect) when the client is too far behind or leaving."""
+    def send(self, data: bytes) -> None:
+        """Queue ``data`` (never blocks); a client too far behind is disconnected instead."""
         if self.closing is not None:
-            return False
+            return
         if self.pending + len(data) > self.max_pending:
             self.slow_consumer(f"more than {self.max_pending} bytes unread")
-            return False
+            return
         self._chunks.append(data)
         self.pending += len(data)
         self._wake.set()
-        return True
 
     def close(self, reason: str = "closed", farewell: bytes = b"") -> None:
         """Hang up after what is queued (and ``farewell``) has been written, or after a grace period."""

@@ -139,20 +139,24 @@ def _run_journal(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    if resume is not None:
+        ignored = " (--from ignored)" if args.from_seq and args.from_seq != resume else ""
+        announcement = f"{args.dir}: resuming at sequence {resume}{ignored}"
+    else:
+        announcement = f"{args.dir}: starting at " + (f"sequence {args.from_seq}" if args.from_seq else "the live stream")
+    if store.stats["truncated bytes"]:
+        announcement += f" (cut off a torn tail of {store.stats['truncated bytes']} bytes)"
     service = JournalService(store, backbone, start_seq=resume or args.from_seq, give_up_after=args.give_up,
                              forward_rate=args.forward_rate, retention=parse_retention(args.retain),
                              parquet=not args.no_parquet)
-    if store.stats["truncated bytes"]:
-        service.say(f"cut off a torn tail of {store.stats['truncated bytes']} bytes")
-    if resume is not None:
-        ignored = " (--from ignored)" if args.from_seq and args.from_seq != resume else ""
-        service.say(f"{args.dir}: resuming at sequence {resume}{ignored}")
-    else:
-        service.say(f"{args.dir}: starting at " + (f"sequence {args.from_seq}" if args.from_seq else "the live stream"))
     try:
-        service.run(stop)
+        service.run(stop, announcement)
     finally:
         store.close()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        # Everything is on disk: a repeated stop request must not turn this clean exit into a death by signal
+        # (interpreter shutdown restores the default handlers, which would terminate the process).
+        signal.signal(signum, signal.SIG_IGN)
     service.say(f"stopped: wrote {store.stats['written']} messages, recorded {store.stats['lost']} lost, "
                 f"forwarded {service.forwarded}")
     return 0

@@ -97,12 +97,21 @@ class SegmentFile:
     def summary_path(self) -> Path:
         return self.path.with_suffix(SUMMARY_SUFFIX)
 
+    def current_size(self) -> int:
+        """Its size now (0 once retention removed it): for progress totals, not for checks."""
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
 
 def list_segments(directory: Path) -> tuple[list[SegmentFile], list[Path]]:
     """The segment files of a journal directory in sequence order, and summary files without a segment.
 
     A summary counts only when it matches its segment's name and size: a
     segment without one is unsealed (being written, or left so by a crash).
+    A segment that disappears while it is listed (a running journal's
+    retention removed it) is left out.
     """
     segments_dir = directory / SEGMENTS_DIR
     logs: dict[int, Path] = {}
@@ -120,13 +129,17 @@ def list_segments(directory: Path) -> tuple[list[SegmentFile], list[Path]]:
     found = []
     for first_seq in sorted(logs):
         path = logs[first_seq]
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            continue
         summary = None
         if first_seq in summaries:
             try:
                 summary = decode_summary(summaries[first_seq].read_bytes())
             except (SegmentError, OSError):
                 summary = None
-            if summary is not None and (summary.first_seq != first_seq or summary.size != path.stat().st_size):
+            if summary is not None and (summary.first_seq != first_seq or summary.size != size):
                 summary = None
         found.append(SegmentFile(first_seq, path, summary))
     orphans = [path for first_seq, path in sorted(summaries.items()) if first_seq not in logs]

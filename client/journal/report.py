@@ -31,7 +31,7 @@ def _summaries(segments: list[SegmentFile], on_read: Callable[[int], None] | Non
 
 def unsealed_bytes(directory: Path) -> int:
     segments, _ = list_segments(directory)
-    return sum(segment.path.stat().st_size for segment in segments if segment.summary is None)
+    return sum(segment.current_size() for segment in segments if segment.summary is None)
 
 
 def describe_directory(directory: Path, out: TextIO, on_read: Callable[[int], None] | None = None) -> None:

@@ -44,10 +44,15 @@ class JournalService:
         self.log.write(f"fyrehose journal: {text}\n")
         self.log.flush()
 
-    def run(self, stop: threading.Event) -> None:
-        """Journal until ``stop`` is set; then write what was already ordered and close the store."""
+    def run(self, stop: threading.Event, announcement: str) -> None:
+        """Journal until ``stop`` is set, then write what was already ordered.
+
+        ``announcement`` is logged once the backbone answered, so that a
+        backbone that cannot be reached is the only line a failed start prints.
+        """
         client = Client(self.backbone, store=self.store, give_up_after=self.give_up_after,
                         forward_rate=self.forward_rate)
+        self.say(announcement)
         maintenance = threading.Thread(target=self._maintain, args=(stop,), name="journal-maintenance", daemon=True)
         try:
             stream = client.subscribe(from_seq=self.start_seq, on_loss="yield", max_queued=self.max_queued)

@@ -117,6 +117,16 @@ def _busy_percent(before, after) -> float:
     return 100.0 * (total - idle) / total if total > 0 else 0.0
 
 
+def _load_generators(children: list[_Child]) -> dict[str, psutil.Process]:
+    found = {}
+    for child in children:
+        try:
+            found[child.name] = psutil.Process(child.process.pid)
+        except psutil.Error:
+            continue  # it failed already; collecting its result reports why
+    return found
+
+
 def _cpu_seconds(processes: dict[str, psutil.Process]) -> dict[str, float]:
     seconds = {}
     for name, process in processes.items():
@@ -168,7 +178,7 @@ class StepRunner:
             for child in children:
                 child.conn.send(("start", start, end, deadline))
             processes = server.processes()
-            processes.update((child.name, psutil.Process(child.process.pid)) for child in children)
+            processes.update(_load_generators(children))
             time.sleep(max(0.0, start - time.monotonic()))
             before, machine_before, began = _cpu_seconds(processes), psutil.cpu_times(), time.monotonic()
             time.sleep(max(0.0, end - time.monotonic()))
@@ -177,6 +187,8 @@ class StepRunner:
             results_by = time.monotonic() + settings.grace + RESULT_TIMEOUT
             sent = sum(child.expect("result", results_by)["sent"] for child in publishers)
             received = [child.expect("result", results_by) for child in subscribers]
+            if server.proc.poll() is not None:
+                raise BenchError(f"the server exited during the step: {server.log_tail()}")
         finally:
             for child in children:
                 child.stop()
