@@ -18,7 +18,6 @@ The benchmark starts everything it measures itself, on loopback: a
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import platform
 import re
@@ -59,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import asyncio
+
     import orjson
 
     targets = [name.strip() for name in args.targets.split(",") if name.strip()]
@@ -191,6 +192,8 @@ def _wait_for_port(address: tuple[str, int], target: str, timeout: float = 30.0)
 
 async def measure(target: str, address: tuple[str, int], args: argparse.Namespace, channel: str) -> float:
     """Messages/s per subscriber for one run against one target."""
+    import asyncio
+
     drive = {"redis": _redis, "nats": _nats, "marlin": _marlin}[target.split("-")[0]]
     payload = os.urandom(args.size // 2 + 1).hex()[:args.size].encode()
     elapsed = await asyncio.wait_for(drive(address, args.messages, args.subscribers, channel, payload),
@@ -199,6 +202,8 @@ async def measure(target: str, address: tuple[str, int], args: argparse.Namespac
 
 
 async def _redis(address, messages: int, subscribers: int, channel: str, payload: bytes) -> float:
+    import asyncio
+
     import redis.asyncio as redis
 
     host, port = address
@@ -235,6 +240,8 @@ async def _redis(address, messages: int, subscribers: int, channel: str, payload
 
 
 async def _nats(address, messages: int, subscribers: int, channel: str, payload: bytes) -> float:
+    import asyncio
+
     import nats
 
     url = f"nats://{address[0]}:{address[1]}"
@@ -271,6 +278,8 @@ async def _nats(address, messages: int, subscribers: int, channel: str, payload:
 
 
 async def _marlin(address, messages: int, subscribers: int, channel: str, payload: bytes) -> float:
+    import asyncio
+
     from fyrehose.gateways import marlin_protocol as proto
 
     connections = [await asyncio.open_connection(*address) for _ in range(subscribers + 1)]

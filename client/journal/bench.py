@@ -6,7 +6,11 @@ directory), then, per run and per fsync mode (modes alternate within a run):
 - **journaled msgs/s**: a confirmed publisher sends ``--messages`` payloads of
   ``--size`` bytes as fast as confirmations allow; the figure is messages
   divided by the time from the first publish until the last message is in the
-  journal's segment file (written; with ``always`` also fsynced batch by batch);
+  journal's segment file (written; with ``always`` also fsynced batch by batch).
+  When the journal keeps up, this is the publisher's rate and the **lag** (last
+  confirm to last record written) stays small; the **write path** figure is the
+  journal's storage alone (ordered events to segment files with the same fsync
+  mode, in the bench's own process) and shows the headroom;
 - **FORWARD service rate from disk**: once everything is written, REQUESTs for
   ``--forward-messages`` old sequences go to the backbone from a plain socket;
   the backbone FORWARDs them to the journal (the only journaling client), which
@@ -115,12 +119,34 @@ def _measure(address: str, directory: Path, mode: str, args: argparse.Namespace)
             "messages": args.messages,
             "journaled_per_s": args.messages / (written - started),
             "published_per_s": args.messages / (published - started),
+            "lag_s": written - published,
+            "write_path_per_s": _measure_write_path(directory.with_name(directory.name + "-store"), mode, args),
         }
         if args.forward_messages:
             result.update(_measure_forward(address, warmup + 1, warmup + args.forward_messages))
         return result
     finally:
         journal.stop()
+
+
+def _measure_write_path(directory: Path, mode: str, args: argparse.Namespace) -> float:
+    """Messages/s through the journal's storage alone (ordered events to fsynced segments), in this process."""
+    from fyrehose.journal.service import BATCH
+    from fyrehose.journal.store import JournalStore
+    from fyrehose.tracker import Message
+
+    store = JournalStore(directory, fsync=mode)
+    store.open()
+    payload = os.urandom(args.size)
+    try:
+        started = time.perf_counter()
+        for first in range(1, args.messages + 1, BATCH):
+            store.write([Message(seq, payload) for seq in range(first, min(first + BATCH, args.messages + 1))])
+            store.tick(time.monotonic())
+        store.sync()
+        return args.messages / (time.perf_counter() - started)
+    finally:
+        store.close()
 
 
 def _warm_up(publisher, directory: Path, journal: "_Process", size: int) -> int:
@@ -210,6 +236,8 @@ def _summarise(results: dict[str, list[dict]], args: argparse.Namespace) -> dict
         "modes": {mode: {
             "journaled_per_s": median(mode, "journaled_per_s"),
             "published_per_s": median(mode, "published_per_s"),
+            "lag_s": median(mode, "lag_s"),
+            "write_path_per_s": median(mode, "write_path_per_s"),
             "forward_per_s": median(mode, "forward_per_s"),
             "forward_received": median(mode, "forward_received"),
             "forward_requested": median(mode, "forward_requested"),
@@ -222,14 +250,16 @@ def _print_table(summary: dict) -> None:
     machine = summary["machine"]
     print(f"journal bench: {summary['messages']} messages of {summary['size']} bytes, median of "
           f"{summary['runs']} run(s); {machine['cores']} cores, {machine['cpu']}, Python {machine['python']}")
-    print(f"{'fsync':<10} {'journaled msgs/s':>17} {'published msgs/s':>17} {'FORWARD from disk msgs/s':>25} "
-          f"{'received/requested':>19}")
+    print(f"{'fsync':<10} {'journaled msgs/s':>17} {'published msgs/s':>17} {'lag at end s':>13} "
+          f"{'write path msgs/s':>18} {'FORWARD from disk msgs/s':>25} {'received/requested':>19}")
     for mode, figures in summary["modes"].items():
         forward = figures["forward_per_s"]
         forward_text = "-" if forward is None else f"{forward:.0f}"
         received = "-" if forward is None else f"{figures['forward_received']:.0f}/{figures['forward_requested']:.0f}"
         print(f"{mode:<10} {figures['journaled_per_s']:>17.0f} {figures['published_per_s']:>17.0f} "
-              f"{forward_text:>25} {received:>19}")
+              f"{figures['lag_s']:>13.3f} {figures['write_path_per_s']:>18.0f} {forward_text:>25} {received:>19}")
+    print("journaled: publish -> written in the journal process; lag: last confirm -> last record written; "
+          "write path: the storage alone, in-process")
     print(f"(FORWARD pacing limit during the bench: {summary['forward_rate_limit']:.0f} msgs/s)")
 
 
