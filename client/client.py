@@ -92,8 +92,9 @@ class Subscription:
     With ``on_loss="raise"`` (default) a permanent loss raises
     :class:`MessagesLost` from ``__next__``/``get`` and the stream goes on after
     it; with ``on_loss="yield"`` a :class:`Lost` event is returned in line.
-    At most ``max_queued`` events wait for the reader; beyond that the surplus
-    becomes a ``Lost`` range with reason "subscriber overrun".
+    At most ``max_queued`` events (and ``max_queued_bytes`` of payload) wait for
+    the reader; beyond that the surplus becomes a ``Lost`` range with reason
+    "subscriber overrun".
 
     Without a ``pattern`` it yields every message as a :class:`Message` with
     the raw payload (envelopes included, undecoded).  With one it yields a
@@ -101,11 +102,15 @@ class Subscription:
     message whose subject matches; loss events reach every subscription.
     """
 
-    def __init__(self, on_loss: str = "raise", max_queued: int = 1_000_000, pattern: str | None = None) -> None:
+    def __init__(self, on_loss: str = "raise", max_queued: int = 1_000_000, pattern: str | None = None,
+                 max_queued_bytes: int = 256 << 20) -> None:
         if on_loss not in ("raise", "yield"):
             raise ValueError("on_loss must be 'raise' or 'yield'")
         self.on_loss = on_loss
         self.max_queued = max_queued
+        self.max_queued_bytes = max_queued_bytes
+        self._queued_bytes = 0  # payload bytes waiting
+        self._lock = threading.Lock()  # guards _queued_bytes and _overrun (reader vs receive thread)
         self.pattern = pattern
         self.gate: InitialGate | None = None
         self._queue: queue.Queue = queue.Queue()
@@ -123,27 +128,44 @@ class Subscription:
 
     def get(self, timeout: float | None = None) -> Event | None:
         """The next event; None when ``timeout`` passes or the client closed."""
-        try:
-            item = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        item = self._overrun_if_drained()
+        if item is None:
+            try:
+                item = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                return None
         if item is _CLOSED:
             self._queue.put(_CLOSED)  # every later call ends too
             return None
-        if isinstance(item, Lost) and self.on_loss == "raise":
+        if not isinstance(item, Lost):
+            with self._lock:
+                self._queued_bytes -= len(item.data)
+        elif self.on_loss == "raise":
             raise MessagesLost(item)
         return item
+
+    def _overrun_if_drained(self) -> Lost | None:
+        """Once the reader has caught up, what it missed is reported at once, not with the next message."""
+        with self._lock:
+            if self._overrun is None or not self._queue.empty():
+                return None
+            lost = Lost(self._overrun[0], self._overrun[1], "subscriber overrun")
+            self._overrun = None
+            return lost
 
     def _offer(self, event: Event | SubjectMessage) -> None:
         first = event.from_seq if isinstance(event, Lost) else event.seq
         last = event.to_seq if isinstance(event, Lost) else event.seq
-        if self._queue.qsize() >= self.max_queued:
-            self._overrun = (self._overrun[0] if self._overrun else first, last)
-            return
-        if self._overrun:
-            self._queue.put(Lost(self._overrun[0], self._overrun[1], "subscriber overrun"))
-            self._overrun = None
-        self._queue.put(event)
+        size = 0 if isinstance(event, Lost) else len(event.data)
+        with self._lock:
+            if self._queue.qsize() >= self.max_queued or self._queued_bytes + size > self.max_queued_bytes:
+                self._overrun = (self._overrun[0] if self._overrun else first, last)
+                return
+            if self._overrun:
+                self._queue.put(Lost(self._overrun[0], self._overrun[1], "subscriber overrun"))
+                self._overrun = None
+            self._queued_bytes += size
+            self._queue.put(event)
 
     def _close(self) -> None:
         self.closed = True
@@ -452,7 +474,7 @@ class Client:
     # ------------------------------------------------------------ subscribing
 
     def subscribe(self, pattern: str | None = None, *, from_seq: int | None = None, on_loss: str = "raise",
-                  max_queued: int = 1_000_000, initial: bool = False, initial_timeout: float = 5.0,
+                  max_queued: int = 1_000_000, max_queued_bytes: int = 256 << 20, initial: bool = False, initial_timeout: float = 5.0,
                   initial_retry: float = 0.5) -> Subscription:
         """An ordered, gap-free stream of the messages delivered from now on (or from ``from_seq``).
 
@@ -475,7 +497,7 @@ class Client:
             check_pattern(pattern)
         if initial and (pattern is None or not is_literal(pattern)):
             raise ValueError("initial values are per subject: give a subject without wildcards")
-        subscription = Subscription(on_loss, max_queued, pattern)
+        subscription = Subscription(on_loss, max_queued, pattern, max_queued_bytes)
         with self._lock:
             if self._tracker is None:
                 self._tracker = SequenceTracker(from_seq, **self._tracker_options)

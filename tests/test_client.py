@@ -209,3 +209,15 @@ def test_keepalive_runs_as_a_greenlet_under_gevent(backbone, tmp_path):
     result = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=60)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert result.stdout.strip() == b"ok"
+
+
+def test_a_reader_that_falls_behind_gets_an_explicit_overrun_not_unbounded_memory(backbone):
+    with Client(backbone.addr) as sub, Client(backbone.addr, subscribe=False) as pub:
+        stream = sub.subscribe(on_loss="yield", max_queued_bytes=1000)
+        seqs = pub.publish_many([b"x" * 100 for _ in range(30)])
+        time.sleep(0.5)  # everything has arrived; the queue holds at most 1000 bytes of it
+        events = take(stream, 11, timeout=5)
+        assert [e.seq for e in events[:10]] == seqs[:10]
+        assert events[10] == Lost(seqs[10], seqs[-1], "subscriber overrun")  # reported once caught up
+        tail = pub.publish(b"after")
+        assert stream.get(timeout=5).seq == tail

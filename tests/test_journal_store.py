@@ -192,7 +192,7 @@ def test_overlapping_segments_are_refused(tmp_path):
         opened(tmp_path)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.lists(st.integers(1, 30), min_size=1, max_size=8), st.data())
 def test_after_a_cut_anywhere_the_journal_resumes_with_no_duplicate_and_no_hole(batches, data):
     with tempfile.TemporaryDirectory() as tmp:

@@ -128,6 +128,9 @@ def _run_journal(args: argparse.Namespace) -> int:
     from fyrehose.journal.service import JournalService
     from fyrehose.journal.store import JournalStore
 
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):  # first: a stop request during start-up is a clean stop too
+        signal.signal(signum, lambda *_: stop.set())
     if args.dir is None:
         raise ValueError("--dir is required to run the journal (or give an action: verify, inspect, export, bench)")
     backbone = parse_hostport(args.backbone, 2323)
@@ -136,9 +139,6 @@ def _run_journal(args: argparse.Namespace) -> int:
     store = JournalStore(args.dir, fsync=args.fsync, fsync_interval=args.fsync_interval,
                          segment_bytes=args.segment_size, segment_age=args.segment_age)
     resume = store.open()
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
     if resume is not None:
         ignored = " (--from ignored)" if args.from_seq and args.from_seq != resume else ""
         announcement = f"{args.dir}: resuming at sequence {resume}{ignored}"
