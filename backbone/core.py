@@ -230,10 +230,34 @@ class Backbone:
         return out
 
     def flush(self, now: float) -> Outbox:
-        """Everything to send since the last flush: DELIVERs to every live subscriber, ACKs, CONFIRMs, FORWARDs."""
+        """Everything to send since the last flush, DELIVERs first.
+
+        DELIVERs go before the ACKs and CONFIRMs of the same flush: a CONFIRM
+        must not promise a message the backbone could still die before sending,
+        and an ACK's HEAD must not announce sequences whose DELIVERs are still
+        queued behind it (the subscriber would REQUEST them needlessly).
+        """
         out = self.flush_control(now)
         if not self._log:
             return out
+        control = out.sends
+        sends: list[tuple[bytes | memoryview, Address]] = []
+        log = self.take_log()
+        plain, batch = self.clients.subscribers(now)
+        if plain:
+            for entry in log:
+                for frame in entry.frames():
+                    sends.extend((frame, addr) for addr in plain)
+        if batch:
+            for parts in batch_parts(log, self.batch_bytes):
+                datagram = join_parts(parts)
+                sends.extend((datagram, addr) for addr in batch)
+        messages = sum(entry.count for entry in log)
+        self.counters["delivered"] += messages * (len(plain) + len(batch))
+        self.counters["datagrams out"] += len(sends)
+        sends.extend(control)
+        out.sends = sends
+        return out
         sends = out.sends
         control = len(sends)
         log = self.take_log()

@@ -43,8 +43,15 @@ COUNTER_SLOTS = 32
 
 
 def anonymous(size: int) -> mmap.mmap:
-    """Shared memory inherited across fork(): MAP_SHARED | MAP_ANONYMOUS, zero-filled."""
-    return mmap.mmap(-1, max(size, mmap.PAGESIZE), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    """Shared memory inherited across fork(): MAP_SHARED | MAP_ANONYMOUS, zero-filled.
+
+    Every page is touched here, once, so that no worker takes a page fault on
+    its hot path the first time a ring wraps into it.
+    """
+    region = mmap.mmap(-1, max(size, mmap.PAGESIZE), flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    region.write(bytes(len(region)))
+    region.seek(0)
+    return region
 
 
 class CounterBlock:

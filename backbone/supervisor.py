@@ -41,8 +41,10 @@ from fyrehose.backbone.shared import CounterBlock, SequencerState, SubscriberTab
 from fyrehose.backbone.statefile import SequenceStateFile
 from fyrehose.backbone.udp import bind_udp
 
-INPUT_RING_BYTES = 32 << 20
-LOG_RING_BYTES = 64 << 20
+# Small enough to stay in a server's last-level cache (records are written by one core and read by
+# another at once); bursts beyond them wait in the 32 MiB kernel socket buffers.
+INPUT_RING_BYTES = 4 << 20
+LOG_RING_BYTES = 8 << 20
 STAGE_TIMEOUT = 0.5  # seconds each stage of a shutdown may take before its workers are killed
 RESTART_SPACING = 0.2  # a worker that keeps dying is forked at most this often
 

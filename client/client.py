@@ -236,7 +236,8 @@ class Client:
         self.keepalive_interval = keepalive_interval
         self.unreachable_after = unreachable_after
         self.confirm_retry = confirm_retry
-        self._tracker_options = {"request_delay": request_delay, "give_up_after": give_up_after}
+        self._tracker_options = {"request_delay": request_delay, "give_up_after": give_up_after,
+                                 "forward_rate": forward_rate}
         self.stats: Counter[str] = Counter()
         if store is not None and self.journaling:
             self.journal: MessageStore | None = store
@@ -264,6 +265,7 @@ class Client:
         self._tracker: SequenceTracker | None = None
         self._subscriptions: list[Subscription] = []
         self._forwards: queue.Queue = queue.Queue(maxsize=1024)
+        self._queued_forwards: set[codec.Forward] = set()  # waiting in _forwards, to drop repeats
         self._pack: list[bytes] = []
         self._pack_size = 0
         self._pack_lock = threading.Lock()
@@ -739,7 +741,11 @@ class Client:
                 self.stats["forwards ignored"] += 1
             else:
                 try:
-                    self._forwards.put_nowait(forward)
+                    if forward in self._queued_forwards:  # a retried REQUEST: the first answer is on its way
+                        self.stats["duplicate forwards"] += 1
+                    else:
+                        self._forwards.put_nowait(forward)
+                        self._queued_forwards.add(forward)
                 except queue.Full:
                     self.stats["forwards dropped"] += 1
         else:
@@ -774,6 +780,7 @@ class Client:
                 continue
             if forward is None or self.journal is None:
                 return
+            self._queued_forwards.discard(forward)
             target = (forward.addr, forward.port)
             for seq, payload in self.journal.held(forward.from_seq, forward.to_seq):
                 if self._closed:

@@ -55,13 +55,19 @@ class SequenceTracker:
         give_up_after: float = 10.0,
         max_request_span: int = 8192,
         max_buffered: int = 1_000_000,
+        head_delay: float = 0.5,
+        forward_rate: float = 50_000,
     ) -> None:
         """``start`` is the first sequence wanted (None: whatever arrives first).
 
         ``request_delay`` lets reordered datagrams arrive before a hole is
-        requested; retries back off from ``retry_initial`` to ``retry_max``.
-        ``max_buffered`` bounds the out-of-order buffer: past it the oldest hole
-        is given up early.
+        requested; retries back off from ``retry_initial`` to ``retry_max`` but
+        never come before the answer could have been paced through at
+        ``forward_rate`` messages/s (the responders' pacing), so a wide hole is
+        not asked for twice while its first answer is still streaming in.
+        A hole learnt only from the backbone's HEAD waits ``head_delay``: its
+        DELIVERs are usually just behind.  ``max_buffered`` bounds the
+        out-of-order buffer: past it the oldest hole is given up early.
         """
         self.next = start  # the next sequence to hand out
         self.highest = None if start is None else start - 1  # highest sequence known to exist
@@ -71,6 +77,8 @@ class SequenceTracker:
         self.give_up_after = give_up_after
         self.max_request_span = max_request_span
         self.max_buffered = max_buffered
+        self.head_delay = head_delay
+        self.forward_rate = forward_rate
         self._buffer: dict[int, bytes] = {}
         self._holes: list[_Hole] = []  # disjoint, ascending, all below or at `highest`
         self.duplicates = 0
@@ -114,7 +122,7 @@ class SequenceTracker:
         """Learn the backbone's last issued sequence (from a KEEPALIVE-ACK) to notice lost tails."""
         if self.next is None or last_issued <= self.highest:
             return
-        self._holes.append(_Hole(self.highest + 1, last_issued, now, now + self.request_delay))
+        self._holes.append(_Hole(self.highest + 1, last_issued, now, now + max(self.request_delay, self.head_delay)))
         self.highest = last_issued
 
     def poll(self, now: float) -> tuple[list[tuple[int, int]], list[Event]]:
@@ -130,7 +138,8 @@ class SequenceTracker:
             for first in range(hole.first, hole.last + 1, span):
                 requests.append((first, min(hole.last, first + span - 1)))
             hole.attempts += 1
-            hole.next_request = now + min(self.retry_initial * (2 ** (hole.attempts - 1)), self.retry_max)
+            backoff = min(self.retry_initial * (2 ** (hole.attempts - 1)), self.retry_max)
+            hole.next_request = now + max(backoff, (hole.last - hole.first + 1) / self.forward_rate)
         return requests, events
 
     def next_deadline(self) -> float | None:

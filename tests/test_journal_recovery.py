@@ -290,3 +290,33 @@ def test_the_running_journal_exports_sealed_segments_and_applies_retention(singl
     last_sealed = max(s.summary.last_seq for s in segments if s.summary)
     assert exported[0] < first  # from the journal's first record (a probe) on, with nothing missing
     assert exported == list(range(exported[0], last_sealed + 1))
+
+
+def test_forwards_come_from_disk_paced_and_skip_what_nobody_had(single_backbone, journals):
+    backbone = single_backbone
+    journal = journals(backbone, "journal", "--forward-rate", "1000", "--give-up", "1", "--no-parquet")
+    with Client(backbone.addr, subscribe=False) as publisher:
+        start = journaling(publisher, journal) + 1
+        before = publisher.publish_many([b"before %d" % i for i in range(1000)])
+        wait_until(lambda: last_written(journal.directory) >= before[-1], 20, "the journal")
+        assert journal.stop() == 0
+        unheld = publisher.publish_many([b"unheld %d" % i for i in range(200)])  # no journal or subscriber holds these
+        journal.start()  # resumes, REQUESTs the 200 from nobody, records them as lost after --give-up
+        wait_until(journal.running, 20, "the restarted journal")
+        after = publisher.publish_many([b"after %d" % i for i in range(300)])
+        wait_until(lambda: last_written(journal.directory) >= after[-1], 20, "the journal")
+    assert recorded_lost(journal.directory) == set(unheld)
+    with Client(backbone.addr, journal=False, give_up_after=3) as late:
+        stream = late.subscribe(from_seq=start, on_loss="yield")
+        began = time.monotonic()
+        events = [stream.get(timeout=20) for _ in range(1000)]
+        elapsed = time.monotonic() - began  # the first 1000, all re-DELIVERed from disk
+        events += [stream.get(timeout=20) for _ in range(1 + 300)]
+    got = [(e.seq, e.data) for e in events if isinstance(e, Message)]
+    assert got == [(s, b"before %d" % i) for i, s in enumerate(before)] + [(s, b"after %d" % i) for i, s in enumerate(after)]
+    lost = [e for e in events if not isinstance(e, Message)]
+    assert [(e.from_seq, e.to_seq) for e in lost] == [(unheld[0], unheld[-1])]
+    # paced: 1000 re-DELIVERs at 1000/s after a burst of 256 take at least 0.74 s (a lower bound: load only adds)
+    assert elapsed >= 0.7
+    assert journal.stop() == 0
+    assert journal.forwarded() >= 1300

@@ -67,6 +67,18 @@ def test_held_serves_messages_not_yet_written_after_those_on_disk(tmp_path):
     store.close()
 
 
+def test_messages_from_before_a_new_journal_starts_are_not_kept(tmp_path):
+    store, _ = opened(tmp_path)
+    for seq in (3, 4, 9):  # delivered before the subscription began (at 5)
+        store.add(seq, b"early")
+    store.write(messages(5, 6))
+    assert list(store.held(1, 10)) == [(5, b"m5"), (6, b"m6"), (9, b"early")]
+    store.write(messages(7, 9))
+    assert list(store.held(1, 10)) == [(s, b"m%d" % s) for s in range(5, 10)]
+    assert store._pending == {} and store._pending_size == 0
+    store.close()
+
+
 def test_a_lost_range_is_filled_from_memory_where_possible_and_the_rest_recorded(tmp_path):
     clock = Clock()
     store, _ = opened(tmp_path, clock=clock)

@@ -90,7 +90,7 @@ def test_start_position_backfills_older_messages():
 
 
 def test_head_reveals_a_lost_tail():
-    tracker = SequenceTracker(request_delay=0.0)
+    tracker = SequenceTracker(request_delay=0.0, head_delay=0.0)
     tracker.deliver(1, b"", 0.0)
     tracker.head(4, 0.0)
     assert tracker.poll(0.0)[0] == [(2, 4)]
@@ -99,9 +99,29 @@ def test_head_reveals_a_lost_tail():
 
 
 def test_head_before_any_message_with_a_start_position():
-    tracker = SequenceTracker(start=1, request_delay=0.0)
+    tracker = SequenceTracker(start=1, request_delay=0.0, head_delay=0.0)
     tracker.head(3, 0.0)
     assert tracker.poll(0.0)[0] == [(1, 3)]
+
+
+def test_a_hole_known_only_from_head_waits_for_its_delivers():
+    tracker = SequenceTracker(request_delay=0.02, head_delay=0.5)
+    tracker.deliver(1, b"", 0.0)
+    tracker.head(3, 0.0)
+    assert tracker.poll(0.1)[0] == []  # the DELIVERs are usually just behind the ACK
+    assert seqs_of(tracker.deliver(2, b"", 0.2) + tracker.deliver(3, b"", 0.2)) == [2, 3]
+    tracker.head(5, 1.0)
+    assert tracker.poll(1.49)[0] == []
+    assert tracker.poll(1.5)[0] == [(4, 5)]
+
+
+def test_a_wide_hole_is_not_asked_again_before_its_answer_could_stream_in():
+    tracker = SequenceTracker(request_delay=0.0, retry_initial=0.1, forward_rate=10_000, give_up_after=100)
+    tracker.deliver(1, b"", 0.0)
+    tracker.deliver(20_002, b"", 0.0)  # 20,000 missing: 2 s at 10,000/s
+    assert tracker.poll(0.0)[0]
+    assert tracker.poll(1.9)[0] == []
+    assert tracker.poll(2.0)[0]
 
 
 def test_wide_holes_are_requested_in_bounded_spans():
@@ -133,7 +153,7 @@ def test_any_arrival_order_with_duplicates_yields_each_sequence_once_in_order(co
     duplicates = data.draw(st.lists(st.sampled_from(range(1, count + 1)), max_size=20))
     dropped = set(data.draw(st.lists(st.sampled_from(range(2, count + 1)), max_size=10))) if count > 1 else set()
     arrivals = [s for s in list(order) + duplicates if s not in dropped]
-    tracker = SequenceTracker(start=1, request_delay=0.0, give_up_after=5.0)
+    tracker = SequenceTracker(start=1, request_delay=0.0, head_delay=0.0, give_up_after=5.0)
     events = []
     now = 0.0
     for seq in arrivals:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from fyrehose.journal.segment import INCOMPLETE, LOG_SUFFIX, SUMMARY_SUFFIX, Record, SegmentError, decode_records, parse_name
+from fyrehose.journal.segment import INCOMPLETE, LOG_SUFFIX, Record, SegmentError, decode_records, parse_name, summary_name
 from fyrehose.journal.summary import SegmentSummary, SummaryBuilder, decode_summary
 
 FIRST_CHUNK = 64 << 10  # a FORWARD of a few sequences reads little; the chunks double up to READ_CHUNK
@@ -95,7 +95,7 @@ class SegmentFile:
 
     @property
     def summary_path(self) -> Path:
-        return self.path.with_suffix(SUMMARY_SUFFIX)
+        return self.path.with_name(summary_name(self.first_seq))
 
     def current_size(self) -> int:
         """Its size now (0 once retention removed it): for progress totals, not for checks."""

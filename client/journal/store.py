@@ -32,10 +32,10 @@ from fyrehose.journal.durable import fsync_directory, replace_atomically
 from fyrehose.journal.gapindex import Gap, GapIndex, utc_iso
 from fyrehose.journal.reader import SEGMENTS_DIR, FileScan, list_segments, read_range, scan_segment
 from fyrehose.journal.retention import Retention, SegmentState, expired_segments
-from fyrehose.journal.segment import SUMMARY_SUFFIX, Record, record_size
+from fyrehose.journal.segment import Record, record_size, summary_name
 from fyrehose.journal.summary import SegmentSummary, encode_summary
 from fyrehose.journal.writer import ActiveSegment
-from fyrehose.tracker import Event, Lost, Message
+from fyrehose.tracker import Event, Message
 
 FSYNC_MODES = ("always", "interval", "never")
 LOCK_NAME = "lock"
@@ -54,6 +54,10 @@ def now_us() -> int:
 class SealedSegment:
     path: Path
     summary: SegmentSummary
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path.with_name(summary_name(self.summary.first_seq))
 
 
 class JournalStore:
@@ -121,12 +125,6 @@ class JournalStore:
         if not records and self._sealed:
             records = self._sealed[-1].summary.last_seq
         return max(records, self.gaps.last_seq)
-
-    @property
-    def first_seq(self) -> int | None:
-        if self._sealed:
-            return self._sealed[0].summary.first_seq
-        return self._active.summary.first_seq if self._active else None
 
     def _recover_segments(self) -> None:
         for entry in os.scandir(self.segments_dir):
@@ -261,7 +259,11 @@ class JournalStore:
         return gaps
 
     def _expect(self, seq: int) -> None:
-        if self._next is not None and seq != self._next:
+        if self._next is None:  # a new journal starts here: what arrived before it will never be written
+            with self._lock:
+                for early in [s for s in self._pending if s < seq]:
+                    self._pending_size -= len(self._pending.pop(early)[1])
+        elif seq != self._next:
             raise RuntimeError(f"journal got sequence {seq} where {self._next} was due: the subscription broke order")
 
     def _append(self, records: list[Record]) -> None:
@@ -350,7 +352,7 @@ class JournalStore:
 
     def mark_exported(self, segment: SealedSegment) -> None:
         segment.summary.exported = True
-        replace_atomically(segment.path.with_suffix(SUMMARY_SUFFIX), encode_summary(segment.summary))
+        replace_atomically(segment.summary_path, encode_summary(segment.summary))
 
     def apply_retention(self, retention: Retention, require_export: bool) -> list[SealedSegment]:
         """Delete the segments ``retention`` lets go (oldest first); the ones deleted."""
@@ -365,7 +367,7 @@ class JournalStore:
             self._sealed = [s for s in self._sealed if s.summary.first_seq not in expired]
         for segment in removed:
             segment.path.unlink()
-            segment.path.with_suffix(SUMMARY_SUFFIX).unlink()
+            segment.summary_path.unlink()
         if removed:
             fsync_directory(self.segments_dir)
             self.stats["segments removed"] += len(removed)

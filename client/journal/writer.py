@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from fyrehose.journal.durable import fsync_directory, replace_atomically
-from fyrehose.journal.segment import SUMMARY_SUFFIX, Record, encode_record, log_name
+from fyrehose.journal.segment import Record, encode_record, log_name, summary_name
 from fyrehose.journal.summary import SegmentSummary, SummaryBuilder, encode_summary
 
 
@@ -69,7 +69,7 @@ class ActiveSegment:
         self.sync()
         self.close()
         summary = self.builder.summary
-        replace_atomically(self.path.with_suffix(SUMMARY_SUFFIX), encode_summary(summary))
+        replace_atomically(self.path.with_name(summary_name(summary.first_seq)), encode_summary(summary))
         return summary
 
     def close(self) -> None:

@@ -25,7 +25,7 @@ from fyrehose.tools.bench.wire import MARK, MIN_PAYLOAD, STAMP, nats_message_hea
 MAX_LINE = 64 * 1024  # longest control line or bulk header accepted before the stream is declared broken
 MAX_TRACKED_SEQUENCE = 1 << 28  # a byte each: 256 MiB at most per subscriber, far beyond any step's count
 _SEQUENCE = struct.Struct(">HI")
-_ONES = b"\x01" * (codec.MAX_DATAGRAM // (codec.FRAME_HEADER + MIN_PAYLOAD) + 1)
+_ONES = b"\x01" * (codec.MAX_DATAGRAM // (codec.FRAME_HEADER + MIN_PAYLOAD))  # the most frames a datagram holds
 
 
 class StreamError(ValueError):
@@ -106,7 +106,7 @@ class DeliverScanner:
             seen.extend(bytes(max(last + 1, 2 * len(seen)) - len(seen)))
         count = last - first + 1
         repeated = seen.count(1, first, last + 1)
-        seen[first:last + 1] = _ONES[:count] if count <= len(_ONES) else b"\x01" * count
+        seen[first:last + 1] = _ONES[:count]
         self.duplicates += repeated
         return count - repeated
 
