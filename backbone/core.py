@@ -65,10 +65,6 @@ class Backbone:
         self._control: list[tuple[bytes | memoryview, Address]] = []
         self._confirms: dict[Address, list[bytes]] = {}
 
-    @property
-    def trusted_networks(self) -> tuple[ipaddress.IPv4Network, ...]:
-        return self.policy.trusted_networks
-
     # ------------------------------------------------------------ input
 
     def receive(self, datagram: bytes | bytearray | memoryview, source: Address, now: float) -> None:
@@ -209,7 +205,7 @@ class Backbone:
         log, self._log = self._log, []
         return log
 
-    def flush_control(self, now: float) -> Outbox:
+    def flush_control(self) -> Outbox:
         """The reservation to persist, then ACKs, FORWARDs and CONFIRMs (packed for BATCH clients); no DELIVERs."""
         out = Outbox()
         if self.sequence.unpersisted:
@@ -237,7 +233,7 @@ class Backbone:
         and an ACK's HEAD must not announce sequences whose DELIVERs are still
         queued behind it (the subscriber would REQUEST them needlessly).
         """
-        out = self.flush_control(now)
+        out = self.flush_control()
         if not self._log:
             return out
         control = out.sends

@@ -56,6 +56,20 @@ def in_arrival_order(rings: list[list[tuple[int, tuple]]], cutoff: int) -> Itera
         yield index, item
 
 
+def restored_backbone(state: SequencerState, table: SubscriberTable, counter_block: CounterBlock,
+                      now: float, **backbone_options) -> Backbone:
+    """A Backbone that continues where the previous sequencer (if any) stopped.
+
+    Numbers continue after the last one issued; the clients of the shared
+    table live on (for a full lifetime from ``now``); counters keep counting.
+    """
+    backbone = Backbone(reserved=state.last_issued, **backbone_options)
+    backbone.counters = counter_block.load()
+    for addr, flags in table.snapshot()[1]:
+        backbone.clients.refresh(addr, flags, now)
+    return backbone
+
+
 def _queued(sock: socket.socket) -> bool:
     """Whether a datagram waits in ``sock``'s receive queue (FIONREAD: the size of the next one)."""
     return int.from_bytes(fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"), "little") > 0
@@ -84,16 +98,6 @@ class Sequencer:
         self._held: int | None = None  # arrival of the earliest record held back for order
         self._views: tuple[list, list, list] | None = None
         self._gauges_at = 0.0
-
-    @classmethod
-    def restore(cls, state: SequencerState, table: SubscriberTable, counter_block: CounterBlock,
-                now: float, **backbone_options) -> Backbone:
-        """A Backbone that continues where the previous sequencer (if any) stopped."""
-        backbone = Backbone(reserved=state.last_issued, **backbone_options)
-        backbone.counters = counter_block.load()
-        for addr, flags in table.snapshot()[1]:
-            backbone.clients.refresh(addr, flags, now)
-        return backbone
 
     def run(self) -> None:
         """Serve until stopped, then drain every ring before returning."""
@@ -157,7 +161,7 @@ class Sequencer:
             else:
                 backbone.request(body, now)
         clients = self._client_changes(now)
-        out = backbone.flush_control(now)
+        out = backbone.flush_control()
         if out.reserve is not None:
             self.state_file.write(out.reserve)
         log = backbone.take_log()

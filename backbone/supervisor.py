@@ -29,22 +29,21 @@ from typing import Callable
 import psutil
 
 from fyrehose.addresses import Address
-from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.fanout import FanOut
 from fyrehose.backbone.intake import AddressPolicy
 from fyrehose.backbone.metrics import (Metric, MetricsServer, client_metrics, counter_metrics, process_metrics,
                                        restart_metrics, ring_metrics)
 from fyrehose.backbone.receiver import enable_arrival_times, run_receiver
 from fyrehose.backbone.rings import Doorbell, Ring
-from fyrehose.backbone.sequencer import Sequencer
+from fyrehose.backbone.sequencer import Sequencer, restored_backbone
 from fyrehose.backbone.shared import CounterBlock, SequencerState, SubscriberTable, Words, anonymous
 from fyrehose.backbone.statefile import SequenceStateFile
 from fyrehose.backbone.udp import bind_udp
 
-# Small enough to stay in a server's last-level cache (records are written by one core and read by
-# another at once); bursts beyond them wait in the 32 MiB kernel socket buffers.
-INPUT_RING_BYTES = 4 << 20
-LOG_RING_BYTES = 8 << 20
+# Deep enough to ride out a worker that waits ~0.5 s for a CPU at 600,000 msgs/s (a full input ring
+# drops); smaller rings stay in the last-level cache but lose messages on a busy host.
+INPUT_RING_BYTES = 32 << 20
+LOG_RING_BYTES = 32 << 20
 STAGE_TIMEOUT = 0.5  # seconds each stage of a shutdown may take before its workers are killed
 RESTART_SPACING = 0.2  # a worker that keeps dying is forked at most this often
 
@@ -75,7 +74,7 @@ class Worker:
     process: multiprocessing.process.BaseProcess | None = None
     restarts: int = 0
     started: float = 0.0
-    psutil: psutil.Process | None = field(default=None, repr=False)
+    handle: psutil.Process | None = field(default=None, repr=False)  # for its CPU and memory metrics
 
 
 class Supervisor:
@@ -148,7 +147,7 @@ class Supervisor:
         def body() -> None:
             options = self.options
             stopping = self._stopper(block)
-            backbone = Sequencer.restore(
+            backbone = restored_backbone(
                 self.sequencer_state, self.table, self.counter_blocks[block], time.monotonic(),
                 trusted_networks=options.trusted_networks, batch_bytes=options.batch_bytes,
                 client_capacity=options.max_clients,
@@ -189,7 +188,7 @@ class Supervisor:
         process.start()
         worker.process = process
         worker.started = time.monotonic()
-        worker.psutil = None
+        worker.handle = None
 
     # ------------------------------------------------------------ supervision
 
@@ -279,12 +278,12 @@ class Supervisor:
             process = worker.process
             if process is None or process.pid is None:
                 continue
-            if worker.psutil is None or worker.psutil.pid != process.pid:
+            if worker.handle is None or worker.handle.pid != process.pid:
                 try:
-                    worker.psutil = psutil.Process(process.pid)
+                    worker.handle = psutil.Process(process.pid)
                 except psutil.Error:
                     continue
-            processes[worker.name] = worker.psutil
+            processes[worker.name] = worker.handle
         rings = {f"receiver-{i}": ring.fill() for i, ring in enumerate(self.input_rings)}
         rings["log"] = self.log.fill()
         return (

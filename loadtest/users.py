@@ -7,6 +7,7 @@ Both classes get the process's :class:`ProcessRun` as the class attribute
 """
 from __future__ import annotations
 
+import logging
 import random
 import socket
 import time
@@ -33,6 +34,8 @@ ACK_WAIT = 5.0  # seconds a subscriber waits for its first KEEPALIVE-ACK
 PUMP_SLICE = 1.0  # seconds one receive task runs, so Locust can stop the user between tasks
 FORWARD_RATE = 50_000  # re-DELIVERs per second, as the Client paces them
 SOCKET_BUFFER = 8 << 20
+
+logger = logging.getLogger(__name__)
 
 
 class Publisher(User):
@@ -99,6 +102,7 @@ class Subscriber(User):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
         self.sock.bind(("0.0.0.0", 0))
+        self.sock_address = self.sock.getsockname()
         self.forwards: gevent.queue.Queue = gevent.queue.Queue(maxsize=1024)
         self.forwarder = gevent.spawn(self._serve_forwards)
         self._pump(time.monotonic() + ACK_WAIT, until_acked=True)
@@ -134,8 +138,11 @@ class Subscriber(User):
             now = time.monotonic()
             events, forward = session.receive(datagram, source, now)
             self._report(events)
-            if forward is not None and not self.forwards.full():
-                self.forwards.put_nowait(forward)
+            if forward is not None:
+                if self.forwards.full():
+                    session.stats["forwards dropped"] += 1
+                else:
+                    self.forwards.put_nowait(forward)
 
     def _report(self, events: list[Event]) -> None:
         fire = self.environment.events.request.fire
@@ -180,3 +187,5 @@ class Subscriber(User):
     def on_stop(self) -> None:
         self.forwarder.kill()
         self.sock.close()
+        if self.session.stats:  # REQUESTs sent, datagrams dropped and why: in locust.log
+            logger.info("subscriber %s:%d: %s", *self.sock_address, dict(self.session.stats))

@@ -22,7 +22,7 @@ functions (no Python UDF), so it runs in the JVM on any executor.
 """
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 MAX_PUBLISHED_US = 9 * 10**15  # 2255-03: keeps every conversion inside a signed 64-bit integer
@@ -33,47 +33,42 @@ def _uint(binary: str, position: str, length: int) -> str:
     return f"try_cast(conv(hex(substring({binary}, {position}, {length})), 16, 10) AS BIGINT)"
 
 
-def envelope_data(payload: str = "payload") -> Column:
-    """The data of a message: the envelope's data when the payload has one, else the payload; null if damaged."""
+def _steps(payload: str, column: str) -> list[tuple[str, str]]:
+    """(column, SQL) pairs, each using the ones before it.
+
+    One column per step keeps every expression small and computed once:
+    Spark does not merge projections that would repeat a non-trivial
+    expression, so each offset and the JSON parse are evaluated once per row.
+    """
     p = f"`{payload}`"
-    flags = _uint(p, "6", 1)
-    after_subject = f"(8 + {_uint(p, '7', 2)})"
-    after_reply = (f"({after_subject} + CASE WHEN ({flags} & 1) != 0 "
-                   f"THEN 2 + {_uint(p, f'{after_subject} + 1', 2)} ELSE 0 END)")
-    after_session = (f"({after_reply} + CASE WHEN ({flags} & 2) != 0 "
-                     f"THEN 9 + {_uint(p, f'{after_reply} + 1', 1)} ELSE 0 END)")
-    data_offset = (f"({after_session} + CASE WHEN ({flags} & 4) != 0 "
-                   f"THEN 1 + {_uint(p, f'{after_session} + 1', 1)} ELSE 0 END)")
-    is_envelope = (f"(substring({p}, 1, 3) = X'FB1E01' AND length({p}) >= 8 "
-                   f"AND {_uint(p, '4', 1)} <= 7 AND {_uint(p, '5', 1)} <= 15)")
-    return F.expr(
-        f"CASE WHEN {is_envelope} THEN "
-        f"  CASE WHEN {data_offset} <= length({p}) THEN substring({p}, {data_offset} + 1, length({p})) END "
-        f"ELSE {p} END"
-    )
-
-
-def published_us(data: str) -> Column:
-    """Unix microseconds of the publish time carried by the data column ``data`` (see the module doc), or null."""
-    d = f"`{data}`"
-    options = "map('allowSingleQuotes', 'false')"  # RFC 8259 JSON, not Spark's lenient default
-    t_ns = f"from_json(CAST({d} AS STRING), 't_ns BIGINT', {options}).t_ns"
-    seconds = f"from_json(CAST({d} AS STRING), 'published_at DOUBLE', {options}).published_at"
-    stamp_ns = _uint(d, "5", 8)
-    return F.expr(
-        f"CASE "
-        f"WHEN substring({d}, 1, 4) = X'46484C54' AND length({d}) >= 12 THEN "  # FHLT
-        f"  CASE WHEN {stamp_ns} div 1000 < {MAX_PUBLISHED_US} THEN {stamp_ns} div 1000 END "
-        f"WHEN substring({d}, 1, 1) = X'7B' THEN "  # {
-        f"  CASE WHEN {t_ns} >= 0 AND {t_ns} div 1000 < {MAX_PUBLISHED_US} THEN {t_ns} div 1000 "
-        f"       WHEN {seconds} >= 0 AND {seconds} < {MAX_PUBLISHED_US // 10**6} "
-        f"         THEN CAST({seconds} * 1000000 AS BIGINT) END "
-        f"END"
-    )
+    return [
+        ("__envelope", f"substring({p}, 1, 3) = X'FB1E01' AND length({p}) >= 8 "
+                       f"AND {_uint(p, '4', 1)} <= 7 AND {_uint(p, '5', 1)} <= 15"),
+        ("__flags", f"CASE WHEN __envelope THEN {_uint(p, '6', 1)} END"),
+        ("__after_subject", f"8 + {_uint(p, '7', 2)}"),
+        ("__after_reply", f"__after_subject + CASE WHEN (__flags & 1) != 0 "
+                          f"THEN 2 + {_uint(p, '__after_subject + 1', 2)} ELSE 0 END"),
+        ("__after_session", f"__after_reply + CASE WHEN (__flags & 2) != 0 "
+                            f"THEN 9 + {_uint(p, '__after_reply + 1', 1)} ELSE 0 END"),
+        ("__data_offset", f"__after_session + CASE WHEN (__flags & 4) != 0 "
+                          f"THEN 1 + {_uint(p, '__after_session + 1', 1)} ELSE 0 END"),
+        ("__data", f"CASE WHEN NOT __envelope THEN {p} "
+                   f"WHEN __data_offset <= length({p}) THEN substring({p}, __data_offset + 1, length({p})) END"),
+        ("__stamp_ns", f"CASE WHEN substring(__data, 1, 4) = X'46484C54' AND length(__data) >= 12 "  # FHLT
+                       f"THEN {_uint('__data', '5', 8)} END"),
+        ("__json", "CASE WHEN substring(__data, 1, 1) = X'7B' THEN "  # {
+                   "from_json(CAST(__data AS STRING), 't_ns BIGINT, published_at DOUBLE', "
+                   "map('allowSingleQuotes', 'false')) END"),
+        (column, f"CASE WHEN __stamp_ns div 1000 < {MAX_PUBLISHED_US} THEN __stamp_ns div 1000 "
+                 f"WHEN __json.t_ns >= 0 AND __json.t_ns div 1000 < {MAX_PUBLISHED_US} THEN __json.t_ns div 1000 "
+                 f"WHEN __json.published_at >= 0 AND __json.published_at < {MAX_PUBLISHED_US // 10**6} "
+                 f"THEN CAST(__json.published_at * 1000000 AS BIGINT) END"),
+    ]
 
 
 def with_published_us(frame: DataFrame, payload: str = "payload", column: str = "published_us") -> DataFrame:
     """``frame`` with ``column``: the publish time (µs) its payloads carry, null where none."""
-    return (frame.withColumn("__data", envelope_data(payload))
-            .withColumn(column, published_us("__data"))
-            .drop("__data"))
+    steps = _steps(payload, column)
+    for name, sql in steps:
+        frame = frame.withColumn(name, F.expr(sql))
+    return frame.drop(*(name for name, _ in steps[:-1]))

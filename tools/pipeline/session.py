@@ -18,8 +18,9 @@ DEFAULT_MASTER = "local[*]"
 SQL_CONF = {  # runtime settings: also applied to a session that is already running
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.json.enablePartialResults": "true",  # a JSON field of the wrong type nulls that field only
 }
-START_CONF = {"spark.log.level": "ERROR", "spark.ui.showConsoleProgress": "false"}
+START_CONF = {"spark.log.level": "FATAL", "spark.ui.showConsoleProgress": "false"}
 
 
 class PipelineError(RuntimeError):
@@ -48,7 +49,10 @@ def spark_session(master: str | None, app_name: str, conf: Mapping[str, str] | N
             os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
             builder = (builder.config("spark.driver.host", LOOPBACK)
                        .config("spark.driver.bindAddress", LOOPBACK)
-                       .config("spark.ui.enabled", "false"))
+                       .config("spark.ui.enabled", "false")
+                       # Spark's default of 200 shuffle partitions is for clusters: on a few local cores
+                       # the tasks' overhead dominates.
+                       .config("spark.sql.shuffle.partitions", str(2 * (os.cpu_count() or 1))))
     for key, value in {**START_CONF, **conf}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
