@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "1472 avoids IP fragmentation on a 1500-byte MTU)")
     parser.add_argument("--max-clients", type=int, default=65536, metavar="N",
                         help="capacity of the client table (default 65536)")
+    parser.add_argument("--rate-limit", type=float, default=0, metavar="N",
+                        help="datagrams/s accepted from each source IP, bursts of one second's worth; the rest "
+                             "are dropped and counted (default 0: off; --workers 0 only)")
 
 
 def _workers(text: str) -> int | str:
@@ -53,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-bytes must be between {FRAME_HEADER} and {MAX_DATAGRAM}")
     if args.max_clients < 1:
         raise ValueError("--max-clients must be at least 1")
+    if args.rate_limit < 0 or (args.rate_limit and args.workers != 0):
+        raise ValueError("--rate-limit must be positive and is enforced with --workers 0 only")
     if args.workers != "auto" and args.workers < 0:
         raise ValueError("--workers must be 0 or more (or 'auto')")
     if args.fanout is not None and args.fanout < 1:
@@ -75,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         trusted_networks=trusted,
         batch_bytes=args.batch_bytes,
         client_capacity=args.max_clients,
+        rate_limit=args.rate_limit,
     )
     from fyrehose.backbone.single import run_single
 

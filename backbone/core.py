@@ -27,6 +27,7 @@ from fyrehose.backbone.clients import ClientTable
 from fyrehose.backbone.confirms import ConfirmCache
 from fyrehose.backbone.intake import AddressPolicy, KeepaliveIn, RequestIn, read_control
 from fyrehose.backbone.pushes import LogEntry, batch_parts, join_parts, stamp_uniform, uniform_step
+from fyrehose.backbone.ratelimit import SourceRateLimiter
 from fyrehose.backbone.sequencing import DEFAULT_BLOCK, SequenceCounter, SequenceExhausted
 
 _SEQ_FIELD = struct.Struct(">HI")
@@ -52,6 +53,7 @@ class Backbone:
         max_request_range: int = codec.MAX_REQUEST_SPAN,
         client_capacity: int = 65536,
         rng: random.Random | None = None,
+        rate_limit: float = 0,
     ) -> None:
         self.sequence = SequenceCounter(reserved, reserve_block)
         self.clients = ClientTable(client_capacity)
@@ -60,6 +62,7 @@ class Backbone:
         self.batch_bytes = max(codec.FRAME_HEADER, min(batch_bytes, codec.MAX_DATAGRAM))
         self.max_request_range = max_request_range
         self.rng = rng or random.Random()
+        self.rate_limiter = SourceRateLimiter(rate_limit) if rate_limit else None  # datagrams/s per source IP
         self.counters: Counter[str] = Counter()
         self._log: list[LogEntry] = []  # sequenced frames not yet handed out
         self._control: list[tuple[bytes | memoryview, Address]] = []
@@ -68,7 +71,10 @@ class Backbone:
     # ------------------------------------------------------------ input
 
     def receive(self, datagram: bytes | bytearray | memoryview, source: Address, now: float) -> None:
-        """Take one datagram from ``source``; malformed input is counted and dropped."""
+        """Take one datagram from ``source``; malformed or over-rate input is counted and dropped."""
+        if self.rate_limiter is not None and not self.rate_limiter.allow(source[0], now):
+            self._drop("rate limited")
+            return
         if datagram and datagram[0] == codec.PUSH and len(datagram) <= codec.MAX_DATAGRAM:
             self.push(datagram, source, now)
             return

@@ -41,8 +41,6 @@ IDLE_WAIT = 0.1  # seconds; also the resolution of client expiry while idle
 LOG_FULL_WAIT = 0.0005
 ORDER_HOLD = 50_000_000  # ns a record may wait for a stalled receive worker's earlier datagrams
 
-Record = tuple[int, int, int, int]  # (arrival ns, ring, offset, length)
-
 
 def in_arrival_order(rings: list[list[tuple[int, tuple]]], cutoff: int) -> Iterator[tuple[int, tuple]]:
     """Merge per-ring lists of (arrival, item) into (ring, item), earliest arrival first, up to ``cutoff``.

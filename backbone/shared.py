@@ -35,7 +35,7 @@ COUNTER_NAMES = (
     "drop:malformed", "drop:oversize", "drop:unexpected type", "drop:foreign address",
     "drop:ring full", "drop:client table full", "drop:request beyond last sequence",
     "drop:no journaling client", "drop:sequence space exhausted", "drop:send error",
-    "drop:send buffer full", "drop:receive error", "drop:other",
+    "drop:send buffer full", "drop:receive error", "drop:rate limited", "drop:other",
 )
 _SLOT = {name: index for index, name in enumerate(COUNTER_NAMES)}
 _OTHER = _SLOT["drop:other"]

@@ -160,7 +160,8 @@ class Supervisor:
 
     def _fanout(self, i: int, block: int) -> Callable[[], None]:
         def body() -> None:
-            FanOut(i, self.options.fanout, Ring(self._log_region, self.options.fanout), self.fanout_bells[i], self.table, self.sockets[0],
+            workers = self.options.fanout
+            FanOut(i, workers, Ring(self._log_region, workers), self.fanout_bells[i], self.table, self.sockets[0],
                    self.counter_blocks[block], self.options.batch_bytes, self._stopper(block)).run()
         return body
 

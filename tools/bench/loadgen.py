@@ -16,6 +16,7 @@ import abc
 import array
 import os
 import select
+import signal
 import socket
 import time
 from dataclasses import dataclass
@@ -195,7 +196,13 @@ def publish(sender: _Sender, schedule: OfferSchedule, end: float) -> int:
             sleep(min(schedule.wait(now), end - now))
 
 
+def _leave_interrupts_to_the_orchestrator() -> None:
+    """Ctrl-C reaches the whole process group; the orchestrator alone handles it and stops us by PID."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def publisher_main(conn: Connection, spec: LoadSpec) -> None:
+    _leave_interrupts_to_the_orchestrator()
     sender = None
     try:
         kind, build = _SENDERS[spec.protocol]
@@ -381,6 +388,7 @@ def receive(receiver: _Receiver, deadline: float) -> tuple[int, array.array]:
 
 
 def subscriber_main(conn: Connection, spec: LoadSpec) -> None:
+    _leave_interrupts_to_the_orchestrator()
     receiver = None
     try:
         receiver = _RECEIVERS[spec.protocol](spec)

@@ -17,7 +17,6 @@ import multiprocessing
 import sys
 import time
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 import psutil

@@ -24,6 +24,8 @@ from fyrehose.tools.bench import stats
 from fyrehose.tools.bench.orchestra import BenchSettings, RoundResult
 from fyrehose.tools.bench.targets import RATIOS
 
+BUSY_WARNING = 10.0  # percent of the machine busy before the run that deserves a warning
+
 
 def machine_info(server_versions: dict[str, str]) -> dict:
     model = platform.processor()
@@ -39,6 +41,8 @@ def machine_info(server_versions: dict[str, str]) -> dict:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "load_average": list(os.getloadavg()),
+        # What else kept the CPUs busy just before the bench began: everything it measures competes with that.
+        "background_busy_percent": psutil.cpu_percent(interval=0.5),
         "servers": server_versions,
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -113,6 +117,10 @@ def write_table(doc: dict, out: TextIO) -> None:
         f"{settings['payload']}-byte payloads, {settings['duration']:g} s steps, {settings['rounds']} round(s), "
         f"{mode}; machine: {machine['cores']} cores, {machine['cpu_model']}\n"
     )
+    background = machine["background_busy_percent"]
+    if background >= BUSY_WARNING:
+        out.write(f"warning: other processes kept the machine {background:.0f}% busy just before the run "
+                  f"(load average {machine['load_average'][0]:.1f}); every figure competes with them\n")
     rows = [("target", "delivered/s/sub", "loss", "offered/s", "sustained", "p50 ms", "p99 ms", "p99.9 ms",
              "saturated", "CPU % srv/pub/sub", "busy %")]
     for result in doc["results"]:

@@ -90,7 +90,7 @@ def run_capacity(spark: SparkSession, options: CapacityOptions) -> dict:
         backbone = rates.groupBy("second").agg(
             F.sum(F.when(F.col("name") == PUSHES, F.col("rate"))).alias("backbone_pushes_per_s"),
             F.sum(F.when(F.col("name") == DELIVERED, F.col("rate"))).alias("backbone_delivered_per_s"),
-            F.sum(F.when(F.col("name") == DROPPED, F.col("rate"))).alias("backbone_dropped_per_s"))
+            F.coalesce(F.sum(F.when(F.col("name") == DROPPED, F.col("rate"))), F.lit(0.0)).alias("backbone_dropped_per_s"))
         offered = seconds.join(steps, (F.col("second") >= F.floor("t_start")) & (F.col("second") < F.col("t_end"))) \
             .groupBy("second").agg(F.max("offered_rate").alias("offered_per_s"), F.max("step").alias("step"))
         timeline = (seconds.join(offered, "second", "left").join(locust, "second", "left")
@@ -109,7 +109,7 @@ def run_capacity(spark: SparkSession, options: CapacityOptions) -> dict:
                     .select("step", "process", F.col("rate").alias("cpu_cores")))
         step_backbone = step_metrics.groupBy("step").agg(
             F.sum(F.when(F.col("name") == PUSHES, F.col("rate"))).alias("backbone_pushes_per_s"),
-            F.sum(F.when(F.col("name") == DROPPED, F.col("rate"))).alias("backbone_dropped_per_s"))
+            F.coalesce(F.sum(F.when(F.col("name") == DROPPED, F.col("rate"))), F.lit(0.0)).alias("backbone_dropped_per_s"))
         step_table = steps.join(step_backbone, "step", "left")
         if options.journal is not None:
             journal_seconds, journal_steps = _journal(spark, options.journal, steps, bounds.t0, bounds.t1)
@@ -181,8 +181,6 @@ def _peaks(cpu_rows) -> dict[str, float]:
 
 
 def _charts(out: Path, timeline, cpu_rows, steps: list[dict], with_journal: bool) -> dict[str, Path]:
-    times = [row.time for row in timeline]
-
     def series(column: str, rows=timeline) -> tuple[list, list]:
         kept = [(row.time, row[column]) for row in rows if row[column] is not None]
         return [t for t, _ in kept], [v for _, v in kept]
@@ -205,8 +203,7 @@ def _charts(out: Path, timeline, cpu_rows, steps: list[dict], with_journal: bool
         latency_series["publish→journal p99"] = per_step("journal_p99_ms")
     return {
         "rates": charts.time_series(out / "capacity_rates.png", "offered vs delivered rate", "messages/s",
-                                    rate_series, marks=marks) if times else
-        charts.time_series(out / "capacity_rates.png", "offered vs delivered rate", "messages/s", {}),
+                                    rate_series, marks=marks),
         "loss": charts.category_bars(out / "capacity_loss.png", "loss per load phase", "% of expected deliveries",
                                      labels, {"before recovery": per_step("loss_before_recovery", 100),
                                               "after recovery": per_step("loss_after_recovery", 100)}),

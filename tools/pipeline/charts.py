@@ -57,6 +57,8 @@ def time_series(path: Path, title: str, ylabel: str, series: dict[str, Series], 
         axes.legend(loc="best")
         if log:
             axes.set_yscale("symlog")
+        low, high = axes.get_ylim()
+        axes.set_ylim(min(low, 0), high)  # rates and latencies read wrongly on an axis that does not start at 0
     else:
         _empty(axes, "no data")
     axes.set_ylabel(ylabel)

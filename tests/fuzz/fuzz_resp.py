@@ -1,0 +1,29 @@
+"""Fuzz target: the Redis gateway's RESP command parser never raises and parses split input as the whole."""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import instrumented, main  # noqa: E402
+from streams import check_incremental  # noqa: E402
+
+with instrumented():
+    from fyrehose.gateways.resp import CommandParser
+
+SEEDS = [
+    b"*2\r\n$9\r\nSUBSCRIBE\r\n$3\r\nfoo\r\n",
+    b"*3\r\n$7\r\nPUBLISH\r\n$3\r\nfoo\r\n$5\r\nhello\r\n*1\r\n$4\r\nPING\r\n",
+    b"PING\r\nSUBSCRIBE a b\r\n",
+    b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n",
+    b"*-1\r\n*0\r\n$-1\r\n",
+]
+
+
+def check(data: bytes) -> None:
+    check_incremental(lambda: CommandParser(max_bulk=1 << 16, max_args=64), lambda p, d: p.feed(d), data)
+
+
+if __name__ == "__main__":
+    main(check, SEEDS)

@@ -1,0 +1,72 @@
+"""Each fuzz target under tests/fuzz/ runs briefly: hypothesis inputs, the mutation loop, and atheris itself.
+
+The targets' ``check`` functions are the oracles (no crash, no exception but
+the parser's own error, split input parses as the whole); long runs are
+``python tests/fuzz/fuzz_NAME.py -atheris_runs=N`` (docs/security.md).
+"""
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+FUZZ_DIR = Path(__file__).parent / "fuzz"
+TARGETS = ["codec", "envelope", "resp", "nats", "marlin", "lumberjack"]
+sys.path.insert(0, str(FUZZ_DIR))
+
+from harness import run_mutations  # noqa: E402
+
+from fyrehose.tools.fuzz.mutation import mutate  # noqa: E402
+
+
+def target(name: str):
+    return importlib.import_module(f"fuzz_{name}")
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_target_holds_for_random_and_mutated_inputs_from_hypothesis(name):
+    module = target(name)
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(data=st.one_of(st.binary(max_size=400),
+                          st.tuples(st.sampled_from(module.SEEDS), st.randoms(use_true_random=False)).map(
+                              lambda pair: mutate(pair[0], pair[1], module.SEEDS))))
+    def holds(data):
+        module.check(data)
+
+    holds()
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_target_holds_for_the_mutation_loop(name):
+    module = target(name)
+    assert run_mutations(module.check, module.SEEDS, 5000, seed=7) == 5000
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_target_accepts_its_own_seeds(name):
+    module = target(name)
+    for seed in module.SEEDS:
+        module.check(seed)
+
+
+def test_a_target_that_breaks_is_reported_by_the_mutation_loop():
+    def check(data: bytes) -> None:
+        assert b"\xff\xff" not in data
+
+    with pytest.raises(AssertionError):
+        run_mutations(check, [b"\x00" * 8], 5000)
+
+
+@pytest.mark.parametrize("name", ["codec", "lumberjack"])
+def test_target_runs_under_atheris_from_the_command_line(name):
+    pytest.importorskip("atheris")
+    result = subprocess.run([sys.executable, str(FUZZ_DIR / f"fuzz_{name}.py"), "-atheris_runs=3000"],
+                            capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert b"Done 3000 runs" in result.stderr or b"Done 3000 in" in result.stderr
