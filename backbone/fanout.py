@@ -46,7 +46,6 @@ class FanOut:
         self.workers = workers
         self.log = log
         self.bell = bell
-        self.table = table
         self.counter_block = counter_block
         self.counters: Counter = counter_block.load()
         self.sender = Sender(sock, self.counters)

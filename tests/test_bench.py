@@ -90,7 +90,7 @@ def test_every_target_sends_the_same_number_of_messages_per_send():
 # ---------------------------------------------------------------- scanning
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.integers(1, 10**6), st.lists(sampled, min_size=1, max_size=40))
 def test_deliver_scanner_counts_a_packed_run_once(first, stamps_):
     datagram = b"".join(codec.encode_deliver(first + n, _payload(stamp)) for n, stamp in enumerate(stamps_))
@@ -150,7 +150,7 @@ def _resp_bytes(item) -> bytes:
     return b"*3\r\n$9\r\nsubscribe\r\n$14\r\nfyrehose-bench\r\n:1\r\n"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(resp_items, max_size=60), st.lists(st.integers(0, 10_000), max_size=12))
 def test_resp_stream_counts_messages_in_any_chunking(items, cuts):
     stream = RespStream(PAYLOAD)
@@ -204,7 +204,7 @@ def _nats_bytes(item) -> bytes:
     return kind.encode() + b"\r\n"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(nats_items, max_size=60), st.lists(st.integers(0, 10_000), max_size=12))
 def test_nats_stream_counts_messages_and_pings_in_any_chunking(items, cuts):
     stream = NatsStream(PAYLOAD)
@@ -237,7 +237,7 @@ def test_a_line_without_end_is_refused_once_too_long():
 # ---------------------------------------------------------------- pacing
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.floats(10, 5e6), st.integers(1, 1000), st.lists(st.floats(0, 0.01), min_size=1, max_size=300))
 def test_offer_schedule_never_runs_ahead_and_sends_at_most_a_batch(rate, batch, gaps):
     schedule = OfferSchedule(rate, start=100.0, batch=batch)
@@ -285,7 +285,7 @@ def _outcome(rate: float | None, capacity: float, ceiling: float) -> StepOutcome
     return StepOutcome(rate, offered, delivered, 1 - delivered / offered)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.floats(1e3, 1e7), st.floats(1.01, 100), st.integers(0, 8))
 def test_search_finds_a_sustained_rate_near_capacity(capacity, overload, steps):
     search = RateSearch(steps)
@@ -439,7 +439,7 @@ def test_max_mode_searches_then_measures_latency_at_the_fixed_rate(tmp_path):
 def test_sigterm_stops_every_server_and_load_generator(tmp_path):
     bench = subprocess.Popen(FYREHOSE + ["bench", "--targets", "fyrehose-single", "--subscribers", "2",
                                          "--rate", "1000", "--duration", "60", "--rounds", "1"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     children: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 30
@@ -449,7 +449,7 @@ def test_sigterm_stops_every_server_and_load_generator(tmp_path):
         assert len(children) >= 4, "the step never started"
         bench.send_signal(signal.SIGTERM)
         assert bench.wait(30) == 128 + signal.SIGTERM
-        gone, alive = psutil.wait_procs(children, timeout=5)
+        _, alive = psutil.wait_procs(children, timeout=5)
         assert not alive
     finally:
         for child in children:

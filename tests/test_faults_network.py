@@ -46,9 +46,9 @@ def test_loss_reordering_and_duplication_both_ways_lose_and_repeat_nothing(backb
             Client(pub_relay.addr, subscribe=False) as pub:
         keeper.subscribe()
         stream = sub.subscribe()
-        payloads = [b"through faults %d" % i for i in range(400)]
-        seqs = [pub.publish(p, timeout=20) for p in payloads[:200]]  # one datagram (and CONFIRM) each
-        for start in range(200, len(payloads), 20):
+        payloads = [b"through faults %d" % i for i in range(300)]
+        seqs = [pub.publish(p, timeout=20) for p in payloads[:100]]  # one datagram (and CONFIRM) each
+        for start in range(100, len(payloads), 20):
             seqs += pub.publish_many(payloads[start:start + 20], timeout=20)
         events = take(stream, len(payloads), timeout=30)
     assert len(set(seqs)) == len(seqs) == len(payloads)

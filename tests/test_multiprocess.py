@@ -105,7 +105,17 @@ def publish(backbone, sub: socket.socket, payloads: list[bytes]) -> list[int]:
 
 
 def shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm"))
+    """Named shared memory that a backbone could have made (Python's shared_memory names start psm_)."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith(("psm_", "fyrehose"))}
+
+
+def shm_mappings(processes: list[psutil.Process]) -> list[str]:
+    """Files under /dev/shm that any of ``processes`` has mapped."""
+    found = []
+    for process in processes:
+        with open(f"/proc/{process.pid}/maps") as maps:
+            found += [line.split()[-1] for line in maps if "/dev/shm/" in line]
+    return found
 
 
 # ---------------------------------------------------------------- process tree and shutdown
@@ -122,7 +132,8 @@ def test_signal_drains_and_exits_within_two_seconds_leaving_no_shared_memory(bac
         sub = open_socket(stack)
         keepalive(sub, backbone, codec.FLAG_BATCH)
         issued = publish(backbone, sub, [b"m%d" % i for i in range(20)])
-    assert shm_entries() <= shm_before, "the backbone's shared memory must not be named in /dev/shm"
+    assert shm_mappings([psutil.Process(backbone.proc.pid)] + children) == [], "shared memory must be anonymous"
+    assert shm_entries() <= shm_before
     started = time.monotonic()
     os.kill(backbone.proc.pid, signum)
     code = backbone.proc.wait(10)

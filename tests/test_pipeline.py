@@ -39,9 +39,15 @@ SPARK_CHECKS = settings(max_examples=8, deadline=None, suppress_health_check=[He
                                                                              HealthCheck.function_scoped_fixture])
 
 
+# Small data, many short queries: compiling each query to Java (whole-stage codegen) and the JIT's optimising
+# tier cost more than they save here.  Results are the same either way.
+TEST_CONF = {"spark.sql.shuffle.partitions": "4", "spark.sql.codegen.wholeStage": "false",
+             "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+
+
 @pytest.fixture(scope="session")
 def spark():
-    with spark_session("local[2]", "fyrehose pipeline tests", {"spark.sql.shuffle.partitions": "4"}) as session:
+    with spark_session("local[2]", "fyrehose pipeline tests", TEST_CONF) as session:
         yield session
 
 
@@ -66,9 +72,11 @@ def _assert_png(path: Path) -> None:
     assert height > 100 and width > 100
 
 
-def test_report_finds_exactly_the_missing_ranges_and_duplicates(spark, journal, tmp_path):
+def test_report_finds_exactly_the_missing_ranges_and_duplicates(spark, journal, tmp_path, capfd):
     out = tmp_path / "report"
-    summary = run_report(spark, ReportOptions(journal, out, bucket_size=1000))
+    # the command line, in this process so that it runs in the test session's Spark
+    assert cli.main(["pipeline", "report", "--journal", str(journal), "--out", str(out), "--bucket-size", "1000"]) == 0
+    assert f"report: {out / 'report.html'}" in capfd.readouterr().out
 
     gaps = pq.read_table(out / "gaps.parquet").to_pylist()
     assert [(gap["from_seq"], gap["to_seq"]) for gap in gaps] == list(MISSING)
@@ -78,7 +86,6 @@ def test_report_finds_exactly_the_missing_ranges_and_duplicates(spark, journal, 
     assert [(row["seq"], row["copies"]) for row in duplicates] == [(seq, 2) for seq in DUPLICATES]
 
     written = json.loads((out / "summary.json").read_text())
-    assert written == json.loads(json.dumps(summary))
     missing = sum(high - low + 1 for low, high in MISSING)
     assert (written["messages"], written["first_seq"], written["last_seq"]) == (6003, 1, 6000 + missing)
     assert (written["missing"], written["gap_ranges"], written["duplicates"], written["duplicate_seqs"]) == (
@@ -109,7 +116,7 @@ def test_report_finds_exactly_the_missing_ranges_and_duplicates(spark, journal, 
 def test_gaps_do_not_depend_on_the_bucket_size(spark, journal):
     copies = sequence_copies(read_journal(spark, journal).select("seq", "received_at"))
     results = {size: sorted((row.from_seq, row.to_seq) for row in missing_ranges(copies, size).collect())
-               for size in (1, 7, 1000, 1 << 20)}
+               for size in (1, 7, 1 << 20)}
     assert all(found == list(MISSING) for found in results.values()), results
 
 
@@ -308,23 +315,24 @@ def test_capacity_joins_locust_metrics_and_journal(spark, tmp_path):
         assert f'src="{chart}"' in (out / "capacity.html").read_text()
 
 
-# --- the command line, in this process so that it runs in the test session's Spark --------------------------------
-
-def test_cli_report_and_a_damaged_journal(spark, journal, tmp_path, capfd):
-    out = tmp_path / "cli"
-    assert cli.main(["pipeline", "report", "--journal", str(journal), "--out", str(out),
-                     "--from", "2024-05-02T00:00:00Z", "--to", "2024-05-02T01:00:00Z"]) == 0
-    assert "report: " in capfd.readouterr().out
-    summary = json.loads((out / "summary.json").read_text())
-    inside = [row["seq"] for row in _source_rows(journal)
-              if datetime(2024, 5, 2, tzinfo=UTC) <= row["received_at"] < datetime(2024, 5, 2, 1, tzinfo=UTC)]
+def test_report_of_a_time_range_and_of_a_damaged_journal(spark, journal, tmp_path, capfd):
+    out = tmp_path / "ranged"
+    time_range = TimeRange(datetime(2024, 5, 2, tzinfo=UTC), datetime(2024, 5, 2, 1, tzinfo=UTC))
+    summary = run_report(spark, ReportOptions(journal, out, time_range, window_seconds=600))
+    inside = [row["seq"] for row in _source_rows(journal) if time_range.start <= row["received_at"] < time_range.end]
     assert (summary["messages"], summary["first_seq"], summary["last_seq"]) == (len(inside), inside[0], inside[-1])
-    assert summary["from"] == "2024-05-02T00:00:00+00:00"
+    assert summary["from"] == "2024-05-02T00:00:00+00:00" and summary["window_s"] == 600
+    windows = pq.read_table(out / "windows.parquet").to_pylist()
+    assert [w["window_start"].minute for w in windows] == [0, 10, 20, 30, 40, 50]  # windows in one hour
+    assert sum(w["messages"] for w in windows) == len(inside)
+    assert [w["messages"] == 0 for w in windows] == [False, True, True, True, False, False]  # seq 2990..4010 lost
 
     damaged = tmp_path / "damaged"
     generate(JournalSpec(messages=100, seed=2), damaged)
     victim = next((damaged / "parquet").rglob("*.parquet"))
     victim.write_bytes(b"PAR1 this is not parquet PAR1")
-    assert cli.main(["pipeline", "report", "--journal", str(damaged), "--out", str(tmp_path / "bad")]) == 1
+    capfd.readouterr()
+    assert cli.main(["pipeline", "export", "--journal", str(damaged), "--out", str(tmp_path / "bad"),
+                     "--format", "jsonl"]) == 1
     errors = capfd.readouterr().err.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith("fyrehose pipeline: error: "), errors

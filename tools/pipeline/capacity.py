@@ -27,6 +27,7 @@ from fyrehose.tools.pipeline.loadtest_inputs import (check_loadtest, counter_rat
                                                      read_stats, read_steps, read_summary)
 from fyrehose.tools.pipeline.publish_time import with_published_us
 from fyrehose.tools.pipeline.session import PipelineError, readable_errors
+from fyrehose.tools.pipeline.tables import write_table
 from fyrehose.tools.pipeline.timerange import TimeRange
 
 PUSH, DELIVER = "PUSH", "DELIVER"
@@ -40,13 +41,6 @@ class CapacityOptions:
     loadtest: Path
     out: Path
     journal: Path | None = None
-
-
-def _write(frame: DataFrame, out: Path, name: str) -> DataFrame:
-    path = out / name
-    with readable_errors(f"writing {path}"):
-        frame.write.mode("overwrite").parquet(str(path))
-    return frame.sparkSession.read.parquet(str(path))
 
 
 def _utc(seconds: float) -> datetime:
@@ -115,17 +109,14 @@ def run_capacity(spark: SparkSession, options: CapacityOptions) -> dict:
             journal_seconds, journal_steps = _journal(spark, options.journal, steps, bounds.t0, bounds.t1)
             timeline = timeline.join(journal_seconds, "time", "left")
             step_table = step_table.join(journal_steps, "step", "left")
-        timeline = _write(timeline.orderBy("time"), out, "capacity_timeline.parquet")
-        _write(cpu.orderBy("time", "process"), out, "capacity_cpu.parquet")
-        _write(step_cpu.orderBy("step", "process"), out, "capacity_step_cpu.parquet")
-        step_table = _write(step_table.orderBy("step"), out, "capacity_steps.parquet")
-        latency = _write(read_stats(spark, options.loadtest), out, "capacity_latency.parquet")
-
-        timeline_rows = timeline.orderBy("time").collect()
-        cpu_rows = spark.read.parquet(str(out / "capacity_cpu.parquet")).orderBy("time").collect()
-        step_rows = [row.asDict() for row in step_table.orderBy("step").collect()]
-        step_cpu_rows = spark.read.parquet(str(out / "capacity_step_cpu.parquet")).collect()
-        latency_rows = [row.asDict() for row in latency.collect()]
+        timeline_rows = write_table(timeline, out / "capacity_timeline.parquet", "time").orderBy("time").collect()
+        cpu_rows = write_table(cpu, out / "capacity_cpu.parquet", "time", "process").orderBy("time").collect()
+        step_cpu_rows = write_table(step_cpu, out / "capacity_step_cpu.parquet", "step", "process").collect()
+        step_rows = [row.asDict() for row in
+                     write_table(step_table, out / "capacity_steps.parquet", "step").orderBy("step").collect()]
+        latency_rows = [row.asDict() for row in
+                        write_table(read_stats(spark, options.loadtest), out / "capacity_latency.parquet",
+                                    "type", "name").collect()]
         samples.unpersist()
         steps.unpersist()
         step_metrics.unpersist()

@@ -26,11 +26,13 @@ from fyrehose.tools.pipeline.html_page import HtmlPage
 from fyrehose.tools.pipeline.journal import read_journal, read_recorded_gaps
 from fyrehose.tools.pipeline.publish_time import with_published_us
 from fyrehose.tools.pipeline.session import PipelineError, readable_errors
+from fyrehose.tools.pipeline.tables import write_table
 from fyrehose.tools.pipeline.timerange import TimeRange, choose_window
 
 LATENCY_QUANTILES = (0.5, 0.9, 0.99, 0.999)
 LISTED_GAPS = 50  # gap ranges shown in report.html (all of them are in gaps.parquet)
 RAW = "(raw)"  # how report.html names payloads without a subject
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -48,11 +50,8 @@ def _window_start(seconds: int) -> F.Column:
     return F.expr(f"timestamp_micros((unix_micros(received_at) div {step}) * {step})")
 
 
-def _write(frame: DataFrame, out: Path, name: str) -> Path:
-    path = out / name
-    with readable_errors(f"writing {path}"):
-        frame.write.mode("overwrite").parquet(str(path))
-    return path
+def _micros(moment: datetime) -> int:
+    return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -104,36 +103,35 @@ def run_report(spark: SparkSession, options: ReportOptions) -> dict:
                                    F.min("received_at").alias("first_received_at"),
                                    F.max("received_at").alias("last_received_at"))
                               .persist(StorageLevel.MEMORY_AND_DISK))
-        _write(per_subject_window.orderBy("window_start", "subject"), out, "subject_windows.parquet")
-        windows = (per_subject_window.groupBy("window_start")
-                   .agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"))
+        write_table(per_subject_window, out / "subject_windows.parquet", "window_start", "subject")
+        step_us = window * 1_000_000
+        every_window = spark.range(_micros(first) // step_us, _micros(last) // step_us + 1).select(
+            F.timestamp_micros(F.col("id") * step_us).alias("window_start"))  # windows without messages count too
+        windows = (every_window.join(per_subject_window.groupBy("window_start")
+                                     .agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes")),
+                                     "window_start", "left")
+                   .na.fill(0, ["messages", "bytes"])
                    .withColumn("messages_per_s", F.col("messages") / window)
-                   .withColumn("bytes_per_s", F.col("bytes") / window)
-                   .orderBy("window_start"))
-        _write(windows, out, "windows.parquet")
+                   .withColumn("bytes_per_s", F.col("bytes") / window))
+        window_rows = write_table(windows, out / "windows.parquet", "window_start").orderBy("window_start").collect()
         subjects = (per_subject_window.groupBy("subject")
                     .agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"),
                          F.min("first_received_at").alias("first_received_at"),
                          F.max("last_received_at").alias("last_received_at"))
                     .withColumn("share", F.col("messages") / overview["messages"])
-                    .withColumn("messages_per_s", F.col("messages") / span)
-                    .orderBy(F.desc("messages"), "subject"))
-        _write(subjects, out, "subjects.parquet")
-        window_rows = spark.read.parquet(str(out / "windows.parquet")).orderBy("window_start").collect()
-        subject_count = spark.read.parquet(str(out / "subjects.parquet")).count()
-        top_subjects = spark.read.parquet(str(out / "subjects.parquet")).orderBy(
-            F.desc("messages"), "subject").limit(options.top).collect()
+                    .withColumn("messages_per_s", F.col("messages") / span))
+        subjects = write_table(subjects, out / "subjects.parquet", "subject")
+        subject_count = subjects.count()
+        top_subjects = subjects.orderBy(F.desc("messages"), "subject").limit(options.top).collect()
         per_subject_window.unpersist()
         sizes = _size_classes(rows)
 
     with readable_errors("computing sequence completeness"):
         copies = sequence_copies(rows).persist(StorageLevel.MEMORY_AND_DISK)
-        _write(duplicates(copies).orderBy("seq"), out, "duplicates.parquet")
-        _write(missing_ranges(copies, options.bucket_size).orderBy("from_seq"), out, "gaps.parquet")
-        copies.unpersist()
-        dup = spark.read.parquet(str(out / "duplicates.parquet")).agg(
+        dup = write_table(duplicates(copies), out / "duplicates.parquet", "seq").agg(
             F.count(F.lit(1)).alias("seqs"), F.coalesce(F.sum(F.col("copies") - 1), F.lit(0)).alias("extra")).first()
-        gaps = spark.read.parquet(str(out / "gaps.parquet"))
+        gaps = write_table(missing_ranges(copies, options.bucket_size), out / "gaps.parquet", "from_seq")
+        copies.unpersist()
         gap_totals = gaps.agg(F.count(F.lit(1)).alias("ranges"),
                               F.coalesce(F.sum("missing"), F.lit(0)).alias("missing")).first()
         listed_gaps = gaps.orderBy("from_seq").limit(LISTED_GAPS).collect()
@@ -144,8 +142,8 @@ def run_report(spark: SparkSession, options: ReportOptions) -> dict:
         recorded = read_recorded_gaps(spark, options.journal)
         recorded_summary = None
         if recorded is not None:
-            _write(recorded_coverage(gaps, recorded).orderBy("from_seq"), out, "journal_gaps.parquet")
-            totals = spark.read.parquet(str(out / "journal_gaps.parquet")).agg(
+            coverage = write_table(recorded_coverage(gaps, recorded), out / "journal_gaps.parquet", "from_seq")
+            totals = coverage.agg(
                 F.count(F.lit(1)).alias("ranges"),
                 F.coalesce(F.sum("recorded_missing"), F.lit(0)).alias("missing"),
                 F.coalesce(F.sum("confirmed_missing"), F.lit(0)).alias("confirmed")).first()
@@ -165,8 +163,8 @@ def run_report(spark: SparkSession, options: ReportOptions) -> dict:
                              *(F.col("quantiles")[i].alias(_quantile_name(q)) for i, q in enumerate(LATENCY_QUANTILES)),
                              "max_ms")
                      .persist(StorageLevel.MEMORY_AND_DISK))  # small: one row per window, computed once
-        _write(by_window.where(F.col("window_start").isNotNull()).orderBy("window_start"), out, "latency.parquet")
-        latency_rows = spark.read.parquet(str(out / "latency.parquet")).orderBy("window_start").collect()
+        latency_rows = write_table(by_window.where(F.col("window_start").isNotNull()), out / "latency.parquet",
+                                   "window_start").orderBy("window_start").collect()
         overall = by_window.where(F.col("window_start").isNull()).first()
         by_window.unpersist()
         latency = None
