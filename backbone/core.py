@@ -260,19 +260,3 @@ class Backbone:
         sends.extend(control)
         out.sends = sends
         return out
-        sends = out.sends
-        control = len(sends)
-        log = self.take_log()
-        plain, batch = self.clients.subscribers(now)
-        if plain:
-            for entry in log:
-                for frame in entry.frames():
-                    sends.extend((frame, addr) for addr in plain)
-        if batch:
-            for parts in batch_parts(log, self.batch_bytes):
-                datagram = join_parts(parts)
-                sends.extend((datagram, addr) for addr in batch)
-        messages = sum(entry.count for entry in log)
-        self.counters["delivered"] += messages * (len(plain) + len(batch))
-        self.counters["datagrams out"] += len(sends) - control
-        return out

@@ -28,7 +28,7 @@ from fyrehose.tools.pipeline.loadtest_inputs import (check_loadtest, counter_rat
 from fyrehose.tools.pipeline.publish_time import with_published_us
 from fyrehose.tools.pipeline.session import PipelineError, readable_errors
 from fyrehose.tools.pipeline.tables import write_table
-from fyrehose.tools.pipeline.timerange import TimeRange
+from fyrehose.tools.pipeline.timerange import TimeRange, as_utc
 
 PUSH, DELIVER = "PUSH", "DELIVER"
 PUSHES, DELIVERED, DROPPED, CPU = ("fyrehose_pushes_total", "fyrehose_delivered_total", "fyrehose_dropped_total",
@@ -173,7 +173,7 @@ def _peaks(cpu_rows) -> dict[str, float]:
 
 def _charts(out: Path, timeline, cpu_rows, steps: list[dict], with_journal: bool) -> dict[str, Path]:
     def series(column: str, rows=timeline) -> tuple[list, list]:
-        kept = [(row.time, row[column]) for row in rows if row[column] is not None]
+        kept = [(as_utc(row.time), row[column]) for row in rows if row[column] is not None]
         return [t for t, _ in kept], [v for _, v in kept]
 
     rate_series = {"offered": series("offered_per_s"), "confirmed (Locust PUSH)": series("confirmed_per_s"),
@@ -201,7 +201,7 @@ def _charts(out: Path, timeline, cpu_rows, steps: list[dict], with_journal: bool
         "latency": charts.category_bars(out / "capacity_latency.png", "latency per load phase", "ms",
                                         labels, latency_series),
         "cpu": charts.time_series(out / "capacity_cpu.png", "CPU per backbone process", "cores",
-                                  {process: ([r.time for r in cpu_rows if r.process == process],
+                                  {process: ([as_utc(r.time) for r in cpu_rows if r.process == process],
                                              [r.cpu_cores for r in cpu_rows if r.process == process])
                                    for process in processes}, marks=marks),
     }

@@ -27,7 +27,7 @@ from fyrehose.tools.pipeline.journal import read_journal, read_recorded_gaps
 from fyrehose.tools.pipeline.publish_time import with_published_us
 from fyrehose.tools.pipeline.session import PipelineError, readable_errors
 from fyrehose.tools.pipeline.tables import write_table
-from fyrehose.tools.pipeline.timerange import TimeRange, choose_window
+from fyrehose.tools.pipeline.timerange import TimeRange, as_utc, choose_window
 
 LATENCY_QUANTILES = (0.5, 0.9, 0.99, 0.999)
 LISTED_GAPS = 50  # gap ranges shown in report.html (all of them are in gaps.parquet)
@@ -93,7 +93,7 @@ def run_report(spark: SparkSession, options: ReportOptions) -> dict:
         overview = _overview(rows)
     if not overview["messages"]:
         raise PipelineError(f"journal {options.journal}: no messages in the selected time range")
-    first, last = overview["first"], overview["last"]
+    first, last = as_utc(overview["first"]), as_utc(overview["last"])
     span = max((last - first).total_seconds(), 1e-6)
     window = options.window_seconds or choose_window(span)
 
@@ -217,21 +217,21 @@ def _quantile_name(quantile: float) -> str:
 def _charts(out: Path, window_rows, gap_windows, sizes, latency_rows, span: tuple[datetime, datetime],
             window: int) -> dict[str, Path]:
     padded = (span[0] - timedelta(seconds=window / 2), span[1] + timedelta(seconds=window / 2))
-    starts = [row.window_start for row in window_rows]
+    starts = [as_utc(row.window_start) for row in window_rows]
     paths = {
         "rate": charts.time_series(
             out / "rate.png", f"messages per second ({window} s windows)", "messages/s",
             {"received by the journal": (starts, [row.messages_per_s for row in window_rows])}, stepped=True),
         "gaps": charts.timeline_bars(
             out / "gaps.png", "missing messages (permanent losses), placed where each gap began", "missing messages",
-            [row.window_start for row in gap_windows], [row.missing for row in gap_windows], window,
+            [as_utc(row.window_start) for row in gap_windows], [row.missing for row in gap_windows], window,
             span=padded, empty_text="no gaps: every sequence from first to last is present"),
         "sizes": charts.category_bars(
             out / "sizes.png", "payload size distribution", "messages",
             [f"{label} B" for label, _ in sizes], {"messages": [count for _, count in sizes]}),
     }
     if latency_rows:
-        latency_starts = [row.window_start for row in latency_rows]
+        latency_starts = [as_utc(row.window_start) for row in latency_rows]
         paths["latency"] = charts.time_series(
             out / "latency.png", "publish-to-journal latency", "ms",
             {"p50": (latency_starts, [row.p50_ms for row in latency_rows]),

@@ -74,3 +74,8 @@ def choose_window(span_seconds: float, max_windows: int = MAX_WINDOWS) -> int:
             return step
     days = int(span_seconds // (86400 * max_windows)) + 1
     return 86400 * days
+
+
+def as_utc(moment: datetime) -> datetime:
+    """An aware UTC datetime from one Spark collected: pyspark returns naive datetimes in the process's local time."""
+    return moment.astimezone(timezone.utc)
