@@ -35,7 +35,9 @@ IDLE_WAIT = 0.2
 def worker_of(addr: Address, workers: int) -> int:
     """Which fan-out worker serves ``addr`` (stable for as long as the address is)."""
     a, b, c, d = (int(part) for part in addr[0].split("."))
-    return (((a << 24) | (b << 16) | (c << 8) | d) * 2654435761 + addr[1]) % workers
+    key = (((a << 24) | (b << 16) | (c << 8) | d) << 16) | addr[1]
+    mixed = (key * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF  # Fibonacci hashing: the high bits mix every key bit
+    return (mixed >> 32) % workers
 
 
 class FanOut:

@@ -332,3 +332,32 @@ def test_a_damaged_journal_is_one_error_line(spark, tmp_path, capfd):
                      "--format", "jsonl"]) == 1
     errors = capfd.readouterr().err.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith("fyrehose pipeline: error: "), errors
+
+
+@pytest.mark.slow  # two more JVMs: spark-submit's and the command line's own session
+def test_spark_submit_and_the_standalone_command_run_the_same_report(journal, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import pyspark
+
+    import fyrehose.tools.pipeline
+
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    main = Path(fyrehose.tools.pipeline.__file__).parent / "__main__.py"
+    environment = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+                   "PYSPARK_DRIVER_PYTHON": sys.executable}
+    submitted = subprocess.run(
+        [str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+         "--conf", "spark.driver.host=127.0.0.1", str(main),
+         "report", "--journal", str(journal), "--out", str(tmp_path / "submitted")],
+        env=environment, capture_output=True, timeout=300)
+    assert submitted.returncode == 0, submitted.stderr.decode()[-2000:]
+    standalone = subprocess.run(
+        [sys.executable, "-m", "fyrehose.cli", "pipeline", "report", "--journal", str(journal),
+         "--out", str(tmp_path / "standalone"), "--master", "local[2]"], capture_output=True, timeout=300)
+    assert standalone.returncode == 0, standalone.stderr.decode()[-2000:]
+    for out in (tmp_path / "submitted", tmp_path / "standalone"):
+        assert [(g["from_seq"], g["to_seq"]) for g in pq.read_table(out / "gaps.parquet").to_pylist()] == list(MISSING)
+        assert json.loads((out / "summary.json").read_text())["duplicates"] == len(DUPLICATES)

@@ -6,7 +6,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fyrehose.journal.parquet import SCHEMA

@@ -39,7 +39,7 @@ def _empty(axes, text: str) -> None:
 
 
 def time_series(path: Path, title: str, ylabel: str, series: dict[str, Series], *,
-                marks: Sequence[datetime] = (), stepped: bool = False, log: bool = False) -> Path:
+                marks: Sequence[datetime] = (), stepped: bool = False) -> Path:
     """One line per named series over time; ``marks`` are drawn as vertical lines (phase boundaries)."""
     figure, axes = _figure(title)
     drawn = False
@@ -55,8 +55,6 @@ def time_series(path: Path, title: str, ylabel: str, series: dict[str, Series], 
     if drawn:
         _time_axis(axes)
         axes.legend(loc="best")
-        if log:
-            axes.set_yscale("symlog")
         low, high = axes.get_ylim()
         axes.set_ylim(min(low, 0), high)  # rates and latencies read wrongly on an axis that does not start at 0
     else:

@@ -6,10 +6,11 @@ docs/pipeline.md, "Publish time"):
 
 - the *data* is the payload itself, or, when the payload carries the fyrehose
   envelope (``FB 1E 01``, client/envelope.py), the envelope's data, found by
-  walking its length fields exactly as :func:`fyrehose.envelope.decode` does;
-- data starting with ``{`` is a JSON object: an integer ``"t_ns"`` (unix
-  nanoseconds) or else a number ``"published_at"`` (unix seconds) is the
-  publish time;
+  walking its length fields as :func:`fyrehose.envelope.decode` does (the
+  subject's text is not validated: the journal's ``subject`` column already is);
+- data starting with ``{`` is a JSON object (anything after it is ignored): an
+  integer ``"t_ns"`` (unix nanoseconds) or else a number ``"published_at"``
+  (unix seconds) is the publish time;
 - data starting with the load tester's marker ``FHLT`` holds the publish time
   as 8 big-endian bytes of unix nanoseconds right after it
   (fyrehose.loadtest.stamp);

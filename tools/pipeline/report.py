@@ -235,7 +235,7 @@ def _charts(out: Path, window_rows, gap_windows, sizes, latency_rows, span: tupl
         paths["latency"] = charts.time_series(
             out / "latency.png", "publish-to-journal latency", "ms",
             {"p50": (latency_starts, [row.p50_ms for row in latency_rows]),
-             "p99": (latency_starts, [row.p99_ms for row in latency_rows])}, log=True)
+             "p99": (latency_starts, [row.p99_ms for row in latency_rows])})
     return paths
 
 
