@@ -84,7 +84,7 @@ class Recorder:
 
     def __init__(self, backbone_addr) -> None:
         self.client = Client(backbone_addr, give_up_after=3.0)
-        self.stream = self.client.subscribe(1, on_loss="yield")  # from the first sequence: a complete history
+        self.stream = self.client.subscribe(from_seq=1, on_loss="yield")  # from the first sequence: a complete history
         self.messages: list = []  # (seq, envelope)
         self.lost = 0
         self._thread = threading.Thread(target=self._run, daemon=True)
