@@ -22,6 +22,7 @@ from fyrehose.backbone.udp import bind_udp, send_all
 
 RECV_SIZE = 65536
 DRAIN_LIMIT = 512
+DRAIN_BYTES = 1 << 20  # flush after this much input too: 512 packed datagrams would be ~460,000 messages
 IDLE_POLL_MS = 500
 
 
@@ -72,6 +73,7 @@ class SingleProcessBackbone:
             while not self._stopping:
                 poller.poll(IDLE_POLL_MS)
                 now = time.monotonic()
+                drained = 0
                 for _ in range(DRAIN_LIMIT):
                     try:
                         data, source = recvfrom(RECV_SIZE)
@@ -81,6 +83,9 @@ class SingleProcessBackbone:
                         counters["drop:receive error"] += 1
                         continue
                     receive(data, source, now)
+                    drained += len(data)
+                    if drained >= DRAIN_BYTES:
+                        break
                 if backbone.pending():
                     self._flush(now)
             self._flush(time.monotonic())
