@@ -28,7 +28,7 @@ TALLY = "fyrehose:tally"
 TRUNCATE = "fyrehose:truncate"
 FINISH = "fyrehose:finish"
 TALLY_INTERVAL = 1.0
-SETTLE = 0.5  # seconds after a phase ends before its messages count as arrived or missing
+SETTLE = 0.5  # seconds after a phase ends (and its last publish resolved) before its messages count as arrived or missing
 LEAD_IN = 1.0  # seconds from Locust's test start to the first phase: users start (and subscribe) meanwhile
 FINISH_TIMEOUT = 10.0  # how long the conductor waits for the final tallies
 
@@ -141,8 +141,17 @@ class Conductor:
         if elapsed >= self.schedule.end:
             self.publish_end = self.anchor + self.schedule.end
 
+    def settled_at(self, phase_end: float) -> float:
+        """When the tallies of a phase ending at ``phase_end`` are complete.
+
+        A publish started just before the end resolves (confirmed or failed) up
+        to ``timeout`` later; judging earlier would miss its latency or its
+        failure, and a step passed mid-run could fail in the final results.
+        """
+        return phase_end + self.settings.timeout + SETTLE
+
     def _a_step_failed(self, now: float) -> bool:
-        """Judge every step whose messages have settled in every node's latest report."""
+        """Judge every step whose publishes have resolved and whose messages have settled in every node's latest report."""
         if not self.reports:
             return False
         reported = min(message["sent_at"] for message in self.reports.values())
@@ -150,7 +159,7 @@ class Conductor:
         while self.judged < len(self.schedule.phases):
             index = self.judged
             phase = self.schedule.phases[index]
-            if min(now, reported) < self.anchor + phase.end + SETTLE:
+            if min(now, reported) < self.settled_at(self.anchor + phase.end):
                 return False
             if tally is None:
                 tally = self.tally()

@@ -5,7 +5,8 @@ RATE_TOLERANCE of the offered rate, less than LOSS_LIMIT of the messages
 missed the backbone's own delivery (loss before recovery), less than
 LOSS_LIMIT of the publishes failed, and the publish-to-confirm p99 stayed
 under the threshold.  The capacity is the highest offered rate of a
-sustained phase.
+sustained phase; for the step shape only the steps before the first
+unsustained one count, since a rate is not sustained when a lower one was not.
 """
 from __future__ import annotations
 
@@ -101,8 +102,10 @@ def summarize(results: list[PhaseResult], tally: RunTally, run: dict, complete: 
     total = tally.total()
     expected = total.expected
     missed = total.recovered + total.lost + total.pending
-    sustained = [result.offered_rate for result in results if result.sustained]
-    broken = next((result for result in results if not result.sustained), None)
+    broken_at = next((index for index, result in enumerate(results) if not result.sustained), len(results))
+    counted = results[:broken_at] if run.get("shape") == "step" else results
+    sustained = [result.offered_rate for result in counted if result.sustained]
+    broken = results[broken_at] if broken_at < len(results) else None
     return {
         **run,
         "complete": complete,

@@ -360,42 +360,71 @@ def test_the_summary_reports_the_highest_sustained_rate():
     assert summary["p50_ms"] == 0.5 and summary["shape"] == "step"
 
 
+def test_a_step_run_counts_only_the_steps_before_the_first_unsustained_one():
+    schedule = build_schedule("step", 100, 30, 10, 5)
+    tally = RunTally({0: good_tally(100, 10, p99=900), 1: good_tally(200, 10), 2: good_tally(300, 10)})
+    results = judge_all(schedule, tally, 0.0, 50, final=True)
+    assert [result.sustained for result in results] == [False, True, True]
+    step = summarize(results, tally, {"shape": "step"}, complete=True)
+    assert step["max_sustained_rate"] == 0 and step["first_unsustained_phase"]["name"] == "step 1"
+    spike = summarize(results, tally, {"shape": "spike"}, complete=True)  # other shapes: any sustained phase
+    assert spike["max_sustained_rate"] == 300
+
+
 # ---------------------------------------------------------------- the conductor's course of a run
 
 
 def test_the_conductor_stops_a_failing_step_drains_and_writes_the_results(tmp_path):
-    settings = LoadSettings(shape="step", rate=100, duration=30, step_time=10, drain=2, p99_ms=50,
+    settings = LoadSettings(shape="step", rate=100, duration=30, step_time=10, drain=2, p99_ms=50, timeout=1,
                             out=str(tmp_path))
     sent = []
     conductor = Conductor(settings, lambda kind, data: sent.append((kind, data)), lambda: {"w1", "w2"})
     assert conductor.tick(5.0)  # not started yet: keep the users
     conductor.start(1000.0)
+    assert conductor.settled_at(1010.0) == 1011.5  # step 1's last publish may resolve a timeout after it ends
 
     def report(node, at, tally, final=False):
         conductor.receive(node, {"tally": tally.to_dict(), "sent_at": at, "final": final})
 
     good = RunTally({0: good_tally(50, 10)})
-    report("w1", 1010.6, good)
-    report("w2", 1010.2, good)  # w2 has not reported past step 1's settling time yet
-    assert conductor.tick(1010.7) and sent == []
+    report("w1", 1011.6, good)
+    report("w2", 1011.2, good)  # w2 has not reported past step 1's settling time yet
+    assert conductor.tick(1011.7) and sent == []
     broken = RunTally({0: good_tally(50, 10, p99=300)})
-    report("w2", 1011.0, broken)
-    assert conductor.tick(1011.1)
-    assert sent == [(TRUNCATE, {"at": 1011.1})]
-    assert conductor.schedule.end == pytest.approx(11.1)
-    assert conductor.tick(1012.0) and sent[-1][0] == TRUNCATE  # draining
-    assert conductor.tick(1013.2) and sent[-1] == (FINISH, {})
-    report("w1", 1013.3, good, final=True)
-    report("w1", 1013.4, RunTally())  # a late periodic report never replaces a final one
-    assert conductor.tick(1013.5)  # w2 is not final yet
-    report("w2", 1013.6, broken, final=True)
-    assert not conductor.tick(1013.7)
+    report("w2", 1012.0, broken)
+    assert conductor.tick(1012.1)
+    assert sent == [(TRUNCATE, {"at": 1012.1})]
+    assert conductor.schedule.end == pytest.approx(12.1)
+    assert conductor.tick(1013.0) and sent[-1][0] == TRUNCATE  # draining
+    assert conductor.tick(1014.2) and sent[-1] == (FINISH, {})
+    report("w1", 1014.3, good, final=True)
+    report("w1", 1014.4, RunTally())  # a late periodic report never replaces a final one
+    assert conductor.tick(1014.5)  # w2 is not final yet
+    report("w2", 1014.6, broken, final=True)
+    assert not conductor.tick(1014.7)
     steps = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
     assert [step["name"] for step in steps] == ["step 1", "step 2"]
     assert steps[0]["requests"] == 1000 and not steps[0]["sustained"]
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["complete"] and summary["duration_s"] == pytest.approx(11.1)
+    assert summary["complete"] and summary["duration_s"] == pytest.approx(12.1)
     assert summary["max_sustained_rate"] == 0 and summary["backbone"] == settings.backbone
+
+
+def test_a_step_is_judged_only_after_its_slowest_publish_resolved(tmp_path):
+    """A publish that times out after the step ended still fails that step, before the next one is passed."""
+    settings = LoadSettings(shape="step", rate=100, duration=30, step_time=10, p99_ms=50, timeout=2,
+                            out=str(tmp_path))
+    sent = []
+    conductor = Conductor(settings, lambda kind, data: sent.append(kind), lambda: {"w1"})
+    conductor.start(0.0)
+    on_time = RunTally({0: good_tally(50, 10)})
+    conductor.receive("w1", {"tally": on_time.to_dict(), "sent_at": 11.0, "final": False})
+    assert conductor.tick(11.0) and sent == []  # the tally looks good, but publishes may still be unresolved
+    late = RunTally({0: good_tally(50, 10)})
+    late[0].pushes += 5
+    late[0].push_failures += 5  # timed out 2 s after being sent near the end of step 1
+    conductor.receive("w1", {"tally": late.to_dict(), "sent_at": 12.6, "final": False})
+    assert conductor.tick(12.6) and sent == [TRUNCATE]
 
 
 def test_the_conductor_gives_up_waiting_for_a_silent_worker(tmp_path):
