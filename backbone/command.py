@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="capacity of the client table (default 65536)")
     parser.add_argument("--rate-limit", type=float, default=0, metavar="N",
                         help="datagrams/s accepted from each source IP, bursts of one second's worth; the rest "
-                             "are dropped and counted (default 0: off; --workers 0 only)")
+                             "are dropped and counted (default 0: off; with R receive workers, a source "
+                             "spreading its ports over all of them can get R times N through)")
 
 
 def _workers(text: str) -> int | str:
@@ -56,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-bytes must be between {FRAME_HEADER} and {MAX_DATAGRAM}")
     if args.max_clients < 1:
         raise ValueError("--max-clients must be at least 1")
-    if args.rate_limit < 0 or (args.rate_limit and args.workers != 0):
-        raise ValueError("--rate-limit must be positive and is enforced with --workers 0 only")
+    if args.rate_limit < 0:
+        raise ValueError("--rate-limit must be positive (0: off)")
     if args.workers != "auto" and args.workers < 0:
         raise ValueError("--workers must be 0 or more (or 'auto')")
     if args.fanout is not None and args.fanout < 1:
@@ -70,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         from fyrehose.backbone.supervisor import Options, default_sizes, run_multiprocess
 
         workers, fanout = default_sizes(workers=None if args.workers == "auto" else args.workers)
-        options = Options(listen, workers, args.fanout or fanout, trusted, args.batch_bytes, args.max_clients, metrics)
+        options = Options(listen, workers, args.fanout or fanout, trusted, args.batch_bytes, args.max_clients, metrics,
+                          args.rate_limit)
         try:
             return run_multiprocess(options, state, reserved)
         finally:

@@ -13,6 +13,12 @@ a busy flag, raised while it holds datagrams that are not in its ring yet,
 and a watermark, a time before which every datagram of its socket is in the
 ring (the arrival of the last one it passed on, or, when it found the socket
 empty, the moment just before it looked).
+
+With ``--rate-limit`` each worker keeps its own per-source buckets and drops
+(``rate limited``) what a source sends beyond the rate, before the ring.  The
+kernel spreads sources over the workers by address and port, so one source
+port always meets one bucket; a host that spreads its ports over all R
+workers can get at most R times the rate through.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from fyrehose import codec
 from fyrehose.backbone import records
 from fyrehose.backbone.intake import AddressPolicy, read_control
 from fyrehose.backbone.pushes import uniform_step
+from fyrehose.backbone.ratelimit import SourceRateLimiter
 from fyrehose.backbone.rings import Doorbell, Ring
 from fyrehose.backbone.shared import CounterBlock, Words
 
@@ -43,11 +50,13 @@ def enable_arrival_times(sock: socket.socket) -> None:
 
 def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake: Doorbell,
                  counter_block: CounterBlock, stopping: Callable[[], bool], policy: AddressPolicy,
-                 busy: Words | None = None, watermarks: Words | None = None, index: int = 0) -> None:
+                 busy: Words | None = None, watermarks: Words | None = None, index: int = 0,
+                 limiter: SourceRateLimiter | None = None) -> None:
     """Serve until ``stopping()`` is true; everything read is in the ring or counted when this returns.
 
     ``busy`` and ``watermarks`` (with this worker's ``index``) are given when
     there are several receive workers: records then carry arrival times.
+    ``limiter`` drops what a source sends beyond its rate.
     """
     counters: Counter = counter_block.load()
     buf = bytearray(65536)
@@ -72,6 +81,7 @@ def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake
         wake.clear()
         wrote = False
         seen = 0
+        now = time.monotonic()  # one refill time per drain: buckets refill between drains
         for _ in range(DRAIN_LIMIT):
             try:
                 if timed:
@@ -93,6 +103,9 @@ def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake
                 continue
             seen += 1
             watermark = arrival
+            if limiter is not None and not limiter.allow(source[0], now):
+                counters["drop:rate limited"] += 1
+                continue
             data = view[:size]
             if size and data[0] == push_kind:
                 if not uniform_step(data):

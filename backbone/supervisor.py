@@ -33,6 +33,7 @@ from fyrehose.backbone.fanout import FanOut
 from fyrehose.backbone.intake import AddressPolicy
 from fyrehose.backbone.metrics import (Metric, MetricsServer, client_metrics, counter_metrics, process_metrics,
                                        restart_metrics, ring_metrics)
+from fyrehose.backbone.ratelimit import SourceRateLimiter
 from fyrehose.backbone.receiver import enable_arrival_times, run_receiver
 from fyrehose.backbone.rings import Doorbell, Ring
 from fyrehose.backbone.sequencer import Sequencer, restored_backbone
@@ -61,6 +62,7 @@ class Options:
     batch_bytes: int = 65507
     max_clients: int = 65536
     metrics: Address | None = None
+    rate_limit: float = 0  # datagrams/s per source IP, enforced by each receive worker; 0: off
 
 
 @dataclass
@@ -140,7 +142,8 @@ class Supervisor:
         def body() -> None:
             run_receiver(self.sockets[i], Ring(self._input_regions[i]), self.sequencer_bell, self.receiver_bells[i],
                          self.counter_blocks[i], self._stopper(i), AddressPolicy(self.options.trusted_networks),
-                         self.busy_flags, self.watermarks, i)
+                         self.busy_flags, self.watermarks, i,
+                         limiter=SourceRateLimiter(self.options.rate_limit) if self.options.rate_limit else None)
         return body
 
     def _sequencer(self, block: int) -> Callable[[], None]:

@@ -166,8 +166,9 @@ def _recv_type(sock: socket.socket, kind: int, timeout: float = 2.0) -> bytes | 
     return None
 
 
-def test_rate_limit_option_drops_a_flood_and_the_source_is_served_again_afterwards(backbone_factory):
-    backbone = backbone_factory(workers=0, extra=["--rate-limit", "200"])
+@pytest.mark.parametrize("workers", [0, 2], ids=lambda w: f"workers={w}")
+def test_rate_limit_option_drops_a_flood_and_the_source_is_served_again_afterwards(backbone_factory, workers):
+    backbone = backbone_factory(workers=workers, extra=["--rate-limit", "200"])
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as pub:
         pub.bind((LOOPBACK, 0))
         started = time.monotonic()
@@ -185,8 +186,8 @@ def test_rate_limit_option_drops_a_flood_and_the_source_is_served_again_afterwar
     assert backbone.metric('fyrehose_dropped_total{reason="rate limited"}') >= 3000 - last
 
 
-def test_rate_limit_option_is_refused_where_it_is_not_enforced():
-    result = run_cli("backbone", "--workers", "2", "--rate-limit", "100", "--listen", "127.0.0.1:0")
+def test_a_negative_rate_limit_is_refused_in_one_line():
+    result = run_cli("backbone", "--workers", "2", "--rate-limit", "-5", "--listen", "127.0.0.1:0")
     assert result.returncode == 1
     assert result.stderr.decode().strip().count("\n") == 0 and "--rate-limit" in result.stderr.decode()
 

@@ -15,6 +15,8 @@ import sys
 import threading
 import time
 
+from fyrehose.auth_options import add_auth_arguments, credentials_from
+
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 DEFAULT_MAX_BYTES = 64 << 20
 
@@ -26,37 +28,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE, metavar="HOST:PORT",
                         help=f"the backbone (default {DEFAULT_BACKBONE})")
     parser.add_argument("--max-bytes", type=_positive_int, default=DEFAULT_MAX_BYTES, metavar="N",
                         help="memory bound for records (subject + value + 256 bytes each); the least recently "
                              f"used are evicted with drop/preempted (default {DEFAULT_MAX_BYTES})")
-    parser.add_argument("--user", default="cache", metavar="NAME",
-                        help="user of this cache's session USER.NONCE (default cache)")
-    parser.add_argument("--auth-db", metavar="FILE",
-                        help="users database (fyrehose auth add): verify every envelope and sign the answers")
-    parser.add_argument("--service", metavar="NAME", help="service whose users --auth-db holds (with --auth-db)")
-    parser.add_argument("--session-interval", type=_positive_float, default=2.0, metavar="S",
-                        help="seconds between this cache's session heartbeats (default 2)")
+    add_auth_arguments(parser, "cache", "cache")
 
 
 def run(args: argparse.Namespace) -> int:
-    from fyrehose.auth import AuthDatabase, Credentials
     from fyrehose.cache.core import Cache
     from fyrehose.client import Client, FyrehoseError
     from fyrehose.tracker import Lost
 
-    if (args.auth_db is None) != (args.service is None):
-        raise ValueError("--auth-db and --service go together")
-    credentials = Credentials(AuthDatabase.load(args.auth_db), args.user, args.service) if args.auth_db else None
+    credentials = credentials_from(args)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     cache = Cache(args.max_bytes)

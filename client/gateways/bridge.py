@@ -8,6 +8,11 @@ the gateway's ``route`` function, which queues it on the matching TCP
 clients.  Local subscribers are served from that stream too, never directly
 by the publishing connection, so every subscriber of every gateway sees one
 order.  Raw payloads (no envelope, hence no subject) reach no gateway client.
+
+With credentials the client runs a session, signs what the gateway publishes
+for its TCP clients and verifies every envelope of the stream: forged,
+tampered, replayed and unsigned messages are dropped (and counted) before
+routing, so no gateway client ever receives them.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from typing import Callable
 
 import gevent
 
+from fyrehose.auth import Credentials
 from fyrehose.client import Client, RequestTimeout
 from fyrehose.envelope import Envelope
 from fyrehose.tracker import Lost
@@ -35,19 +41,25 @@ YIELD_EVERY = 64
 class Bridge:
     """Publish through, and receive the ordered stream from, one backbone."""
 
-    def __init__(self, backbone: str, route: Route, *, stats: Counter, publish_timeout: float = 5.0) -> None:
+    def __init__(self, backbone: str, route: Route, *, stats: Counter, publish_timeout: float = 5.0,
+                 credentials: Credentials | None = None, session_interval: float = 2.0) -> None:
         self.route = route
         self.stats = stats
         self.publish_timeout = publish_timeout
         self.position = 0  # the last sequence taken from the stream
         # NOJOURNAL: a gateway serves clients, not FORWARDs (journal nodes do), and keeps no history
-        self.client = Client(backbone, journal=False)
+        self.client = Client(backbone, journal=False, auth=credentials, session_interval=session_interval)
         self._stream = self.client.subscribe(">", on_loss="yield", max_queued=MAX_QUEUED)
         self._fan_out = gevent.spawn(self._fan_out_loop)
 
     def close(self) -> None:
         self.client.close()
         self._fan_out.join(2)
+
+    def auth_counts(self) -> dict[str, int]:
+        """What verification dropped and accepted (empty without credentials)."""
+        auth = self.client.auth
+        return {f"auth {name}": count for name, count in auth.stats.items()} if auth is not None else {}
 
     def publish(self, messages: list[Envelope]) -> list[int]:
         """Publish; the sequence numbers once the backbone confirmed every message.

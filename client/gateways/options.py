@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from fyrehose.auth_options import add_auth_arguments
+
 DEFAULT_MAX_PENDING = 8 << 20
 DEFAULT_MAX_CLIENTS = 1024
 
@@ -38,3 +40,4 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"clients served at once; more wait to be accepted (default {DEFAULT_MAX_CLIENTS})")
     parser.add_argument("--publish-timeout", type=publish_timeout, default=5.0, metavar="S",
                         help="how long a publish waits for the backbone's confirmation (default 5)")
+    add_auth_arguments(parser, "gateway", "gateway")

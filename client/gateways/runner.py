@@ -17,6 +17,7 @@ import gevent
 from gevent.event import Event
 
 from fyrehose.addresses import parse_hostport
+from fyrehose.auth_options import credentials_from
 from fyrehose.gateways.bridge import Bridge, Route
 from fyrehose.gateways.tcp import Connection, GatewayServer, Session
 
@@ -31,7 +32,8 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s fyrehose {kind} gateway: %(message)s")
     listen = parse_hostport(args.listen)
-    bridge = Bridge(args.backbone, route, stats=stats, publish_timeout=args.publish_timeout)
+    bridge = Bridge(args.backbone, route, stats=stats, publish_timeout=args.publish_timeout,
+                    credentials=credentials_from(args), session_interval=args.session_interval)
     try:
         server = GatewayServer(listen, lambda connection: make_session(connection, bridge),
                                max_pending=args.max_pending, max_clients=args.max_clients, stats=stats)
@@ -40,12 +42,14 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
         bridge.close()
         raise
     host, port = server.address
-    print(f"fyrehose {kind} gateway listening on {host}:{port} (backbone {args.backbone})", flush=True)
+    session = f", session {bridge.client.session.name}" if bridge.client.session is not None else ""
+    print(f"fyrehose {kind} gateway listening on {host}:{port} (backbone {args.backbone}{session})", flush=True)
     stop = Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         gevent.signal_handler(signum, stop.set)
     stop.wait()
     server.stop()
     bridge.close()
-    log.info("stopped; %s", ", ".join(f"{name} {count}" for name, count in sorted(stats.items())) or "idle")
+    counts = dict(stats) | bridge.auth_counts()
+    log.info("stopped; %s", ", ".join(f"{name} {count}" for name, count in sorted(counts.items())) or "idle")
     return 0

@@ -1,0 +1,49 @@
+"""The command-line options of a node that authenticates (the cache, the gateways): one shape for all.
+
+A node given ``--auth-db FILE --service NAME`` runs a session for ``--user``,
+signs what it publishes and drops (and counts) every envelope of the stream
+that fails verification, so what it serves was published by a holder of a
+password in that database.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fyrehose.auth import Credentials
+
+DEFAULT_SESSION_INTERVAL = 2.0
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def add_auth_arguments(parser: argparse.ArgumentParser, default_user: str, role: str) -> None:
+    """``--user``, ``--auth-db``, ``--service`` and ``--session-interval``; ``role`` names the node in the help."""
+    parser.add_argument("--user", default=default_user, metavar="NAME",
+                        help=f"user of this {role}'s session USER.NONCE (default {default_user})")
+    parser.add_argument("--auth-db", metavar="FILE",
+                        help="users database (fyrehose auth add): verify every envelope and sign what this "
+                             f"{role} publishes")
+    parser.add_argument("--service", metavar="NAME", help="service whose users --auth-db holds (with --auth-db)")
+    parser.add_argument("--session-interval", type=_positive_float, default=DEFAULT_SESSION_INTERVAL, metavar="S",
+                        help=f"seconds between this {role}'s session heartbeats (default {DEFAULT_SESSION_INTERVAL:g})")
+
+
+def credentials_from(args: argparse.Namespace) -> "Credentials | None":
+    """The credentials the options name, or None without ``--auth-db``; ValueError (one line) when they cannot work.
+
+    An unknown user is refused later, when the node's client starts its session.
+    """
+    from fyrehose.auth import AuthDatabase, Credentials
+
+    if (args.auth_db is None) != (args.service is None):
+        raise ValueError("--auth-db and --service go together")
+    if args.auth_db is None:
+        return None
+    return Credentials(AuthDatabase.load(args.auth_db), args.user, args.service)
