@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from fyrehose.addresses import parse_hostport, parse_networks
+from fyrehose.backbone.udp import SOCKET_BUFFER
 from fyrehose.codec import FRAME_HEADER, MAX_DATAGRAM
 
 DEFAULT_LISTEN = "127.0.0.1:2323"
@@ -31,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "1472 avoids IP fragmentation on a 1500-byte MTU)")
     parser.add_argument("--max-clients", type=int, default=65536, metavar="N",
                         help="capacity of the client table (default 65536)")
+    parser.add_argument("--socket-buffer", type=int, default=SOCKET_BUFFER, metavar="BYTES",
+                        help=f"receive and send buffer asked for each UDP socket (default {SOCKET_BUFFER}; the "
+                             "kernel doubles it, and caps it at net.core.[rw]mem_max unless run as root)")
     parser.add_argument("--rate-limit", type=float, default=0, metavar="N",
                         help="datagrams/s accepted from each source IP, bursts of one second's worth; the rest "
                              "are dropped and counted (default 0: off; with R receive workers, a source "
@@ -57,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-bytes must be between {FRAME_HEADER} and {MAX_DATAGRAM}")
     if args.max_clients < 1:
         raise ValueError("--max-clients must be at least 1")
+    if args.socket_buffer < 4096:
+        raise ValueError("--socket-buffer must be at least 4096 bytes")
     if args.rate_limit < 0:
         raise ValueError("--rate-limit must be positive (0: off)")
     if args.workers != "auto" and args.workers < 0:
@@ -72,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
         workers, fanout = default_sizes(workers=None if args.workers == "auto" else args.workers)
         options = Options(listen, workers, args.fanout or fanout, trusted, args.batch_bytes, args.max_clients, metrics,
-                          args.rate_limit)
+                          args.rate_limit, args.socket_buffer)
         try:
             return run_multiprocess(options, state, reserved)
         finally:
@@ -86,4 +92,4 @@ def run(args: argparse.Namespace) -> int:
     )
     from fyrehose.backbone.single import run_single
 
-    return run_single(backbone, listen, state, metrics)
+    return run_single(backbone, listen, state, metrics, args.socket_buffer)

@@ -18,7 +18,7 @@ from fyrehose.addresses import Address
 from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.metrics import Metric, MetricsServer, client_metrics, counter_metrics, process_metrics
 from fyrehose.backbone.statefile import SequenceStateFile
-from fyrehose.backbone.udp import bind_udp, send_all
+from fyrehose.backbone.udp import SOCKET_BUFFER, bind_udp, send_all
 
 RECV_SIZE = 65536
 DRAIN_LIMIT = 512
@@ -26,14 +26,12 @@ DRAIN_BYTES = 1 << 20  # flush after this much input too: 512 packed datagrams w
 IDLE_POLL_MS = 500
 
 
-
-
 class SingleProcessBackbone:
     def __init__(self, backbone: Backbone, listen: Address, state: SequenceStateFile,
-                 metrics: Address | None = None) -> None:
+                 metrics: Address | None = None, socket_buffer: int = SOCKET_BUFFER) -> None:
         self.backbone = backbone
         self.state = state
-        self.sock = bind_udp(listen)
+        self.sock = bind_udp(listen, buffer_size=socket_buffer)
         self.address = self.sock.getsockname()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -108,8 +106,9 @@ class SingleProcessBackbone:
         self.state.close()
 
 
-def run_single(backbone: Backbone, listen: Address, state: SequenceStateFile, metrics: Address | None) -> int:
-    driver = SingleProcessBackbone(backbone, listen, state, metrics)
+def run_single(backbone: Backbone, listen: Address, state: SequenceStateFile, metrics: Address | None,
+               socket_buffer: int = SOCKET_BUFFER) -> int:
+    driver = SingleProcessBackbone(backbone, listen, state, metrics, socket_buffer)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: driver.stop())
     host, port = driver.address

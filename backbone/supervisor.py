@@ -39,7 +39,7 @@ from fyrehose.backbone.rings import Doorbell, Ring
 from fyrehose.backbone.sequencer import Sequencer, restored_backbone
 from fyrehose.backbone.shared import CounterBlock, SequencerState, SubscriberTable, Words, anonymous
 from fyrehose.backbone.statefile import SequenceStateFile
-from fyrehose.backbone.udp import bind_udp
+from fyrehose.backbone.udp import SOCKET_BUFFER, bind_udp
 
 # Deep enough to ride out a worker that waits ~0.5 s for a CPU at 600,000 msgs/s (a full input ring
 # drops); smaller rings stay in the last-level cache but lose messages on a busy host.
@@ -63,6 +63,7 @@ class Options:
     max_clients: int = 65536
     metrics: Address | None = None
     rate_limit: float = 0  # datagrams/s per source IP, enforced by each receive worker; 0: off
+    socket_buffer: int = SOCKET_BUFFER  # SO_RCVBUF and SO_SNDBUF asked for each socket
 
 
 @dataclass
@@ -92,9 +93,10 @@ class Supervisor:
         r, f = options.workers, options.fanout
         roles = r + 1 + f
 
-        self.sockets = [bind_udp(options.listen, reuse_port=True)]
+        self.sockets = [bind_udp(options.listen, reuse_port=True, buffer_size=options.socket_buffer)]
         self.address = self.sockets[0].getsockname()
-        self.sockets += [bind_udp(self.address, reuse_port=True) for _ in range(r - 1)]
+        self.sockets += [bind_udp(self.address, reuse_port=True, buffer_size=options.socket_buffer)
+                         for _ in range(r - 1)]
         if r > 1:
             for sock in self.sockets:
                 enable_arrival_times(sock)

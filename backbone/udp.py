@@ -28,11 +28,11 @@ def enlarge_buffers(sock: socket.socket, size: int = SOCKET_BUFFER) -> None:
                 pass
 
 
-def bind_udp(addr: Address, reuse_port: bool = False) -> socket.socket:
+def bind_udp(addr: Address, reuse_port: bool = False, buffer_size: int = SOCKET_BUFFER) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    enlarge_buffers(sock)
+    enlarge_buffers(sock, buffer_size)
     sock.bind(addr)
     sock.setblocking(False)
     return sock

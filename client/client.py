@@ -389,8 +389,11 @@ class Client:
             unconfirmed = tags
             while True:
                 for datagram in codec.pack_greedy(frames[tag] for tag in unconfirmed):
-                    self.sock.sendto(datagram, self.backbone)
-                    self.stats["push datagrams"] += 1
+                    try:
+                        self.sock.sendto(datagram, self.backbone)
+                        self.stats["push datagrams"] += 1
+                    except OSError:  # a send buffer that stayed full: lost like a dropped datagram, retried below
+                        self.stats["send errors"] += 1
                 wait_until = min(deadline, time.monotonic() + retry)
                 with self._lock:
                     while not self._closed:
@@ -438,7 +441,10 @@ class Client:
 
     def _send_pack(self) -> None:
         if self._pack and not self._closed:
-            self.sock.sendto(b"".join(self._pack), self.backbone)
+            try:
+                self.sock.sendto(b"".join(self._pack), self.backbone)
+            except OSError:  # unconfirmed PUSHes may be lost; a full send buffer loses them here
+                self.stats["send errors"] += 1
         self._pack = []
         self._pack_size = 0
 

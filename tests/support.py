@@ -57,6 +57,7 @@ class BackboneProcess:
     state_dir: Path
     workers: int = 0
     extra: list[str] = field(default_factory=list)
+    prefix: list[str] = field(default_factory=list)  # e.g. ``ip netns exec NAME``
     port: int = 0
     metrics_port: int = 0
     proc: subprocess.Popen | None = None
@@ -76,7 +77,7 @@ class BackboneProcess:
         if not self.metrics_port:
             self.metrics_port = free_port(socket.SOCK_STREAM)
         self.log = self.state_dir.parent / f"backbone-{self.port}.log"
-        args = FYREHOSE + [
+        args = self.prefix + FYREHOSE + [
             "backbone", "--listen", self.address, "--workers", str(self.workers),
             "--state-dir", str(self.state_dir), "--metrics", f"{LOOPBACK}:{self.metrics_port}",
         ] + self.extra

@@ -5,7 +5,10 @@ directions, every published message is confirmed with a distinct sequence and
 every subscriber gets each one exactly once, in order (REQUEST recovery, tag
 de-duplication and the tracker together).  A send buffer that stays full makes
 the backbone's send path wait once, then drop and count ("send buffer full")
-without blocking.  A subscriber that stops reading long enough for its receive
+without blocking; on a shaped link (a namespace whose loopback is behind a
+token bucket) the kernel's real EAGAIN hits the backbone and the publisher,
+and the result is still one sequence per message and every sequence either
+delivered once or reported lost, never repeated or skipped silently.  A subscriber that stops reading long enough for its receive
 buffer to overflow recovers every message through REQUEST once it reads again.
 """
 from __future__ import annotations
@@ -23,8 +26,9 @@ import pytest
 from faults import FaultRelay
 from fyrehose import Client
 from fyrehose.backbone.udp import send_all
-from fyrehose.tracker import Message
-from support import FYREHOSE
+from fyrehose.tracker import Lost, Message
+from netns import ShapedNamespace, namespaces_available
+from support import FYREHOSE, BackboneProcess
 
 
 def take(stream, count: int, timeout: float) -> list:
@@ -95,6 +99,59 @@ def test_a_send_buffer_that_stays_full_is_waited_on_once_then_dropped_and_counte
     assert received + counters["drop:send buffer full"] == 100  # each datagram either sent or counted
     assert counters["drop:send error"] == 0
     assert elapsed < 100 * 0.01 + 5  # one bounded wait per datagram, never blocked
+
+
+@pytest.mark.skipif(namespaces_available() is not None, reason=str(namespaces_available()))
+@pytest.mark.parametrize("workers", [0, 2], ids=lambda w: f"workers={w}")
+def test_real_eagain_on_a_shaped_link_repeats_nothing_and_reports_every_gap(tmp_path, workers):
+    """A 20 Mbit/s loopback and a 64 KiB backbone socket buffer: the backbone's sends meet EAGAIN at once."""
+    count = 6000
+    payloads = {index: b"%06d" % index + b"x" * 250 for index in range(count)}
+    with ShapedNamespace(rate="20mbit", burst="64kb", limit="64mb") as namespace, namespace.inside():
+        backbone = BackboneProcess(tmp_path / "state", workers=workers, prefix=namespace.prefix,
+                                   extra=["--socket-buffer", "65536"]).start()
+        try:
+            with Client(backbone.addr, give_up_after=3.0) as first, \
+                    Client(backbone.addr, give_up_after=3.0) as second, \
+                    Client(backbone.addr, subscribe=False) as publisher:
+                streams = [first.subscribe(on_loss="yield"), second.subscribe(on_loss="yield")]
+                seqs = publisher.publish_many(list(payloads.values()), timeout=20)
+                last = publisher.publish(b"after the burst", timeout=20)
+                seen = [take_through(stream, last, timeout=60) for stream in streams]
+                sent_errors = publisher.stats["send errors"]
+            dropped = backbone.metric('fyrehose_dropped_total{reason="send buffer full"}')
+            assert backbone.proc.poll() is None
+        finally:
+            backbone.stop()
+    assert dropped > 0, "the backbone never met a full send buffer: the fault did not happen"
+    assert len(set(seqs)) == count and seqs == sorted(seqs) and last > seqs[-1]  # one sequence per message
+    by_seq = dict(zip(seqs, payloads.values()))
+    by_seq[last] = b"after the burst"
+    for events in seen:
+        position = None
+        for event in events:
+            first_seq = event.from_seq if isinstance(event, Lost) else event.seq
+            assert position is None or first_seq == position + 1, "a sequence was repeated or skipped silently"
+            position = event.to_seq if isinstance(event, Lost) else event.seq
+            if isinstance(event, Message):
+                assert event.data == by_seq[event.seq]
+        assert isinstance(events[-1], Message) and events[-1].seq == last  # served normally after the burst
+    print(f"workers={workers}: backbone send-buffer drops {dropped:g}, publisher send errors {sent_errors}, "
+          f"lost per subscriber {[sum(e.count for e in ev if isinstance(e, Lost)) for ev in seen]}")
+
+
+def take_through(stream, last: int, timeout: float) -> list:
+    """Events until the one holding sequence ``last`` (bounded in time)."""
+    events = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = stream.get(timeout=max(0.01, deadline - time.monotonic()))
+        if event is None:
+            continue
+        events.append(event)
+        if (event.to_seq if isinstance(event, Lost) else event.seq) >= last:
+            return events
+    raise AssertionError(f"sequence {last} not reached in {timeout} s; {len(events)} events")
 
 
 def _rcvbuf_errors() -> int:
