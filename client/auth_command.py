@@ -7,12 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
+from fyrehose.argtypes import positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,9 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--db", required=True, metavar="FILE", help="the users database (JSON)")
     bench = actions.add_parser("bench", help="measure signing and verification per message",
                                description="time sign() and check() of envelopes of one session, in this process")
-    bench.add_argument("--count", type=_positive_int, default=20_000, metavar="N",
+    bench.add_argument("--count", type=positive_int, default=20_000, metavar="N",
                        help="messages per measurement (default 20000)")
-    bench.add_argument("--size", type=_positive_int, default=100, metavar="BYTES",
+    bench.add_argument("--size", type=positive_int, default=100, metavar="BYTES",
                        help="data bytes per message (default 100)")
 
 

@@ -10,17 +10,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from fyrehose.argtypes import positive_float
+
 if TYPE_CHECKING:
     from fyrehose.auth import Credentials
 
 DEFAULT_SESSION_INTERVAL = 2.0
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
 
 
 def add_auth_arguments(parser: argparse.ArgumentParser, default_user: str, role: str) -> None:
@@ -31,7 +26,7 @@ def add_auth_arguments(parser: argparse.ArgumentParser, default_user: str, role:
                         help="users database (fyrehose auth add): verify every envelope and sign what this "
                              f"{role} publishes")
     parser.add_argument("--service", metavar="NAME", help="service whose users --auth-db holds (with --auth-db)")
-    parser.add_argument("--session-interval", type=_positive_float, default=DEFAULT_SESSION_INTERVAL, metavar="S",
+    parser.add_argument("--session-interval", type=positive_float, default=DEFAULT_SESSION_INTERVAL, metavar="S",
                         help=f"seconds between this {role}'s session heartbeats (default {DEFAULT_SESSION_INTERVAL:g})")
 
 

@@ -16,7 +16,6 @@ import struct
 import time
 from contextlib import ExitStack
 
-import pytest
 
 LOOPBACK = "127.0.0.1"
 FOREIGN = "127.0.0.2"  # only ever named inside packets, never sent to

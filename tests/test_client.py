@@ -10,7 +10,7 @@ import time
 import pytest
 
 from fyrehose import BackboneUnreachable, Client, MessagesLost, PayloadTooLarge, codec
-from fyrehose.tracker import Lost, Message
+from fyrehose.tracker import Lost
 from support import free_port
 
 

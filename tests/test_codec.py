@@ -6,10 +6,9 @@ that the codec is checked against the spec rather than against itself.
 from __future__ import annotations
 
 import ipaddress
-import struct
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fyrehose import codec

@@ -13,7 +13,6 @@ buffer to overflow recovers every message through REQUEST once it reads again.
 """
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import socket

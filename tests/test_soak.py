@@ -27,7 +27,7 @@ import pytest
 
 from conftest import BACKBONE_MODES
 from fyrehose import Client
-from fyrehose.tracker import Lost, Message
+from fyrehose.tracker import Lost
 
 SECONDS = float(os.environ.get("FYREHOSE_SOAK_SECONDS", 1800))
 MEASURE_SECONDS = 5.0

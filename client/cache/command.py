@@ -15,23 +15,17 @@ import sys
 import threading
 import time
 
+from fyrehose.argtypes import positive_int
 from fyrehose.auth_options import add_auth_arguments, credentials_from
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 DEFAULT_MAX_BYTES = 64 << 20
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE, metavar="HOST:PORT",
                         help=f"the backbone (default {DEFAULT_BACKBONE})")
-    parser.add_argument("--max-bytes", type=_positive_int, default=DEFAULT_MAX_BYTES, metavar="N",
+    parser.add_argument("--max-bytes", type=positive_int, default=DEFAULT_MAX_BYTES, metavar="N",
                         help="memory bound for records (subject + value + 256 bytes each); the least recently "
                              f"used are evicted with drop/preempted (default {DEFAULT_MAX_BYTES})")
     add_auth_arguments(parser, "cache", "cache")

@@ -3,24 +3,11 @@ from __future__ import annotations
 
 import argparse
 
+from fyrehose.argtypes import positive_float, positive_int
 from fyrehose.auth_options import add_auth_arguments
 
 DEFAULT_MAX_PENDING = 8 << 20
 DEFAULT_MAX_CLIENTS = 1024
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
 
 
 def publish_timeout(text: str) -> float:

@@ -22,7 +22,8 @@ from fyrehose.codec import PayloadTooLarge
 from fyrehose.envelope import Envelope, EnvelopeError, MsgType, Status
 from fyrehose.gateways import resp
 from fyrehose.gateways.channels import ChannelError, channel_to_subject, subject_to_channel
-from fyrehose.gateways.options import add_server_arguments, positive_float
+from fyrehose.argtypes import positive_float
+from fyrehose.gateways.options import add_server_arguments
 from fyrehose.gateways.redis_glob import Matcher, compile_pattern
 from fyrehose.gateways.sizes import checked
 

@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from fyrehose.argtypes import positive_int
+
 MASTER_HELP = "Spark master URL (default local[*]; under spark-submit, the master given to spark-submit)"
 
 
@@ -18,16 +20,6 @@ def _conf(text: str) -> tuple[str, str]:
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     return key.strip(), value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
 
 
 def _spark_options(parser: argparse.ArgumentParser) -> None:
@@ -53,10 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     report.add_argument("--journal", required=True, type=Path, metavar="DIR", help="the journal directory")
     report.add_argument("--out", required=True, type=Path, metavar="DIR", help="where the report goes")
     _time_options(report)
-    report.add_argument("--window", type=_positive, metavar="SECONDS",
+    report.add_argument("--window", type=positive_int, metavar="SECONDS",
                         help="time window for rates (default: a round size giving at most 400 windows)")
-    report.add_argument("--top", type=_positive, default=20, metavar="N", help="top subjects listed (default 20)")
-    report.add_argument("--bucket-size", type=_positive, default=1 << 20, metavar="N",
+    report.add_argument("--top", type=positive_int, default=20, metavar="N", help="top subjects listed (default 20)")
+    report.add_argument("--bucket-size", type=positive_int, default=1 << 20, metavar="N",
                         help="sequences per bucket of the gap analysis (default 1048576)")
     _spark_options(report)
 
@@ -82,11 +74,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     generate = jobs.add_parser("generate", help="write a synthetic journal with known gaps and duplicates",
                                description="Writes a synthetic journal in the journal's exact format (no Spark).")
     generate.add_argument("--out", required=True, type=Path, metavar="DIR", help="the journal directory to create")
-    generate.add_argument("--messages", required=True, type=_positive, metavar="N", help="distinct sequences held")
+    generate.add_argument("--messages", required=True, type=positive_int, metavar="N", help="distinct sequences held")
     generate.add_argument("--rate", type=float, default=1000.0, metavar="R", help="messages/s of receive time (1000)")
     generate.add_argument("--start", default="2024-05-01T23:30:00Z", metavar="T", help="receive time of the first")
     generate.add_argument("--subjects", type=int, default=16, metavar="K", help="distinct subjects (16)")
-    generate.add_argument("--size", type=_positive, default=100, metavar="BYTES", help="mean payload size (100)")
+    generate.add_argument("--size", type=positive_int, default=100, metavar="BYTES", help="mean payload size (100)")
     generate.add_argument("--gaps", type=int, default=10, metavar="N", help="random missing ranges (10)")
     generate.add_argument("--duplicates", type=int, default=10, metavar="N", help="random sequences held twice (10)")
     generate.add_argument("--seed", type=int, default=0, help="random seed (0)")

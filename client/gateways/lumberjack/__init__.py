@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from fyrehose.argtypes import positive_int
 from fyrehose.client import MAX_PUBLISH_TIMEOUT
 
 from .events import DEFAULT_SUBJECT, DEFAULT_SUBJECT_FIELD
@@ -20,13 +21,6 @@ from .frames import DEFAULT_MAX_COMPRESSED_BYTES
 DEFAULT_PUBLISH_TIMEOUT = 10.0
 DEFAULT_HOLD_BYTES = 64 << 20
 PUBLISH_THREADS = 32
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
 
 
 def _publish_timeout(text: str) -> float:
@@ -49,13 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--publish-timeout", type=_publish_timeout, default=DEFAULT_PUBLISH_TIMEOUT, metavar="S",
                         help=f"wait this long for CONFIRMs before a chunk is published again "
                              f"(default {DEFAULT_PUBLISH_TIMEOUT:g}, at most {MAX_PUBLISH_TIMEOUT:g})")
-    parser.add_argument("--hold-bytes", type=_positive_int, default=DEFAULT_HOLD_BYTES, metavar="N",
+    parser.add_argument("--hold-bytes", type=positive_int, default=DEFAULT_HOLD_BYTES, metavar="N",
                         help=f"keep this much of what was published to answer FORWARDs "
                              f"(default {DEFAULT_HOLD_BYTES})")
-    parser.add_argument("--max-compressed-bytes", type=_positive_int, default=DEFAULT_MAX_COMPRESSED_BYTES,
+    parser.add_argument("--max-compressed-bytes", type=positive_int, default=DEFAULT_MAX_COMPRESSED_BYTES,
                         metavar="N", help=f"largest compressed frame, stored and inflated "
                                           f"(default {DEFAULT_MAX_COMPRESSED_BYTES})")
-    parser.add_argument("--max-connections", type=_positive_int, default=1024, metavar="N",
+    parser.add_argument("--max-connections", type=positive_int, default=1024, metavar="N",
                         help="connections served at once; more wait to be accepted (default 1024)")
 
 
