@@ -22,6 +22,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from fyrehose.gateways.streamparser import Malformed, StreamParser
+
 VERSION = 0x00
 SUBSCRIBE = 0x00
 UNSUBSCRIBE = 0x01
@@ -67,35 +69,28 @@ class FrameError:
 Frame = Subscribe | Unsubscribe | Response | Message
 
 
-class FrameParser:
+class FrameParser(StreamParser[Frame | FrameError, FrameError]):
     """Feed it bytes as they arrive; it returns every frame completed so far."""
 
     def __init__(self, max_frame: int = 1 << 20) -> None:
+        super().__init__()
         self.max_frame = max_frame
-        self._buffer = bytearray()
-        self.failed: FrameError | None = None
 
-    def feed(self, data: bytes) -> list[Frame | FrameError]:
-        if self.failed:
-            return []
-        buffer = self._buffer
-        buffer += data
-        out: list[Frame | FrameError] = []
-        pos = 0
-        while len(buffer) - pos >= 4:
-            (length,) = _LENGTH.unpack_from(buffer, pos)
-            if not 2 <= length <= self.max_frame:
-                self.failed = FrameError(f"frame length {length} outside 2..{self.max_frame}", fatal=True)
-                out.append(self.failed)
-                buffer.clear()
-                return out
-            end = pos + 4 + length
-            if len(buffer) < end:
-                break
-            out.append(decode_body(bytes(buffer[pos + 4:end])))
-            pos = end
-        del buffer[:pos]
-        return out
+    def _next(self) -> Frame | FrameError | None:
+        buffer, pos = self._buffer, self._pos
+        if len(buffer) - pos < 4:
+            return None
+        (length,) = _LENGTH.unpack_from(buffer, pos)
+        if not 2 <= length <= self.max_frame:
+            raise Malformed(f"frame length {length} outside 2..{self.max_frame}")
+        end = pos + 4 + length
+        if len(buffer) < end:
+            return None
+        self._pos = end
+        return decode_body(bytes(buffer[pos + 4:end]))
+
+    def _fatal(self, reason: str) -> FrameError:
+        return FrameError(reason, fatal=True)
 
 
 def decode_body(body: bytes) -> Frame | FrameError:

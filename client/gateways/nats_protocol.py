@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from fyrehose.gateways.streamparser import Malformed, StreamParser
+
 MAX_CONTROL_LINE = 4096  # nats-server's default max_control_line
 
 
@@ -62,37 +64,17 @@ class NatsError:
 Operation = Connect | Pub | Sub | Unsub | Ping | Pong
 
 
-class OperationParser:
+class OperationParser(StreamParser[Operation, NatsError]):
     """Feed it bytes as they arrive; it returns every operation completed so far."""
 
     def __init__(self, max_payload: int) -> None:
+        super().__init__()
         self.max_payload = max_payload
-        self._buffer = bytearray()
-        self._pos = 0
         # a PUB/HPUB whose control line was read: (subject, reply, header size, total size)
         self._awaiting: tuple[str, str | None, int | None, int] | None = None
-        self.failed: NatsError | None = None
 
-    def feed(self, data: bytes) -> list[Operation | NatsError]:
-        if self.failed:
-            return []
-        self._buffer += data
-        out: list[Operation | NatsError] = []
-        try:
-            while True:
-                operation = self._next()
-                if operation is None:
-                    break
-                out.append(operation)
-        except _Malformed as exc:
-            self.failed = NatsError(str(exc))
-            self._buffer.clear()
-            self._pos = 0
-            out.append(self.failed)
-            return out
-        del self._buffer[:self._pos]
-        self._pos = 0
-        return out
+    def _fatal(self, reason: str) -> NatsError:
+        return NatsError(reason)
 
     def _next(self) -> Operation | None:
         if self._awaiting is not None:
@@ -100,10 +82,10 @@ class OperationParser:
         end = self._buffer.find(b"\n", self._pos)
         if end < 0:
             if len(self._buffer) - self._pos > MAX_CONTROL_LINE:
-                raise _Malformed("Maximum Control Line Exceeded")
+                raise Malformed("Maximum Control Line Exceeded")
             return None
         if end - self._pos > MAX_CONTROL_LINE:
-            raise _Malformed("Maximum Control Line Exceeded")
+            raise Malformed("Maximum Control Line Exceeded")
         line = bytes(self._buffer[self._pos:end]).rstrip(b"\r")
         self._pos = end + 1
         parts = line.split(None, 1)
@@ -116,12 +98,12 @@ class OperationParser:
             return self._publish(args, headers=True)
         if name == b"SUB":
             if len(args) not in (2, 3):
-                raise _Malformed("Invalid Arguments: SUB <subject> [queue group] <sid>")
+                raise Malformed("Invalid Arguments: SUB <subject> [queue group] <sid>")
             subject, sid = _text(args[0]), _text(args[-1])
             return Sub(subject, _text(args[1]) if len(args) == 3 else None, sid)
         if name == b"UNSUB":
             if len(args) not in (1, 2):
-                raise _Malformed("Invalid Arguments: UNSUB <sid> [max_msgs]")
+                raise Malformed("Invalid Arguments: UNSUB <sid> [max_msgs]")
             return Unsub(_text(args[0]), _count(args[1]) if len(args) == 2 else None)
         if name == b"PING":
             return Ping()
@@ -131,26 +113,26 @@ class OperationParser:
             try:
                 options = orjson.loads(rest)
             except orjson.JSONDecodeError:
-                raise _Malformed("Invalid CONNECT: options are not JSON") from None
+                raise Malformed("Invalid CONNECT: options are not JSON") from None
             if not isinstance(options, dict):
-                raise _Malformed("Invalid CONNECT: options must be a JSON object")
+                raise Malformed("Invalid CONNECT: options must be a JSON object")
             return Connect(options)
-        raise _Malformed("Unknown Protocol Operation")
+        raise Malformed("Unknown Protocol Operation")
 
     def _publish(self, args: list[bytes], headers: bool) -> Operation | None:
         sizes = 2 if headers else 1
         if len(args) not in (1 + sizes, 2 + sizes):
             usage = "HPUB <subject> [reply-to] <#header bytes> <#total bytes>" if headers \
                 else "PUB <subject> [reply-to] <#bytes>"
-            raise _Malformed(f"Invalid Arguments: {usage}")
+            raise Malformed(f"Invalid Arguments: {usage}")
         subject = _text(args[0])
         reply = _text(args[1]) if len(args) == 2 + sizes else None
         total = _count(args[-1])
         header_size = _count(args[-2]) if headers else None
         if header_size is not None and header_size > total:
-            raise _Malformed("Invalid Arguments: header size larger than total size")
+            raise Malformed("Invalid Arguments: header size larger than total size")
         if total > self.max_payload:
-            raise _Malformed("Maximum Payload Violation")
+            raise Malformed("Maximum Payload Violation")
         self._awaiting = (subject, reply, header_size, total)
         return self._payload()
 
@@ -160,7 +142,7 @@ class OperationParser:
         if len(self._buffer) < end + 2:
             return None
         if self._buffer[end:end + 2] != b"\r\n":
-            raise _Malformed("Protocol Error: payload not followed by CRLF")
+            raise Malformed("Protocol Error: payload not followed by CRLF")
         body = bytes(self._buffer[self._pos:end])
         self._pos = end + 2
         self._awaiting = None
@@ -168,24 +150,20 @@ class OperationParser:
             return Pub(subject, reply, body)
         block = body[:header_size]
         if not block.startswith(b"NATS/1.0"):
-            raise _Malformed("Protocol Error: headers must start with NATS/1.0")
+            raise Malformed("Protocol Error: headers must start with NATS/1.0")
         return Pub(subject, reply, body[header_size:], block)
-
-
-class _Malformed(Exception):
-    pass
 
 
 def _text(raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise _Malformed("Invalid Arguments: not UTF-8") from None
+        raise Malformed("Invalid Arguments: not UTF-8") from None
 
 
 def _count(raw: bytes) -> int:
     if not raw.isdigit():
-        raise _Malformed("Invalid Arguments: sizes and counts are non-negative integers")
+        raise Malformed("Invalid Arguments: sizes and counts are non-negative integers")
     return int(raw)
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from fyrehose.gateways.streamparser import Malformed, StreamParser
+
 Command = list[bytes]
 
 MAX_ARGS = 1024 * 1024  # Redis's limit on multibulk length
@@ -25,47 +27,26 @@ class RespError:
     message: str
 
 
-class CommandParser:
+class CommandParser(StreamParser[Command, RespError]):
     """Feed it bytes as they arrive; it returns every command completed so far."""
 
     def __init__(self, max_bulk: int = 512 * 1024 * 1024, max_args: int = MAX_ARGS) -> None:
+        super().__init__()
         self.max_bulk = max_bulk
         self.max_args = max_args
-        self._buffer = bytearray()
-        self._pos = 0
         self._args: Command | None = None  # the array being read
         self._remaining = 0  # elements of that array still to come
         self._bulk: int | None = None  # length of the bulk string being read
-        self.failed: RespError | None = None
 
-    def feed(self, data: bytes) -> list[Command | RespError]:
-        if self.failed:
-            return []
-        self._buffer += data
-        out: list[Command | RespError] = []
-        try:
-            while True:
-                command = self._next()
-                if command is None:
-                    break
-                if command:
-                    out.append(command)
-        except _Malformed as exc:
-            self.failed = RespError(str(exc))
-            self._buffer.clear()
-            self._pos = 0
-            out.append(self.failed)
-            return out
-        del self._buffer[:self._pos]
-        self._pos = 0
-        return out
+    def _fatal(self, reason: str) -> RespError:
+        return RespError(reason)
 
     def _line(self) -> bytes | None:
         """The line at the cursor (without CRLF), consumed; None if it has not fully arrived."""
         end = self._buffer.find(b"\r\n", self._pos)
         if end < 0:
             if len(self._buffer) - self._pos > MAX_INLINE:
-                raise _Malformed("Protocol error: too big count string")
+                raise Malformed("Protocol error: too big count string")
             return None
         line = bytes(self._buffer[self._pos:end])
         self._pos = end + 2
@@ -86,7 +67,7 @@ class CommandParser:
             count = _integer(line[1:], "invalid multibulk length")
             if count > self.max_args:
                 self._pos = start
-                raise _Malformed("Protocol error: invalid multibulk length")
+                raise Malformed("Protocol error: invalid multibulk length")
             if count <= 0:
                 return []
             self._args, self._remaining = [], count
@@ -96,19 +77,19 @@ class CommandParser:
                     return None
                 if buffer[self._pos] != 0x24:  # '$'
                     got = chr(buffer[self._pos])
-                    raise _Malformed(f"Protocol error: expected '$', got '{got}'")
+                    raise Malformed(f"Protocol error: expected '$', got '{got}'")
                 line = self._line()
                 if line is None:
                     return None
                 length = _integer(line[1:], "invalid bulk length")
                 if not 0 <= length <= self.max_bulk:
-                    raise _Malformed("Protocol error: invalid bulk length")
+                    raise Malformed("Protocol error: invalid bulk length")
                 self._bulk = length
             end = self._pos + self._bulk
             if len(buffer) < end + 2:
                 return None
             if buffer[end:end + 2] != b"\r\n":
-                raise _Malformed("Protocol error: expected CRLF after bulk string")
+                raise Malformed("Protocol error: expected CRLF after bulk string")
             self._args.append(bytes(buffer[self._pos:end]))
             self._pos = end + 2
             self._bulk = None
@@ -120,26 +101,22 @@ class CommandParser:
         end = self._buffer.find(b"\n", self._pos)
         if end < 0:
             if len(self._buffer) - self._pos > MAX_INLINE:
-                raise _Malformed("Protocol error: too big inline request")
+                raise Malformed("Protocol error: too big inline request")
             return None
         line = bytes(self._buffer[self._pos:end]).rstrip(b"\r")
         self._pos = end + 1
         try:
             words = shlex.split(line.decode("latin-1"))
         except ValueError:
-            raise _Malformed("Protocol error: unbalanced quotes in request") from None
+            raise Malformed("Protocol error: unbalanced quotes in request") from None
         return [word.encode("latin-1") for word in words]
-
-
-class _Malformed(Exception):
-    pass
 
 
 def _integer(text: bytes, what: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise _Malformed(f"Protocol error: {what}") from None
+        raise Malformed(f"Protocol error: {what}") from None
 
 
 # ---------------------------------------------------------------- replies
