@@ -21,6 +21,7 @@ from pathlib import Path
 
 from fyrehose.loadtest.results import render
 from fyrehose.loadtest.settings import LoadSettings, add_setting_arguments
+from fyrehose.readiness import free_port
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 LOOPBACK = "127.0.0.1"
@@ -45,12 +46,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run Locust distributed: a master and K worker processes (default 0: one process)")
     parser.add_argument("--out", default="loadtest-results", metavar="DIR",
                         help="results directory (default ./loadtest-results)")
-
-
-def _free_port(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as probe:
-        probe.bind((LOOPBACK, 0))
-        return probe.getsockname()[1]
 
 
 def _stop(process: subprocess.Popen, signals: tuple[tuple[int, float], ...] = ((signal.SIGTERM, STOP_TIMEOUT),)) -> None:
@@ -107,7 +102,7 @@ def _settings(args: argparse.Namespace, out: Path) -> LoadSettings:
     if args.backbone:
         host, port = parse_hostport(args.backbone)
     else:
-        host, port = LOOPBACK, _free_port(socket.SOCK_DGRAM)
+        host, port = LOOPBACK, free_port(socket.SOCK_DGRAM)
     settings = LoadSettings.from_namespace(
         argparse.Namespace(**{**vars(args), "backbone": f"{host}:{port}", "out": str(out.resolve())}))
     settings.validate()
@@ -157,7 +152,7 @@ def _run_processes(settings: LoadSettings, args: argparse.Namespace, out: Path) 
             _wait_for_backbone(settings.backbone, PROBE_TIMEOUT)
         else:
             state = stack.enter_context(tempfile.TemporaryDirectory(prefix="fyrehose-loadtest-"))
-            metrics_port = _free_port(socket.SOCK_STREAM)
+            metrics_port = free_port(socket.SOCK_STREAM)
             metrics_url = f"http://{LOOPBACK}:{metrics_port}/metrics"
             backbone = _start([
                 sys.executable, "-m", "fyrehose.cli", "backbone", "--listen", settings.backbone,
@@ -192,7 +187,7 @@ def _start_locust(settings: LoadSettings, args: argparse.Namespace, out: Path, s
         "--exit-code-on-error", "0", "--host", f"udp://{settings.backbone}",  # the host shown in the reports
     ]
     if args.workers:
-        master_port = _free_port(socket.SOCK_STREAM)
+        master_port = free_port(socket.SOCK_STREAM)
         for index in range(args.workers):
             _start(locust + ["--worker", "--master-host", LOOPBACK, "--master-port", str(master_port)]
                    + settings.to_locust_argv(), out / f"locust-worker-{index + 1}.log", stack)

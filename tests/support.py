@@ -7,10 +7,11 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fyrehose import readiness
 
 LOOPBACK = "127.0.0.1"
 FYREHOSE = [sys.executable, "-m", "fyrehose.cli"]
@@ -19,9 +20,7 @@ FYREHOSE = [sys.executable, "-m", "fyrehose.cli"]
 def free_port(kind: int = socket.SOCK_DGRAM) -> int:
     """A port free for both UDP and TCP right now (the backbone uses UDP, metrics TCP)."""
     for _ in range(50):
-        with socket.socket(socket.AF_INET, kind) as probe:
-            probe.bind((LOOPBACK, 0))
-            port = probe.getsockname()[1]
+        port = readiness.free_port(kind)
         other = socket.SOCK_STREAM if kind == socket.SOCK_DGRAM else socket.SOCK_DGRAM
         with socket.socket(socket.AF_INET, other) as check:
             try:
@@ -30,24 +29,6 @@ def free_port(kind: int = socket.SOCK_DGRAM) -> int:
                 continue
         return port
     raise RuntimeError("no free port found")
-
-
-def wait_for_ack(addr: tuple[str, int], timeout: float = 10.0) -> None:
-    """Block until the backbone at ``addr`` answers a KEEPALIVE (raw bytes, seeds/000)."""
-    token = os.urandom(16)
-    keepalive = bytes([0x10]) + bytes(4) + bytes(2) + (0x3).to_bytes(6, "big") + token
-    deadline = time.monotonic() + timeout
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.settimeout(0.1)
-        while time.monotonic() < deadline:
-            sock.sendto(keepalive, addr)
-            try:
-                data, _ = sock.recvfrom(100)
-            except socket.timeout:
-                continue
-            if data[:17] == bytes([0x20]) + token:
-                return
-    raise TimeoutError(f"backbone at {addr} did not answer within {timeout} s")
 
 
 @dataclass
@@ -84,7 +65,7 @@ class BackboneProcess:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         try:
-            wait_for_ack(self.addr)
+            readiness.wait_for_backbone(self.addr)
         except TimeoutError:
             self.kill()
             raise RuntimeError(f"backbone did not start: {self.log.read_text()[-2000:]}") from None

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fyrehose.gateways.options import positive_int
+from fyrehose.readiness import free_port
 
 TARGETS = ("redis-server", "redis-gateway", "nats-server", "nats-gateway", "marlin-gateway")
 FYREHOSE = [sys.executable, "-m", "fyrehose.cli"]
@@ -123,17 +124,17 @@ class Processes:
     def start(self, targets: list[str]) -> dict[str, tuple[str, int]]:
         addresses: dict[str, tuple[str, int]] = {}
         if "redis-server" in targets:
-            port = _free_port()
+            port = free_port(socket.SOCK_STREAM)
             self._spawn([_binary("redis-server"), "--port", str(port), "--bind", LOOPBACK, "--save", "",
                          "--appendonly", "no", "--dir", str(self.scratch)])
             addresses["redis-server"] = (LOOPBACK, port)
         if "nats-server" in targets:
-            port = _free_port()
+            port = free_port(socket.SOCK_STREAM)
             self._spawn([_binary("nats-server"), "-a", LOOPBACK, "-p", str(port)])
             addresses["nats-server"] = (LOOPBACK, port)
         gateways = [target for target in targets if target.endswith("-gateway")]
         if gateways:
-            backbone = f"{LOOPBACK}:{_free_port(socket.SOCK_DGRAM)}"
+            backbone = f"{LOOPBACK}:{free_port(socket.SOCK_DGRAM)}"
             self._spawn(FYREHOSE + ["backbone", "--listen", backbone, "--workers", "0",
                                     "--state-dir", str(self.scratch / "backbone")])
             for target in gateways:
@@ -158,12 +159,6 @@ def _binary(name: str) -> str:
     if found is None:
         raise RuntimeError(f"{name} is not installed (Debian package {name}, see tools/test-packages.txt)")
     return found
-
-
-def _free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as probe:
-        probe.bind((LOOPBACK, 0))
-        return probe.getsockname()[1]
 
 
 def _announced_port(process: subprocess.Popen, kind: str, timeout: float = 30.0) -> int:

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from fyrehose.journal.store import FSYNC_MODES
+from fyrehose.readiness import free_port
 
 CATCH_UP_TIMEOUT = 120.0
 FORWARD_IDLE = 2.0  # seconds without a DELIVER that end the FORWARD measurement
@@ -70,7 +71,7 @@ def run_bench(args: argparse.Namespace) -> int:
     results: dict[str, list[dict]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="fyrehose-journal-bench-") as tmp:
         root = Path(tmp)
-        backbone = _Process.start(root / "backbone.log", ["backbone", "--listen", f"127.0.0.1:{_free_port()}",
+        backbone = _Process.start(root / "backbone.log", ["backbone", "--listen", f"127.0.0.1:{free_port()}",
                                                            "--state-dir", str(root / "backbone-state")])
         try:
             address = backbone.args[backbone.args.index("--listen") + 1]
@@ -271,12 +272,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class _Process:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psutil
 
-from fyrehose import codec
 from fyrehose.addresses import Address
+from fyrehose.readiness import free_port, keepalive_answered
 from fyrehose.tools.bench import wire
 from fyrehose.tools.bench.loadgen import read_chunk, resp_request
 from fyrehose.tools.bench.scanning import NatsStream, StreamError
@@ -48,12 +48,6 @@ max_pending: 1073741824
 write_deadline: "30s"
 ping_interval: "10m"
 """
-
-
-def free_port(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as probe:
-        probe.bind((LOOPBACK, 0))
-        return probe.getsockname()[1]
 
 
 def locate(binary: str, package: str) -> str:
@@ -187,16 +181,8 @@ def server_for(target: Target, binaries: dict[str, str], workdir: Path, workers:
 
 
 def _fyrehose_ready(address: Address) -> None:
-    token = os.urandom(codec.TOKEN_SIZE)
-    keepalive = codec.encode_keepalive(codec.Keepalive(flags=codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL,
-                                                       token=token))
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.settimeout(0.2)
-        sock.sendto(keepalive, address)
-        while True:
-            data = sock.recv(100)  # socket.timeout (an OSError) ends the attempt
-            if data[:1 + codec.TOKEN_SIZE] == bytes((codec.KEEPALIVE_ACK,)) + token:
-                return
+    if not keepalive_answered(address, 0.2):
+        raise TimeoutError(f"no KEEPALIVE-ACK from {address[0]}:{address[1]}")  # an OSError: not ready yet
 
 
 def _redis_ready(address: Address) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import socket
 import subprocess
@@ -31,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 import psutil
 
 from fyrehose import codec
+from fyrehose.readiness import free_port, wait_for_backbone
 from fyrehose.tools.fuzz.mutation import mutation_inputs
 
 LOOPBACK = "127.0.0.1"
@@ -87,29 +87,6 @@ def _rss(proc: psutil.Process) -> int:
     return total
 
 
-def _wait_for_ack(addr: tuple[str, int], timeout: float = 15.0) -> None:
-    token = os.urandom(16)
-    frame = codec.encode(codec.Keepalive(flags=codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL, token=token))
-    deadline = time.monotonic() + timeout
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.settimeout(0.1)
-        while time.monotonic() < deadline:
-            sock.sendto(frame, addr)
-            try:
-                data, _ = sock.recvfrom(100)
-            except socket.timeout:
-                continue
-            if data[1:17] == token:
-                return
-    raise TimeoutError(f"no backbone answered at {addr[0]}:{addr[1]}")
-
-
-def _free_port(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as probe:
-        probe.bind((LOOPBACK, 0))
-        return probe.getsockname()[1]
-
-
 _ACCEPTED = ("pushes", "keepalives", "requests", "forwards")
 
 
@@ -144,14 +121,14 @@ def still_delivers(addr: tuple[str, int], count: int = 100) -> bool:
 
 
 def fuzz_mode(workers: int, datagrams: int, rate: float, sources: int, seed: int, log=print) -> ModeResult:
-    port, metrics_port = _free_port(socket.SOCK_DGRAM), _free_port(socket.SOCK_STREAM)
+    port, metrics_port = free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_STREAM)
     addr = (LOOPBACK, port)
     with tempfile.TemporaryDirectory(prefix="fyrehose-fuzz-") as state:
         command = [sys.executable, "-m", "fyrehose.cli", "backbone", "--listen", f"{LOOPBACK}:{port}",
                    "--workers", str(workers), "--state-dir", state, "--metrics", f"{LOOPBACK}:{metrics_port}"]
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            _wait_for_ack(addr)
+            wait_for_backbone(addr, timeout=15.0)
             handle = psutil.Process(proc.pid)
             time.sleep(0.5)  # workers forked and settled
             result = ModeResult(workers, datagrams, 0.0, _rss(handle))

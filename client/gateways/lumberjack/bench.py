@@ -44,14 +44,9 @@ from fyrehose.gateways.lumberjack.frames import (
     encode_json,
     encode_window,
 )
+from fyrehose.readiness import free_port
 
 FYREHOSE = [sys.executable, "-m", "fyrehose.cli"]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _start(args: list[str], log: Path, ready: str) -> subprocess.Popen:
@@ -130,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as temp:
         directory = Path(temp)
-        backbone_address = f"127.0.0.1:{_free_port()}"
-        gateway_port = _free_port()
+        backbone_address = f"127.0.0.1:{free_port(socket.SOCK_STREAM)}"
+        gateway_port = free_port(socket.SOCK_STREAM)
         backbone = _start(["backbone", "--listen", backbone_address, "--state-dir", str(directory / "state")],
                           directory / "backbone.log", "listening on")
         try:

@@ -1,0 +1,77 @@
+"""Start-up helpers for the tools and tests that run local services on loopback.
+
+The benches, the load test, the fuzzer and the test suite all start real
+servers (backbones, gateways, journals, Redis, NATS) on 127.0.0.1: they need a
+port that is free right now to start each one on, and they need to know when
+a freshly started backbone answers before they use it.  These helpers are the
+one definition of both, instead of a copy in each tool.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from fyrehose import codec
+
+LOOPBACK = "127.0.0.1"
+_PROBE_FLAGS = codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL  # a probe neither subscribes nor asks the journal
+
+
+def free_port(kind: int = socket.SOCK_DGRAM) -> int:
+    """A loopback port free right now for sockets of ``kind`` (``SOCK_DGRAM`` or ``SOCK_STREAM``)."""
+    with socket.socket(socket.AF_INET, kind) as probe:
+        probe.bind((LOOPBACK, 0))
+        return probe.getsockname()[1]
+
+
+def _is_ack(datagram: bytes, token: bytes) -> bool:
+    """Whether ``datagram`` is a KEEPALIVE-ACK carrying ``token`` (any other datagram is ignored)."""
+    if datagram[:1] != bytes((codec.KEEPALIVE_ACK,)):
+        return False
+    try:
+        frames = codec.decode(datagram)
+    except codec.ProtocolError:
+        return False
+    return any(isinstance(frame, codec.KeepaliveAck) and frame.token == token for frame in frames)
+
+
+def _probe(sock: socket.socket, addr: tuple[str, int], token: bytes, wait: float) -> bool:
+    """Send one KEEPALIVE carrying ``token`` from ``sock``; True when its ACK arrives within ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    try:
+        sock.sendto(codec.encode(codec.Keepalive(flags=_PROBE_FLAGS, token=token)), addr)
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            data = sock.recv(codec.MAX_DATAGRAM)
+            if _is_ack(data, token):
+                return True
+    except (TimeoutError, ConnectionError):  # no answer in time (socket.timeout); an ICMP port unreachable
+        pass
+    return False
+
+
+def keepalive_answered(addr: tuple[str, int], wait: float = 0.1) -> bool:
+    """Whether the backbone at ``addr`` answers one KEEPALIVE, sent from a fresh UDP socket, within ``wait`` s."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        return _probe(sock, addr, os.urandom(codec.TOKEN_SIZE), wait)
+
+
+def wait_for_backbone(addr: tuple[str, int], timeout: float = 10.0) -> None:
+    """Block until the backbone at ``addr`` answers a KEEPALIVE; ``TimeoutError`` after ``timeout`` seconds.
+
+    Every attempt goes from one socket with one token, so the backbone sees a
+    single client (one slot of ``--max-clients``) however many attempts it
+    takes, and an ACK that comes after its attempt gave up still counts.
+    """
+    deadline = time.monotonic() + timeout
+    token = os.urandom(codec.TOKEN_SIZE)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        while (left := deadline - time.monotonic()) > 0:
+            attempt = min(0.1, left)
+            ends = time.monotonic() + attempt
+            if _probe(sock, addr, token, attempt):
+                return
+            time.sleep(max(0.0, ends - time.monotonic()))  # no busy loop when an attempt fails at once
+    host, port = addr
+    raise TimeoutError(f"backbone at {host}:{port} did not answer within {timeout:g} s")

@@ -1,0 +1,61 @@
+"""fyrehose.readiness: free loopback ports and the backbone start-up probe."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from fyrehose.readiness import LOOPBACK, free_port, keepalive_answered, wait_for_backbone
+
+
+@pytest.mark.parametrize("kind", [socket.SOCK_DGRAM, socket.SOCK_STREAM], ids=["udp", "tcp"])
+def test_free_port_can_be_bound(kind):
+    port = free_port(kind)
+    assert 0 < port < 65536
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.bind((LOOPBACK, port))
+
+
+def test_a_running_backbone_answers(backbone):
+    wait_for_backbone(backbone.addr, timeout=5.0)
+    assert keepalive_answered(backbone.addr, wait=1.0)
+
+
+def _silent_addr() -> tuple[str, int]:
+    return LOOPBACK, free_port(socket.SOCK_DGRAM)
+
+
+def test_keepalive_answered_is_false_quickly_when_nobody_listens():
+    started = time.monotonic()
+    assert not keepalive_answered(_silent_addr(), wait=0.1)
+    assert time.monotonic() - started < 1.0
+
+
+def test_keepalive_answered_ignores_other_datagrams():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as fake:  # answers with a wrong token, then junk
+        fake.bind((LOOPBACK, 0))
+        fake.settimeout(2.0)
+        addr = fake.getsockname()
+
+        def answer():
+            try:
+                _, source = fake.recvfrom(100)
+            except OSError:
+                return
+            fake.sendto(bytes((0x20,)) + bytes(16), source)
+            fake.sendto(b"junk", source)
+
+        thread = threading.Thread(target=answer)
+        thread.start()
+        assert not keepalive_answered(addr, wait=0.3)
+        thread.join()
+
+
+def test_wait_for_backbone_times_out_when_nobody_listens():
+    host, port = addr = _silent_addr()
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=f"backbone at {host}:{port} did not answer within 0.3 s"):
+        wait_for_backbone(addr, timeout=0.3)
+    assert 0.25 < time.monotonic() - started < 2.0
