@@ -1,13 +1,19 @@
 """The blocking fyrehose client for scripts: publish, subscribe in order, and serve FORWARDs.
 
-It is a thin I/O driver around the pure codec and :class:`SequenceTracker`: one
-receive thread (which also runs the timers: KEEPALIVE, gap REQUESTs, give-ups)
-and one forwarder thread that paces re-DELIVERs.  Under gevent's monkey
-patching those threads are greenlets and every wait is cooperative.
+It is a thin I/O driver around the pure codec, :class:`SequenceTracker` and
+:class:`~fyrehose.routing.SubjectRouter` (which subscription, request or
+initial-value gate each event goes to): one receive thread (which also runs
+the timers: KEEPALIVE, gap REQUESTs, give-ups, initial-value retries) and one
+forwarder thread that paces re-DELIVERs.  Under gevent's monkey patching those
+threads are greenlets and every wait is cooperative.  :class:`Subscription`
+lives in :mod:`fyrehose.subscription` and the exceptions in
+:mod:`fyrehose.errors`; both are importable from here too.
 
 Delivery guarantee of :meth:`Client.publish`: when it returns ``seq`` the
-backbone has sequenced the message exactly once under that number and sent it
-to every live subscriber.  A PUSH or CONFIRM lost on the way is retried with
+backbone has sequenced the message exactly once under that number and handed
+it to its fan-out to every live subscriber (the single-process backbone has
+sent those DELIVERs already; the multi-process one sends them from its log
+right after, docs/operations.md).  A PUSH or CONFIRM lost on the way is retried with
 the same tag, and the backbone answers a retry of an already sequenced tag
 with the original number instead of sequencing it again (it remembers tags for
 30 s, longer than any ``timeout`` allowed here).  If the backbone restarts
@@ -43,12 +49,17 @@ from fyrehose import codec, envelope
 from fyrehose.addresses import Address, parse_hostport
 from fyrehose.auth import Authenticator, Credentials
 from fyrehose.envelope import Envelope, MsgType, Status
+from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, RequestTimeout
+from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of this module's API
 from fyrehose.memjournal import MemoryJournal
 from fyrehose.pacing import TokenBucket
+from fyrehose.routing import SubjectRouter
 from fyrehose.sessions import DEFAULT_INTERVAL, SNAP_PREFIX, SUB_STOP_PREFIX, LocalSession, inbox
 from fyrehose.subject_stream import InitialGate, SubjectMessage
-from fyrehose.subjects import SubjectIndex, check_pattern, is_literal
+from fyrehose.subjects import check_pattern, is_literal
+from fyrehose.subscription import Subscription
 from fyrehose.tracker import Event, Lost, Message, SequenceTracker
+
 
 class MessageStore(Protocol):
     """Where a client keeps delivered messages to answer FORWARDs from."""
@@ -59,117 +70,6 @@ class MessageStore(Protocol):
 
 
 MAX_PUBLISH_TIMEOUT = 25.0  # below the backbone's 30 s memory of confirmed tags
-_CLOSED = object()
-
-
-class FyrehoseError(Exception):
-    """Base of the client's own errors."""
-
-
-class BackboneUnreachable(FyrehoseError):
-    pass
-
-
-class PublishTimeout(FyrehoseError):
-    """No CONFIRM in time: the message may or may not have been published."""
-
-
-class RequestTimeout(FyrehoseError):
-    """No answer on the request's inbox in time."""
-
-
-class MessagesLost(FyrehoseError):
-    """Raised by a subscription for sequences that will never arrive; iteration may continue after it."""
-
-    def __init__(self, lost: Lost) -> None:
-        super().__init__(f"messages {lost.from_seq}..{lost.to_seq} lost ({lost.reason})")
-        self.lost = lost
-
-
-class Subscription:
-    """The ordered stream of one :meth:`Client.subscribe` call; iterate it or call :meth:`get`.
-
-    With ``on_loss="raise"`` (default) a permanent loss raises
-    :class:`MessagesLost` from ``__next__``/``get`` and the stream goes on after
-    it; with ``on_loss="yield"`` a :class:`Lost` event is returned in line.
-    At most ``max_queued`` events (and ``max_queued_bytes`` of payload) wait for
-    the reader; beyond that the surplus becomes a ``Lost`` range with reason
-    "subscriber overrun".
-
-    Without a ``pattern`` it yields every message as a :class:`Message` with
-    the raw payload (envelopes included, undecoded).  With one it yields a
-    :class:`~fyrehose.subject_stream.SubjectMessage` for each enveloped
-    message whose subject matches; loss events reach every subscription.
-    """
-
-    def __init__(self, on_loss: str = "raise", max_queued: int = 1_000_000, pattern: str | None = None,
-                 max_queued_bytes: int = 256 << 20) -> None:
-        if on_loss not in ("raise", "yield"):
-            raise ValueError("on_loss must be 'raise' or 'yield'")
-        self.on_loss = on_loss
-        self.max_queued = max_queued
-        self.max_queued_bytes = max_queued_bytes
-        self._queued_bytes = 0  # payload bytes waiting
-        self._lock = threading.Lock()  # guards _queued_bytes and _overrun (reader vs receive thread)
-        self.pattern = pattern
-        self.gate: InitialGate | None = None
-        self._queue: queue.Queue = queue.Queue()
-        self._overrun: tuple[int, int] | None = None
-        self.closed = False
-
-    def __iter__(self) -> "Subscription":
-        return self
-
-    def __next__(self) -> Event:
-        event = self.get()
-        if event is None:
-            raise StopIteration
-        return event
-
-    def get(self, timeout: float | None = None) -> Event | None:
-        """The next event; None when ``timeout`` passes or the client closed."""
-        item = self._overrun_if_drained()
-        if item is None:
-            try:
-                item = self._queue.get(timeout=timeout)
-            except queue.Empty:
-                return None
-        if item is _CLOSED:
-            self._queue.put(_CLOSED)  # every later call ends too
-            return None
-        if not isinstance(item, Lost):
-            with self._lock:
-                self._queued_bytes -= len(item.data)
-        elif self.on_loss == "raise":
-            raise MessagesLost(item)
-        return item
-
-    def _overrun_if_drained(self) -> Lost | None:
-        """Once the reader has caught up, what it missed is reported at once, not with the next message."""
-        with self._lock:
-            if self._overrun is None or not self._queue.empty():
-                return None
-            lost = Lost(self._overrun[0], self._overrun[1], "subscriber overrun")
-            self._overrun = None
-            return lost
-
-    def _offer(self, event: Event | SubjectMessage) -> None:
-        first = event.from_seq if isinstance(event, Lost) else event.seq
-        last = event.to_seq if isinstance(event, Lost) else event.seq
-        size = 0 if isinstance(event, Lost) else len(event.data)
-        with self._lock:
-            if self._queue.qsize() >= self.max_queued or self._queued_bytes + size > self.max_queued_bytes:
-                self._overrun = (self._overrun[0] if self._overrun else first, last)
-                return
-            if self._overrun:
-                self._queue.put(Lost(self._overrun[0], self._overrun[1], "subscriber overrun"))
-                self._overrun = None
-            self._queued_bytes += size
-            self._queue.put(event)
-
-    def _close(self) -> None:
-        self.closed = True
-        self._queue.put(_CLOSED)
 
 
 class Client:
@@ -263,17 +163,13 @@ class Client:
         self._acked = threading.Event()
         self._next_keepalive = 0.0
         self._tracker: SequenceTracker | None = None
-        self._subscriptions: list[Subscription] = []
         self._forwards: queue.Queue = queue.Queue(maxsize=1024)
         self._queued_forwards: set[codec.Forward] = set()  # waiting in _forwards, to drop repeats
         self._pack: list[bytes] = []
         self._pack_size = 0
         self._pack_lock = threading.Lock()
         # subject routing, shared by the receive thread and subscribe/request callers
-        self._route_lock = threading.Lock()
-        self._patterns: SubjectIndex[Subscription] = SubjectIndex()
-        self._gated: dict[str, Subscription] = {}  # inbox of an initial-value request -> its subscription
-        self._waiters: dict[str, queue.Queue] = {}  # inbox of a request() -> where its answer goes
+        self._router = SubjectRouter(self._new_inbox, self._send_start)
         self._inbox_owner = self.session.name if self.session is not None else secrets.token_hex(8)
         self._inbox_numbers = itertools.count(1)
         self._next_heartbeat = float("inf")
@@ -322,8 +218,7 @@ class Client:
                 thread.join(2.0)
         with self._lock:
             self._confirmed.notify_all()
-        for subscription in self._subscriptions:
-            subscription._close()
+        self._router.close_all()
         self.sock.close()
 
     @property
@@ -511,27 +406,17 @@ class Client:
                 self._tracker = SequenceTracker(from_seq, **self._tracker_options)
             elif from_seq is not None and (self._tracker.next is None or from_seq < self._tracker.next):
                 raise FyrehoseError("from_seq must be given on the first subscription of a client")
-        with self._route_lock:
-            if pattern is not None:
-                self._patterns.add(pattern, subscription)
-            if initial:
-                now = time.monotonic()
-                subscription.gate = InitialGate(pattern, now, timeout=initial_timeout, retry=initial_retry)  # type: ignore[arg-type]
-                self._ask_initial(subscription, now)
-            self._subscriptions.append(subscription)
+        now = time.monotonic()
+        if initial:
+            subscription.gate = InitialGate(pattern, now, timeout=initial_timeout, retry=initial_retry)  # type: ignore[arg-type]
+        self._router.add(subscription, now)
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
         """End a subscription (its iterator stops); one that asked for an initial value sends ``_SUB.STOP``."""
-        with self._route_lock:
-            if subscription in self._subscriptions:
-                self._subscriptions.remove(subscription)
-            if subscription.pattern is not None:
-                self._patterns.discard(subscription.pattern, subscription)
-            if subscription.gate is not None:
-                for name in subscription.gate.inboxes:
-                    self._gated.pop(name, None)
-                self._send_unconfirmed(self._seal(Envelope(SUB_STOP_PREFIX + subscription.gate.subject)))
+        stopped = self._router.remove(subscription)
+        if stopped is not None:
+            self._send_unconfirmed(self._seal(Envelope(SUB_STOP_PREFIX + stopped)))
         subscription._close()
 
     def request(self, subject: str, data: bytes = b"", *, timeout: float = 2.0, retry: float | None = None,
@@ -554,8 +439,7 @@ class Client:
             while True:
                 reply = self._new_inbox()
                 inboxes.append(reply)
-                with self._route_lock:
-                    self._waiters[reply] = answers
+                self._router.add_waiter(reply, answers)
                 self._send_unconfirmed(self._seal(Envelope(subject, bytes(data), type, reply=reply)))
                 remaining = deadline - time.monotonic()
                 try:
@@ -564,9 +448,7 @@ class Client:
                     if time.monotonic() >= deadline or self._closed:
                         raise RequestTimeout(f"no answer to {subject} within {timeout:g} s") from None
         finally:
-            with self._route_lock:
-                for name in inboxes:
-                    self._waiters.pop(name, None)
+            self._router.remove_waiters(inboxes)
 
     def snapshot(self, subject: str, *, timeout: float = 2.0, retry: float = 0.5) -> SubjectMessage:
         """The cache's answer to ``_SNAP.<subject>``, under ``subject``: type ``initial`` with the value and
@@ -577,28 +459,22 @@ class Client:
     def _new_inbox(self) -> str:
         return inbox(self._inbox_owner, str(next(self._inbox_numbers)))
 
-    def _ask_initial(self, subscription: Subscription, now: float) -> None:
-        """Send (again) the START of a gated subscription; called with the route lock held."""
-        reply = self._new_inbox()
-        self._gated[reply] = subscription
-        self._send_unconfirmed(self._seal(subscription.gate.request(reply, now)))  # type: ignore[union-attr]
+    def _send_start(self, start: Envelope) -> None:
+        """Send (again) the START of a gated subscription; the router calls it with the route lock held."""
+        self._send_unconfirmed(self._seal(start))
 
     def _emit(self, events: list[Event]) -> None:
         for event in events:
             if isinstance(event, Lost):
                 self.stats["lost"] += event.count
-                with self._route_lock:
-                    for subscription in self._subscriptions:
-                        if not subscription.closed:
-                            subscription._offer(event)
+                self._router.offer_lost(event)
             else:
                 self._route(event)
 
     def _route(self, message: Message) -> None:
         """One message in sequence order: authenticate it, then hand it to the subscriptions it matches."""
         opened: Envelope | None = None
-        if envelope.is_envelope(message.data) and (self.auth is not None or self._patterns or self._gated
-                                                   or self._waiters):
+        if envelope.is_envelope(message.data) and (self.auth is not None or self._router.wants_envelopes):
             opened = envelope.decode(message.data)
             if opened is None:
                 self.stats["damaged envelopes"] += 1
@@ -611,36 +487,7 @@ class Client:
                 if not check.accepted:
                     self.stats["refused"] += 1
                     return
-        with self._route_lock:
-            for subscription in self._subscriptions:
-                if subscription.pattern is None and not subscription.closed:
-                    subscription._offer(message)
-            if opened is None:
-                return
-            self._route_envelope(SubjectMessage(message.seq, opened))
-
-    def _route_envelope(self, message: SubjectMessage) -> None:
-        subject, reply = message.subject, message.reply
-        if reply is not None and reply in self._gated:  # our own START, back from the backbone
-            self._gated[reply].gate.request_seen(reply, message.seq)  # type: ignore[union-attr]
-        waiter = self._waiters.get(subject)
-        if waiter is not None:
-            waiter.put(message)
-        gated = self._gated.get(subject)
-        if gated is not None and gated.gate is not None:
-            for event in gated.gate.answer(subject, message):
-                gated._offer(event)
-            if gated.gate.done:
-                for name in gated.gate.inboxes:
-                    self._gated.pop(name, None)
-        for subscription in self._patterns.lookup(subject):
-            if subscription.closed:
-                continue
-            if subscription.gate is not None and not subscription.gate.done:
-                for event in subscription.gate.update(message):
-                    subscription._offer(event)
-            else:
-                subscription._offer(message)
+        self._router.route(message, opened)
 
     def _session_timers(self, now: float) -> None:
         if self.session is not None and now >= self._next_heartbeat:
@@ -649,22 +496,9 @@ class Client:
         if self.auth is not None and now >= self._next_auth_expiry:
             self.auth.expire(_wall_us())
             self._next_auth_expiry = now + 1.0
-        if not self._gated:
-            return
-        with self._route_lock:
-            for subscription in {id(s): s for s in self._gated.values()}.values():
-                gate = subscription.gate
-                if gate is None or gate.done:
-                    continue
-                if gate.due(now):
-                    self._ask_initial(subscription, now)
-                released = gate.expire(now)
-                if gate.timed_out:
-                    self.stats["initial timeouts"] += 1
-                    for name in gate.inboxes:
-                        self._gated.pop(name, None)
-                for event in released:
-                    subscription._offer(event)
+        timed_out = self._router.gate_timers(now)
+        if timed_out:
+            self.stats["initial timeouts"] += timed_out
 
     # ------------------------------------------------------------ the receive thread
 

@@ -1,0 +1,100 @@
+"""One subscriber's queue between the receive thread that fills it and the reader that drains it.
+
+Kept apart from the client so that routing can be exercised without sockets.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+
+from fyrehose.errors import MessagesLost
+from fyrehose.subject_stream import InitialGate, SubjectMessage
+from fyrehose.tracker import Event, Lost
+
+_CLOSED = object()
+
+
+class Subscription:
+    """The ordered stream of one :meth:`Client.subscribe` call; iterate it or call :meth:`get`.
+
+    With ``on_loss="raise"`` (default) a permanent loss raises
+    :class:`MessagesLost` from ``__next__``/``get`` and the stream goes on after
+    it; with ``on_loss="yield"`` a :class:`Lost` event is returned in line.
+    At most ``max_queued`` events (and ``max_queued_bytes`` of payload) wait for
+    the reader; beyond that the surplus becomes a ``Lost`` range with reason
+    "subscriber overrun".
+
+    Without a ``pattern`` it yields every message as a :class:`Message` with
+    the raw payload (envelopes included, undecoded).  With one it yields a
+    :class:`~fyrehose.subject_stream.SubjectMessage` for each enveloped
+    message whose subject matches; loss events reach every subscription.
+    """
+
+    def __init__(self, on_loss: str = "raise", max_queued: int = 1_000_000, pattern: str | None = None,
+                 max_queued_bytes: int = 256 << 20) -> None:
+        if on_loss not in ("raise", "yield"):
+            raise ValueError("on_loss must be 'raise' or 'yield'")
+        self.on_loss = on_loss
+        self.max_queued = max_queued
+        self.max_queued_bytes = max_queued_bytes
+        self._queued_bytes = 0  # payload bytes waiting
+        self._lock = threading.Lock()  # guards _queued_bytes and _overrun (reader vs receive thread)
+        self.pattern = pattern
+        self.gate: InitialGate | None = None
+        self._queue: queue.Queue = queue.Queue()
+        self._overrun: tuple[int, int] | None = None
+        self.closed = False
+
+    def __iter__(self) -> "Subscription":
+        return self
+
+    def __next__(self) -> Event:
+        event = self.get()
+        if event is None:
+            raise StopIteration
+        return event
+
+    def get(self, timeout: float | None = None) -> Event | None:
+        """The next event; None when ``timeout`` passes or the client closed."""
+        item = self._overrun_if_drained()
+        if item is None:
+            try:
+                item = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                return None
+        if item is _CLOSED:
+            self._queue.put(_CLOSED)  # every later call ends too
+            return None
+        if not isinstance(item, Lost):
+            with self._lock:
+                self._queued_bytes -= len(item.data)
+        elif self.on_loss == "raise":
+            raise MessagesLost(item)
+        return item
+
+    def _overrun_if_drained(self) -> Lost | None:
+        """Once the reader has caught up, what it missed is reported at once, not with the next message."""
+        with self._lock:
+            if self._overrun is None or not self._queue.empty():
+                return None
+            lost = Lost(self._overrun[0], self._overrun[1], "subscriber overrun")
+            self._overrun = None
+            return lost
+
+    def _offer(self, event: Event | SubjectMessage) -> None:
+        first = event.from_seq if isinstance(event, Lost) else event.seq
+        last = event.to_seq if isinstance(event, Lost) else event.seq
+        size = 0 if isinstance(event, Lost) else len(event.data)
+        with self._lock:
+            if self._queue.qsize() >= self.max_queued or self._queued_bytes + size > self.max_queued_bytes:
+                self._overrun = (self._overrun[0] if self._overrun else first, last)
+                return
+            if self._overrun:
+                self._queue.put(Lost(self._overrun[0], self._overrun[1], "subscriber overrun"))
+                self._overrun = None
+            self._queued_bytes += size
+            self._queue.put(event)
+
+    def _close(self) -> None:
+        self.closed = True
+        self._queue.put(_CLOSED)
