@@ -463,8 +463,8 @@ def test_sigterm_stops_every_server_and_load_generator(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--targets", "kafka"], "unknown target"),
     (["--payload", "8"], "outside 9..65498"),
-    (["--rate", "0"], "must be more than 0"),
-    (["--subscribers", "x"], "is not a number"),
+    (["--rate", "0"], "is not a positive number"),
+    (["--subscribers", "x"], "is not an integer"),
 ])
 def test_bad_arguments_get_one_line_and_exit_2(args, message):
     done = run_cli("bench", *args)

@@ -11,6 +11,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from fyrehose.argtypes import positive_float, positive_int
 from fyrehose.journal.retention import parse_duration, parse_quantity, parse_size
 from fyrehose.journal.store import FSYNC_MODES
 
@@ -27,16 +28,6 @@ def _argument(parse):
             raise argparse.ArgumentTypeError(str(exc)) from None
     convert.__name__ = parse.__name__
     return convert
-
-
-def _positive(kind):
-    def parse(text: str):
-        value = kind(text)
-        if value <= 0:
-            raise ValueError(f"{text} is not a positive number")
-        return value
-    parse.__name__ = kind.__name__
-    return _argument(parse)
 
 
 def _retain(text: str) -> str:
@@ -62,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fsync", choices=FSYNC_MODES, default="interval",
                         help="always: every written batch is fsynced before the next; interval: every "
                              "--fsync-interval seconds; never: the OS decides (default interval)")
-    parser.add_argument("--fsync-interval", type=_positive(float), default=1.0, metavar="S",
+    parser.add_argument("--fsync-interval", type=positive_float, default=1.0, metavar="S",
                         help="seconds between fsyncs with --fsync interval (default 1)")
     parser.add_argument("--retain", action="append", type=_argument(_retain), default=[], metavar="AGE|SIZE",
                         help="delete the oldest segments once older than AGE (e.g. 7d, 12h, 90min) or while all "
@@ -71,11 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seal a segment at this size (default 64MiB)")
     parser.add_argument("--segment-age", type=_argument(parse_duration), default=600.0, metavar="AGE",
                         help="seal a segment once its oldest record is this old (default 10min)")
-    parser.add_argument("--give-up", type=_positive(float), default=15.0, metavar="S",
+    parser.add_argument("--give-up", type=positive_float, default=15.0, metavar="S",
                         help="record a gap as lost after S seconds of REQUESTs to other clients (default 15)")
-    parser.add_argument("--forward-rate", type=_positive(float), default=50_000, metavar="N",
+    parser.add_argument("--forward-rate", type=positive_float, default=50_000, metavar="N",
                         help="re-DELIVER at most N messages/s when answering FORWARDs (default 50000)")
-    parser.add_argument("--from", dest="from_seq", type=_positive(int), metavar="SEQ",
+    parser.add_argument("--from", dest="from_seq", type=positive_int, metavar="SEQ",
                         help="an empty journal starts at SEQ, backfilling from other clients "
                              "(default: with the live stream); a journal with data resumes where it ended")
     parser.add_argument("--no-parquet", action="store_true",

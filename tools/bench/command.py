@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from fyrehose.argtypes import non_negative_float, non_negative_int, positive_float, positive_int
 from fyrehose.codec import MAX_PAYLOAD
 from fyrehose.tools.bench.targets import DEFAULT_TARGETS, parse_targets
 from fyrehose.tools.bench.wire import MIN_PAYLOAD
@@ -15,36 +16,12 @@ def _targets(text: str):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text} must be more than 0")
-        return value
-    return parse
-
-
-def _at_least_zero(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{text} must not be negative")
-        return value
-    return parse
-
-
 def _workers(text: str) -> int | str:
-    return text if text == "auto" else _positive(int)(text)
+    return text if text == "auto" else positive_int(text)
 
 
 def _payload(text: str) -> int:
-    value = _positive(int)(text)
+    value = positive_int(text)
     if not MIN_PAYLOAD <= value <= MAX_PAYLOAD:
         raise argparse.ArgumentTypeError(
             f"{value} is outside {MIN_PAYLOAD}..{MAX_PAYLOAD} (a payload carries a mark and an 8-byte timestamp)")
@@ -56,30 +33,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated, measured in this order each round: fyrehose (multi-process backbone), "
                              "fyrehose-single (--workers 0), redis, nats, and fyrehose-nobatch / "
                              f"fyrehose-single-nobatch for subscribers without BATCH (default {DEFAULT_TARGETS})")
-    parser.add_argument("--publishers", type=_positive(int), default=1, metavar="N",
+    parser.add_argument("--publishers", type=positive_int, default=1, metavar="N",
                         help="publisher processes (default 1)")
-    parser.add_argument("--subscribers", type=_positive(int), default=4, metavar="N",
+    parser.add_argument("--subscribers", type=positive_int, default=4, metavar="N",
                         help="subscriber processes (default 4)")
     parser.add_argument("--payload", type=_payload, default=64, metavar="BYTES",
                         help=f"payload size, {MIN_PAYLOAD}..{MAX_PAYLOAD} (default 64)")
-    parser.add_argument("--duration", type=_positive(float), default=10.0, metavar="S",
+    parser.add_argument("--duration", type=positive_float, default=10.0, metavar="S",
                         help="seconds of publishing per step (default 10)")
-    parser.add_argument("--rate", type=_positive(float), metavar="R",
+    parser.add_argument("--rate", type=positive_float, metavar="R",
                         help="offer a fixed R msgs/s in total and measure throughput and latency there "
                              "(default: search for the highest rate sustained with < 0.1%% loss)")
-    parser.add_argument("--latency-rate", type=_positive(float), default=10_000.0, metavar="R",
+    parser.add_argument("--latency-rate", type=positive_float, default=10_000.0, metavar="R",
                         help="fixed rate of the latency step after a search (default 10000)")
-    parser.add_argument("--rounds", type=_positive(int), default=3, metavar="N",
+    parser.add_argument("--rounds", type=positive_int, default=3, metavar="N",
                         help="rounds; every target is measured once per round, figures are medians (default 3)")
-    parser.add_argument("--search-steps", type=_at_least_zero(int), default=4, metavar="N",
+    parser.add_argument("--search-steps", type=non_negative_int, default=4, metavar="N",
                         help="fixed-rate steps of the search after the unthrottled one (default 4)")
-    parser.add_argument("--grace", type=_at_least_zero(float), default=0.25, metavar="S",
+    parser.add_argument("--grace", type=non_negative_float, default=0.25, metavar="S",
                         help="how long after the publishers stop a message may still arrive and count "
                              "(default 0.25)")
     parser.add_argument("--workers", type=_workers, default="auto", metavar="R",
                         help="--workers of the multi-process backbone (targets fyrehose, fyrehose-nobatch): "
                              "a count or 'auto' (default auto: the backbone sizes itself to the CPUs)")
-    parser.add_argument("--fanout", type=_positive(int), metavar="F",
+    parser.add_argument("--fanout", type=positive_int, metavar="F",
                         help="--fanout of the multi-process backbone (default: the backbone's own)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
 
