@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import select
 import signal
-import socket
 import sys
 import time
 
@@ -18,6 +17,7 @@ from fyrehose.addresses import Address
 from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.metrics import Metric, MetricsServer, client_metrics, counter_metrics, process_metrics
 from fyrehose.backbone.statefile import SequenceStateFile
+from fyrehose.backbone.stopping import StopRequest
 from fyrehose.backbone.udp import SOCKET_BUFFER, bind_udp, send_all
 
 RECV_SIZE = 65536
@@ -33,10 +33,7 @@ class SingleProcessBackbone:
         self.state = state
         self.sock = bind_udp(listen, buffer_size=socket_buffer)
         self.address = self.sock.getsockname()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._stopping = False
+        self._stop = StopRequest()
         self._metrics = MetricsServer(metrics, self._collect) if metrics else None
         self._process = psutil.Process()
 
@@ -50,11 +47,7 @@ class SingleProcessBackbone:
 
     def stop(self) -> None:
         """Ask the loop to drain and return; safe from a signal handler or another thread."""
-        self._stopping = True
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass
+        self._stop.request()
 
     def run(self) -> None:
         backbone = self.backbone
@@ -64,11 +57,11 @@ class SingleProcessBackbone:
         counters = backbone.counters
         poller = select.poll()
         poller.register(sock, select.POLLIN)
-        poller.register(self._wake_r, select.POLLIN)
+        poller.register(self._stop.fileno(), select.POLLIN)
         if self._metrics:
             self._metrics.start()
         try:
-            while not self._stopping:
+            while not self._stop.requested:
                 poller.poll(IDLE_POLL_MS)
                 now = time.monotonic()
                 drained = 0
@@ -101,8 +94,7 @@ class SingleProcessBackbone:
         if self._metrics:
             self._metrics.stop()
         self.sock.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        self._stop.close()
         self.state.close()
 
 

@@ -20,7 +20,6 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
-import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from fyrehose.backbone.rings import Doorbell, Ring
 from fyrehose.backbone.sequencer import Sequencer, restored_backbone
 from fyrehose.backbone.shared import CounterBlock, SequencerState, SubscriberTable, Words, anonymous
 from fyrehose.backbone.statefile import SequenceStateFile
+from fyrehose.backbone.stopping import StopRequest
 from fyrehose.backbone.udp import SOCKET_BUFFER, bind_udp
 
 # Deep enough to ride out a worker that waits ~0.5 s for a CPU at 600,000 msgs/s (a full input ring
@@ -86,10 +86,7 @@ class Supervisor:
         self.state_file = state_file
         self._context = multiprocessing.get_context("fork")
         self._pid = os.getpid()
-        self._stopping = False
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
+        self._stop = StopRequest()
         r, f = options.workers, options.fanout
         roles = r + 1 + f
 
@@ -138,7 +135,8 @@ class Supervisor:
     def _stopper(self, block: int) -> Callable[[], bool]:
         """In a worker: true once the supervisor raised its stop flag or the worker got SIGTERM."""
         flags = self.stop_flags
-        return lambda: self._stopping or flags[block]
+        stop = self._stop
+        return lambda: stop.requested or flags[block]
 
     def _receiver(self, i: int) -> Callable[[], None]:
         def body() -> None:
@@ -172,7 +170,7 @@ class Supervisor:
 
     def _child_main(self, worker: Worker) -> None:
         """First thing in a forked worker: die with the supervisor, take a name, shed the supervisor's duties."""
-        self._stopping = False
+        self._stop.requested = False  # the supervisor's request, if any, is not this worker's
         signal.signal(signal.SIGTERM, self._terminate_worker)  # a worker told to stop drains like on a shutdown
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C reaches the supervisor, which drains in order
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -182,12 +180,11 @@ class Supervisor:
         self.state_file.close()  # our copy of the lock descriptor: the supervisor holds the lock
         if self._metrics:
             self._metrics.close_listener()
-        self._wake_r.close()
-        self._wake_w.close()
+        self._stop.close()
         worker.target()
 
     def _terminate_worker(self, *_: object) -> None:
-        self._stopping = True
+        self._stop.request()
 
     def _start(self, worker: Worker) -> None:
         process = self._context.Process(target=self._child_main, args=(worker,), name=worker.name, daemon=False)
@@ -200,11 +197,7 @@ class Supervisor:
 
     def stop(self) -> None:
         """Ask for a clean shutdown; safe from a signal handler."""
-        self._stopping = True
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass
+        self._stop.request()
 
     def run(self) -> None:
         for worker in self.workers:
@@ -212,14 +205,11 @@ class Supervisor:
         if self._metrics:
             self._metrics.start()
         try:
-            while not self._stopping:
+            while not self._stop.requested:
                 sentinels = [w.process.sentinel for w in self.workers if w.process is not None]
-                multiprocessing.connection.wait(sentinels + [self._wake_r], timeout=1.0)
-                try:
-                    self._wake_r.recv(64)
-                except BlockingIOError:
-                    pass
-                if self._stopping:
+                multiprocessing.connection.wait(sentinels + [self._stop], timeout=1.0)
+                self._stop.clear_wakeups()
+                if self._stop.requested:
                     break
                 for worker in self.workers:
                     if worker.process is not None and not worker.process.is_alive():
@@ -269,8 +259,7 @@ class Supervisor:
             sock.close()
         for bell in (self.sequencer_bell, *self.receiver_bells, *self.fanout_bells):
             bell.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        self._stop.close()
 
     # ------------------------------------------------------------ metrics (a thread of the supervisor)
 
