@@ -4,41 +4,36 @@ from __future__ import annotations
 import argparse
 
 
-def positive_int(text: str) -> int:
+def _parse(kind: type, text: str) -> int | float:
     try:
-        value = int(text)
+        return kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+
+
+def positive_int(text: str) -> int:
+    value = _parse(int, text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return value
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _parse(float, text)
     if not value > 0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"{text} is not a positive number")
     return value
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    value = _parse(int, text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} must not be negative")
     return value
 
 
 def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _parse(float, text)
     if not value >= 0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"{text} must not be negative")
     return value
