@@ -2,38 +2,32 @@
 from __future__ import annotations
 
 import argparse
+from typing import Callable, TypeVar
+
+Number = TypeVar("Number", int, float)
 
 
-def _parse(kind: type, text: str) -> int | float:
+def _checked(kind: Callable[[str], Number], text: str, accept: Callable[[Number], bool], refusal: str) -> Number:
     try:
-        return kind(text)
+        value = kind(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+    if not accept(value):  # written so that nan is refused too
+        raise argparse.ArgumentTypeError(f"{text} {refusal}")
+    return value
 
 
 def positive_int(text: str) -> int:
-    value = _parse(int, text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
+    return _checked(int, text, lambda value: value >= 1, "is not a positive integer")
 
 
 def positive_float(text: str) -> float:
-    value = _parse(float, text)
-    if not value > 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
+    return _checked(float, text, lambda value: value > 0, "is not a positive number")
 
 
 def non_negative_int(text: str) -> int:
-    value = _parse(int, text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} must not be negative")
-    return value
+    return _checked(int, text, lambda value: value >= 0, "must not be negative")
 
 
 def non_negative_float(text: str) -> float:
-    value = _parse(float, text)
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{text} must not be negative")
-    return value
+    return _checked(float, text, lambda value: value >= 0, "must not be negative")

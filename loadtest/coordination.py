@@ -28,7 +28,7 @@ TALLY = "fyrehose:tally"
 TRUNCATE = "fyrehose:truncate"
 FINISH = "fyrehose:finish"
 TALLY_INTERVAL = 1.0
-SETTLE = 0.5  # seconds after a phase ends (and its last publish resolved) before its messages count as arrived or missing
+SETTLE = 0.5  # seconds after a phase ends and its last publish resolved, before its messages count
 LEAD_IN = 1.0  # seconds from Locust's test start to the first phase: users start (and subscribe) meanwhile
 FINISH_TIMEOUT = 10.0  # how long the conductor waits for the final tallies
 

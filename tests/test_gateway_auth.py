@@ -16,8 +16,7 @@ from fyrehose.auth import Credentials
 from fyrehose.envelope import Envelope, encode
 from support import run_cli
 from test_auth_client import SERVICE, Attacker, genuine_bytes, users, wait_for
-from test_gateway_common import _subscriber
-from test_gateway_common_support import KINDS, GatewayProcess, module_backbone  # noqa: F401  (fixture)
+from test_gateway_common_support import KINDS, GatewayProcess, module_backbone, raw_subscriber  # noqa: F401
 
 
 def read_until(sock: socket.socket, marker: bytes, timeout: float = 15.0) -> bytes:
@@ -53,7 +52,7 @@ def test_gateway_clients_get_only_verified_messages_and_gateway_publishes_are_si
         for gateway in gateways.values():
             gateway.start()
         for kind, gateway in gateways.items():
-            sockets[kind] = _subscriber(kind, gateway.address, b"q.x")
+            sockets[kind] = raw_subscriber(kind, gateway.address, b"q.x")
         with Client(module_backbone.address, auth=Credentials(db, "paul", SERVICE), session_interval=0.5) as paul, \
                 Client(module_backbone.address, auth=Credentials(db, "sam", SERVICE), session_interval=0.5) as sam, \
                 Client(module_backbone.address) as spy:

@@ -27,6 +27,7 @@ from support import LOOPBACK, run_cli
 from test_gateway_common_support import (  # noqa: F401  (fixtures)
     GatewayProcess,
     MarlinClient,
+    raw_subscriber,
     gateways,
     module_backbone,
     wait_until,
@@ -216,21 +217,6 @@ def test_every_gateway_and_the_udp_client_see_one_order(gateways, module_backbon
 # ---------------------------------------------------------------- slow consumers
 
 
-def _subscriber(kind: str, address, channel: bytes, receive_buffer: int | None = None) -> socket.socket:
-    """A raw client subscribed to ``channel`` (optionally with a small receive buffer)."""
-    sock = socket.socket()
-    if receive_buffer:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
-    sock.connect(address)
-    if kind == "redis":
-        sock.sendall(b"*2\r\n$9\r\nSUBSCRIBE\r\n$%d\r\n%s\r\n" % (len(channel), channel))
-    elif kind == "nats":
-        sock.sendall(b"CONNECT {}\r\nSUB %s 1\r\nPING\r\n" % channel)
-    else:
-        sock.sendall(b"\x00\x00\x00%c\x00\x00%s" % (len(channel) + 2, channel))
-    return sock
-
-
 def _read_until_closed(sock: socket.socket, timeout: float) -> bool:
     """Whether the gateway closed the connection (read whatever it had sent before)."""
     sock.settimeout(timeout)
@@ -252,8 +238,8 @@ def test_a_slow_consumer_is_disconnected_and_memory_stays_bounded(kind, module_b
     gateway = GatewayProcess(kind, module_backbone.address, tmp_path, ["--max-pending", str(2 << 20)]).start()
     try:
         channel = b"slow.lane"
-        stalled = _subscriber(kind, gateway.address, channel, receive_buffer=4096)  # never read
-        healthy = _subscriber(kind, gateway.address, channel)
+        stalled = raw_subscriber(kind, gateway.address, channel, receive_buffer=4096)  # never read
+        healthy = raw_subscriber(kind, gateway.address, channel)
         received = [0]
         stop = threading.Event()
 

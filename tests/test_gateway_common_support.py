@@ -120,6 +120,21 @@ def wait_until(condition, timeout: float = 10.0, interval: float = 0.02) -> bool
     return condition()
 
 
+def raw_subscriber(kind: str, address, channel: bytes, receive_buffer: int | None = None) -> socket.socket:
+    """A raw client subscribed to ``channel`` (optionally with a small receive buffer)."""
+    sock = socket.socket()
+    if receive_buffer:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.connect(address)
+    if kind == "redis":
+        sock.sendall(b"*2\r\n$9\r\nSUBSCRIBE\r\n$%d\r\n%s\r\n" % (len(channel), channel))
+    elif kind == "nats":
+        sock.sendall(b"CONNECT {}\r\nSUB %s 1\r\nPING\r\n" % channel)
+    else:
+        sock.sendall(b"\x00\x00\x00%c\x00\x00%s" % (len(channel) + 2, channel))
+    return sock
+
+
 # ---------------------------------------------------------------- a Marlin client from seeds/003
 
 # seeds/003: every message is VERSION(1) TYPE(1) PAYLOAD; over TCP each message is

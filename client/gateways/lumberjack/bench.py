@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as temp:
         directory = Path(temp)
-        backbone_address = f"127.0.0.1:{free_port(socket.SOCK_STREAM)}"
+        backbone_address = f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}"  # the backbone speaks UDP
         gateway_port = free_port(socket.SOCK_STREAM)
         backbone = _start(["backbone", "--listen", backbone_address, "--state-dir", str(directory / "state")],
                           directory / "backbone.log", "listening on")
