@@ -1,6 +1,7 @@
 """Parsing of HOST:PORT arguments and of trusted-network lists, shared by every command."""
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import socket
 
@@ -49,3 +50,33 @@ def parse_networks(texts: list[str]) -> tuple[ipaddress.IPv4Network, ...]:
         except ValueError:
             raise ValueError(f"{text!r} is not an IPv4 network (CIDR)") from None
     return tuple(networks)
+
+
+def route_source(destination: Address) -> str:
+    """The local IPv4 address the kernel would send from to reach ``destination``.
+
+    A client binds it rather than 0.0.0.0 so that its port is reachable only
+    where its backbone is: a client of a loopback backbone listens on
+    127.0.0.1 alone.  Connecting a UDP socket sends nothing; it only routes.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(destination)
+        except OSError:
+            return "0.0.0.0"  # no route yet: the KEEPALIVEs will tell the user the backbone is unreachable
+        return probe.getsockname()[0]
+
+
+def parse_bind(text: str) -> Address:
+    """``HOST`` or ``HOST:PORT`` for a client's local address (port 0: any)."""
+    try:
+        return parse_hostport(text, 0)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_bind_argument(parser: argparse.ArgumentParser) -> None:
+    """``--bind``, for every command whose backbone client listens for DELIVERs."""
+    parser.add_argument("--bind", type=parse_bind, default=None, metavar="HOST[:PORT]",
+                        help="local address for the backbone client's UDP socket (default: the address that "
+                             "routes to the backbone, e.g. 127.0.0.1 for a loopback backbone)")

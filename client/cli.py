@@ -12,6 +12,8 @@ import argparse
 import importlib
 import sys
 
+from fyrehose.fatal import exit_on_thread_death
+
 # command -> (module, one-line help)
 COMMANDS = {
     "backbone": ("fyrehose.backbone.command", "run the sequencing backbone"),
@@ -25,6 +27,9 @@ COMMANDS = {
     "loadtest": ("fyrehose.loadtest.command", "Locust load test over UDP: capacity search, CSV/HTML reports"),
     "pipeline": ("fyrehose.tools.pipeline.command", "PySpark jobs: journal report, load-test capacity, export"),
 }
+
+# Long-running commands: a worker thread that dies ends them (fyrehose.fatal), never half-alive.
+SERVICES = frozenset({"sub", "journal", "cache", "gateway"})
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -56,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
     runner = getattr(module, f"run_{args.command}", None) or module.run
+    if args.command in SERVICES:
+        exit_on_thread_death(args.command)
     try:
         return runner(args)
     except KeyboardInterrupt:

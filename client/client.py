@@ -46,11 +46,13 @@ from dataclasses import replace
 from typing import Iterable, Protocol
 
 from fyrehose import codec, envelope
-from fyrehose.addresses import Address, parse_hostport
+from fyrehose.addresses import Address, parse_hostport, resolve_ipv4, route_source
+from fyrehose.admission import admit
 from fyrehose.auth import Authenticator, Credentials
 from fyrehose.envelope import Envelope, MsgType, Status
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, RequestTimeout
 from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of this module's API
+from fyrehose.fatal import guarded
 from fyrehose.memjournal import MemoryJournal
 from fyrehose.pacing import TokenBucket
 from fyrehose.routing import SubjectRouter
@@ -105,7 +107,7 @@ class Client:
         request_delay: float = 0.02,
         give_up_after: float = 10.0,
         forward_rate: float = 50_000,
-        bind: Address = ("0.0.0.0", 0),
+        bind: Address | None = None,
         store: "MessageStore | None" = None,
         user: str | None = None,
         auth: Credentials | None = None,
@@ -113,6 +115,7 @@ class Client:
     ) -> None:
         if isinstance(backbone, str):
             backbone = parse_hostport(backbone, 2323)
+        backbone = (resolve_ipv4(backbone[0]), backbone[1])  # sources compare as IP literals
         if not 0 < keepalive_interval <= 1.0:
             raise ValueError("keepalive_interval must be in (0, 1] seconds (seeds/000 client rule 1)")
         if auth is not None:
@@ -150,7 +153,7 @@ class Client:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         except OSError:
             pass
-        self.sock.bind(bind)
+        self.sock.bind(bind if bind is not None else (route_source(backbone), 0))
         self.address: Address = self.sock.getsockname()
 
         self._closed = False
@@ -177,8 +180,10 @@ class Client:
         if self.auth is not None:  # the trust exchange needs the stream before any subscription
             self._tracker = SequenceTracker(None, **self._tracker_options)
 
-        self._reader = threading.Thread(target=self._run, name="fyrehose-client", daemon=True)
-        self._forwarder = threading.Thread(target=self._forward_loop, name="fyrehose-forwarder", daemon=True)
+        self._reader = threading.Thread(target=guarded(self._run, "fyrehose-client receive"), name="fyrehose-client", daemon=True)
+        self._forwarder = threading.Thread(target=guarded(self._forward_loop, "fyrehose-client forwarder"),
+                                           name="fyrehose-forwarder",
+                                           daemon=True)
         self._reader.start()
         self._forwarder.start()
         if not self._acked.wait(unreachable_after):
@@ -523,10 +528,7 @@ class Client:
                     return
                 self.stats["receive errors"] += 1
                 continue
-            try:
-                self._handle(data, source, time.monotonic())
-            except codec.ProtocolError:
-                self.stats["malformed"] += 1
+            self._handle(data, source, time.monotonic())
 
     def _timers(self, now: float) -> None:
         self._session_timers(now)
@@ -553,45 +555,53 @@ class Client:
                 self.stats["send errors"] += 1
 
     def _handle(self, data: bytes, source: Address, now: float) -> None:
-        kind = data[0]
+        """One datagram, whatever its bytes or sender: handled, or dropped and counted (docs/security.md)."""
+        kind, from_backbone, drop = admit(data, source, self.backbone)
+        if drop:
+            self.stats[drop] += 1
+            return
         if kind == codec.DELIVER:
             spans, error = codec.scan(data, codec.DELIVER)
             if error:
                 self.stats["malformed"] += 1
-            self._deliver(data, spans, now)
-        elif kind == codec.CONFIRM:
+            self._deliver(data, spans, now, from_backbone)
+            return
+        try:
             frames = codec.decode(data)
+        except codec.ProtocolError:
+            self.stats["malformed"] += 1
+            return
+        if kind == codec.CONFIRM:
             with self._lock:
                 for frame in frames:
                     if isinstance(frame, codec.Confirm) and frame.tag in self._pending:
                         self._pending[frame.tag] = frame.seq
                 self._confirmed.notify_all()
         elif kind == codec.KEEPALIVE_ACK:
-            (ack,) = codec.decode(data)
-            if ack.token in self._tokens and source == self.backbone:
+            ack = frames[0]
+            if isinstance(ack, codec.KeepaliveAck) and ack.token in self._tokens:
                 self._last_ack = now
                 self._acked.set()
                 if ack.head and self._tracker is not None:
                     self._tracker.head(ack.head, now)
+            else:
+                self.stats["unknown tokens"] += 1
         elif kind == codec.FORWARD:
-            (forward,) = codec.decode(data)
-            if source != self.backbone:
-                self.stats["forwards from strangers"] += 1
+            forward = frames[0]
+            if not isinstance(forward, codec.Forward):
+                self.stats["malformed"] += 1
             elif self.journal is None:
                 self.stats["forwards ignored"] += 1
+            elif forward in self._queued_forwards:  # a retried REQUEST: the first answer is on its way
+                self.stats["duplicate forwards"] += 1
             else:
                 try:
-                    if forward in self._queued_forwards:  # a retried REQUEST: the first answer is on its way
-                        self.stats["duplicate forwards"] += 1
-                    else:
-                        self._forwards.put_nowait(forward)
-                        self._queued_forwards.add(forward)
+                    self._forwards.put_nowait(forward)
+                    self._queued_forwards.add(forward)
                 except queue.Full:
                     self.stats["forwards dropped"] += 1
-        else:
-            self.stats["malformed"] += 1
 
-    def _deliver(self, data: bytes, spans: list[tuple[int, int, int]], now: float) -> None:
+    def _deliver(self, data: bytes, spans: list[tuple[int, int, int]], now: float, from_backbone: bool) -> None:
         journal = self.journal
         tracker = self._tracker
         events: list[Event] = []
@@ -599,6 +609,9 @@ class Client:
         for start, end, seq in spans:
             if not seq:
                 self.stats["malformed"] += 1
+                continue
+            if not from_backbone and (tracker is None or not tracker.awaits(seq)):
+                self.stats["DELIVERs from strangers"] += 1  # not a hole we asked for: forged or stale
                 continue
             payload = data[start + header:end]
             if journal is not None:

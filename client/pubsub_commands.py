@@ -5,6 +5,7 @@ import argparse
 import sys
 import time
 
+from fyrehose.addresses import add_bind_argument
 from fyrehose.argtypes import positive_float
 from fyrehose.codec import MAX_PAYLOAD
 
@@ -22,6 +23,7 @@ def _sequence(text: str) -> int:
 def _backbone_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE, metavar="HOST:PORT",
                         help=f"the backbone (default {DEFAULT_BACKBONE})")
+    add_bind_argument(parser)
 
 
 def add_pub_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +59,7 @@ def _lines(messages: list[str]):
 def run_pub(args: argparse.Namespace) -> int:
     from fyrehose.client import Client
 
-    with Client(args.backbone, subscribe=False) as client:
+    with Client(args.backbone, subscribe=False, bind=args.bind) as client:
         for number, data in enumerate(_lines(args.messages), 1):
             if len(data) > MAX_PAYLOAD:
                 raise ValueError(f"message {number} is {len(data)} bytes; the maximum is {MAX_PAYLOAD}")
@@ -78,7 +80,8 @@ def run_sub(args: argparse.Namespace) -> int:
     out = sys.stdout
     lost = 0
     received = 0
-    with Client(args.backbone, journal=not args.no_journal, give_up_after=args.give_up) as client:
+    with Client(args.backbone, journal=not args.no_journal, give_up_after=args.give_up,
+                bind=args.bind) as client:
         stream = client.subscribe(from_seq=args.from_seq, on_loss="yield")
         while args.count is None or received < args.count:
             wait = None if end is None else end - time.monotonic()

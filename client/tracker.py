@@ -92,6 +92,20 @@ class SequenceTracker:
     def holes(self) -> list[tuple[int, int]]:
         return [(h.first, h.last) for h in self._holes]
 
+    def awaits(self, seq: int) -> bool:
+        """Whether ``seq`` lies in a hole already REQUESTed and not yet filled.
+
+        Only such a sequence may come from an address other than the
+        backbone's (a journaling client answering a FORWARD); the client
+        drops a stranger's DELIVER of anything else.
+        """
+        for hole in self._holes:
+            if hole.first > seq:
+                return False
+            if seq <= hole.last:
+                return hole.attempts > 0
+        return False
+
     def deliver(self, seq: int, data: bytes, now: float) -> list[Event]:
         """Take one DELIVER; return the events now ready, in sequence order."""
         if self.next is None:

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+from fyrehose.addresses import add_bind_argument
 from fyrehose.argtypes import positive_int
 from fyrehose.auth_options import add_auth_arguments, credentials_from
 
@@ -25,6 +26,7 @@ DEFAULT_MAX_BYTES = 64 << 20
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE, metavar="HOST:PORT",
                         help=f"the backbone (default {DEFAULT_BACKBONE})")
+    add_bind_argument(parser)
     parser.add_argument("--max-bytes", type=positive_int, default=DEFAULT_MAX_BYTES, metavar="N",
                         help="memory bound for records (subject + value + 256 bytes each); the least recently "
                              f"used are evicted with drop/preempted (default {DEFAULT_MAX_BYTES})")
@@ -40,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     cache = Cache(args.max_bytes)
-    with Client(args.backbone, user=args.user, auth=credentials, session_interval=args.session_interval) as client:
+    with Client(args.backbone, user=args.user, auth=credentials, session_interval=args.session_interval,
+                bind=args.bind) as client:
         stream = client.subscribe(">", on_loss="yield")
         sys.stderr.write(f"fyrehose cache: session {client.session.name} on {args.backbone}, "  # type: ignore[union-attr]
                          f"max {args.max_bytes} bytes\n")

@@ -23,8 +23,10 @@ from typing import Callable
 import gevent
 
 from fyrehose.auth import Credentials
+from fyrehose.addresses import Address
 from fyrehose.client import Client, RequestTimeout
 from fyrehose.envelope import Envelope
+from fyrehose.fatal import guarded
 from fyrehose.tracker import Lost
 
 log = logging.getLogger("fyrehose.gateway")
@@ -42,15 +44,17 @@ class Bridge:
     """Publish through, and receive the ordered stream from, one backbone."""
 
     def __init__(self, backbone: str, route: Route, *, stats: Counter, publish_timeout: float = 5.0,
-                 credentials: Credentials | None = None, session_interval: float = 2.0) -> None:
+                 credentials: Credentials | None = None, session_interval: float = 2.0,
+                 bind: Address | None = None) -> None:
         self.route = route
         self.stats = stats
         self.publish_timeout = publish_timeout
         self.position = 0  # the last sequence taken from the stream
         # NOJOURNAL: a gateway serves clients, not FORWARDs (journal nodes do), and keeps no history
-        self.client = Client(backbone, journal=False, auth=credentials, session_interval=session_interval)
+        self.client = Client(backbone, journal=False, auth=credentials, session_interval=session_interval,
+                             bind=bind)
         self._stream = self.client.subscribe(">", on_loss="yield", max_queued=MAX_QUEUED)
-        self._fan_out = gevent.spawn(self._fan_out_loop)
+        self._fan_out = gevent.spawn(guarded(self._fan_out_loop, "gateway fan-out"))
 
     def close(self) -> None:
         self.client.close()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from fyrehose.addresses import add_bind_argument
+
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 
 # kind -> module providing add_arguments(parser) and run(args) -> int
@@ -45,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help=f"TCP address to serve clients on (default {listen})")
         sub.add_argument("--backbone", default=DEFAULT_BACKBONE, metavar="HOST:PORT",
                          help=f"the backbone (default {DEFAULT_BACKBONE})")
+        add_bind_argument(sub)
         _add_module_arguments(sub, module_name)
     for name, (module_name, help_text) in TOOLS.items():
         sub = kinds.add_parser(name, help=help_text, description=help_text)

@@ -11,6 +11,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from fyrehose.addresses import add_bind_argument
 from fyrehose.argtypes import positive_float, positive_int
 from fyrehose.journal.retention import parse_duration, parse_quantity, parse_size
 from fyrehose.journal.store import FSYNC_MODES
@@ -49,6 +50,7 @@ def _range(text: str) -> tuple[int, int]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE, metavar="HOST:PORT",
                         help=f"the backbone (default {DEFAULT_BACKBONE})")
+    add_bind_argument(parser)
     parser.add_argument("--dir", type=Path, metavar="DIR", help="the journal directory (created if missing)")
     parser.add_argument("--fsync", choices=FSYNC_MODES, default="interval",
                         help="always: every written batch is fsynced before the next; interval: every "
@@ -139,7 +141,7 @@ def _run_journal(args: argparse.Namespace) -> int:
         announcement += f" (cut off a torn tail of {store.stats['truncated bytes']} bytes)"
     service = JournalService(store, backbone, start_seq=resume or args.from_seq, give_up_after=args.give_up,
                              forward_rate=args.forward_rate, retention=parse_retention(args.retain),
-                             parquet=not args.no_parquet)
+                             parquet=not args.no_parquet, bind=args.bind)
     try:
         service.run(stop, announcement)
     finally:

@@ -17,6 +17,7 @@ from typing import TextIO
 
 from fyrehose.addresses import Address
 from fyrehose.client import Client
+from fyrehose.fatal import guarded
 from fyrehose.journal.retention import Retention
 from fyrehose.journal.store import JournalStore, SealedSegment
 from fyrehose.tracker import Event
@@ -28,7 +29,8 @@ RETENTION_EVERY = 30.0  # seconds between retention checks besides the one after
 class JournalService:
     def __init__(self, store: JournalStore, backbone: Address | str, *, start_seq: int | None,
                  give_up_after: float = 15.0, forward_rate: float = 50_000, retention: Retention = Retention(),
-                 parquet: bool = True, max_queued: int = 2_000_000, log: TextIO | None = None) -> None:
+                 parquet: bool = True, max_queued: int = 2_000_000, log: TextIO | None = None,
+                 bind: Address | None = None) -> None:
         self.store = store
         self.backbone = backbone
         self.start_seq = start_seq
@@ -39,6 +41,7 @@ class JournalService:
         self.max_queued = max_queued
         self.log = log if log is not None else sys.stderr
         self.forwarded = 0
+        self.bind = bind
 
     def say(self, text: str) -> None:
         self.log.write(f"fyrehose journal: {text}\n")
@@ -51,9 +54,9 @@ class JournalService:
         backbone that cannot be reached is the only line a failed start prints.
         """
         client = Client(self.backbone, store=self.store, give_up_after=self.give_up_after,
-                        forward_rate=self.forward_rate)
+                        forward_rate=self.forward_rate, bind=self.bind)
         self.say(announcement)
-        maintenance = threading.Thread(target=self._maintain, args=(stop,), name="journal-maintenance", daemon=True)
+        maintenance = threading.Thread(target=guarded(lambda: self._maintain(stop), "journal maintenance"), name="journal-maintenance", daemon=True)
         try:
             stream = client.subscribe(from_seq=self.start_seq, on_loss="yield", max_queued=self.max_queued)
             maintenance.start()

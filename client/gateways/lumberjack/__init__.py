@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     tls = server_context(args.tls_cert, args.tls_key, args.tls_ca) if args.tls_cert else None
 
     store = MemoryJournal(args.hold_bytes)
-    client = Client(backbone, subscribe=False, store=store, journal_bytes=args.hold_bytes)
+    client = Client(backbone, subscribe=False, store=store, journal_bytes=args.hold_bytes, bind=args.bind)
     publisher = HoldingPublisher(client, store, args.publish_timeout, PUBLISH_THREADS)
     try:
         server = LumberjackServer(listen, publisher, rule, tls=tls, max_connections=args.max_connections,

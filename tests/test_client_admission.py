@@ -1,0 +1,170 @@
+"""Who may say what to a client: pure rules, and a real client that a stranger tries to confuse."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fyrehose import codec
+from fyrehose.admission import admit
+from fyrehose.client import Client
+from fyrehose.tracker import SequenceTracker
+from support import run_cli
+
+BACKBONE = ("127.0.0.1", 2323)
+STRANGER = ("127.0.0.1", 40000)
+
+addresses = st.tuples(st.sampled_from(["127.0.0.1", "127.0.0.2", "10.0.0.1"]), st.integers(0, 65535))
+
+
+@given(st.binary(max_size=64), addresses)
+def test_any_datagram_from_anyone_gets_a_verdict(datagram, source):
+    kind, from_backbone, drop = admit(datagram, source, BACKBONE)
+    assert from_backbone == (source == BACKBONE)
+    assert bool(kind) != bool(drop)  # handled as a frame type, or dropped with a reason
+
+
+def test_only_the_backbone_acks_confirms_and_forwards():
+    ack = codec.encode(codec.KeepaliveAck(token=bytes(16)))
+    confirm = codec.encode_confirm(5, 9)
+    forward = codec.encode(codec.Forward("127.0.0.1", 1, 1, 2))
+    for datagram in (ack, confirm, forward):
+        assert admit(datagram, BACKBONE, BACKBONE).kind == datagram[0]
+        verdict = admit(datagram, STRANGER, BACKBONE)
+        assert verdict.kind == 0 and verdict.drop.endswith("from strangers")
+    deliver = codec.encode_deliver(1, b"x")
+    assert admit(deliver, STRANGER, BACKBONE) == (codec.DELIVER, False, "")  # decided per sequence
+    assert admit(b"", BACKBONE, BACKBONE).drop == "empty datagrams"
+    assert admit(codec.encode_push(b"x"), BACKBONE, BACKBONE).drop == "unknown frame types"
+    assert admit(b"\xff", STRANGER, BACKBONE).drop == "strangers' other datagrams"
+
+
+def test_a_tracker_awaits_only_requested_unfilled_holes():
+    tracker = SequenceTracker(1, request_delay=0.01)
+    tracker.deliver(1, b"a", 0.0)
+    tracker.deliver(5, b"e", 0.0)  # hole 2..4, not requested yet
+    assert not any(tracker.awaits(seq) for seq in range(1, 7))
+    requests, _ = tracker.poll(1.0)
+    assert requests == [(2, 4)]
+    assert [seq for seq in range(1, 7) if tracker.awaits(seq)] == [2, 3, 4]
+    tracker.deliver(3, b"c", 1.0)
+    assert [seq for seq in range(1, 7) if tracker.awaits(seq)] == [2, 4]
+
+
+def _wait(predicate, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def test_a_stranger_cannot_stop_confuse_or_inject(backbone):
+    with Client(backbone.address) as client, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger:
+        assert client.address[0] == "127.0.0.1"  # bound where the backbone routes, not 0.0.0.0
+        stream = client.subscribe()
+        first = client.publish(b"real-1")
+        forged = [
+            b"",  # once ended the receive thread
+            b"\x01", b"\x20", b"\x40\x00", b"\x08" * 7, b"\xff" * 100,
+            codec.encode_deliver(first + 1, b"forged-next"),
+            codec.encode_deliver(first + 1000, b"forged-future"),
+            codec.encode_deliver(first, b"forged-again"),
+            codec.encode(codec.KeepaliveAck(token=bytes(16), head=first + 50)),
+            codec.encode_confirm(1, 1),
+            codec.encode(codec.Forward("127.0.0.1", stranger.getsockname()[1] or 9, 1, first)),
+        ]
+        for datagram in forged * 3:
+            stranger.sendto(datagram, client.address)
+        assert _wait(lambda: client.stats["DELIVERs from strangers"] >= 9)
+        second = client.publish(b"real-2")
+        got = [next(stream), next(stream)]
+        assert [(m.seq, m.data) for m in got] == [(first, b"real-1"), (second, b"real-2")]
+        assert second == first + 1  # the forged ACK's HEAD invented no hole
+        held = dict(client.journal.held(1, second + 2000))
+        assert set(held.values()) == {b"real-1", b"real-2"}
+        assert client.stats["empty datagrams"] == 3
+        assert client.stats["KEEPALIVE-ACK from strangers"] == 3
+        assert client.stats["CONFIRM from strangers"] == 3
+        assert client.stats["FORWARD from strangers"] == 3
+        assert client.stats["forwarded"] == 0
+        assert client.reachable
+
+
+def test_a_forged_confirm_completes_no_publish(backbone):
+    with Client(backbone.address) as client:
+        client._pending[77] = None
+        client._handle(codec.encode_confirm(77, 5), STRANGER, time.monotonic())
+        assert client._pending[77] is None
+        client._handle(codec.encode_confirm(77, 5), client.backbone, time.monotonic())
+        assert client._pending.pop(77) == 5
+
+
+def test_a_service_whose_receive_thread_dies_exits_with_one_line(backbone_factory):
+    backbone = backbone_factory()
+    script = textwrap.dedent(f"""
+        import socket, time
+        from fyrehose.client import Client
+        from fyrehose.fatal import exit_on_thread_death
+        exit_on_thread_death("sub")
+        client = Client({backbone.address!r})
+        def broken(data, source, now):
+            raise RuntimeError("bug in handling")
+        client._handle = broken
+        poke = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for _ in range(50):
+            poke.sendto(b"x", client.address)
+            time.sleep(0.1)
+        print("still alive")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 70, proc.stderr
+    assert "still alive" not in proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert lines == ["fyrehose sub: error: thread fyrehose-client receive died: RuntimeError: bug in handling"]
+
+
+def test_bind_is_checked_in_one_line():
+    result = run_cli("sub", "--bind", "nowhere.invalid:1", "--count", "1", timeout=30)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "--bind" in result.stderr
+
+
+def test_sub_listens_where_bind_says(backbone_factory):
+    backbone = backbone_factory()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with Client(backbone.address, subscribe=False) as publisher:
+        publisher.publish(b"before")
+        result = subprocess.Popen(
+            [sys.executable, "-m", "fyrehose.cli", "sub", "--backbone", backbone.address,
+             "--bind", f"127.0.0.1:{port}", "--count", "1", "--timeout", "20"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert _wait(lambda: _port_taken(port), 10)
+            publisher.publish(b"hello")
+            out, err = result.communicate(timeout=20)
+        finally:
+            if result.poll() is None:
+                result.kill()
+                result.wait()
+    assert result.returncode == 0, err
+    assert out.strip().endswith("hello")
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+        return False
