@@ -6,10 +6,14 @@ NATS subjects are backbone subjects as they are, and NATS wildcards (``*``,
 envelope's ``reply`` field, which is all request/reply needs: a requester's
 ``_INBOX.<nuid>.*`` subscription here receives whatever any client anywhere
 publishes to its inbox, and ``_SNAP.<subject>`` requests are answered by the
-cache node the same way.  A message whose envelope type or status is not the
-default (a cache answer: INITIAL, NOT_FOUND) reaches clients that announced
-header support as an HMSG with ``Fyrehose-Type`` and ``Fyrehose-Status``
-headers.
+cache node the same way.  The header block of an HPUB travels in the
+envelope's ``headers`` field byte for byte (status line, repeated names and
+all) and reaches every client that announced header support as an HMSG with
+exactly that block; clients without header support, and Redis or Marlin
+subscribers, get the payload alone, as nats-server does.  A message whose
+envelope type or status is not the default (a cache answer: INITIAL,
+NOT_FOUND) and carries no headers of its own reaches header clients as an
+HMSG with ``Fyrehose-Type`` and ``Fyrehose-Status`` headers.
 
 With ``verbose`` the ``+OK`` of a PUB is sent once the backbone confirmed the
 message; in any mode the PONG to a PING follows the confirmation of every PUB
@@ -43,7 +47,8 @@ if TYPE_CHECKING:
 SERVER_VERSION = "2.10.0"  # the nats-server release whose client protocol this gateway follows
 MAX_SUBSCRIPTIONS = 65536  # per client
 # the largest payload that fits one backbone message whatever its subject and reply subject
-ANNOUNCED_MAX_PAYLOAD = MAX_PAYLOAD - (8 + MAX_SUBJECT + 2 + MAX_SUBJECT)
+# (an HPUB's size counts its header block too, which the envelope prefixes with 4 bytes of length)
+ANNOUNCED_MAX_PAYLOAD = MAX_PAYLOAD - (8 + MAX_SUBJECT + 2 + MAX_SUBJECT + 4)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,8 +102,8 @@ class NatsRoutes:
             return
         subject = message.subject.encode()
         reply = message.reply.encode() if message.reply else None
-        headers = None
-        if message.type != MsgType.UPDATE or message.status != Status.OK:
+        headers = message.headers
+        if headers is None and (message.type != MsgType.UPDATE or message.status != Status.OK):
             headers = proto.header_block([("Fyrehose-Type", message.type.name),
                                           ("Fyrehose-Status", message.status.name)])
         groups: dict[str, list[NatsSubscription]] = {}
@@ -217,10 +222,8 @@ class NatsSession:
         except EnvelopeError:
             self.stats["invalid publish subjects"] += 1
             return _Refusal("Invalid Publish Subject", fatal=False)
-        if pub.headers is not None:
-            self.stats["headers not carried"] += 1
         try:
-            return checked(Envelope(pub.subject, pub.payload, reply=pub.reply))
+            return checked(Envelope(pub.subject, pub.payload, reply=pub.reply, headers=pub.headers))
         except PayloadTooLarge:
             return _Refusal("Maximum Payload Violation")
 
