@@ -27,6 +27,7 @@ from fyrehose.gateways.lumberjack.frames import (
     encode_key_value,
     encode_window,
 )
+from node_clients import run_node
 from support import FYREHOSE, LOOPBACK, free_port
 
 
@@ -514,6 +515,21 @@ def test_tls_with_required_client_certificates(backbone, gateway_factory, record
     assert gateway.output().count("TLS handshake failed") == 2 and gateway.alive()
     time.sleep(0.3)
     assert len(recorder.messages) == 3
+
+
+def test_the_npm_lumberjack_protocol_v1_sender_streams_ten_windows_ahead(backbone, gateway_factory, recorder_factory,
+                                                                         certificates):
+    gateway = gateway_factory(backbone, "--tls-cert", certificates["server.pem"], "--tls-key",
+                              certificates["server.key"])
+    recorder = recorder_factory(backbone)
+    count, window = 3000, 100
+    output = run_node("lumberjack_v1_sender.js", gateway.port, certificates["ca.pem"], count, window)
+    acked, dropped, in_flight = (int(value) for value in output.split()[1::2])
+    assert acked == count and dropped == 0
+    assert in_flight > window  # several windows were in flight at once, and the gateway kept acking
+    documents = recorder.wait_for(count)
+    assert [document["line"] for document in documents] == [f"event {n}" for n in range(1, count + 1)]
+    assert "bad input" not in gateway.output()
 
 
 def test_tls_without_client_certificates(backbone, gateway_factory, recorder_factory, certificates):
