@@ -11,6 +11,7 @@ import time
 import nats
 import pytest
 
+from node_clients import run_node
 from support import FYREHOSE, LOOPBACK
 from test_gateway_common_support import gateways, module_backbone, raw_subscriber, wait_until  # noqa: F401
 
@@ -288,3 +289,16 @@ def test_snapshot_requests_are_answered_by_the_cache(url, module_backbone, tmp_p
     finally:
         os.kill(cache.pid, signal.SIGKILL)
         cache.wait(10)
+
+
+def test_the_npm_nats_client_unmodified(gateways):
+    watcher = RawNats(gateways["nats"].address)  # sees the bytes nats.js's HPUB carried, as they arrive
+    watcher.send(b'CONNECT {"headers":true}\r\nSUB node.x.data 1\r\nPING\r\n')
+    assert watcher.line() == b"PONG"
+    assert run_node("nats_client.js", gateways["nats"].port).strip() == "ok"
+    block = b"NATS/1.0\r\nMulti: one\r\nMulti: two\r\nTrace: abc\r\n\r\n"
+    wanted = b"HMSG node.x.data 1 %d %d\r\n%s%s\r\n" % (len(block), len(block) + 256, block, bytes(range(256)))
+    while len(watcher.data) < len(wanted):
+        watcher.data += watcher.sock.recv(65536)
+    assert watcher.data == wanted
+    watcher.sock.close()
