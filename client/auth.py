@@ -26,7 +26,7 @@ import secrets
 import struct
 import tempfile
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .envelope import Envelope, encode_unsigned
@@ -77,8 +77,7 @@ def compute_digest(key: bytes, envelope: Envelope) -> bytes:
 
 
 def sign(key: bytes, envelope: Envelope) -> Envelope:
-    e = envelope
-    return Envelope(e.subject, e.data, e.type, e.status, e.reply, e.session, e.seqno, compute_digest(key, e))
+    return replace(envelope, digest=compute_digest(key, envelope))
 
 
 def digest_matches(key: bytes, envelope: Envelope) -> bool:

@@ -53,6 +53,7 @@ from fyrehose.envelope import Envelope, MsgType, Status
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, RequestTimeout
 from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of this module's API
 from fyrehose.fatal import guarded
+from fyrehose.interest import LocalInterest
 from fyrehose.memjournal import MemoryJournal
 from fyrehose.pacing import TokenBucket
 from fyrehose.routing import SubjectRouter
@@ -175,6 +176,8 @@ class Client:
         self._router = SubjectRouter(self._new_inbox, self._send_start)
         self._inbox_owner = self.session.name if self.session is not None else secrets.token_hex(8)
         self._inbox_numbers = itertools.count(1)
+        self.interest = LocalInterest(self._inbox_owner, session_interval)  # announced on _INTEREST.ANNOUNCE
+        self._announced: dict[Subscription, str] = {}  # subscription -> the pattern it added to self.interest
         self._next_heartbeat = float("inf")
         self._next_auth_expiry = 0.0
         if self.auth is not None:  # the trust exchange needs the stream before any subscription
@@ -206,6 +209,9 @@ class Client:
         if self._closed:
             return
         self.flush()
+        leave = self.interest.leave()
+        if leave is not None and self.reachable:
+            self._send_unconfirmed(self._seal(leave))
         if self.session is not None and self.reachable:
             self._send_unconfirmed(self._finish(self.session.bye()))
         self._closed = True
@@ -383,7 +389,7 @@ class Client:
 
     def subscribe(self, pattern: str | None = None, *, from_seq: int | None = None, on_loss: str = "raise",
                   max_queued: int = 1_000_000, max_queued_bytes: int = 256 << 20, initial: bool = False, initial_timeout: float = 5.0,
-                  initial_retry: float = 0.5) -> Subscription:
+                  initial_retry: float = 0.5, announce: bool = True) -> Subscription:
         """An ordered, gap-free stream of the messages delivered from now on (or from ``from_seq``).
 
         ``pattern`` (``*`` one token, ``>`` the rest) keeps only enveloped
@@ -398,6 +404,10 @@ class Client:
         then the updates newer than that answer.  The request is repeated every
         ``initial_retry`` s; after ``initial_timeout`` s without an answer the
         updates flow without it (counted as ``initial timeouts``).
+
+        A pattern subscription is announced on the backbone (``_INTEREST.ANNOUNCE``,
+        docs/subjects.md) so gateways know someone wants it; ``announce=False``
+        is for a client that takes everything to serve others (a gateway, the cache).
         """
         if not self.subscribing:
             raise FyrehoseError("this client was created with subscribe=False")
@@ -415,11 +425,17 @@ class Client:
         if initial:
             subscription.gate = InitialGate(pattern, now, timeout=initial_timeout, retry=initial_retry)  # type: ignore[arg-type]
         self._router.add(subscription, now)
+        if pattern is not None and announce:
+            self.interest.add(pattern)
+            self._announced[subscription] = pattern
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
         """End a subscription (its iterator stops); one that asked for an initial value sends ``_SUB.STOP``."""
         stopped = self._router.remove(subscription)
+        announced = self._announced.pop(subscription, None)
+        if announced is not None:
+            self.interest.remove(announced)
         if stopped is not None:
             self._send_unconfirmed(self._seal(Envelope(SUB_STOP_PREFIX + stopped)))
         subscription._close()
@@ -501,6 +517,8 @@ class Client:
         if self.auth is not None and now >= self._next_auth_expiry:
             self.auth.expire(_wall_us())
             self._next_auth_expiry = now + 1.0
+        if self.interest.due(now):
+            self._send_unconfirmed(self._seal(self.interest.announcement(now)))
         timed_out = self._router.gate_timers(now)
         if timed_out:
             self.stats["initial timeouts"] += timed_out

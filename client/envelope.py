@@ -1,4 +1,4 @@
-"""The optional envelope inside a message's DATA: subject, type/status, reply subject, session and digest.
+"""The optional envelope inside a message's DATA: subject, type/status, reply subject, session, headers, digest.
 
 Binary, versioned and self-identifying: an envelope starts with the bytes
 ``FB 1E`` (0xFB never begins UTF-8 text, so text and JSON payloads are never
@@ -7,11 +7,20 @@ stays valid and simply has no subject.
 
 Layout (big endian)::
 
-    MAGIC FB 1E | VERSION 01 | TYPE u8 | STATUS u8 | FLAGS u8 | SUBJECT_LEN u16 | SUBJECT
+    MAGIC FB 1E | VERSION 01/02 | TYPE u8 | STATUS u8 | FLAGS u8 | SUBJECT_LEN u16 | SUBJECT
     [FLAG_REPLY:   REPLY_LEN u16 | REPLY]
     [FLAG_SESSION: SESSION_LEN u8 | SESSION | SEQNO u64]
+    [FLAG_HEADERS: HEADERS_LEN u32 | HEADERS]          (version 2 only)
     [FLAG_DIGEST:  DIGEST_LEN u8 | DIGEST]
     DATA (the rest)
+
+HEADERS is an opaque header block carried byte for byte (the NATS gateways
+put the client's ``NATS/1.0`` block there, status line and repeated names
+included).  An envelope with headers is version 2; every other envelope is
+still written as version 1, so readers that know only version 1 keep reading
+everything but header-carrying messages, which they skip as unknown versions
+instead of mistaking the header block for data.  Version 1 ignores the
+FLAG_HEADERS bit, as it ignores every unknown bit.
 
 Type and status follow the type/status table of the cache protocol the
 subject layer implements (docs/protocol.md, "Envelope").  Lengths count
@@ -33,11 +42,15 @@ VERSION = 1
 FLAG_REPLY = 0x1
 FLAG_SESSION = 0x2
 FLAG_DIGEST = 0x4
+FLAG_HEADERS = 0x8
+VERSION_HEADERS = 2  # the first version that carries FLAG_HEADERS
 MAX_SUBJECT = 1024
+_VERSIONS = (VERSION, VERSION_HEADERS)
 
 _FIXED = struct.Struct(">2sBBBBH")  # magic, version, type, status, flags, subject length
 _EMPTY_TOKEN_OR_SPACE = re.compile(r"\A\.|\.\.|\.\Z|\s")  # \s is exactly str.isspace()
 _U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 
 
@@ -85,6 +98,7 @@ class Envelope:
     session: str | None = None
     seqno: int | None = None  # with session: per-session sequence, bound into the digest
     digest: bytes | None = None
+    headers: bytes | None = None  # an opaque header block (a NATS HPUB's), carried byte for byte
 
 
 def check_subject(subject: str, *, wildcards: bool = False) -> bytes:
@@ -137,12 +151,19 @@ def _encode(envelope: Envelope, digest: bytes | None) -> bytes:
         parts.append(bytes((len(session),)) + session + _U64.pack(envelope.seqno))
     elif envelope.seqno is not None:
         raise EnvelopeError("seqno without session")
+    version = VERSION
+    if envelope.headers is not None:
+        if len(envelope.headers) >= 1 << 32:
+            raise EnvelopeError("header block of 4 GiB or more")
+        version = VERSION_HEADERS
+        flags |= FLAG_HEADERS
+        parts.append(_U32.pack(len(envelope.headers)) + envelope.headers)
     if digest is not None:
         if len(digest) > 255:
             raise EnvelopeError("digest longer than 255 bytes")
         flags |= FLAG_DIGEST
         parts.append(bytes((len(digest),)) + digest)
-    parts[0] = _FIXED.pack(MAGIC, VERSION, int(envelope.type), int(envelope.status), flags, len(subject)) + subject
+    parts[0] = _FIXED.pack(MAGIC, version, int(envelope.type), int(envelope.status), flags, len(subject)) + subject
     parts.append(envelope.data)
     return b"".join(parts)
 
@@ -157,12 +178,12 @@ def decode(payload: bytes) -> Envelope | None:
         return None
     try:
         _, version, kind, status, flags, subject_len = _FIXED.unpack_from(payload)
-        if version != VERSION:
+        if version not in _VERSIONS:
             return None
         offset = _FIXED.size
         subject = payload[offset:offset + subject_len].decode("utf-8")
         offset += subject_len
-        reply = session = seqno = digest = None
+        reply = session = seqno = digest = headers = None
         if flags & FLAG_REPLY:
             (length,) = _U16.unpack_from(payload, offset)
             reply = payload[offset + 2:offset + 2 + length].decode("utf-8")
@@ -172,6 +193,12 @@ def decode(payload: bytes) -> Envelope | None:
             session = payload[offset + 1:offset + 1 + length].decode("utf-8")
             (seqno,) = _U64.unpack_from(payload, offset + 1 + length)
             offset += 1 + length + 8
+        if version >= VERSION_HEADERS and flags & FLAG_HEADERS:
+            (length,) = _U32.unpack_from(payload, offset)
+            headers = bytes(payload[offset + 4:offset + 4 + length])
+            if len(headers) != length:
+                return None
+            offset += 4 + length
         if flags & FLAG_DIGEST:
             length = payload[offset]
             digest = bytes(payload[offset + 1:offset + 1 + length])
@@ -183,14 +210,15 @@ def decode(payload: bytes) -> Envelope | None:
         check_subject(subject)  # a wildcard or empty token on the wire is damage, not a subject
         if reply is not None:
             check_subject(reply)
-        return Envelope(subject, bytes(payload[offset:]), MsgType(kind), Status(status), reply, session, seqno, digest)
+        return Envelope(subject, bytes(payload[offset:]), MsgType(kind), Status(status), reply, session, seqno, digest,
+                        headers)
     except (struct.error, IndexError, UnicodeDecodeError, ValueError):
         return None
 
 
 def peek_subject(payload: bytes) -> str | None:
     """Only the subject (None for raw payloads): cheap enough for the journal's hot path."""
-    if payload[:2] != MAGIC or len(payload) < _FIXED.size or payload[2] != VERSION:
+    if payload[:2] != MAGIC or len(payload) < _FIXED.size or payload[2] not in _VERSIONS:
         return None
     subject_len = (payload[6] << 8) | payload[7]
     end = _FIXED.size + subject_len

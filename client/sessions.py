@@ -20,7 +20,7 @@ import json
 import math
 import secrets
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .envelope import Envelope, EnvelopeError, check_subject
 
@@ -166,8 +166,7 @@ class LocalSession:
         return next(self._seqnos)
 
     def stamp(self, envelope: Envelope) -> Envelope:
-        return Envelope(envelope.subject, envelope.data, envelope.type, envelope.status, envelope.reply,
-                        self.name, self.next_seqno())
+        return replace(envelope, session=self.name, seqno=self.next_seqno(), digest=None)
 
     def inbox(self, suffix: str) -> str:
         return inbox(self.name, suffix)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fyrehose.envelope import (FLAG_DIGEST, FLAG_REPLY, FLAG_SESSION, MAGIC, Envelope, EnvelopeError, MsgType,
+from fyrehose.envelope import (FLAG_DIGEST, FLAG_HEADERS, FLAG_REPLY, FLAG_SESSION, MAGIC, Envelope, EnvelopeError, MsgType,
                                Status, decode, encode, is_envelope, peek_subject)
 
 tokens = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Zs", "Zl", "Zp", "Cc"),
@@ -27,6 +27,7 @@ def envelopes(draw):
         session=session,
         seqno=None if session is None else draw(st.integers(0, 2**64 - 1)),
         digest=draw(st.none() | st.binary(max_size=64)),
+        headers=draw(st.none() | st.binary(max_size=200)),
     )
 
 
@@ -48,6 +49,63 @@ def test_exact_layout():
                 + bytes([2]) + b"\x01\x02"
                 + b"DATA")
     assert encode(envelope) == expected
+
+
+def test_exact_layout_with_headers_is_version_2():
+    headers = b"NATS/1.0 503\r\nA: 1\r\nA: 2\r\n\r\n"
+    envelope = Envelope("a.b", b"DATA", reply="r", session="u.n", seqno=7, digest=b"\x01", headers=headers)
+    expected = (MAGIC + bytes([2, 0, 0, FLAG_REPLY | FLAG_SESSION | FLAG_HEADERS | FLAG_DIGEST])
+                + struct.pack(">H", 3) + b"a.b"
+                + struct.pack(">H", 1) + b"r"
+                + bytes([3]) + b"u.n" + struct.pack(">Q", 7)
+                + struct.pack(">I", len(headers)) + headers
+                + bytes([1]) + b"\x01"
+                + b"DATA")
+    assert encode(envelope) == expected
+
+
+@given(envelopes())
+def test_envelopes_without_headers_stay_version_1(envelope):
+    assert encode(envelope)[2] == (1 if envelope.headers is None else 2)
+
+
+def _version_1_encode(envelope: Envelope) -> bytes:
+    """What the version-1-only encoder wrote (kept here to prove old envelopes still decode)."""
+    flags, tail = 0, b""
+    if envelope.reply is not None:
+        flags |= FLAG_REPLY
+        tail += struct.pack(">H", len(envelope.reply.encode())) + envelope.reply.encode()
+    if envelope.session is not None:
+        flags |= FLAG_SESSION
+        tail += bytes([len(envelope.session)]) + envelope.session.encode() + struct.pack(">Q", envelope.seqno)
+    if envelope.digest is not None:
+        flags |= FLAG_DIGEST
+        tail += bytes([len(envelope.digest)]) + envelope.digest
+    subject = envelope.subject.encode()
+    return (MAGIC + bytes([1, envelope.type, envelope.status, flags]) + struct.pack(">H", len(subject)) + subject
+            + tail + envelope.data)
+
+
+@given(envelopes())
+def test_old_version_1_envelopes_still_decode(envelope):
+    old = Envelope(envelope.subject, envelope.data, envelope.type, envelope.status, envelope.reply,
+                   envelope.session, envelope.seqno, envelope.digest)
+    assert decode(_version_1_encode(old)) == old
+
+
+@given(envelopes())
+def test_version_1_ignores_the_headers_flag_like_any_unknown_bit(envelope):
+    old = Envelope(envelope.subject, envelope.data, envelope.type, envelope.status, envelope.reply,
+                   envelope.session, envelope.seqno, envelope.digest)
+    payload = bytearray(_version_1_encode(old))
+    payload[5] |= FLAG_HEADERS
+    assert decode(bytes(payload)) == old
+
+
+def test_unknown_versions_are_not_decoded():
+    payload = bytearray(encode(Envelope("a.b", b"x", headers=b"NATS/1.0\r\n\r\n")))
+    payload[2] = 3
+    assert decode(bytes(payload)) is None and peek_subject(bytes(payload)) is None
 
 
 @given(st.binary(max_size=300))

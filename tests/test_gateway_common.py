@@ -292,3 +292,17 @@ def test_bench_command_reports_every_target_it_was_given():
     assert all(len(item["runs_msgs_per_s"]) == 1 and item["median_msgs_per_s"] > 0
                for item in report["results"].values())
     assert report["machine"]["cores"] >= 1 and report["subscribers"] == 4
+
+
+def test_bench_command_runs_redis_benchmark_against_the_server_and_the_gateway():
+    import json
+
+    result = run_cli("gateway", "bench", "--messages", "200", "--runs", "2", "--targets",
+                     "redis-server,redis-gateway", "--redis-benchmark-requests", "2000", "--json", timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    section = json.loads(result.stdout)["redis_benchmark_publish"]
+    assert section["requests"] == 2000 and section["clients"] == 50 and section["pipeline"] == 16
+    results = section["results"]
+    assert all(len(results[target]["runs_requests_per_s"]) == 2 and results[target]["median_requests_per_s"] > 0
+               for target in ("redis-server", "redis-gateway"))
+    assert len(results["runs_ratio_gateway_to_server"]) == 2 and results["median_ratio_gateway_to_server"] > 0

@@ -11,8 +11,9 @@ import time
 import nats
 import pytest
 
+from node_clients import run_node
 from support import FYREHOSE, LOOPBACK
-from test_gateway_common_support import gateways, module_backbone, wait_until  # noqa: F401  (fixtures)
+from test_gateway_common_support import gateways, module_backbone, raw_subscriber, wait_until  # noqa: F401
 
 
 @pytest.fixture
@@ -94,8 +95,8 @@ def test_request_reply_through_inboxes(url):
         await responder.flush()
         replies = [await requester.request("service.echo", b"%d" % index, timeout=5) for index in range(5)]
         assert [reply.data for reply in replies] == [b"echo:%d" % index for index in range(5)]
-        with pytest.raises(nats.errors.TimeoutError):
-            await requester.request("service.nobody", b"?", timeout=0.5)
+        with pytest.raises(nats.errors.NoRespondersError):  # at once, as from nats-server, not after the timeout
+            await requester.request("service.nobody", b"?", timeout=20)
         await responder.close()
         await requester.close()
 
@@ -123,6 +124,66 @@ def test_no_echo_and_headers(url):
         await other.close()
 
     run(scenario())
+
+
+def test_headers_travel_end_to_end_to_nats_py(url):
+    async def scenario():
+        subscriber = await nats.connect(url)
+        publisher = await nats.connect(url)
+        subscription = await subscriber.subscribe("hdr.>")
+        await subscriber.flush()
+        await publisher.publish("hdr.one", b"\x00\xffbinary", headers={"X-Trace": "abc", "Content-Type": "a/b"})
+        await publisher.publish("hdr.two", b"plain")
+        first, second = await collect(subscription, 2)
+        assert first.data == b"\x00\xffbinary" and first.headers == {"X-Trace": "abc", "Content-Type": "a/b"}
+        assert second.data == b"plain" and second.headers is None
+
+        async def answer(message):  # a responder that sets headers on its reply
+            await subscriber.publish(message.reply, b"pong:" + message.data, headers={"Seen": message.headers["Ask"]})
+
+        await subscriber.subscribe("hdr.service", cb=answer)
+        await subscriber.flush()
+        reply = await publisher.request("hdr.service", b"ping", timeout=5, headers={"Ask": "42"})
+        assert reply.data == b"pong:ping" and reply.headers == {"Seen": "42"}
+        await subscriber.close()
+        await publisher.close()
+
+    run(scenario())
+
+
+def test_header_blocks_are_byte_exact_and_other_gateways_get_the_payload(gateways):
+    block = b"NATS/1.0 503 No Responders\r\nA: 1\r\nA: 2\r\nb-Mixed:  spaced value \r\n\r\n"
+    payload = b"\r\n\x00body"
+    header_client = RawNats(gateways["nats"].address)
+    header_client.send(b'CONNECT {"headers":true}\r\nSUB exact.h 5\r\nPING\r\n')
+    assert header_client.line() == b"PONG"
+    plain_client = RawNats(gateways["nats"].address)
+    plain_client.send(b"CONNECT {}\r\nSUB exact.h 6\r\nPING\r\n")
+    assert plain_client.line() == b"PONG"
+    redis = raw_subscriber("redis", gateways["redis"].address, b"exact.h")
+    redis.settimeout(5)
+    expected_redis = b"*3\r\n$7\r\nmessage\r\n$7\r\nexact.h\r\n$%d\r\n%s\r\n" % (len(payload), payload)
+    received = b""
+    while not received.endswith(b"*3\r\n$9\r\nsubscribe\r\n$7\r\nexact.h\r\n:1\r\n"):
+        received += redis.recv(65536)
+    publisher = RawNats(gateways["nats"].address)
+    publisher.send(b'CONNECT {"headers":true}\r\nHPUB exact.h reply.to %d %d\r\n%s%s\r\nPING\r\n'
+                   % (len(block), len(block) + len(payload), block, payload))
+    assert publisher.line() == b"PONG"
+    wanted = b"HMSG exact.h 5 reply.to %d %d\r\n%s%s\r\n" % (len(block), len(block) + len(payload), block, payload)
+    while len(header_client.data) < len(wanted):
+        header_client.data += header_client.sock.recv(65536)
+    assert header_client.data == wanted
+    wanted_plain = b"MSG exact.h 6 reply.to %d\r\n%s\r\n" % (len(payload), payload)
+    while len(plain_client.data) < len(wanted_plain):
+        plain_client.data += plain_client.sock.recv(65536)
+    assert plain_client.data == wanted_plain
+    received = b""
+    while len(received) < len(expected_redis):
+        received += redis.recv(65536)
+    assert received == expected_redis
+    for sock in (header_client.sock, plain_client.sock, publisher.sock, redis):
+        sock.close()
 
 
 def test_verbose_and_pedantic(url):
@@ -228,3 +289,16 @@ def test_snapshot_requests_are_answered_by_the_cache(url, module_backbone, tmp_p
     finally:
         os.kill(cache.pid, signal.SIGKILL)
         cache.wait(10)
+
+
+def test_the_npm_nats_client_unmodified(gateways):
+    watcher = RawNats(gateways["nats"].address)  # sees the bytes nats.js's HPUB carried, as they arrive
+    watcher.send(b'CONNECT {"headers":true}\r\nSUB node.x.data 1\r\nPING\r\n')
+    assert watcher.line() == b"PONG"
+    assert run_node("nats_client.js", gateways["nats"].port).strip() == "ok"
+    block = b"NATS/1.0\r\nMulti: one\r\nMulti: two\r\nTrace: abc\r\n\r\n"
+    wanted = b"HMSG node.x.data 1 %d %d\r\n%s%s\r\n" % (len(block), len(block) + 256, block, bytes(range(256)))
+    while len(watcher.data) < len(wanted):
+        watcher.data += watcher.sock.recv(65536)
+    assert watcher.data == wanted
+    watcher.sock.close()

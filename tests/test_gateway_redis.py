@@ -11,6 +11,7 @@ import time
 import pytest
 import redis
 
+from node_clients import run_node
 from support import FYREHOSE, LOOPBACK
 from test_gateway_common_support import gateways, module_backbone, wait_until  # noqa: F401  (fixtures)
 
@@ -216,3 +217,29 @@ def _get_or_error(client, key):
         return client.get(key)
     except redis.ResponseError as exc:
         return exc
+
+
+def test_the_npm_ioredis_client_unmodified(redis_port):
+    assert run_node("ioredis_client.js", redis_port).strip() == "ok"
+
+
+def test_redis_benchmark_publish_through_the_gateway(redis_port):
+    """redis-benchmark (Debian redis-tools) PUBLISHes through the gateway; a subscriber gets every message."""
+    subscriber = redis.Redis(host=LOOPBACK, port=redis_port).pubsub()
+    subscriber.subscribe("bench.channel")
+    assert subscriber.get_message(timeout=5)["type"] == "subscribe"
+    count = 2000
+    result = subprocess.run(["redis-benchmark", "-h", LOOPBACK, "-p", str(redis_port), "-n", str(count), "-c", "4",
+                             "-P", "10", "--csv", "PUBLISH", "bench.channel", "payload"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert '"PUBLISH bench.channel payload"' in result.stdout
+    received = 0
+    deadline = time.monotonic() + 30
+    while received < count and time.monotonic() < deadline:
+        message = subscriber.get_message(timeout=1)
+        if message is not None and message["type"] == "message":
+            assert message["data"] == b"payload"
+            received += 1
+    assert received == count
+    subscriber.close()

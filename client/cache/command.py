@@ -44,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
     cache = Cache(args.max_bytes)
     with Client(args.backbone, user=args.user, auth=credentials, session_interval=args.session_interval,
                 bind=args.bind) as client:
-        stream = client.subscribe(">", on_loss="yield")
+        stream = client.subscribe(">", on_loss="yield", announce=False)
+        client.interest.add("_SNAP.>")  # what it answers, announced so gateways know requests there have a responder
+        client.interest.add("_SUB.>")
         sys.stderr.write(f"fyrehose cache: session {client.session.name} on {args.backbone}, "  # type: ignore[union-attr]
                          f"max {args.max_bytes} bytes\n")
         sys.stderr.flush()

@@ -11,6 +11,13 @@ connections; the figure is messages/s per subscriber, from the first publish
 until every subscriber has every message.  Targets run alternately (the
 order reverses every run) and the median of ``--runs`` runs is reported.
 
+With redis-server or the Redis gateway among the targets, each run also
+drives both with ``redis-benchmark`` (Debian redis-tools), unmodified:
+``PUBLISH`` to a channel without subscribers, ``--redis-benchmark-requests``
+requests over 50 connections pipelining 16 (its own figure is requests/s;
+through the gateway each reply waits for the backbone's confirmation).  The
+ratio gateway/redis-server is computed per run, in the same run.
+
 The benchmark starts everything it measures itself, on loopback: a
 ``--workers 0`` backbone, the three gateways, redis-server and nats-server
 (from the OS packages), and stops them all by PID when it ends.
@@ -18,6 +25,8 @@ The benchmark starts everything it measures itself, on loopback: a
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import os
 import platform
 import re
@@ -40,6 +49,8 @@ TARGETS = ("redis-server", "redis-gateway", "nats-server", "nats-gateway", "marl
 FYREHOSE = [sys.executable, "-m", "fyrehose.cli"]
 LOOPBACK = "127.0.0.1"
 BATCH = 500
+REDIS_BENCHMARK_CLIENTS = 50
+REDIS_BENCHMARK_PIPELINE = 16
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated subset of {','.join(TARGETS)}")
     parser.add_argument("--timeout", type=positive_int, default=120, metavar="S",
                         help="give up on a run after S seconds (default 120)")
+    parser.add_argument("--redis-benchmark-requests", type=positive_int, default=100000, metavar="N",
+                        help="PUBLISH requests per redis-benchmark run (default 100000)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
 
 
@@ -70,12 +83,20 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="fyrehose-gateway-bench-") as scratch, Processes(Path(scratch)) as procs:
         addresses = procs.start(targets)
         results: dict[str, list[float]] = {target: [] for target in targets}
+        redis_targets = [target for target in targets if target in ("redis-server", "redis-gateway")]
+        benchmark: dict[str, list[float]] = {target: [] for target in redis_targets}
         for number in range(args.runs):
             order = targets if number % 2 == 0 else targets[::-1]
             for target in order:
                 rate = asyncio.run(measure(target, addresses[target], args, f"bench.{number}.{target}"))
                 results[target].append(rate)
                 print(f"run {number + 1}/{args.runs} {target}: {rate:,.0f} msgs/s per subscriber",
+                      file=sys.stderr, flush=True)
+            for target in redis_targets if number % 2 == 0 else redis_targets[::-1]:
+                rate = redis_benchmark_publish(addresses[target], args.redis_benchmark_requests, args.size,
+                                               args.timeout)
+                benchmark[target].append(rate)
+                print(f"run {number + 1}/{args.runs} redis-benchmark PUBLISH {target}: {rate:,.0f} requests/s",
                       file=sys.stderr, flush=True)
     report = {
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
@@ -85,6 +106,16 @@ def run(args: argparse.Namespace) -> int:
                              "runs_msgs_per_s": rates}
                     for target, rates in results.items()},
     }
+    if benchmark:
+        section: dict = {target: {"median_requests_per_s": statistics.median(rates), "runs_requests_per_s": rates}
+                         for target, rates in benchmark.items()}
+        if len(benchmark) == 2:
+            ratios = [gateway / server for gateway, server in zip(benchmark["redis-gateway"], benchmark["redis-server"])]
+            section["median_ratio_gateway_to_server"] = statistics.median(ratios)
+            section["runs_ratio_gateway_to_server"] = ratios
+        report["redis_benchmark_publish"] = {"requests": args.redis_benchmark_requests,
+                                             "clients": REDIS_BENCHMARK_CLIENTS,
+                                             "pipeline": REDIS_BENCHMARK_PIPELINE, "results": section}
     if args.json:
         print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     else:
@@ -98,6 +129,16 @@ def table(report: dict) -> str:
              f"{'target':<16}{'msgs/s per subscriber':>24}{'deliveries/s':>16}"]
     for target, result in report["results"].items():
         lines.append(f"{target:<16}{result['median_msgs_per_s']:>24,.0f}{result['median_deliveries_per_s']:>16,.0f}")
+    benchmark = report.get("redis_benchmark_publish")
+    if benchmark:
+        lines.append(f"redis-benchmark PUBLISH, {benchmark['requests']} requests, {benchmark['clients']} clients, "
+                     f"pipeline {benchmark['pipeline']}, median of {report['runs']} runs")
+        for target in ("redis-server", "redis-gateway"):
+            if target in benchmark["results"]:
+                lines.append(f"{target:<16}{benchmark['results'][target]['median_requests_per_s']:>24,.0f} requests/s")
+        if "median_ratio_gateway_to_server" in benchmark["results"]:
+            lines.append(f"gateway/server, median of per-run ratios: "
+                         f"{benchmark['results']['median_ratio_gateway_to_server']:.2f}")
     return "\n".join(lines)
 
 
@@ -184,6 +225,19 @@ def _wait_for_port(address: tuple[str, int], target: str, timeout: float = 30.0)
 
 
 # ---------------------------------------------------------------- one measurement
+
+def redis_benchmark_publish(address: tuple[str, int], requests: int, size: int, timeout: float) -> float:
+    """Requests/s of redis-benchmark's PUBLISH against ``address`` (its own CSV figure)."""
+    host, port = address
+    command = [_binary("redis-benchmark"), "-h", host, "-p", str(port), "-n", str(requests),
+               "-c", str(REDIS_BENCHMARK_CLIENTS), "-P", str(REDIS_BENCHMARK_PIPELINE), "--csv",
+               "PUBLISH", "bench.redis-benchmark", "x" * size]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    rows = list(csv.reader(io.StringIO(result.stdout)))
+    if result.returncode != 0 or len(rows) < 2 or rows[0][:2] != ["test", "rps"]:
+        raise RuntimeError(f"redis-benchmark failed (exit {result.returncode}): {result.stderr.strip()[-200:]}")
+    return float(rows[1][1])
+
 
 async def measure(target: str, address: tuple[str, int], args: argparse.Namespace, channel: str) -> float:
     """Messages/s per subscriber for one run against one target."""

@@ -13,10 +13,17 @@ With credentials the client runs a session, signs what the gateway publishes
 for its TCP clients and verifies every envelope of the stream: forged,
 tampered, replayed and unsigned messages are dropped (and counted) before
 routing, so no gateway client ever receives them.
+
+The bridge also keeps the deployment's live interest (:mod:`fyrehose.interest`):
+the gateway's own subscriptions go into :attr:`Bridge.interest`, which the
+client announces, and everyone's announcements, taken from the stream, fill
+:attr:`Bridge.table`; :meth:`Bridge.subscribers_elsewhere` is what NATS
+no-responders and Redis ``PUBLISH`` counts add to the gateway's own count.
 """
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from typing import Callable
 
@@ -27,6 +34,8 @@ from fyrehose.addresses import Address
 from fyrehose.client import Client, RequestTimeout
 from fyrehose.envelope import Envelope
 from fyrehose.fatal import guarded
+from fyrehose.gateways.redis_glob import subject_matcher
+from fyrehose.interest import INTEREST_SUBJECT, InterestTable
 from fyrehose.tracker import Lost
 
 log = logging.getLogger("fyrehose.gateway")
@@ -38,6 +47,7 @@ Route = Callable[[int, Envelope], None]
 MAX_QUEUED = 65536
 # Messages routed between two chances for the clients' writer greenlets to run.
 YIELD_EVERY = 64
+EXPIRE_EVERY = 1.0  # seconds between sweeps of silent owners out of the interest table
 
 
 class Bridge:
@@ -53,7 +63,10 @@ class Bridge:
         # NOJOURNAL: a gateway serves clients, not FORWARDs (journal nodes do), and keeps no history
         self.client = Client(backbone, journal=False, auth=credentials, session_interval=session_interval,
                              bind=bind)
-        self._stream = self.client.subscribe(">", on_loss="yield", max_queued=MAX_QUEUED)
+        self._stream = self.client.subscribe(">", on_loss="yield", max_queued=MAX_QUEUED, announce=False)
+        self.interest = self.client.interest  # this gateway's clients' subscriptions, announced by the client
+        self.table = InterestTable(subject_matcher)  # everyone's, from their announcements
+        self._next_expiry = 0.0
         self._fan_out = gevent.spawn(guarded(self._fan_out_loop, "gateway fan-out"))
 
     def close(self) -> None:
@@ -64,6 +77,10 @@ class Bridge:
         """What verification dropped and accepted (empty without credentials)."""
         auth = self.client.auth
         return {f"auth {name}": count for name, count in auth.stats.items()} if auth is not None else {}
+
+    def subscribers_elsewhere(self, subject: str) -> int:
+        """Subscriptions matching ``subject`` announced by every other gateway and client of the deployment."""
+        return self.table.count(subject, exclude=self.interest.owner)
 
     def publish(self, messages: list[Envelope]) -> list[int]:
         """Publish; the sequence numbers once the backbone confirmed every message.
@@ -94,6 +111,13 @@ class Bridge:
                 log.warning("backbone messages %d..%d lost (%s)", event.from_seq, event.to_seq, event.reason)
                 continue
             self.position = event.seq
+            if event.envelope.subject == INTEREST_SUBJECT:
+                now = time.monotonic()
+                if not self.table.receive(event.envelope, now):
+                    stats["bad interest announcements"] += 1
+                if now >= self._next_expiry:
+                    self.table.expire(now)
+                    self._next_expiry = now + EXPIRE_EVERY
             try:
                 self.route(event.seq, event.envelope)
             except Exception:  # one bad message must not stop the stream for everyone

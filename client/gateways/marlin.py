@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from fyrehose.codec import PayloadTooLarge
 from fyrehose.envelope import Envelope
 from fyrehose.gateways import marlin_protocol as proto
-from fyrehose.gateways.channels import ChannelError, channel_to_subject, subject_to_channel
+from fyrehose.gateways.channels import ChannelError, channel_to_subject, channel_to_subject_or_none, \
+    subject_to_channel
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
 from fyrehose.gateways.options import add_server_arguments
 from fyrehose.gateways.sizes import checked
@@ -55,13 +56,19 @@ class MarlinRoutes:
 
     def subscribe(self, channel: bytes, session: "MarlinSession") -> None:
         self.channels.setdefault(channel, {})[session] = None
+        subject = channel_to_subject_or_none(channel)
+        if subject is not None:  # announced, so other gateways count this subscriber
+            session.bridge.interest.add(subject)
 
     def unsubscribe(self, channel: bytes, session: "MarlinSession") -> None:
         sessions = self.channels.get(channel)
-        if sessions is not None:
-            sessions.pop(session, None)
+        if sessions is not None and session in sessions:
+            del sessions[session]
             if not sessions:
                 del self.channels[channel]
+            subject = channel_to_subject_or_none(channel)
+            if subject is not None:
+                session.bridge.interest.remove(subject)
 
     def route(self, seq: int, message: Envelope) -> None:
         channel = subject_to_channel(message.subject)

@@ -6,10 +6,24 @@ NATS subjects are backbone subjects as they are, and NATS wildcards (``*``,
 envelope's ``reply`` field, which is all request/reply needs: a requester's
 ``_INBOX.<nuid>.*`` subscription here receives whatever any client anywhere
 publishes to its inbox, and ``_SNAP.<subject>`` requests are answered by the
-cache node the same way.  A message whose envelope type or status is not the
-default (a cache answer: INITIAL, NOT_FOUND) reaches clients that announced
-header support as an HMSG with ``Fyrehose-Type`` and ``Fyrehose-Status``
-headers.
+cache node the same way.  The header block of an HPUB travels in the
+envelope's ``headers`` field byte for byte (status line, repeated names and
+all) and reaches every client that announced header support as an HMSG with
+exactly that block; clients without header support, and Redis or Marlin
+subscribers, get the payload alone, as nats-server does.  A message whose
+envelope type or status is not the default (a cache answer: INITIAL,
+NOT_FOUND) and carries no headers of its own reaches header clients as an
+HMSG with ``Fyrehose-Type`` and ``Fyrehose-Status`` headers.
+
+No responders: a PUB or HPUB with a reply subject, from a client whose
+CONNECT asked for ``headers`` and ``no_responders`` (nats-py, nats.js and
+nats.go do by default), to a subject that no subscription anywhere in the
+deployment matches, is answered at once with the status message nats-server
+sends (``HMSG <reply> <sid> 16 16`` and ``NATS/1.0 503``), on each of the
+client's own subscriptions that match the reply subject.  Anywhere means this
+gateway's clients plus the interest every other gateway and subscribing
+client announced (:mod:`fyrehose.interest`).  The message is still published
+(the journal keeps it), as nats-server would accept it.
 
 With ``verbose`` the ``+OK`` of a PUB is sent once the backbone confirmed the
 message; in any mode the PONG to a PING follows the confirmation of every PUB
@@ -34,7 +48,7 @@ from fyrehose.gateways import nats_protocol as proto
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
 from fyrehose.gateways.options import add_server_arguments
 from fyrehose.gateways.sizes import checked
-from fyrehose.subjects import SubjectIndex, check_pattern
+from fyrehose.subjects import SubjectIndex, check_pattern, match
 
 if TYPE_CHECKING:
     from fyrehose.gateways.bridge import Bridge
@@ -42,8 +56,10 @@ if TYPE_CHECKING:
 
 SERVER_VERSION = "2.10.0"  # the nats-server release whose client protocol this gateway follows
 MAX_SUBSCRIPTIONS = 65536  # per client
+NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"  # the status-only header block nats-server answers with
 # the largest payload that fits one backbone message whatever its subject and reply subject
-ANNOUNCED_MAX_PAYLOAD = MAX_PAYLOAD - (8 + MAX_SUBJECT + 2 + MAX_SUBJECT)
+# (an HPUB's size counts its header block too, which the envelope prefixes with 4 bytes of length)
+ANNOUNCED_MAX_PAYLOAD = MAX_PAYLOAD - (8 + MAX_SUBJECT + 2 + MAX_SUBJECT + 4)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,8 +113,8 @@ class NatsRoutes:
             return
         subject = message.subject.encode()
         reply = message.reply.encode() if message.reply else None
-        headers = None
-        if message.type != MsgType.UPDATE or message.status != Status.OK:
+        headers = message.headers
+        if headers is None and (message.type != MsgType.UPDATE or message.status != Status.OK):
             headers = proto.header_block([("Fyrehose-Type", message.type.name),
                                           ("Fyrehose-Status", message.status.name)])
         groups: dict[str, list[NatsSubscription]] = {}
@@ -127,6 +143,7 @@ class NatsSession:
         self.parser = proto.OperationParser(MAX_PAYLOAD)
         self.verbose = False
         self.headers = False
+        self.no_responders = False
         self.echo: EchoFilter | None = None  # set when the client asked not to get its own messages
         self.subscriptions: dict[str, NatsSubscription] = {}
         connection.send(proto.info({
@@ -161,6 +178,8 @@ class NatsSession:
                         replies.append(None)
                     else:
                         batch.append((None, result))
+                    if result.reply is not None and self.no_responders and not self._has_responders(result.subject):
+                        replies.append(self._no_responders(result.reply))
                     continue
                 if result.fatal:
                     self._fatal(replies, batch, result.message)
@@ -185,6 +204,7 @@ class NatsSession:
     def closed(self) -> None:
         for subscription in self.subscriptions.values():
             self.routes.index.discard(subscription.subject, subscription)
+            self.bridge.interest.remove(subscription.subject)
         self.subscriptions.clear()
 
     def deliver(self, seq: int, subscription: NatsSubscription, subject: bytes, reply: bytes | None,
@@ -217,12 +237,20 @@ class NatsSession:
         except EnvelopeError:
             self.stats["invalid publish subjects"] += 1
             return _Refusal("Invalid Publish Subject", fatal=False)
-        if pub.headers is not None:
-            self.stats["headers not carried"] += 1
         try:
-            return checked(Envelope(pub.subject, pub.payload, reply=pub.reply))
+            return checked(Envelope(pub.subject, pub.payload, reply=pub.reply, headers=pub.headers))
         except PayloadTooLarge:
             return _Refusal("Maximum Payload Violation")
+
+    def _has_responders(self, subject: str) -> bool:
+        return bool(self.routes.index.lookup(subject)) or self.bridge.subscribers_elsewhere(subject) > 0
+
+    def _no_responders(self, reply: str) -> bytes:
+        """The 503 status message, on each of this client's subscriptions that match ``reply``."""
+        self.stats["no responders"] += 1
+        subject = reply.encode()
+        return b"".join(proto.hmsg(subject, subscription.sid_bytes, None, NO_RESPONDERS, b"")
+                        for subscription in self.subscriptions.values() if match(subscription.subject, reply))
 
     def _send(self, replies: list[bytes | None], batch: list[tuple[int | None, Envelope]]) -> bool:
         """Publish the batch, then send the replies; False when the connection had to end."""
@@ -283,6 +311,7 @@ class NatsSession:
             return _Refusal("Secure Connection - TLS Required is not supported by this gateway")
         self.verbose = bool(options.get("verbose"))
         self.headers = bool(options.get("headers"))
+        self.no_responders = self.headers and bool(options.get("no_responders"))
         return proto.OK if self.verbose else b""
 
     def _subscribe(self, sub: proto.Sub) -> "bytes | _Refusal":
@@ -298,6 +327,7 @@ class NatsSession:
         subscription = NatsSubscription(self, sub.sid, sub.subject, sub.queue)
         self.subscriptions[sub.sid] = subscription
         self.routes.index.add(sub.subject, subscription)
+        self.bridge.interest.add(sub.subject)
         return proto.OK if self.verbose else b""
 
     def _unsubscribe(self, unsub: proto.Unsub) -> bytes:
@@ -312,7 +342,8 @@ class NatsSession:
     def _drop(self, subscription: NatsSubscription) -> None:
         if self.subscriptions.get(subscription.sid) is subscription:
             del self.subscriptions[subscription.sid]
-        self.routes.index.discard(subscription.subject, subscription)
+            self.routes.index.discard(subscription.subject, subscription)
+            self.bridge.interest.remove(subscription.subject)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,11 @@ CLIENT SETNAME/GETNAME/ID, SELECT 0, and GET answered by the cache node
 backbone subjects as :mod:`fyrehose.gateways.channels` says.
 
 PUBLISH replies once the backbone confirmed the message; its integer is the
-number of receivers this gateway knows (its own clients' matching channel
-and pattern subscriptions, counted as Redis counts them), since subscribers
-behind other gateways are not known here.
+number of receivers in the whole deployment, counted as Redis counts them (a
+client per matching channel and pattern subscription): this gateway's own,
+exactly, plus those every other gateway and subscribing client announced
+(:mod:`fyrehose.interest`; a subscription made elsewhere a moment ago may not
+be counted yet).
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from typing import TYPE_CHECKING
 from fyrehose.codec import PayloadTooLarge
 from fyrehose.envelope import Envelope, EnvelopeError, MsgType, Status
 from fyrehose.gateways import resp
-from fyrehose.gateways.channels import ChannelError, channel_to_subject, subject_to_channel
+from fyrehose.gateways.channels import ChannelError, channel_to_subject, channel_to_subject_or_none, \
+    subject_to_channel
 from fyrehose.argtypes import positive_float
 from fyrehose.gateways.options import add_server_arguments
 from fyrehose.gateways.redis_glob import Matcher, compile_pattern
@@ -65,23 +68,31 @@ class RedisRoutes:
 
     def subscribe(self, channel: bytes, session: "RedisSession") -> None:
         self.channels.setdefault(channel, {})[session] = None
+        subject = channel_to_subject_or_none(channel)
+        if subject is not None:  # a channel without a subject receives nothing: no interest to announce
+            session.bridge.interest.add(subject)
 
     def unsubscribe(self, channel: bytes, session: "RedisSession") -> None:
         sessions = self.channels.get(channel)
-        if sessions is not None:
-            sessions.pop(session, None)
+        if sessions is not None and session in sessions:
+            del sessions[session]
             if not sessions:
                 del self.channels[channel]
+            subject = channel_to_subject_or_none(channel)
+            if subject is not None:
+                session.bridge.interest.remove(subject)
 
     def psubscribe(self, pattern: bytes, session: "RedisSession") -> None:
         self.patterns.setdefault(pattern, (compile_pattern(pattern), {}))[1][session] = None
+        session.bridge.interest.add_glob(pattern)
 
     def punsubscribe(self, pattern: bytes, session: "RedisSession") -> None:
         entry = self.patterns.get(pattern)
-        if entry is not None:
-            entry[1].pop(session, None)
+        if entry is not None and session in entry[1]:
+            del entry[1][session]
             if not entry[1]:
                 del self.patterns[pattern]
+            session.bridge.interest.remove_glob(pattern)
 
     def receivers(self, channel: bytes) -> int:
         """How many deliveries a message on ``channel`` makes here (a client per matching subscription)."""
@@ -319,7 +330,7 @@ class RedisSession:
             message = checked(Envelope(channel_to_subject(channel), data))
         except (ChannelError, PayloadTooLarge) as exc:
             return resp.error(f"ERR {exc}")
-        return message, self.routes.receivers(channel)
+        return message, self.routes.receivers(channel) + self.bridge.subscribers_elsewhere(message.subject)
 
     def _get(self, args: list[bytes]) -> bytes:
         try:

@@ -84,5 +84,13 @@ def compile_pattern(pattern: bytes) -> Matcher:
     return matches
 
 
+def subject_matcher(glob: str) -> Callable[[str], bool]:
+    """A function telling whether a subject's channel matches ``glob`` (an announced glob, latin-1 text)."""
+    from fyrehose.gateways.channels import subject_to_channel
+
+    matches = compile_pattern(glob.encode("latin-1"))
+    return lambda subject: matches(subject_to_channel(subject))
+
+
 def match(pattern: bytes, channel: bytes) -> bool:
     return compile_pattern(pattern)(channel)

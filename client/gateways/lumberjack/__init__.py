@@ -15,6 +15,7 @@ import argparse
 from fyrehose.argtypes import positive_int
 from fyrehose.client import MAX_PUBLISH_TIMEOUT
 
+from .connection import DEFAULT_MAX_PENDING_BYTES
 from .events import DEFAULT_SUBJECT, DEFAULT_SUBJECT_FIELD
 from .frames import DEFAULT_MAX_COMPRESSED_BYTES
 
@@ -49,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-compressed-bytes", type=positive_int, default=DEFAULT_MAX_COMPRESSED_BYTES,
                         metavar="N", help=f"largest compressed frame, stored and inflated "
                                           f"(default {DEFAULT_MAX_COMPRESSED_BYTES})")
+    parser.add_argument("--max-pending-bytes", type=positive_int, default=DEFAULT_MAX_PENDING_BYTES, metavar="N",
+                        help=f"per connection, event bytes read but not yet published before reading pauses; "
+                             f"the writer's window is advisory (default {DEFAULT_MAX_PENDING_BYTES})")
     parser.add_argument("--max-connections", type=positive_int, default=1024, metavar="N",
                         help="connections served at once; more wait to be accepted (default 1024)")
 
@@ -83,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     publisher = HoldingPublisher(client, store, args.publish_timeout, PUBLISH_THREADS)
     try:
         server = LumberjackServer(listen, publisher, rule, tls=tls, max_connections=args.max_connections,
-                                  max_compressed_bytes=args.max_compressed_bytes)
+                                  max_compressed_bytes=args.max_compressed_bytes,
+                                  max_pending_bytes=args.max_pending_bytes)
         for signum in (signal.SIGTERM, signal.SIGINT):
             gevent.signal_handler(signum, server.stop)
         host, port = server.address

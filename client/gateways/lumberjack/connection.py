@@ -5,8 +5,10 @@ as envelope messages, in chunks; the publisher greenlet publishes each chunk
 (:class:`~.publisher.HoldingPublisher`) and writes the acks the window gives
 for it.  Both run in the gevent hub's thread, so a TLS socket is never read
 and written by two OS threads at once (OpenSSL does not allow that).  The
-queue between them is short, so a writer that outruns the backbone is slowed
-down by TCP itself.
+writer's window is advisory; what bounds a connection is ``max_pending_bytes``
+of messages read and not yet published: beyond it the reader stops reading
+until the publisher catches up, so a writer that outruns the backbone is
+slowed down by TCP itself and never disconnected.
 
 How a connection ends decides what happens to events already read:
 
@@ -37,7 +39,7 @@ from .window import AckWindow
 
 RECEIVE_SIZE = 1 << 16
 CHUNK_EVENTS = 512  # events per publish_many call: also the most a backbone outage can duplicate per connection
-QUEUED_CHUNKS = 4
+DEFAULT_MAX_PENDING_BYTES = 16 << 20  # read but unpublished message bytes per connection before reading pauses
 KEEPALIVE_INTERVAL = 5.0  # 'A 0' while events wait, well inside Beats' 30 s timeout
 RETRY_DELAY = 0.5
 _END = None
@@ -45,7 +47,7 @@ _END = None
 
 class Connection:
     def __init__(self, sock, peer: str, publisher: HoldingPublisher, rule: SubjectRule, window: AckWindow,
-                 stats: Counter, log: Callable[[str], None]) -> None:
+                 stats: Counter, log: Callable[[str], None], max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
         self.sock = sock
         self.peer = peer
         self.publisher = publisher
@@ -53,7 +55,10 @@ class Connection:
         self.window = window
         self.stats = stats
         self.log = log
-        self._chunks: gevent.queue.Queue = gevent.queue.Queue(QUEUED_CHUNKS)
+        self.max_pending_bytes = max_pending_bytes
+        self._pending_bytes = 0  # bytes of the messages queued in _chunks or being published
+        self._room = gevent.event.Event()  # set when the publisher frees bytes
+        self._chunks: gevent.queue.Queue = gevent.queue.Queue()
         self._aborted = gevent.event.Event()
         self._reader: gevent.Greenlet | None = None
         self._last_keepalive = time.monotonic()
@@ -67,6 +72,7 @@ class Connection:
     def abort(self) -> None:
         """Stop reading and publishing now (a chunk being published still finishes and is acked)."""
         self._aborted.set()
+        self._room.set()
         if self._reader is not None and self._reader is not gevent.getcurrent():
             self._reader.kill(block=False)
 
@@ -75,6 +81,12 @@ class Connection:
     def _read_loop(self) -> None:
         try:
             while not self._aborted.is_set():
+                if self._pending_bytes >= self.max_pending_bytes:
+                    self.stats["reads paused"] += 1
+                    while self._pending_bytes >= self.max_pending_bytes and not self._aborted.is_set():
+                        self._room.clear()
+                        self._room.wait()
+                    continue
                 data = self.sock.recv(RECEIVE_SIZE)
                 if not data:
                     if self.window.decoder.buffered:
@@ -98,7 +110,9 @@ class Connection:
         chunk: list[bytes] = []
         try:
             for event in events:
-                chunk.append(to_message(event, self.rule))
+                message = to_message(event, self.rule)
+                self._pending_bytes += len(message)
+                chunk.append(message)
                 if len(chunk) == CHUNK_EVENTS:
                     self._chunks.put(chunk)
                     chunk = []
@@ -119,11 +133,12 @@ class Connection:
                 return
             if self._aborted.is_set():
                 self.stats["events dropped unpublished"] += len(chunk)
-                continue
-            if self._publish(chunk):
+            elif self._publish(chunk):
                 self._send(self.window.published(len(chunk)))
             else:
                 self.stats["events dropped unpublished"] += len(chunk)
+            self._pending_bytes -= sum(map(len, chunk))
+            self._room.set()
 
     def _publish(self, chunk: list[bytes]) -> bool:
         """Publish until the backbone confirms every message; False if the connection ends first."""

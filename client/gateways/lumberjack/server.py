@@ -17,7 +17,7 @@ from gevent.server import StreamServer
 
 from fyrehose.addresses import Address
 
-from .connection import Connection
+from .connection import DEFAULT_MAX_PENDING_BYTES, Connection
 from .events import SubjectRule
 from .publisher import HoldingPublisher
 from .window import AckWindow
@@ -32,11 +32,12 @@ def _log(line: str) -> None:
 class LumberjackServer:
     def __init__(self, listen: Address, publisher: HoldingPublisher, rule: SubjectRule, *,
                  tls: ssl.SSLContext | None = None, max_connections: int = 1024,
-                 max_compressed_bytes: int) -> None:
+                 max_compressed_bytes: int, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
         self.publisher = publisher
         self.rule = rule
         self.tls = tls
         self.max_compressed_bytes = max_compressed_bytes
+        self.max_pending_bytes = max_pending_bytes
         self.stats: Counter[str] = Counter()
         self._connections: set[Connection] = set()
         self._stopped = gevent.event.Event()
@@ -77,7 +78,8 @@ class LumberjackServer:
                 return
             sock.settimeout(None)
         connection = Connection(sock, peer, self.publisher, self.rule,
-                                AckWindow(max_compressed_bytes=self.max_compressed_bytes), self.stats, _log)
+                                AckWindow(max_compressed_bytes=self.max_compressed_bytes), self.stats, _log,
+                                self.max_pending_bytes)
         self._connections.add(connection)
         try:
             connection.run()

@@ -6,21 +6,28 @@ how many are done with :meth:`AckWindow.published`, which returns the ``A``
 frames to send.  An ack therefore never runs ahead of publication: ``A N``
 goes out only when every event up to ``N`` has been published.
 
-Windows.  A ``W`` frame opens a window: the writer promises at most that many
-unacknowledged events before it waits for acks (seeds/002).  Beats and
-go-lumber restart their sequence numbers at 1 in each window and may send the
-next window before the previous one is acked (pipelining); pylogbeat keeps
-counting across windows.  Both work because acks are given per window, in
-order: when publishing completes events of several windows, each of those
-windows gets one ack with the sequence of its last published event, so a
-writer never sees an ack that mixes windows.  An ack carries the version of
-the ``W`` frame of its window (Logstash does the same).
+Windows.  A ``W`` frame opens a window: the writer's statement of how many
+events it means to send before it waits for an ack (seeds/002).  As in
+Logstash's beats input the window is advisory, the writer's business: a
+logstash-forwarder style writer announces ``1W`` once and then streams ``1D``
+frames with several windows' worth in flight while acks arrive, and Beats grow
+and shrink the window between batches; none of that is refused.  What bounds
+the unacknowledged events of a connection is the driver's byte limit, which
+stops reading (TCP back-pressure) and never closes the connection.
+
+Beats and go-lumber restart their sequence numbers at 1 in each window and
+may send the next window before the previous one is acked (pipelining);
+pylogbeat keeps counting across windows.  Both work because acks are given
+per window, in order: when publishing completes events of several windows,
+each of those windows gets one ack with the sequence of its last published
+event, so a writer never sees an ack that mixes windows.  An ack carries the
+version of the ``W`` frame of its window (Logstash does the same).  Acks go
+out as events are published, so a partial window is acked as soon as what
+arrived of it is published.
 
 Rules a writer must follow, each a :class:`LumberjackError` when broken:
-a data frame needs an open window; within a window sequence numbers are
-positive and strictly increase; and the unacknowledged events of a window
-never exceed its size.  Acks on the wire lag behind this state machine, so a
-writer that obeys its own window never trips the last rule.
+a data frame needs an open window, and within a window sequence numbers are
+positive and strictly increase.
 
 While events of a version-2 window wait for the backbone, :meth:`keepalive`
 gives the ``A 0`` that Logstash sends so that Beats do not time out;
@@ -46,9 +53,6 @@ from .frames import (
 @dataclass(slots=True)
 class _Window:
     version: int
-    size: int
-    received: int = 0
-    acked: int = 0
     last_seq: int = 0
 
 
@@ -73,7 +77,7 @@ class AckWindow:
         events: list[DataFrame] = []
         for frame in self.decoder.feed(data):
             if isinstance(frame, WindowSize):
-                self._window = _Window(frame.version, frame.size)
+                self._window = _Window(frame.version)
                 continue
             window = self._window
             if window is None:
@@ -81,11 +85,6 @@ class AckWindow:
             if frame.seq <= window.last_seq:
                 raise LumberjackError(
                     f"sequence {frame.seq} after {window.last_seq} in the same window (must increase, from 1)")
-            if window.received - window.acked >= window.size:
-                raise LumberjackError(
-                    f"window exceeded: event {frame.seq} would be unacknowledged event "
-                    f"{window.received - window.acked + 1} of a window of {window.size}")
-            window.received += 1
             window.last_seq = frame.seq
             self._unpublished.append((window, frame.seq))
             events.append(frame)
@@ -104,7 +103,6 @@ class AckWindow:
                 if current is not None:
                     acks.append(encode_ack(seq, current.version))
                 current = window
-            window.acked += 1
             seq = seq_done
         if current is not None:
             acks.append(encode_ack(seq, current.version))

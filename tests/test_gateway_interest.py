@@ -1,0 +1,125 @@
+"""Interest across the deployment: NATS no-responders and Redis PUBLISH counts see every gateway and client."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import nats
+import pytest
+import redis
+
+from fyrehose import Client
+from support import LOOPBACK
+from test_gateway_common_support import MarlinClient, gateways, module_backbone, wait_until  # noqa: F401
+
+
+def run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, 60))
+
+
+def redis_count(port: int, channel: str) -> int:
+    client = redis.Redis(host=LOOPBACK, port=port)
+    try:
+        return client.publish(channel, b"probe")
+    finally:
+        client.close()
+
+
+def test_redis_publish_counts_receivers_on_every_gateway_and_client(gateways, module_backbone):
+    port = gateways["redis"].port
+    assert redis_count(port, "count.me") == 0
+    local = redis.Redis(host=LOOPBACK, port=port).pubsub()
+    local.subscribe("count.me")
+    local.psubscribe("count.*")
+    assert wait_until(lambda: redis_count(port, "count.me") == 2)
+
+    async def with_nats_subscriber():
+        nc = await nats.connect(f"nats://{LOOPBACK}:{gateways['nats'].port}")
+        await nc.subscribe("count.>")
+        await nc.flush()
+        assert await asyncio.to_thread(wait_until, lambda: redis_count(port, "count.me") == 3)
+        marlin = MarlinClient(gateways["marlin"].address)
+        marlin.subscribe(b"count.me")
+        assert marlin.read()[:2] == ("response", True)
+        assert await asyncio.to_thread(wait_until, lambda: redis_count(port, "count.me") == 4)
+        with Client(module_backbone.addr) as client:
+            client.subscribe("count.me")
+            assert await asyncio.to_thread(wait_until, lambda: redis_count(port, "count.me") == 5)
+        # the client left (interval 0), the NATS client closes: both stop counting
+        assert await asyncio.to_thread(wait_until, lambda: redis_count(port, "count.me") == 4)
+        await nc.close()
+        assert await asyncio.to_thread(wait_until, lambda: redis_count(port, "count.me") == 3)
+        marlin.close()
+
+    run(with_nats_subscriber())
+    assert wait_until(lambda: redis_count(port, "count.me") == 2)
+    local.close()
+
+
+def test_no_responders_unless_someone_anywhere_subscribes(gateways, module_backbone):
+    url = f"nats://{LOOPBACK}:{gateways['nats'].port}"
+
+    async def scenario():
+        requester = await nats.connect(url)
+        started = time.monotonic()
+        with pytest.raises(nats.errors.NoRespondersError):
+            await requester.request("remote.service", b"?", timeout=20)
+        assert time.monotonic() - started < 20  # failed at once rather than waiting for the timeout
+
+        stop = threading.Event()
+        with Client(module_backbone.addr) as client:  # a responder behind no gateway at all
+            requests = client.subscribe("remote.service")
+
+            def serve():
+                while not stop.is_set():
+                    message = requests.get(timeout=0.1)
+                    if message is not None and message.reply:
+                        client.publish(b"answer:" + message.data, subject=message.reply)
+
+            responder = threading.Thread(target=serve, daemon=True)
+            responder.start()
+            reply = None
+            deadline = time.monotonic() + 15
+            while reply is None and time.monotonic() < deadline:  # until the announcement reached the gateway
+                try:
+                    reply = await requester.request("remote.service", b"q", timeout=5)
+                except nats.errors.NoRespondersError:
+                    await asyncio.sleep(0.05)
+            assert reply is not None and reply.data == b"answer:q"
+            stop.set()
+            responder.join(5)
+        redis_side = redis.Redis(host=LOOPBACK, port=gateways["redis"].port).pubsub()
+        redis_side.psubscribe("redis.svc.*")  # a Redis pattern subscriber counts as interest too
+        got = None
+        deadline = time.monotonic() + 15
+        while got is None and time.monotonic() < deadline:
+            try:
+                await requester.request("redis.svc.x", b"q", timeout=0.3)
+            except nats.errors.NoRespondersError:
+                await asyncio.sleep(0.05)
+            except nats.errors.TimeoutError:  # accepted and delivered, but a Redis client cannot answer
+                got = "timeout"
+        assert got == "timeout"
+        redis_side.close()
+        await requester.close()
+
+    run(scenario())
+
+
+def test_no_responders_only_for_clients_that_asked(gateways):
+    from test_gateway_nats import RawNats
+
+    raw = RawNats(gateways["nats"].address)
+    raw.send(b'CONNECT {"headers":true,"no_responders":true}\r\nSUB _INBOX.me.* 9\r\n'
+             b"PUB nobody.home _INBOX.me.1 2\r\nhi\r\nPING\r\n")
+    status = b"NATS/1.0 503\r\n\r\n"
+    wanted = b"HMSG _INBOX.me.1 9 16 16\r\n" + status + b"\r\nPONG\r\n"
+    while len(raw.data) < len(wanted):
+        raw.data += raw.sock.recv(65536)
+    assert raw.data == wanted
+    plain = RawNats(gateways["nats"].address)
+    plain.send(b'CONNECT {"headers":true}\r\nSUB _INBOX.me.* 9\r\nPUB nobody.home _INBOX.me.1 2\r\nhi\r\nPING\r\n')
+    assert plain.line() == b"PONG" and plain.data == b""
+    raw.sock.close()
+    plain.sock.close()
