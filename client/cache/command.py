@@ -17,6 +17,7 @@ import time
 
 from fyrehose.argtypes import positive_int
 from fyrehose.auth_options import add_auth_arguments, credentials_from
+from fyrehose.readiness import announce_ready
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 DEFAULT_MAX_BYTES = 64 << 20
@@ -42,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
     cache = Cache(args.max_bytes)
     with Client(args.backbone, user=args.user, auth=credentials, session_interval=args.session_interval) as client:
         stream = client.subscribe(">", on_loss="yield")
-        sys.stderr.write(f"fyrehose cache: session {client.session.name} on {args.backbone}, "  # type: ignore[union-attr]
-                         f"max {args.max_bytes} bytes\n")
-        sys.stderr.flush()
+        session = client.session.name if client.session is not None else "none"
+        announce_ready("cache", client.address, f"backbone {args.backbone}, session {session}, "
+                                                f"max {args.max_bytes} bytes")
         while not stop.is_set():
             event = stream.get(timeout=0.2)
             now = time.monotonic()

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fyrehose.gateways.options import positive_int
+from fyrehose.argtypes import positive_duration, positive_int
 from fyrehose.readiness import free_port
 
 TARGETS = ("redis-server", "redis-gateway", "nats-server", "nats-gateway", "marlin-gateway")
@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="runs per target; the median is reported (default 3)")
     parser.add_argument("--targets", default=",".join(TARGETS), metavar="LIST",
                         help=f"comma-separated subset of {','.join(TARGETS)}")
-    parser.add_argument("--timeout", type=positive_int, default=120, metavar="S",
+    parser.add_argument("--timeout", type=positive_duration, default=120, metavar="S",
                         help="give up on a run after S seconds (default 120)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
 

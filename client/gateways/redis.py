@@ -22,7 +22,7 @@ from fyrehose.codec import PayloadTooLarge
 from fyrehose.envelope import Envelope, EnvelopeError, MsgType, Status
 from fyrehose.gateways import resp
 from fyrehose.gateways.channels import ChannelError, channel_to_subject, subject_to_channel
-from fyrehose.argtypes import positive_float
+from fyrehose.argtypes import positive_duration
 from fyrehose.gateways.options import add_server_arguments
 from fyrehose.gateways.redis_glob import Matcher, compile_pattern
 from fyrehose.gateways.sizes import checked
@@ -39,7 +39,7 @@ SUBSCRIBED_CONTEXT = {b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscrib
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_server_arguments(parser)
-    parser.add_argument("--request-timeout", type=positive_float, default=1.0, metavar="S",
+    parser.add_argument("--request-timeout", type=positive_duration, default=1.0, metavar="S",
                         help="how long GET waits for the cache to answer (default 1)")
 
 

@@ -19,6 +19,7 @@ from fyrehose.addresses import Address
 from fyrehose.client import Client
 from fyrehose.journal.retention import Retention
 from fyrehose.journal.store import JournalStore, SealedSegment
+from fyrehose.readiness import announce_ready
 from fyrehose.tracker import Event
 
 BATCH = 8192  # events written (and, with fsync=always, synced) together
@@ -53,6 +54,7 @@ class JournalService:
         client = Client(self.backbone, store=self.store, give_up_after=self.give_up_after,
                         forward_rate=self.forward_rate)
         self.say(announcement)
+        announce_ready("journal", client.address, f"backbone {self.backbone}, directory {self.store.directory}")
         maintenance = threading.Thread(target=self._maintain, args=(stop,), name="journal-maintenance", daemon=True)
         try:
             stream = client.subscribe(from_seq=self.start_seq, on_loss="yield", max_queued=self.max_queued)
@@ -76,6 +78,18 @@ class JournalService:
             if maintenance.is_alive():
                 maintenance.join()
             self.forwarded = client.stats["forwarded"]
+
+    def seal_and_export(self) -> None:
+        """On a clean stop: seal the last segment and export what is not yet Parquet.
+
+        A stopped journal then leaves everything it holds readable by the
+        pipeline, which reads only Parquet; the next start opens a new segment.
+        """
+        self.store.seal_active()
+        if self.parquet:
+            for segment in self.store.sealed_segments():
+                if not segment.summary.exported:
+                    self._export(segment)
 
     def _write(self, batch: list[Event]) -> None:
         for gap in self.store.write(batch):

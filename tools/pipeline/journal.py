@@ -39,7 +39,8 @@ def check_journal(journal: Path) -> Path:
         raise PipelineError(f"journal {journal}: no such directory")
     root = parquet_root(journal)
     if not any(root.glob("date=*/hour=*/*.parquet")):
-        raise PipelineError(f"journal {journal}: no Parquet files under {root}/date=YYYY-MM-DD/hour=HH/")
+        raise PipelineError(f"journal {journal}: no Parquet files under {root}/date=YYYY-MM-DD/hour=HH/ "
+                            f"(write them with: fyrehose journal export --seal {journal})")
     return root
 
 

@@ -1,0 +1,90 @@
+"""Child processes the benches, the load test and the tests start: started, awaited, stopped by PID.
+
+One definition of the life cycle every long-running fyrehose command shares:
+start it with its output in a log file, wait for its readiness line
+(``fyrehose KIND listening on HOST:PORT``, see :mod:`fyrehose.readiness`),
+and stop it with SIGTERM, then SIGKILL if it does not exit in time.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from fyrehose.readiness import READY_LINE
+
+FYREHOSE = [sys.executable, "-m", "fyrehose"]
+STOP_TIMEOUT = 15.0  # seconds a process gets to exit after SIGTERM before it is killed
+POLL = 0.05
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = POLL) -> None:
+    """Poll ``condition`` until it is true; ``TimeoutError`` naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout:g} s")
+        time.sleep(interval)
+
+
+class ChildProcess:
+    """One child process with stdout and stderr in ``log``; ``stop``/``kill`` act on its PID only."""
+
+    def __init__(self, argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.argv = list(argv)
+        self.log = Path(log)
+        with open(self.log, "ab") as output:
+            self.proc = subprocess.Popen(self.argv, stdout=output, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_ready(self, timeout: float = 30.0) -> tuple[str, int]:
+        """The HOST:PORT of the readiness line, once printed; ``RuntimeError`` (after a kill) if none comes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = READY_LINE.search(self.output())
+            if found:
+                return found.group("host"), int(found.group("port"))
+            if not self.alive() or time.monotonic() >= deadline:
+                status = self.proc.poll()
+                self.kill()
+                tail = self.output()[-2000:]
+                raise RuntimeError(f"{' '.join(self.argv[:6])} did not become ready "
+                                   f"({'exit ' + str(status) if status is not None else 'timeout'}): {tail}")
+            time.sleep(POLL)
+
+    def stop(self, timeout: float = STOP_TIMEOUT, sig: int = signal.SIGTERM) -> int | None:
+        """Send ``sig`` (SIGTERM: a clean stop) and wait; SIGKILL if it is still there after ``timeout`` s."""
+        if self.alive():
+            os.kill(self.proc.pid, sig)
+            try:
+                return self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL (kill -9) and reap."""
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def __enter__(self) -> ChildProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
