@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -12,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fyrehose import readiness
+from fyrehose.process import ChildProcess
+from fyrehose.readiness import READY_LINE
 
 LOOPBACK = "127.0.0.1"
 FYREHOSE = [sys.executable, "-m", "fyrehose.cli"]
@@ -169,3 +172,58 @@ class LossyRelay:
 
 def run_cli(*args: str, input: bytes | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess:
     return subprocess.run(FYREHOSE + list(args), input=input, capture_output=True, timeout=timeout)
+
+
+class JournalProcess:
+    """A ``fyrehose journal`` on one directory, started (and restarted) with one log; stopped by its PID."""
+
+    def __init__(self, backbone: str, directory: Path, *extra: str) -> None:
+        self.args = FYREHOSE + ["journal", "--backbone", backbone, "--dir", str(directory), *extra]
+        self.directory = directory
+        self.log = directory.parent / f"{directory.name}.log"
+        self.child: ChildProcess | None = None
+        self.starts = 0
+
+    def start(self) -> "JournalProcess":
+        self.child = ChildProcess(self.args, self.log)
+        self.starts += 1
+        return self
+
+    def alive(self) -> bool:
+        return self.child is not None and self.child.alive()
+
+    def running(self) -> bool:
+        """True once the latest start has printed its readiness line (it reached the backbone)."""
+        ready = READY_LINE.findall(self.log.read_text()) if self.log.exists() else []
+        return self.alive() and len(ready) >= self.starts
+
+    def stop(self) -> int | None:
+        """SIGTERM and wait: a clean stop (SIGKILL after 30 s)."""
+        return self.child.stop(30)
+
+    def kill(self) -> None:
+        """SIGKILL (kill -9) and reap."""
+        if self.child is not None:
+            self.child.kill()
+
+    def forwarded(self) -> int:
+        """Messages re-DELIVERed in all runs so far, from the journal's exit lines."""
+        return sum(int(n) for n in re.findall(r"forwarded (\d+)", self.log.read_text()))
+
+
+def last_written(directory: Path) -> int:
+    """The highest sequence a journal directory holds on disk or in its gap index (0: none yet)."""
+    from fyrehose.journal.gapindex import FILE_NAME as GAPS_FILE
+    from fyrehose.journal.gapindex import parse_gaps
+    from fyrehose.journal.reader import FileScan, list_segments
+
+    segments, _ = list_segments(directory)
+    last = 0
+    if segments:
+        for _, record in FileScan(segments[-1].path):
+            last = record.seq
+    gaps_path = directory / GAPS_FILE
+    if gaps_path.exists():
+        gaps, _, _ = parse_gaps(gaps_path.read_bytes())
+        last = max([last] + [g.to_seq for g in gaps])
+    return last

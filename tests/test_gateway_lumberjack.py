@@ -27,7 +27,7 @@ from fyrehose.gateways.lumberjack.frames import (
     encode_key_value,
     encode_window,
 )
-from support import FYREHOSE, LOOPBACK, free_port
+from support import FYREHOSE, LOOPBACK, JournalProcess, free_port
 
 
 class GatewayProcess:
@@ -307,37 +307,18 @@ def test_a_late_subscriber_recovers_acked_events_from_the_gateway(backbone, gate
     assert late.lost == 0
 
 
-class JournalProcess:
-    """``fyrehose journal`` with a complete history (from sequence 1), read back with ``journal inspect``."""
-
-    def __init__(self, directory: Path, backbone: str) -> None:
-        self.directory = directory / "journal"
-        self.log = directory / "journal.log"
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                FYREHOSE + ["journal", "--backbone", backbone, "--dir", str(self.directory), "--from", "1",
-                            "--no-parquet", "--give-up", "3"], stdout=out, stderr=subprocess.STDOUT)
-
-    def ids(self) -> set[int]:
-        """The "id" of every event journaled so far (the records hold binary envelopes, so no line splitting)."""
-        result = subprocess.run(FYREHOSE + ["journal", "inspect", str(self.directory), "--records", "1..1000000"],
-                                capture_output=True, timeout=60)
-        assert result.returncode == 0, result.stderr.decode(errors="replace")
-        return {int(number) for number in re.findall(rb'"id":(\d+)', result.stdout)}
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+def journaled_ids(directory: Path) -> set[int]:
+    """The "id" of every event journaled so far (the records hold binary envelopes, so no line splitting)."""
+    result = subprocess.run(FYREHOSE + ["journal", "inspect", str(directory), "--records", "1..1000000"],
+                            capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    return {int(number) for number in re.findall(rb'"id":(\d+)', result.stdout)}
 
 
 def test_backbone_kill9_mid_stream_every_acked_event_is_in_the_journal(backbone_factory, gateway_factory, tmp_path):
     backbone = backbone_factory()
-    journal = JournalProcess(tmp_path, backbone.address)
+    journal = JournalProcess(backbone.address, tmp_path / "journal", "--from", "1", "--no-parquet",
+                             "--give-up", "3").start()
     try:
         gateway = gateway_factory(backbone)
         acked: list[int] = []
@@ -373,12 +354,12 @@ def test_backbone_kill9_mid_stream_every_acked_event_is_in_the_journal(backbone_
         assert len(acked) >= killed_at + 400, "shipping did not resume after the restart"
         wanted = set(acked)
         deadline = time.monotonic() + 30
-        while not wanted <= journal.ids() and time.monotonic() < deadline:
+        while not wanted <= journaled_ids(journal.directory) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert gateway.alive()
     finally:
         journal.stop()
-    missing = wanted - journal.ids()
+    missing = wanted - journaled_ids(journal.directory)
     assert not missing, f"{len(missing)} acked events are not in the journal: {sorted(missing)[:20]}"
 
 

@@ -361,3 +361,34 @@ def test_spark_submit_and_the_standalone_command_run_the_same_report(journal, tm
     for out in (tmp_path / "submitted", tmp_path / "standalone"):
         assert [(g["from_seq"], g["to_seq"]) for g in pq.read_table(out / "gaps.parquet").to_pylist()] == list(MISSING)
         assert json.loads((out / "summary.json").read_text())["duplicates"] == len(DUPLICATES)
+
+
+def test_a_journal_stopped_by_sigterm_is_readable_by_the_report(spark, backbone_factory, tmp_path, capfd):
+    """A clean stop seals the last segment and exports it: the report sees every message journaled."""
+    from fyrehose import Client
+    from fyrehose.process import wait_until
+    from support import JournalProcess, last_written
+
+    backbone = backbone_factory()
+    journal = JournalProcess(backbone.address, tmp_path / "journal", "--from", "1").start()
+    try:
+        wait_until(journal.running, 30, "the journal's readiness line")
+        with Client(backbone.addr, subscribe=False) as publisher:
+            last = publisher.publish_many([b"message %d" % n for n in range(200)])[-1]
+        wait_until(lambda: last_written(journal.directory) >= last, 20, "the journal writing every message")
+    finally:
+        assert journal.stop() == 0
+    out = tmp_path / "report"
+    capfd.readouterr()
+    assert cli.main(["pipeline", "report", "--journal", str(journal.directory), "--out", str(out)]) == 0
+    written = json.loads((out / "summary.json").read_text())
+    assert (written["messages"], written["first_seq"], written["last_seq"], written["missing"]) == (200, 1, last, 0)
+
+
+def test_no_parquet_names_the_command_that_writes_it(spark, tmp_path, capfd):
+    empty = tmp_path / "journal"
+    empty.mkdir()
+    capfd.readouterr()
+    assert cli.main(["pipeline", "report", "--journal", str(empty), "--out", str(tmp_path / "out")]) == 1
+    errors = capfd.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and errors[0].endswith(f"(write them with: fyrehose journal export --seal {empty})")
