@@ -42,11 +42,11 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
     except BaseException:
         bridge.close()
         raise
+    stop = Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):  # before the readiness line: a stop right after it is clean
+        gevent.signal_handler(signum, stop.set)
     session = f", session {bridge.client.session.name}" if bridge.client.session is not None else ""
     announce_ready(f"gateway {kind}", server.address, f"backbone {args.backbone}{session}")
-    stop = Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        gevent.signal_handler(signum, stop.set)
     stop.wait()
     server.stop()
     bridge.close()
