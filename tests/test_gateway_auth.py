@@ -16,7 +16,7 @@ from fyrehose.auth import Credentials
 from fyrehose.envelope import Envelope, encode
 from support import run_cli
 from test_auth_client import SERVICE, Attacker, genuine_bytes, users, wait_for
-from test_gateway_common_support import KINDS, GatewayProcess, module_backbone, raw_subscriber  # noqa: F401
+from gateway_support import KINDS, GatewayProcess, module_backbone, raw_subscriber  # noqa: F401
 
 
 def read_until(sock: socket.socket, marker: bytes, timeout: float = 15.0) -> bytes:

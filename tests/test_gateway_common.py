@@ -24,7 +24,7 @@ from fyrehose.gateways.channels import (
 )
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
 from support import LOOPBACK, run_cli
-from test_gateway_common_support import (  # noqa: F401  (fixtures)
+from gateway_support import (  # noqa: F401  (fixtures)
     GatewayProcess,
     MarlinClient,
     raw_subscriber,

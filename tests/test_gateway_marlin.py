@@ -1,4 +1,4 @@
-"""The Marlin gateway driven by a Marlin client written from seeds/003 (tests/test_gateway_common_support.py)."""
+"""The Marlin gateway driven by a Marlin client written from seeds/003 (tests/gateway_support.py)."""
 from __future__ import annotations
 
 import struct
@@ -6,7 +6,7 @@ import struct
 import redis
 
 from support import LOOPBACK
-from test_gateway_common_support import (  # noqa: F401  (fixtures)
+from gateway_support import (  # noqa: F401  (fixtures)
     M_RESPONSE,
     MarlinClient,
     gateways,

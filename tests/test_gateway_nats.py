@@ -12,7 +12,7 @@ import nats
 import pytest
 
 from support import FYREHOSE, LOOPBACK
-from test_gateway_common_support import gateways, module_backbone, wait_until  # noqa: F401  (fixtures)
+from gateway_support import gateways, module_backbone, wait_until  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
