@@ -24,11 +24,11 @@ import json
 import os
 import secrets
 import struct
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from .durable import replace_atomically
 from .envelope import Envelope, encode_unsigned
 from .sessions import AUTH_SUFFIX, BYE, HEARTBEAT, HELLO, INBOX_PREFIX, NONCE_BYTES, Heartbeat, LocalSession, \
     parse_json_object, parse_number, parse_session
@@ -123,17 +123,7 @@ class AuthDatabase:
         """Write atomically, readable by the owner only (HA0 is as good as a password on this network)."""
         path = Path(path)
         rows = [{"user": u, "svc": s, "hash": h.hex()} for (u, s), h in sorted(self._entries.items())]
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "w") as out:
-                json.dump(rows, out, indent=1)
-                out.write("\n")
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
+        replace_atomically(path, (json.dumps(rows, indent=1) + "\n").encode(), mode=0o600)
 
     def add(self, user: str, service: str, password: str) -> None:
         _check_name(user, "user")

@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 
 from fyrehose.codec import MAX_SEQUENCE
-from fyrehose.journal.durable import fsync_directory
+from fyrehose.durable import fsync_directory
 
 FILE_NAME = "gaps.jsonl"
 

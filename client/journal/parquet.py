@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fyrehose.envelope import peek_subject
-from fyrehose.journal.durable import fsync_directory
+from fyrehose.durable import fsync_directory
 from fyrehose.journal.segment import Record
 
 SCHEMA = pa.schema([

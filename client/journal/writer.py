@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fyrehose.journal.durable import fsync_directory, replace_atomically
+from fyrehose.durable import fsync_directory, replace_atomically
 from fyrehose.journal.segment import Record, encode_record, log_name, summary_name
 from fyrehose.journal.summary import SegmentSummary, SummaryBuilder, encode_summary
 
