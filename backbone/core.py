@@ -28,7 +28,7 @@ from fyrehose.backbone.confirms import ConfirmCache
 from fyrehose.backbone.intake import AddressPolicy, KeepaliveIn, RequestIn, read_control
 from fyrehose.backbone.pushes import LogEntry, batch_parts, join_parts, stamp_uniform, uniform_step
 from fyrehose.backbone.ratelimit import SourceRateLimiter
-from fyrehose.backbone.sequencing import DEFAULT_BLOCK, SequenceCounter, SequenceExhausted
+from fyrehose.backbone.sequence_counter import DEFAULT_BLOCK, SequenceCounter, SequenceExhausted
 
 _SEQ_FIELD = struct.Struct(">HI")
 _ACK_PREFIX = bytes((codec.KEEPALIVE_ACK,))

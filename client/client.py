@@ -51,7 +51,7 @@ from fyrehose.auth import Authenticator, Credentials
 from fyrehose.envelope import Envelope, MsgType, Status
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, RequestTimeout
 from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of this module's API
-from fyrehose.memjournal import MemoryJournal
+from fyrehose.recent_messages import MemoryJournal
 from fyrehose.pacing import TokenBucket
 from fyrehose.routing import SubjectRouter
 from fyrehose.sessions import DEFAULT_INTERVAL, SNAP_PREFIX, SUB_STOP_PREFIX, LocalSession, inbox

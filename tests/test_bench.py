@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 from fyrehose import codec
 from fyrehose.tools.bench import report, stats, wire
 from fyrehose.tools.bench.orchestra import BenchSettings, RoundResult
-from fyrehose.tools.bench.pacing import OfferSchedule
+from fyrehose.tools.bench.offer_schedule import OfferSchedule
 from fyrehose.tools.bench.scanning import (
     MAX_TRACKED_SEQUENCE,
     DeliverScanner,

@@ -26,7 +26,7 @@ from fyrehose import codec
 from fyrehose.addresses import Address
 from fyrehose.backbone.udp import enlarge_buffers
 from fyrehose.tools.bench import wire
-from fyrehose.tools.bench.pacing import OfferSchedule
+from fyrehose.tools.bench.offer_schedule import OfferSchedule
 from fyrehose.tools.bench.scanning import (
     DeliverScanner,
     NatsStream,

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     from fyrehose.addresses import parse_hostport
     from fyrehose.client import Client
-    from fyrehose.memjournal import MemoryJournal
+    from fyrehose.recent_messages import MemoryJournal
     from fyrehose.readiness import announce_ready
 
     from .events import SubjectRule
