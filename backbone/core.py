@@ -183,7 +183,9 @@ class Backbone:
             bounds.append((start, end))
             seq += 1
         for tag in repeated:
-            self._confirm(source, tag, confirmed.lookup(source, tag))
+            first = confirmed.lookup(source, tag)
+            assert first is not None  # remembered above, when its first copy was sequenced
+            self._confirm(source, tag, first)
         self.counters["pushes"] += len(keep)
         base = bounds[0][0]
         if len(keep) == len(spans) or self._contiguous(bounds):

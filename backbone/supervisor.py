@@ -22,16 +22,23 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import psutil
 
 from fyrehose.addresses import Address
 from fyrehose.backbone.fanout import FanOut
 from fyrehose.backbone.intake import AddressPolicy
-from fyrehose.backbone.metrics import (Metric, MetricsServer, client_metrics, counter_metrics, process_metrics,
-                                       restart_metrics, ring_metrics)
+from fyrehose.backbone.metrics import (
+    Metric,
+    MetricsServer,
+    client_metrics,
+    counter_metrics,
+    process_metrics,
+    restart_metrics,
+    ring_metrics,
+)
 from fyrehose.backbone.ratelimit import SourceRateLimiter
 from fyrehose.backbone.receiver import enable_arrival_times, run_receiver
 from fyrehose.backbone.rings import Doorbell, Ring

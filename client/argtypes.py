@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 Number = TypeVar("Number", int, float)
 

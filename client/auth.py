@@ -30,8 +30,19 @@ from pathlib import Path
 
 from .durable import replace_atomically
 from .envelope import Envelope, encode_unsigned
-from .sessions import AUTH_SUFFIX, BYE, HEARTBEAT, HELLO, INBOX_PREFIX, NONCE_BYTES, Heartbeat, LocalSession, \
-    parse_json_object, parse_number, parse_session
+from .sessions import (
+    AUTH_SUFFIX,
+    BYE,
+    HEARTBEAT,
+    HELLO,
+    INBOX_PREFIX,
+    NONCE_BYTES,
+    Heartbeat,
+    LocalSession,
+    parse_json_object,
+    parse_number,
+    parse_session,
+)
 
 DIGEST_SIZE = 32
 DEFAULT_WINDOW = 4096
@@ -97,7 +108,7 @@ class AuthDatabase:
         self._entries: dict[tuple[str, str], bytes] = dict(entries or {})
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "AuthDatabase":
+    def load(cls, path: str | os.PathLike) -> AuthDatabase:
         try:
             rows = json.loads(Path(path).read_bytes())
         except FileNotFoundError:

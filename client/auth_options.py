@@ -30,7 +30,7 @@ def add_auth_arguments(parser: argparse.ArgumentParser, default_user: str, role:
                         help=f"seconds between this {role}'s session heartbeats (default {DEFAULT_SESSION_INTERVAL:g})")
 
 
-def credentials_from(args: argparse.Namespace) -> "Credentials | None":
+def credentials_from(args: argparse.Namespace) -> Credentials | None:
     """The credentials the options name, or None without ``--auth-db``; ValueError (one line) when they cannot work.
 
     An unknown user is refused later, when the node's client starts its session.

@@ -42,8 +42,9 @@ import socket
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable, Protocol
+from typing import Any, Protocol, cast
 
 from fyrehose import codec, envelope
 from fyrehose.addresses import Address, parse_hostport
@@ -51,8 +52,8 @@ from fyrehose.auth import Authenticator, Credentials
 from fyrehose.envelope import Envelope, MsgType, Status
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, RequestTimeout
 from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of this module's API
-from fyrehose.recent_messages import MemoryJournal
 from fyrehose.pacing import TokenBucket
+from fyrehose.recent_messages import MemoryJournal
 from fyrehose.routing import SubjectRouter
 from fyrehose.sessions import DEFAULT_INTERVAL, SNAP_PREFIX, SUB_STOP_PREFIX, LocalSession, inbox
 from fyrehose.subject_stream import InitialGate, SubjectMessage
@@ -106,7 +107,7 @@ class Client:
         give_up_after: float = 10.0,
         forward_rate: float = 50_000,
         bind: Address = ("0.0.0.0", 0),
-        store: "MessageStore | None" = None,
+        store: MessageStore | None = None,
         user: str | None = None,
         auth: Credentials | None = None,
         session_interval: float = DEFAULT_INTERVAL,
@@ -136,7 +137,7 @@ class Client:
         self.keepalive_interval = keepalive_interval
         self.unreachable_after = unreachable_after
         self.confirm_retry = confirm_retry
-        self._tracker_options = {"request_delay": request_delay, "give_up_after": give_up_after,
+        self._tracker_options: dict[str, Any] = {"request_delay": request_delay, "give_up_after": give_up_after,
                                  "forward_rate": forward_rate}
         self.stats: Counter[str] = Counter()
         if store is not None and self.journaling:
@@ -191,7 +192,7 @@ class Client:
 
     # ------------------------------------------------------------ lifecycle
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -516,7 +517,7 @@ class Client:
             sock.settimeout(min(max(deadline - time.monotonic(), 0.001), 0.1))
             try:
                 data, source = sock.recvfrom(65536)
-            except (socket.timeout, BlockingIOError):
+            except (TimeoutError, BlockingIOError):
                 continue
             except OSError:
                 if self._closed:
@@ -567,14 +568,16 @@ class Client:
                         self._pending[frame.tag] = frame.seq
                 self._confirmed.notify_all()
         elif kind == codec.KEEPALIVE_ACK:
-            (ack,) = codec.decode(data)
+            (frame,) = codec.decode(data)
+            ack = cast(codec.KeepaliveAck, frame)  # decode() parses by the type byte checked above
             if ack.token in self._tokens and source == self.backbone:
                 self._last_ack = now
                 self._acked.set()
                 if ack.head and self._tracker is not None:
                     self._tracker.head(ack.head, now)
         elif kind == codec.FORWARD:
-            (forward,) = codec.decode(data)
+            (frame,) = codec.decode(data)
+            forward = cast(codec.Forward, frame)  # decode() parses by the type byte checked above
             if source != self.backbone:
                 self.stats["forwards from strangers"] += 1
             elif self.journal is None:

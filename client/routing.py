@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from fyrehose.envelope import Envelope
 from fyrehose.subject_stream import SubjectMessage

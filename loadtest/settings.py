@@ -74,7 +74,7 @@ class LoadSettings:
         return argv
 
     @classmethod
-    def from_namespace(cls, namespace: argparse.Namespace, prefix: str = "") -> "LoadSettings":
+    def from_namespace(cls, namespace: argparse.Namespace, prefix: str = "") -> LoadSettings:
         """Settings from parsed options named ``prefix + field`` (Locust's) or ``field`` (the CLI's)."""
         return cls(**{item.name: getattr(namespace, prefix + item.name) for item in fields(cls)})
 

@@ -36,7 +36,7 @@ class GatewayProcess:
     proc: subprocess.Popen | None = None
     log: Path | None = None
 
-    def start(self, timeout: float = 20.0) -> "GatewayProcess":
+    def start(self, timeout: float = 20.0) -> GatewayProcess:
         self.log = self.log_dir / f"gateway-{self.kind}-{os.getpid()}-{time.monotonic_ns()}.log"
         args = FYREHOSE + ["gateway", self.kind, "--listen", f"{LOOPBACK}:0", "--backbone", self.backbone] + self.extra
         with open(self.log, "ab") as log:
@@ -187,7 +187,7 @@ class MarlinClient:
             self.sock.settimeout(remaining)
             try:
                 chunk = self.sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 return None
             if not chunk:
                 return None

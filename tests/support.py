@@ -55,7 +55,7 @@ class BackboneProcess:
     def address(self) -> str:
         return f"{LOOPBACK}:{self.port}"
 
-    def start(self) -> "BackboneProcess":
+    def start(self) -> BackboneProcess:
         if not self.port:
             self.port = free_port()
         if not self.metrics_port:
@@ -142,7 +142,7 @@ class LossyRelay:
         while not self._stop.is_set():
             try:
                 data, source = self.front.recvfrom(65536)
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             self.client = source
             self.back.sendto(data, self.backbone)
@@ -152,7 +152,7 @@ class LossyRelay:
         while not self._stop.is_set():
             try:
                 data, _ = self.back.recvfrom(65536)
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             count += 1
             if data[0] == 0x01 and count % self.drop_every == 0:
@@ -184,7 +184,7 @@ class JournalProcess:
         self.child: ChildProcess | None = None
         self.starts = 0
 
-    def start(self) -> "JournalProcess":
+    def start(self) -> JournalProcess:
         self.child = ChildProcess(self.args, self.log)
         self.starts += 1
         return self

@@ -10,6 +10,7 @@ import pytest
 from fyrehose import Client
 from fyrehose.envelope import MsgType, Status
 from fyrehose.process import ChildProcess
+
 from support import FYREHOSE, run_cli
 
 
@@ -31,7 +32,7 @@ class CacheProcess:
         self.args = FYREHOSE + ["cache", "--backbone", backbone.address, *extra]
         self.child: ChildProcess | None = None
 
-    def __enter__(self) -> "CacheProcess":
+    def __enter__(self) -> CacheProcess:
         self.child = ChildProcess(self.args, self.log)
         self.child.wait_ready(15)
         return self

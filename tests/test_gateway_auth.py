@@ -14,9 +14,10 @@ import time
 from fyrehose import Client
 from fyrehose.auth import Credentials
 from fyrehose.envelope import Envelope, encode
+
+from gateway_support import KINDS, GatewayProcess, raw_subscriber
 from support import run_cli
 from test_auth_client import SERVICE, Attacker, genuine_bytes, users, wait_for
-from gateway_support import KINDS, GatewayProcess, module_backbone, raw_subscriber  # noqa: F401
 
 
 def read_until(sock: socket.socket, marker: bytes, timeout: float = 15.0) -> bytes:

@@ -27,6 +27,7 @@ from fyrehose.gateways.lumberjack.frames import (
     encode_key_value,
     encode_window,
 )
+
 from support import FYREHOSE, LOOPBACK, JournalProcess, free_port
 
 
@@ -285,7 +286,7 @@ def test_no_ack_before_the_backbone_confirms(backbone_factory, gateway_factory, 
         while time.monotonic() < deadline:  # only keep-alive acks while nothing can be published
             try:
                 acks += decode_acks(sock.recv(6))
-            except socket.timeout:
+            except TimeoutError:
                 continue
         assert set(acks) <= {(VERSION_2, 0)}
         backbone_factory(port=backbone.port, state_dir=backbone.state_dir)

@@ -5,14 +5,8 @@ import struct
 
 import redis
 
+from gateway_support import M_RESPONSE, MarlinClient, marlin_frame
 from support import LOOPBACK
-from gateway_support import (  # noqa: F401  (fixtures)
-    M_RESPONSE,
-    MarlinClient,
-    gateways,
-    marlin_frame,
-    module_backbone,
-)
 
 
 def test_subscribe_publish_unsubscribe(gateways):

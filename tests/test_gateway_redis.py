@@ -11,8 +11,8 @@ import time
 import pytest
 import redis
 
+from gateway_support import wait_until
 from support import FYREHOSE, LOOPBACK
-from gateway_support import gateways, module_backbone, wait_until  # noqa: F401  (fixtures)
 
 
 def messages(pubsub, count: int, timeout: float = 10.0) -> list[dict]:

@@ -24,6 +24,7 @@ from fyrehose.journal.reader import list_segments
 from fyrehose.journal.report import records_in
 from fyrehose.process import wait_until
 from fyrehose.tracker import Message
+
 from support import JournalProcess, LossyRelay, last_written, run_cli
 
 

@@ -24,6 +24,7 @@ from fyrehose.backbone.fanout import worker_of
 from fyrehose.backbone.sendmmsg import MAX_IOV, Sender
 from fyrehose.backbone.sequencer import in_arrival_order
 from fyrehose.backbone.supervisor import default_sizes
+
 from support import LOOPBACK, run_cli
 
 # ---------------------------------------------------------------- helpers
@@ -44,7 +45,7 @@ def keepalive(sock: socket.socket, backbone, flags: int = 0, timeout: float = 3.
         sock.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             data, _ = sock.recvfrom(65536)
-        except socket.timeout:
+        except TimeoutError:
             break
         if data[:17] == bytes([codec.KEEPALIVE_ACK]) + token:
             return data
@@ -61,7 +62,7 @@ def delivers(sock: socket.socket, count: int, timeout: float = 5.0) -> list[tupl
         sock.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             data, _ = sock.recvfrom(65536)
-        except socket.timeout:
+        except TimeoutError:
             break
         if data[0] == codec.DELIVER:
             frames = codec.decode(data)

@@ -94,6 +94,7 @@ def _first_stdout_line(argv: list[str], log, timeout: float = 30.0) -> tuple[str
 ])
 def test_every_service_prints_one_readiness_line_on_stdout(kind, extra, backbone_factory, tmp_path):
     from fyrehose.readiness import READY_LINE
+
     from support import FYREHOSE
 
     argv = FYREHOSE + kind.split()

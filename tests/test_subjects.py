@@ -203,6 +203,7 @@ from fyrehose import Client, MessagesLost  # noqa: E402
 from fyrehose.client import RequestTimeout  # noqa: E402
 from fyrehose.envelope import decode  # noqa: E402
 from fyrehose.tracker import Lost, Message  # noqa: E402
+
 from support import LossyRelay  # noqa: E402
 
 

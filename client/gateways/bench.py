@@ -110,7 +110,7 @@ class Processes:
     scratch: Path
     started: list[subprocess.Popen] = field(default_factory=list)
 
-    def __enter__(self) -> "Processes":
+    def __enter__(self) -> Processes:
         return self
 
     def __exit__(self, *exc: object) -> None:

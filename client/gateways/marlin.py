@@ -53,10 +53,10 @@ class MarlinRoutes:
     def __init__(self) -> None:
         self.channels: dict[bytes, dict[MarlinSession, None]] = {}
 
-    def subscribe(self, channel: bytes, session: "MarlinSession") -> None:
+    def subscribe(self, channel: bytes, session: MarlinSession) -> None:
         self.channels.setdefault(channel, {})[session] = None
 
-    def unsubscribe(self, channel: bytes, session: "MarlinSession") -> None:
+    def unsubscribe(self, channel: bytes, session: MarlinSession) -> None:
         sessions = self.channels.get(channel)
         if sessions is not None:
             sessions.pop(session, None)
@@ -76,7 +76,7 @@ class MarlinRoutes:
 class MarlinSession:
     """One Marlin client: its channels and the publishes it is waiting on."""
 
-    def __init__(self, connection: "Connection", routes: MarlinRoutes, bridge: "Bridge", stats: Counter) -> None:
+    def __init__(self, connection: Connection, routes: MarlinRoutes, bridge: Bridge, stats: Counter) -> None:
         self.connection = connection
         self.routes = routes
         self.bridge = bridge

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
 @dataclass(eq=False)
 class NatsSubscription:
-    session: "NatsSession"
+    session: NatsSession
     sid: str
     subject: str
     queue: str | None
@@ -117,7 +117,7 @@ class NatsSession:
 
     _ids = itertools.count(1)
 
-    def __init__(self, connection: "Connection", routes: NatsRoutes, bridge: "Bridge", stats: Counter, *,
+    def __init__(self, connection: Connection, routes: NatsRoutes, bridge: Bridge, stats: Counter, *,
                  server_id: str, host: str, port: int) -> None:
         self.connection = connection
         self.routes = routes
@@ -208,7 +208,7 @@ class NatsSession:
 
     # ------------------------------------------------------------ operations
 
-    def _publish(self, pub: proto.Pub) -> "Envelope | _Refusal":
+    def _publish(self, pub: proto.Pub) -> Envelope | _Refusal:
         """The message to publish, or why not."""
         try:
             check_subject(pub.subject)
@@ -265,7 +265,7 @@ class NatsSession:
         if self._send(replies, batch):
             self.connection.close(message, proto.error(message))
 
-    def _execute(self, operation: proto.Operation) -> "bytes | _Refusal":
+    def _execute(self, operation: proto.Operation) -> bytes | _Refusal:
         if isinstance(operation, proto.Ping):
             return proto.PONG
         if isinstance(operation, proto.Pong):
@@ -276,7 +276,7 @@ class NatsSession:
             return self._subscribe(operation)
         return self._unsubscribe(operation)  # type: ignore[arg-type]
 
-    def _connect(self, options: dict) -> "bytes | _Refusal":
+    def _connect(self, options: dict) -> bytes | _Refusal:
         if options.get("echo") is False:
             self.echo = EchoFilter(self.connection.max_pending)
         if options.get("tls_required"):
@@ -285,7 +285,7 @@ class NatsSession:
         self.headers = bool(options.get("headers"))
         return proto.OK if self.verbose else b""
 
-    def _subscribe(self, sub: proto.Sub) -> "bytes | _Refusal":
+    def _subscribe(self, sub: proto.Sub) -> bytes | _Refusal:
         try:
             check_pattern(sub.subject)
         except EnvelopeError:

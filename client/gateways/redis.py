@@ -18,11 +18,11 @@ import itertools
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from fyrehose.argtypes import positive_duration
 from fyrehose.codec import PayloadTooLarge
 from fyrehose.envelope import Envelope, EnvelopeError, MsgType, Status
 from fyrehose.gateways import resp
 from fyrehose.gateways.channels import ChannelError, channel_to_subject, subject_to_channel
-from fyrehose.argtypes import positive_duration
 from fyrehose.gateways.options import add_server_arguments
 from fyrehose.gateways.redis_glob import Matcher, compile_pattern
 from fyrehose.gateways.sizes import checked
@@ -63,20 +63,20 @@ class RedisRoutes:
         self.channels: dict[bytes, dict[RedisSession, None]] = {}
         self.patterns: dict[bytes, tuple[Matcher, dict[RedisSession, None]]] = {}
 
-    def subscribe(self, channel: bytes, session: "RedisSession") -> None:
+    def subscribe(self, channel: bytes, session: RedisSession) -> None:
         self.channels.setdefault(channel, {})[session] = None
 
-    def unsubscribe(self, channel: bytes, session: "RedisSession") -> None:
+    def unsubscribe(self, channel: bytes, session: RedisSession) -> None:
         sessions = self.channels.get(channel)
         if sessions is not None:
             sessions.pop(session, None)
             if not sessions:
                 del self.channels[channel]
 
-    def psubscribe(self, pattern: bytes, session: "RedisSession") -> None:
+    def psubscribe(self, pattern: bytes, session: RedisSession) -> None:
         self.patterns.setdefault(pattern, (compile_pattern(pattern), {}))[1][session] = None
 
-    def punsubscribe(self, pattern: bytes, session: "RedisSession") -> None:
+    def punsubscribe(self, pattern: bytes, session: RedisSession) -> None:
         entry = self.patterns.get(pattern)
         if entry is not None:
             entry[1].pop(session, None)
@@ -117,7 +117,7 @@ class RedisSession:
 
     _ids = itertools.count(1)
 
-    def __init__(self, connection: "Connection", routes: RedisRoutes, bridge: "Bridge", stats: Counter,
+    def __init__(self, connection: Connection, routes: RedisRoutes, bridge: Bridge, stats: Counter,
                  *, request_timeout: float = 1.0) -> None:
         self.connection = connection
         self.routes = routes

@@ -11,7 +11,7 @@ import logging
 import signal
 import sys
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 import gevent
 from gevent.event import Event

@@ -150,7 +150,7 @@ def _measure_write_path(directory: Path, mode: str, args: argparse.Namespace) ->
         store.close()
 
 
-def _warm_up(publisher, directory: Path, journal: "_Process", size: int) -> int:
+def _warm_up(publisher, directory: Path, journal: _Process, size: int) -> int:
     """Publish until the journal has written one message (it has subscribed); the last sequence it holds."""
     deadline = time.monotonic() + CATCH_UP_TIMEOUT
     last = publisher.publish(b"w" * size)
@@ -181,7 +181,7 @@ def _measure_forward(address: str, first: int, last: int) -> dict:
         while len(received) < wanted:
             try:
                 data, _ = sock.recvfrom(65536)
-            except socket.timeout:
+            except TimeoutError:
                 break
             spans, _ = codec.scan(data, codec.DELIVER)
             for _, _, seq in spans:
@@ -213,7 +213,7 @@ def _last_sequence(directory: Path) -> int | None:
     return last
 
 
-def _wait_for(condition, journal: "_Process", what: str) -> None:
+def _wait_for(condition, journal: _Process, what: str) -> None:
     deadline = time.monotonic() + CATCH_UP_TIMEOUT
     while not condition():
         if journal.proc.poll() is not None:
@@ -283,7 +283,7 @@ class _Process:
         self.log = log
 
     @classmethod
-    def start(cls, log: Path, args: list[str]) -> "_Process":
+    def start(cls, log: Path, args: list[str]) -> _Process:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             proc = subprocess.Popen([sys.executable, "-m", "fyrehose.cli", *args], stdout=out, stderr=subprocess.STDOUT)

@@ -23,12 +23,13 @@ from fyrehose.readiness import announce_ready
 from fyrehose.tracker import Event
 
 BATCH = 8192  # events written (and, with fsync=always, synced) together
+KEEP_ALL = Retention()  # no age or size limit
 RETENTION_EVERY = 30.0  # seconds between retention checks besides the one after each export
 
 
 class JournalService:
     def __init__(self, store: JournalStore, backbone: Address | str, *, start_seq: int | None,
-                 give_up_after: float = 15.0, forward_rate: float = 50_000, retention: Retention = Retention(),
+                 give_up_after: float = 15.0, forward_rate: float = 50_000, retention: Retention = KEEP_ALL,
                  parquet: bool = True, max_queued: int = 2_000_000, log: TextIO | None = None) -> None:
         self.store = store
         self.backbone = backbone

@@ -23,9 +23,9 @@ import queue
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from fyrehose.durable import DirectoryInUse, DirectoryLock, fsync_directory, replace_atomically
 from fyrehose.journal.gapindex import Gap, GapIndex, utc_iso

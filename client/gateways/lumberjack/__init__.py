@@ -62,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
 
     from fyrehose.addresses import parse_hostport
     from fyrehose.client import Client
-    from fyrehose.recent_messages import MemoryJournal
     from fyrehose.readiness import announce_ready
+    from fyrehose.recent_messages import MemoryJournal
 
     from .events import SubjectRule
     from .publisher import HoldingPublisher
