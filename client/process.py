@@ -14,21 +14,29 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from fyrehose.readiness import READY_LINE
 
 FYREHOSE = [sys.executable, "-m", "fyrehose"]
 STOP_TIMEOUT = 15.0  # seconds a process gets to exit after SIGTERM before it is killed
 POLL = 0.05
+T = TypeVar("T")
 
 
-def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = POLL) -> None:
-    """Poll ``condition`` until it is true; ``TimeoutError`` naming ``what`` after ``timeout`` seconds."""
+def wait_until(condition: Callable[[], T], timeout: float = 10.0, what: str = "the awaited condition",
+               interval: float = POLL) -> T:
+    """Poll ``condition`` until it returns something true, and return that.
+
+    ``TimeoutError`` naming ``what`` after ``timeout`` seconds: a wait that
+    runs out is a failure to report, never a silent False.
+    """
     deadline = time.monotonic() + timeout
-    while not condition():
+    while not (value := condition()):
         if time.monotonic() >= deadline:
             raise TimeoutError(f"{what} did not happen within {timeout:g} s")
         time.sleep(interval)
+    return value
 
 
 class ChildProcess:
@@ -66,14 +74,21 @@ class ChildProcess:
                                    f"({'exit ' + str(status) if status is not None else 'timeout'}): {tail}")
             time.sleep(POLL)
 
-    def stop(self, timeout: float = STOP_TIMEOUT, sig: int = signal.SIGTERM) -> int | None:
-        """Send ``sig`` (SIGTERM: a clean stop) and wait; SIGKILL if it is still there after ``timeout`` s."""
-        if self.alive():
+    def stop(self, timeout: float = STOP_TIMEOUT, *,
+             signals: Sequence[tuple[int, float]] | None = None) -> int | None:
+        """SIGTERM and wait up to ``timeout`` s; SIGKILL if it is still there.  Its exit status.
+
+        ``signals`` replaces the SIGTERM with (signal, seconds to wait) steps
+        sent in turn (Locust writes its report on SIGINT, not on SIGTERM).
+        """
+        for sig, wait in signals or ((signal.SIGTERM, timeout),):
+            if not self.alive():
+                break
             os.kill(self.proc.pid, sig)
             try:
-                return self.proc.wait(timeout)
+                return self.proc.wait(wait)
             except subprocess.TimeoutExpired:
-                pass
+                continue
         self.kill()
         return self.proc.returncode
 

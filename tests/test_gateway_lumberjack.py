@@ -1,9 +1,7 @@
 """``fyrehose gateway lumberjack`` as a process, with a real backbone, pylogbeat and hand-built seeds/002 frames."""
 from __future__ import annotations
 
-import os
 import re
-import signal
 import socket
 import struct
 import subprocess
@@ -28,42 +26,8 @@ from fyrehose.gateways.lumberjack.frames import (
     encode_window,
 )
 
-from support import FYREHOSE, LOOPBACK, JournalProcess, free_port
-
-
-class GatewayProcess:
-    def __init__(self, log: Path, backbone: str, extra: list[str]) -> None:
-        self.port = free_port(socket.SOCK_STREAM)
-        self.log = log
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                FYREHOSE + ["gateway", "lumberjack", "--listen", f"{LOOPBACK}:{self.port}",
-                            "--backbone", backbone] + extra, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while "listening on" not in self.output():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"gateway did not start: {self.output()}")
-            time.sleep(0.05)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> int:
-        if self.alive():
-            os.kill(self.proc.pid, signal.SIGTERM)
-        try:
-            return self.proc.wait(20)
-        finally:
-            self.kill()
-
-    def kill(self) -> None:
-        if self.alive():
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+from gateway_support import GatewayProcess
+from support import FYREHOSE, LOOPBACK, JournalProcess
 
 
 @pytest.fixture
@@ -71,7 +35,7 @@ def gateway_factory(tmp_path):
     started: list[GatewayProcess] = []
 
     def start(backbone, *extra: str) -> GatewayProcess:
-        gateway = GatewayProcess(tmp_path / f"gateway-{len(started)}.log", backbone.address, list(extra))
+        gateway = GatewayProcess("lumberjack", backbone.address, tmp_path, list(extra)).start(15)
         started.append(gateway)
         return gateway
 

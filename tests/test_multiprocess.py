@@ -24,6 +24,7 @@ from fyrehose.backbone.fanout import worker_of
 from fyrehose.backbone.sendmmsg import MAX_IOV, Sender
 from fyrehose.backbone.sequencer import in_arrival_order
 from fyrehose.backbone.supervisor import default_sizes
+from fyrehose.process import wait_until
 
 from support import LOOPBACK, run_cli
 
@@ -84,16 +85,6 @@ def workers_of(backbone) -> dict[str, psutil.Process]:
 def restarted(backbone, before: dict[str, psutil.Process], names: list[str]) -> bool:
     now = workers_of(backbone)
     return all(name in now and now[name].pid != before[name].pid for name in names)
-
-
-def wait_until(condition, timeout: float = 10.0, step: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(step)
-    return condition()
 
 
 def publish(backbone, sub: socket.socket, payloads: list[bytes]) -> list[int]:

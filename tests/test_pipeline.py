@@ -448,7 +448,7 @@ def test_report_and_export_run_on_a_spark_standalone_cluster(journal, tmp_path):
         assert json.loads((tmp_path / "report" / "summary.json").read_text())["duplicates"] == len(DUPLICATES)
 
         submit("export", "--journal", str(journal), "--out", str(tmp_path / "export"), "--format", "jsonl")
-        lines = [json.loads(line) for path in sorted((tmp_path / "export").glob("part-*.json"))
+        lines = [json.loads(line) for path in sorted((tmp_path / "export" / "jsonl").glob("part-*.json"))
                  for line in path.read_text().splitlines()]
         assert sorted(line["seq"] for line in lines) == sorted(row["seq"] for row in _source_rows(journal))
     finally:
