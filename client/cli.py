@@ -63,7 +63,7 @@ def _version() -> str:
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> None:  # type: ignore[override]  # argparse declares error() as returning NoReturn; this one exits too
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         sys.exit(EXIT_USAGE)
 

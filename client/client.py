@@ -123,7 +123,7 @@ class Client:
                 raise ValueError(f"user {user!r} differs from the credentials' user {auth.user!r}")
             user = auth.user
         self.session: LocalSession | None = LocalSession(user, session_interval) if user is not None else None
-        self.auth: Authenticator | None = Authenticator(auth, self.session) if auth is not None else None  # type: ignore[arg-type]
+        self.auth: Authenticator | None = Authenticator(auth, self.session) if auth is not None else None  # type: ignore[arg-type]  # a LocalSession exists whenever auth is given (user comes from it)
         self.backbone: Address = backbone
         self.subscribing = subscribe
         self.journaling = journal and (subscribe or store is not None) and journal_bytes > 0
@@ -301,7 +301,7 @@ class Client:
                     if self._closed:
                         raise FyrehoseError("client closed while publishing")
                     if not unconfirmed:
-                        return [self._pending[tag] for tag in tags]  # type: ignore[misc]
+                        return [self._pending[tag] for tag in tags]  # type: ignore[misc]  # every tag is confirmed here: no None is left in _pending
                 if time.monotonic() >= deadline:
                     self._check_reachable()
                     raise PublishTimeout(
@@ -409,7 +409,7 @@ class Client:
                 raise FyrehoseError("from_seq must be given on the first subscription of a client")
         now = time.monotonic()
         if initial:
-            subscription.gate = InitialGate(pattern, now, timeout=initial_timeout, retry=initial_retry)  # type: ignore[arg-type]
+            subscription.gate = InitialGate(pattern, now, timeout=initial_timeout, retry=initial_retry)  # type: ignore[arg-type]  # initial=True requires a subject pattern, checked above
         self._router.add(subscription, now)
         return subscription
 

@@ -233,11 +233,11 @@ class NatsSession:
                     replies[index] = b"" if failure else proto.OK
             if failure:
                 self.stats["publish failures"] += len(batch)
-                self.connection.send(b"".join(replies))  # type: ignore[arg-type]
+                self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
                 self.connection.close("publish failed", proto.error(f"Publish Failed: {failure}"))
                 return False
         if replies:
-            self.connection.send(b"".join(replies))  # type: ignore[arg-type]
+            self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
         return True
 
     def _publish_batch(self, messages: list[Envelope]) -> str | None:
@@ -274,7 +274,7 @@ class NatsSession:
             return self._connect(operation.options)
         if isinstance(operation, proto.Sub):
             return self._subscribe(operation)
-        return self._unsubscribe(operation)  # type: ignore[arg-type]
+        return self._unsubscribe(operation)  # type: ignore[arg-type]  # the only operation left is Unsub
 
     def _connect(self, options: dict) -> bytes | _Refusal:
         if options.get("echo") is False:

@@ -191,7 +191,7 @@ class RedisSession:
                 for index, _, _ in batch:
                     replies[index] = resp.error(f"ERR publish not confirmed by the backbone: {exc}")
         if replies:
-            self.connection.send(b"".join(replies))  # type: ignore[arg-type]
+            self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
 
     # ------------------------------------------------------------ commands
 
