@@ -23,8 +23,9 @@ from fyrehose.gateways.channels import (
     subject_to_channel,
 )
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
+from fyrehose.process import wait_until
 
-from gateway_support import GatewayProcess, MarlinClient, raw_subscriber, wait_until
+from gateway_support import GatewayProcess, MarlinClient, raw_subscriber
 from support import LOOPBACK, run_cli
 
 # ---------------------------------------------------------------- channels <-> subjects

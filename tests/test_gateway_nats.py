@@ -11,7 +11,8 @@ import time
 import nats
 import pytest
 
-from gateway_support import wait_until
+from fyrehose.process import wait_until
+
 from support import FYREHOSE, LOOPBACK
 
 
