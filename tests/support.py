@@ -1,9 +1,7 @@
 """Helpers for tests that run real processes over loopback UDP."""
 from __future__ import annotations
 
-import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -44,8 +42,12 @@ class BackboneProcess:
     prefix: list[str] = field(default_factory=list)  # e.g. ``ip netns exec NAME``
     port: int = 0
     metrics_port: int = 0
-    proc: subprocess.Popen | None = None
+    child: ChildProcess | None = None
     log: Path | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.child.proc if self.child is not None else None
 
     @property
     def addr(self) -> tuple[str, int]:
@@ -65,32 +67,19 @@ class BackboneProcess:
             "backbone", "--listen", self.address, "--workers", str(self.workers),
             "--state-dir", str(self.state_dir), "--metrics", f"{LOOPBACK}:{self.metrics_port}",
         ] + self.extra
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            readiness.wait_for_backbone(self.addr)
-        except TimeoutError:
-            self.kill()
-            raise RuntimeError(f"backbone did not start: {self.log.read_text()[-2000:]}") from None
+        self.child = ChildProcess(args, self.log)
+        self.child.wait_ready(10)
+        readiness.wait_for_backbone(self.addr)  # and its workers answer (multi-process mode)
         return self
 
-    def stop(self, timeout: float = 10.0) -> int:
-        """SIGTERM and wait: a clean shutdown."""
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            if self.proc.poll() is None:
-                self.kill()
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM and wait: a clean shutdown (SIGKILL after ``timeout`` s)."""
+        return self.child.stop(timeout) if self.child is not None else 0
 
     def kill(self) -> None:
         """SIGKILL (kill -9) and reap."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        if self.child is not None:
+            self.child.kill()
 
     def metrics(self) -> dict[str, float]:
         """The Prometheus samples as {'name{labels}': value}."""
