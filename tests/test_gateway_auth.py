@@ -87,7 +87,7 @@ def test_gateway_clients_get_only_verified_messages_and_gateway_publishes_are_si
             sock.close()
         attacker.close()
         for gateway in gateways.values():
-            if gateway.proc is not None:
+            if gateway.child is not None:
                 gateway.stop()
     for kind, gateway in gateways.items():
         counts = stop_counts(gateway)
