@@ -28,7 +28,7 @@ from fyrehose.backbone.confirms import ConfirmCache
 from fyrehose.backbone.intake import AddressPolicy, KeepaliveIn, RequestIn, read_control
 from fyrehose.backbone.pushes import LogEntry, batch_parts, join_parts, stamp_uniform, uniform_step
 from fyrehose.backbone.ratelimit import SourceRateLimiter
-from fyrehose.backbone.sequencing import DEFAULT_BLOCK, SequenceCounter, SequenceExhausted
+from fyrehose.backbone.sequence_counter import DEFAULT_BLOCK, SequenceCounter, SequenceExhausted
 
 _SEQ_FIELD = struct.Struct(">HI")
 _ACK_PREFIX = bytes((codec.KEEPALIVE_ACK,))
@@ -183,7 +183,9 @@ class Backbone:
             bounds.append((start, end))
             seq += 1
         for tag in repeated:
-            self._confirm(source, tag, confirmed.lookup(source, tag))
+            first = confirmed.lookup(source, tag)
+            assert first is not None  # remembered above, when its first copy was sequenced
+            self._confirm(source, tag, first)
         self.counters["pushes"] += len(keep)
         base = bounds[0][0]
         if len(keep) == len(spans) or self._contiguous(bounds):

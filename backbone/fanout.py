@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import socket
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from fyrehose.addresses import Address
 from fyrehose.backbone import records

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Iterable
 
 from fyrehose.addresses import Address
 
@@ -52,7 +52,7 @@ class MetricsServer:
         self.address = self._server.server_address
         self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
 
-    def start(self) -> "MetricsServer":
+    def start(self) -> MetricsServer:
         self._thread.start()
         return self
 
@@ -87,7 +87,7 @@ def counter_metrics(counters: dict[str, int]) -> list[Metric]:
     return metrics
 
 
-def process_metrics(processes: dict[str, "psutil.Process"]) -> list[Metric]:  # noqa: F821
+def process_metrics(processes: dict[str, psutil.Process]) -> list[Metric]:  # noqa: F821
     """CPU seconds and resident memory of each named backbone process."""
     import psutil
 

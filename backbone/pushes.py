@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import sys
 from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 from fyrehose import codec
 

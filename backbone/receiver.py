@@ -27,7 +27,7 @@ import socket
 import struct
 import time
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from fyrehose import codec
 from fyrehose.backbone import records

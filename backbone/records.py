@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import Iterable
+from collections.abc import Iterable
 
 from fyrehose.addresses import Address
 from fyrehose.backbone.intake import KeepaliveIn, RequestIn

@@ -30,9 +30,6 @@ def _padded(length: int) -> int:
     return (_RECORD_HEADER + length + 7) & ~7
 
 
-class RingFull(Exception):
-    """Raised by :meth:`Ring.reserve_or_raise` when the record does not fit now."""
-
 
 class Ring:
     """A ring over ``buffer`` (shared memory laid out by :meth:`region_size`).

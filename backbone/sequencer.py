@@ -27,7 +27,7 @@ import itertools
 import socket
 import termios
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from fyrehose.backbone import records
 from fyrehose.backbone.core import Backbone
@@ -50,7 +50,7 @@ def in_arrival_order(rings: list[list[tuple[int, tuple]]], cutoff: int) -> Itera
     """
     tagged = [[(arrival, index, item) for arrival, item in ring] for index, ring in enumerate(rings)]
     merged = heapq.merge(*tagged, key=lambda entry: entry[0])
-    for arrival, index, item in itertools.takewhile(lambda entry: entry[0] <= cutoff, merged):
+    for _arrival, index, item in itertools.takewhile(lambda entry: entry[0] <= cutoff, merged):
         yield index, item
 
 

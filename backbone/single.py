@@ -19,6 +19,7 @@ from fyrehose.backbone.metrics import Metric, MetricsServer, client_metrics, cou
 from fyrehose.backbone.statefile import SequenceStateFile
 from fyrehose.backbone.stopping import StopRequest
 from fyrehose.backbone.udp import SOCKET_BUFFER, bind_udp, send_all
+from fyrehose.readiness import announce_ready
 
 RECV_SIZE = 65536
 DRAIN_LIMIT = 512
@@ -103,12 +104,8 @@ def run_single(backbone: Backbone, listen: Address, state: SequenceStateFile, me
     driver = SingleProcessBackbone(backbone, listen, state, metrics, socket_buffer)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: driver.stop())
-    host, port = driver.address
-    print(
-        f"fyrehose backbone listening on {host}:{port} (single process, pid {os.getpid()}, "
-        f"next sequence {backbone.sequence.next}, state {state.directory})",
-        file=sys.stderr, flush=True,
-    )
+    announce_ready("backbone", driver.address, f"single process, pid {os.getpid()}, "
+                   f"next sequence {backbone.sequence.next}, state {state.directory}")
     driver.run()
     print(f"fyrehose backbone stopped at sequence {backbone.sequence.last_issued}", file=sys.stderr, flush=True)
     return 0

@@ -8,11 +8,11 @@ moment leaves either the old or the new mark.
 """
 from __future__ import annotations
 
-import fcntl
 import os
 from pathlib import Path
 
 from fyrehose.codec import MAX_SEQUENCE
+from fyrehose.durable import DirectoryInUse, DirectoryLock, remove_leftovers, replace_atomically
 
 FILE_NAME = "sequence"
 LOCK_NAME = "lock"
@@ -31,18 +31,16 @@ class SequenceStateFile:
     def __init__(self, directory: str | os.PathLike) -> None:
         self.directory = Path(directory)
         self.path = self.directory / FILE_NAME
-        self._lock_fd: int | None = None
+        self._lock = DirectoryLock(self.directory, LOCK_NAME)
 
     def open(self) -> int:
         """Lock the directory and return the persisted mark (0 when there is none)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+            self._lock.acquire()
+        except DirectoryInUse:
             raise StateError(f"another backbone is using the state directory {self.directory}") from None
-        self._lock_fd = fd
+        remove_leftovers(self.path)
         try:
             return self.read()
         except StateError:
@@ -63,21 +61,7 @@ class SequenceStateFile:
         return value
 
     def write(self, value: int) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, f"{value}\n".encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_atomically(self.path, f"{value}\n".encode())
 
     def close(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self._lock.release()

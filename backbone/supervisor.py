@@ -22,16 +22,23 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import psutil
 
 from fyrehose.addresses import Address
 from fyrehose.backbone.fanout import FanOut
 from fyrehose.backbone.intake import AddressPolicy
-from fyrehose.backbone.metrics import (Metric, MetricsServer, client_metrics, counter_metrics, process_metrics,
-                                       restart_metrics, ring_metrics)
+from fyrehose.backbone.metrics import (
+    Metric,
+    MetricsServer,
+    client_metrics,
+    counter_metrics,
+    process_metrics,
+    restart_metrics,
+    ring_metrics,
+)
 from fyrehose.backbone.ratelimit import SourceRateLimiter
 from fyrehose.backbone.receiver import enable_arrival_times, run_receiver
 from fyrehose.backbone.rings import Doorbell, Ring
@@ -40,6 +47,7 @@ from fyrehose.backbone.shared import CounterBlock, SequencerState, SubscriberTab
 from fyrehose.backbone.statefile import SequenceStateFile
 from fyrehose.backbone.stopping import StopRequest
 from fyrehose.backbone.udp import SOCKET_BUFFER, bind_udp
+from fyrehose.readiness import announce_ready
 
 # Deep enough to ride out a worker that waits ~0.5 s for a CPU at 600,000 msgs/s (a full input ring
 # drops); smaller rings stay in the last-level cache but lose messages on a busy host.
@@ -306,13 +314,9 @@ def run_multiprocess(options: Options, state_file: SequenceStateFile, reserved: 
     supervisor = Supervisor(options, state_file, reserved)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: supervisor.stop())
-    host, port = supervisor.address
-    print(
-        f"fyrehose backbone listening on {host}:{port} ({options.workers} receive workers, "
-        f"{options.fanout} fan-out workers, supervisor pid {os.getpid()}, next sequence {reserved + 1}, "
-        f"state {state_file.directory})",
-        file=sys.stderr, flush=True,
-    )
+    announce_ready("backbone", supervisor.address,
+                   f"{options.workers} receive workers, {options.fanout} fan-out workers, supervisor pid "
+                   f"{os.getpid()}, next sequence {reserved + 1}, state {state_file.directory}")
     supervisor.run()
     print(f"fyrehose backbone stopped at sequence {supervisor.sequencer_state.last_issued}",
           file=sys.stderr, flush=True)

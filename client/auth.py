@@ -24,14 +24,25 @@ import json
 import os
 import secrets
 import struct
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .durable import replace_atomically
 from .envelope import Envelope, encode_unsigned
-from .sessions import AUTH_SUFFIX, BYE, HEARTBEAT, HELLO, INBOX_PREFIX, NONCE_BYTES, Heartbeat, LocalSession, \
-    parse_json_object, parse_number, parse_session
+from .sessions import (
+    AUTH_SUFFIX,
+    BYE,
+    HEARTBEAT,
+    HELLO,
+    INBOX_PREFIX,
+    NONCE_BYTES,
+    Heartbeat,
+    LocalSession,
+    parse_json_object,
+    parse_number,
+    parse_session,
+)
 
 DIGEST_SIZE = 32
 DEFAULT_WINDOW = 4096
@@ -96,7 +107,7 @@ class AuthDatabase:
         self._entries: dict[tuple[str, str], bytes] = dict(entries or {})
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "AuthDatabase":
+    def load(cls, path: str | os.PathLike) -> AuthDatabase:
         try:
             rows = json.loads(Path(path).read_bytes())
         except FileNotFoundError:
@@ -122,17 +133,7 @@ class AuthDatabase:
         """Write atomically, readable by the owner only (HA0 is as good as a password on this network)."""
         path = Path(path)
         rows = [{"user": u, "svc": s, "hash": h.hex()} for (u, s), h in sorted(self._entries.items())]
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "w") as out:
-                json.dump(rows, out, indent=1)
-                out.write("\n")
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            os.unlink(temporary)
-            raise
+        replace_atomically(path, (json.dumps(rows, indent=1) + "\n").encode(), mode=0o600)
 
     def add(self, user: str, service: str, password: str) -> None:
         _check_name(user, "user")
@@ -321,7 +322,7 @@ class Authenticator:
             if subject in (HELLO, HEARTBEAT):
                 return self._challenge(envelope, peer, key, ha0, nonce, wall_us)
             return Check(False, "untrusted")
-        if not peer.window.accept(seqno):  # type: ignore[union-attr]
+        if not peer.window.accept(seqno):  # type: ignore[union-attr]  # a trusted peer always has a replay window
             return Check(False, "replayed")
         peer.last_seen_us = wall_us
         if subject == HEARTBEAT:
@@ -346,12 +347,12 @@ class Authenticator:
         if peer is None:
             if len(self._peers) >= self.max_peers:
                 self._evict_untrusted()
-            peer = self._peers[envelope.session] = _Peer(key, ha0, nonce, wall_us, interval_us)  # type: ignore[index]
+            peer = self._peers[envelope.session] = _Peer(key, ha0, nonce, wall_us, interval_us)  # type: ignore[index]  # authenticated envelopes always carry a session name
         peer.last_seen_us = wall_us
         peer.interval_us = interval_us
         if peer.challenge is not None and wall_us - peer.challenge[0] < interval_us:
             return Check(False, "hello")  # challenged within this interval already
-        answer, sent = self._exchange_message(envelope.session, beat.time_us, beat.cnonce, wall_us)  # type: ignore[arg-type]
+        answer, sent = self._exchange_message(envelope.session, beat.time_us, beat.cnonce, wall_us)  # type: ignore[arg-type]  # authenticated envelopes always carry a session name
         peer.challenge = sent
         return Check(False, "hello", (answer,))
 
@@ -366,7 +367,7 @@ class Authenticator:
         except ValueError:
             return Check(False, "bad exchange")
         name = envelope.session
-        peer = self._peers.get(name)  # type: ignore[arg-type]
+        peer = self._peers.get(name)  # type: ignore[arg-type]  # authenticated envelopes always carry a session name
         ours = self.session.cnonce_sent_at(exchange.auth_time)
         if ours is not None:
             if not digest_matches(exchange_key(ha0, nonce, exchange.auth_time, ours), envelope):
@@ -374,18 +375,18 @@ class Authenticator:
             answered = self._answered.setdefault(exchange.auth_time, set())
             if name in answered:  # each heartbeat's cnonce proves a peer once: no re-trust by replay
                 return Check(False, "replayed")
-            answered.add(name)  # type: ignore[arg-type]
+            answered.add(name)  # type: ignore[arg-type]  # authenticated envelopes always carry a session name
             for stale in [t for t in self._answered if self.session.cnonce_sent_at(t) is None]:
                 del self._answered[stale]
             if peer is None or not peer.trusted:
-                peer = self._trust(name, peer, ha0, nonce, envelope.seqno, wall_us)  # type: ignore[arg-type]
-            answer, _ = self._exchange_message(name, exchange.time, exchange.cnonce, wall_us)  # type: ignore[arg-type]
+                peer = self._trust(name, peer, ha0, nonce, envelope.seqno, wall_us)  # type: ignore[arg-type]  # authenticated envelopes always carry a session name
+            answer, _ = self._exchange_message(name, exchange.time, exchange.cnonce, wall_us)  # type: ignore[arg-type]  # authenticated envelopes always carry a session name
             return Check(True, "trusted", (answer,))
         if peer is not None and peer.challenge is not None and peer.challenge[0] == exchange.auth_time:
             if not digest_matches(exchange_key(ha0, nonce, exchange.auth_time, peer.challenge[1]), envelope):
                 return Check(False, "bad digest")
             if not peer.trusted:
-                self._trust(name, peer, ha0, nonce, envelope.seqno, wall_us)  # type: ignore[arg-type]
+                self._trust(name, peer, ha0, nonce, envelope.seqno, wall_us)  # type: ignore[arg-type]  # authenticated envelopes always carry a session name
             peer.challenge = None
             return Check(True, "trusted")
         return Check(False, "unexpected exchange")

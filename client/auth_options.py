@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from fyrehose.argtypes import positive_float
+from fyrehose.argtypes import positive_duration
 
 if TYPE_CHECKING:
     from fyrehose.auth import Credentials
@@ -26,11 +26,11 @@ def add_auth_arguments(parser: argparse.ArgumentParser, default_user: str, role:
                         help="users database (fyrehose auth add): verify every envelope and sign what this "
                              f"{role} publishes")
     parser.add_argument("--service", metavar="NAME", help="service whose users --auth-db holds (with --auth-db)")
-    parser.add_argument("--session-interval", type=positive_float, default=DEFAULT_SESSION_INTERVAL, metavar="S",
+    parser.add_argument("--session-interval", type=positive_duration, default=DEFAULT_SESSION_INTERVAL, metavar="S",
                         help=f"seconds between this {role}'s session heartbeats (default {DEFAULT_SESSION_INTERVAL:g})")
 
 
-def credentials_from(args: argparse.Namespace) -> "Credentials | None":
+def credentials_from(args: argparse.Namespace) -> Credentials | None:
     """The credentials the options name, or None without ``--auth-db``; ValueError (one line) when they cannot work.
 
     An unknown user is refused later, when the node's client starts its session.

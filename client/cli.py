@@ -3,14 +3,22 @@
 Each command lives in a module with ``add_arguments(parser)`` and
 ``run(args) -> int`` (or ``add_NAME_arguments``/``run_NAME`` when one module
 serves several); those modules import their heavy dependencies inside ``run``
-so that every command starts fast.  Any error ends the process with one line
-on stderr and a non-zero exit.
+so that every command starts fast.
+
+A user error (bad input, a file or server that is not there: ``ValueError``,
+``OSError`` and the project's own errors) ends the process with one line on
+stderr and exit 1.  Anything else is a bug, and is not disguised as the
+user's mistake: it prints a traceback and exits with :data:`EXIT_INTERNAL`.
+``--debug`` (or ``FYREHOSE_DEBUG=1``) prints the traceback of every error.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
+from importlib.metadata import PackageNotFoundError, version
 
 from fyrehose.fatal import exit_on_thread_death
 
@@ -33,18 +41,43 @@ SERVICES = frozenset({"sub", "journal", "cache", "gateway"})
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
+EXIT_INTERNAL = 70  # EX_SOFTWARE: an internal error, not the user's
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean the user's input or environment is wrong (one line, exit 1)."""
+    from subprocess import SubprocessError
+
+    from fyrehose.errors import FyrehoseError
+
+    # RuntimeError is what the commands raise for a failure they explain in one line (the pipeline's
+    # PipelineError is one); ImportError is an optional extra that is not installed.
+    return ValueError, OSError, RuntimeError, ImportError, SubprocessError, FyrehoseError
+
+
+_BUGS = (NotImplementedError, RecursionError)  # RuntimeErrors that are never the user's doing
+
+
+def _version() -> str:
+    try:
+        return version("fyrehose")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> None:  # type: ignore[override]  # argparse declares error() as returning NoReturn; this one exits too
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         sys.exit(EXIT_USAGE)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="fyrehose", description="fyrehose: a sequenced pub/sub backbone over UDP")
+    parser.add_argument("--version", action="version", version=f"fyrehose {_version()}")
+    parser.add_argument("--debug", action="store_true",
+                        help="print the traceback of any error (also with FYREHOSE_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
     for name, (module_name, help_text) in COMMANDS.items():
@@ -69,7 +102,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as exc:  # one line, never a traceback, for any failure
+    except Exception as exc:
+        debug = args.debug or os.environ.get("FYREHOSE_DEBUG", "") not in ("", "0")
+        if isinstance(exc, _BUGS) or not isinstance(exc, _user_errors()):
+            traceback.print_exc()
+            sys.stderr.write(f"fyrehose {args.command}: internal error: {type(exc).__name__}: {exc} "
+                             "(a bug in fyrehose; the traceback is above)\n")
+            return EXIT_INTERNAL
+        if debug:
+            traceback.print_exc()
         sys.stderr.write(f"fyrehose {args.command}: error: {exc}\n")
         return EXIT_FAILURE
 

@@ -42,8 +42,9 @@ import socket
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable, Protocol
+from typing import Any, Protocol, cast
 
 from fyrehose import codec, envelope
 from fyrehose.addresses import Address, parse_hostport, resolve_ipv4, route_source
@@ -54,8 +55,8 @@ from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, 
 from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of this module's API
 from fyrehose.fatal import guarded
 from fyrehose.interest import LocalInterest
-from fyrehose.memjournal import MemoryJournal
 from fyrehose.pacing import TokenBucket
+from fyrehose.recent_messages import MemoryJournal
 from fyrehose.routing import SubjectRouter
 from fyrehose.sessions import DEFAULT_INTERVAL, SNAP_PREFIX, SUB_STOP_PREFIX, LocalSession, inbox
 from fyrehose.subject_stream import InitialGate, SubjectMessage
@@ -109,7 +110,7 @@ class Client:
         give_up_after: float = 10.0,
         forward_rate: float = 50_000,
         bind: Address | None = None,
-        store: "MessageStore | None" = None,
+        store: MessageStore | None = None,
         user: str | None = None,
         auth: Credentials | None = None,
         session_interval: float = DEFAULT_INTERVAL,
@@ -126,7 +127,7 @@ class Client:
                 raise ValueError(f"user {user!r} differs from the credentials' user {auth.user!r}")
             user = auth.user
         self.session: LocalSession | None = LocalSession(user, session_interval) if user is not None else None
-        self.auth: Authenticator | None = Authenticator(auth, self.session) if auth is not None else None  # type: ignore[arg-type]
+        self.auth: Authenticator | None = Authenticator(auth, self.session) if auth is not None else None  # type: ignore[arg-type]  # a LocalSession exists whenever auth is given (user comes from it)
         self.backbone: Address = backbone
         self.subscribing = subscribe
         self.journaling = journal and (subscribe or store is not None) and journal_bytes > 0
@@ -140,7 +141,7 @@ class Client:
         self.keepalive_interval = keepalive_interval
         self.unreachable_after = unreachable_after
         self.confirm_retry = confirm_retry
-        self._tracker_options = {"request_delay": request_delay, "give_up_after": give_up_after,
+        self._tracker_options: dict[str, Any] = {"request_delay": request_delay, "give_up_after": give_up_after,
                                  "forward_rate": forward_rate}
         self.stats: Counter[str] = Counter()
         if store is not None and self.journaling:
@@ -199,7 +200,7 @@ class Client:
 
     # ------------------------------------------------------------ lifecycle
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -311,7 +312,7 @@ class Client:
                     if self._closed:
                         raise FyrehoseError("client closed while publishing")
                     if not unconfirmed:
-                        return [self._pending[tag] for tag in tags]  # type: ignore[misc]
+                        return [self._pending[tag] for tag in tags]  # type: ignore[misc]  # every tag is confirmed here: no None is left in _pending
                 if time.monotonic() >= deadline:
                     self._check_reachable()
                     raise PublishTimeout(
@@ -423,7 +424,7 @@ class Client:
                 raise FyrehoseError("from_seq must be given on the first subscription of a client")
         now = time.monotonic()
         if initial:
-            subscription.gate = InitialGate(pattern, now, timeout=initial_timeout, retry=initial_retry)  # type: ignore[arg-type]
+            subscription.gate = InitialGate(pattern, now, timeout=initial_timeout, retry=initial_retry)  # type: ignore[arg-type]  # initial=True requires a subject pattern, checked above
         self._router.add(subscription, now)
         if pattern is not None and announce:
             self.interest.add(pattern)
@@ -539,7 +540,7 @@ class Client:
             sock.settimeout(min(max(deadline - time.monotonic(), 0.001), 0.1))
             try:
                 data, source = sock.recvfrom(65536)
-            except (socket.timeout, BlockingIOError):
+            except (TimeoutError, BlockingIOError):
                 continue
             except OSError:
                 if self._closed:

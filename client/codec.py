@@ -16,8 +16,8 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Union
 
 DELIVER = 0x01
 PUSH = 0x02
@@ -133,7 +133,7 @@ class Confirm:
     seq: int
 
 
-Frame = Union[Deliver, Push, Request, Forward, Keepalive, KeepaliveAck, Confirm]
+Frame = Deliver | Push | Request | Forward | Keepalive | KeepaliveAck | Confirm
 
 # Frames that may stand several to a datagram; the others fill a datagram alone.
 PACKABLE = (Deliver, Push, Confirm)
@@ -279,7 +279,7 @@ def scan(datagram: bytes | bytearray | memoryview, frame_type: int) -> tuple[lis
     (DELIVER) or tag (PUSH); ``error`` is the reason the scan stopped early, or
     None.  The backbone uses this on its hot path, so it builds no objects.
     """
-    spans = []
+    spans: list[tuple[int, int, int]] = []
     size = len(datagram)
     if not size:
         return spans, "empty"

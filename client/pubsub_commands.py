@@ -6,7 +6,7 @@ import sys
 import time
 
 from fyrehose.addresses import add_bind_argument
-from fyrehose.argtypes import positive_float
+from fyrehose.argtypes import positive_duration
 from fyrehose.codec import MAX_PAYLOAD
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
@@ -32,7 +32,7 @@ def add_pub_arguments(parser: argparse.ArgumentParser) -> None:
                         help="messages to publish; without any, each line of stdin is one message")
     parser.add_argument("--no-confirm", action="store_true",
                         help="send packed PUSHes without waiting for CONFIRM (fast, may lose messages)")
-    parser.add_argument("--timeout", type=positive_float, default=5.0, metavar="S",
+    parser.add_argument("--timeout", type=positive_duration, default=5.0, metavar="S",
                         help="how long to wait for each CONFIRM, retries included (default 5)")
 
 
@@ -41,8 +41,8 @@ def add_sub_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from", dest="from_seq", type=_sequence, metavar="SEQ",
                         help="start at this sequence, backfilling older messages from other clients' journals")
     parser.add_argument("--count", type=int, metavar="N", help="exit after N messages")
-    parser.add_argument("--timeout", type=positive_float, metavar="S", help="exit after S seconds")
-    parser.add_argument("--give-up", type=positive_float, default=10.0, metavar="S",
+    parser.add_argument("--timeout", type=positive_duration, metavar="S", help="exit after S seconds")
+    parser.add_argument("--give-up", type=positive_duration, default=10.0, metavar="S",
                         help="report a gap as lost after S seconds of REQUESTs (default 10)")
     parser.add_argument("--no-journal", action="store_true", help="set NOJOURNAL: serve no FORWARDs")
 

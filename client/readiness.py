@@ -9,6 +9,7 @@ one definition of both, instead of a copy in each tool.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 
@@ -75,3 +76,17 @@ def wait_for_backbone(addr: tuple[str, int], timeout: float = 10.0) -> None:
             time.sleep(max(0.0, ends - time.monotonic()))  # no busy loop when an attempt fails at once
     host, port = addr
     raise TimeoutError(f"backbone at {host}:{port} did not answer within {timeout:g} s")
+
+
+READY_LINE = re.compile(r"fyrehose (?P<kind>[a-z][a-z ]*?) listening on (?P<host>[^\s:]+):(?P<port>\d+)\b")
+
+
+def announce_ready(kind: str, address: tuple[str, int], details: str = "") -> None:
+    """Print the one readiness line every long-running command prints, on stdout, once it serves.
+
+    ``fyrehose KIND listening on HOST:PORT (details)``: scripts and
+    supervisors wait for this line (see :data:`READY_LINE`) instead of each
+    command's own wording.
+    """
+    host, port = address[0], address[1]
+    print(f"fyrehose {kind} listening on {host}:{port}" + (f" ({details})" if details else ""), flush=True)

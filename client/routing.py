@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from fyrehose.envelope import Envelope
 from fyrehose.subject_stream import SubjectMessage
@@ -138,12 +138,12 @@ class SubjectRouter:
     def _ask_initial(self, subscription: Subscription, now: float) -> None:
         reply = self._new_inbox()
         self._gated[reply] = subscription
-        self._ask(subscription.gate.request(reply, now))  # type: ignore[union-attr]
+        self._ask(subscription.gate.request(reply, now))  # type: ignore[union-attr]  # only gated subscriptions reach here
 
     def _route_envelope(self, message: SubjectMessage) -> None:
         subject, reply = message.subject, message.reply
         if reply is not None and reply in self._gated:  # our own START, back from the backbone
-            self._gated[reply].gate.request_seen(reply, message.seq)  # type: ignore[union-attr]
+            self._gated[reply].gate.request_seen(reply, message.seq)  # type: ignore[union-attr]  # only gated subscriptions are in _gated
         waiter = self._waiters.get(subject)
         if waiter is not None:
             waiter.put(message)

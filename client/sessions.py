@@ -92,7 +92,7 @@ class Heartbeat:
                           separators=(",", ":")).encode()
 
     @classmethod
-    def decode(cls, data: bytes) -> "Heartbeat":
+    def decode(cls, data: bytes) -> Heartbeat:
         value = parse_json_object(data)
         time_us = int(parse_number(value.get("time"), "time", integer=True))
         interval = parse_number(value.get("interval"), "interval")
@@ -123,7 +123,7 @@ class StartOptions:
         return json.dumps(value, separators=(",", ":")).encode()
 
     @classmethod
-    def decode(cls, data: bytes) -> "StartOptions":
+    def decode(cls, data: bytes) -> StartOptions:
         value = parse_json_object(data)
         initial, ack = value.get("initial", True), value.get("ack", False)
         if not isinstance(initial, bool) or not isinstance(ack, bool):

@@ -45,7 +45,7 @@ class Subscription:
         self._overrun: tuple[int, int] | None = None
         self.closed = False
 
-    def __iter__(self) -> "Subscription":
+    def __iter__(self) -> Subscription:
         return self
 
     def __next__(self) -> Event:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-
 @dataclass(frozen=True, slots=True)
 class Message:
     seq: int
@@ -69,8 +68,8 @@ class SequenceTracker:
         DELIVERs are usually just behind.  ``max_buffered`` bounds the
         out-of-order buffer: past it the oldest hole is given up early.
         """
-        self.next = start  # the next sequence to hand out
-        self.highest = None if start is None else start - 1  # highest sequence known to exist
+        self.next: int | None = start  # the next sequence to hand out
+        self.highest = 0 if start is None else start - 1  # highest sequence known to exist (once started)
         self.request_delay = request_delay
         self.retry_initial = retry_initial
         self.retry_max = retry_max
@@ -164,7 +163,7 @@ class SequenceTracker:
     def _fill(self, seq: int) -> bool:
         """Remove ``seq`` from the hole holding it; False when no hole holds it."""
         holes = self._holes
-        for index, hole in enumerate(holes):
+        for index, hole in enumerate(holes):  # noqa: B007 (index is used after the break)
             if hole.first <= seq <= hole.last:
                 break
         else:

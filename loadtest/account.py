@@ -7,7 +7,7 @@ this subscriber) is the nearest at or below it.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from fyrehose.loadtest.stamp import published_ns
 from fyrehose.loadtest.tally import RunTally

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from fyrehose.loadtest.results import render
 from fyrehose.loadtest.settings import LoadSettings, add_setting_arguments
+from fyrehose.process import ChildProcess
 from fyrehose.readiness import free_port
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
@@ -48,27 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="results directory (default ./loadtest-results)")
 
 
-def _stop(process: subprocess.Popen, signals: tuple[tuple[int, float], ...] = ((signal.SIGTERM, STOP_TIMEOUT),)) -> None:
-    """Send ``process`` each (signal, seconds to wait for it to exit) in turn by its PID; kill it if it stays."""
-    for sig, wait in signals:
-        if process.poll() is not None:
-            return
-        process.send_signal(sig)
-        try:
-            process.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-    process.kill()
-    process.wait()
-
-
 def _start(argv: list[str], log: Path, stack: ExitStack,
            signals: tuple[tuple[int, float], ...] = ((signal.SIGTERM, STOP_TIMEOUT),)) -> subprocess.Popen:
-    with open(log, "wb") as output:
-        process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    stack.callback(_stop, process, signals)
-    return process
+    """Start ``argv`` logging to ``log``; ``stack`` stops it by its PID with ``signals``, then SIGKILL."""
+    child = ChildProcess(argv, log)
+    stack.callback(child.stop, signals=signals)
+    return child.proc
 
 
 def _wait_for_backbone(address: str, timeout: float, process: subprocess.Popen | None = None) -> None:

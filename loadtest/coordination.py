@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from fyrehose.loadtest.rates import RateSchedule
 from fyrehose.loadtest.results import judge, judge_all, summarize

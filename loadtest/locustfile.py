@@ -15,7 +15,13 @@ from locust import LoadTestShape, events
 from locust.runners import MasterRunner, WorkerRunner
 
 from fyrehose.loadtest.coordination import (
-    FINISH, LEAD_IN, TALLY, TALLY_INTERVAL, TRUNCATE, Conductor, ProcessRun,
+    FINISH,
+    LEAD_IN,
+    TALLY,
+    TALLY_INTERVAL,
+    TRUNCATE,
+    Conductor,
+    ProcessRun,
 )
 from fyrehose.loadtest.settings import PREFIX, LoadSettings, add_setting_arguments
 from fyrehose.loadtest.tally import bucket_ms

@@ -57,7 +57,7 @@ class RateSchedule:
         index = self.index_at(t)
         return 0.0 if index is None else self.phases[index].rate
 
-    def truncated(self, t: float) -> "RateSchedule":
+    def truncated(self, t: float) -> RateSchedule:
         """This schedule stopped at ``t`` (the step shape stops raising the rate once a step fails)."""
         if t >= self.end:
             return self

@@ -29,7 +29,7 @@ class MetricsSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="metrics-sampler", daemon=True)
 
-    def start(self) -> "MetricsSampler":
+    def start(self) -> MetricsSampler:
         self._thread.start()
         return self
 

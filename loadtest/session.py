@@ -16,7 +16,7 @@ from fyrehose import codec
 from fyrehose.addresses import Address
 from fyrehose.loadtest.account import DeliveryAccount
 from fyrehose.loadtest.tally import RunTally
-from fyrehose.memjournal import MemoryJournal
+from fyrehose.recent_messages import MemoryJournal
 from fyrehose.tracker import Event, Lost, SequenceTracker
 
 KEEPALIVE_INTERVAL = 0.5

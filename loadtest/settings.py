@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from fyrehose.addresses import parse_hostport
+from fyrehose.argtypes import duration as duration_type
 from fyrehose.client import MAX_PUBLISH_TIMEOUT
 from fyrehose.codec import MAX_PAYLOAD
 from fyrehose.loadtest.rates import SHAPES, RateSchedule, build_schedule
@@ -30,15 +31,15 @@ class LoadSettings:
     users: int = _option(4, int, "publishing users, each with one CONFIRMed PUSH in flight (default 4)", "N")
     subscribers: int = _option(2, int, "subscribing users; two or more recover each other's gaps (default 2)", "N")
     rate: float = _option(200.0, float, "offered msgs/s; the step shape adds this much per step (default 200)", "R")
-    duration: float = _option(30.0, float, "seconds of publishing (default 30)", "T")
+    duration: float = _option(30.0, duration_type, "how long to publish: seconds, or like 15s, 1m30s, 1h (default 30)", "T")
     shape: str = _option("constant", str, "load shape (default constant)", None, SHAPES)
-    step_time: float = _option(10.0, float, "seconds per step of the step shape (default 10)", "S")
+    step_time: float = _option(10.0, duration_type, "seconds per step of the step shape (default 10)", "S")
     spike_factor: float = _option(5.0, float, "rate multiplier of the spike shape's spike (default 5)", "X")
     p99_ms: float = _option(50.0, float, "publish-to-confirm p99 above which a phase is not sustained (default 50)", "MS")
     size: int = _option(64, int, f"payload bytes, {MIN_SIZE} to {MAX_PAYLOAD} (default 64)", "BYTES")
-    timeout: float = _option(2.0, float, "seconds to wait for a CONFIRM, retries included, before a publish "
+    timeout: float = _option(2.0, duration_type, "seconds to wait for a CONFIRM, retries included, before a publish "
                                          "counts as failed (default 2)", "S")
-    drain: float = _option(3.0, float, "seconds subscribers keep recovering gaps after publishing ends; "
+    drain: float = _option(3.0, duration_type, "seconds subscribers keep recovering gaps after publishing ends; "
                                        "what is still missing then is lost (default 3)", "S")
     out: str = _option("", str, "directory for summary.json and steps.jsonl (default: none)", "DIR")
     workers: int = _option(0, int, "Locust worker processes (recorded in the summary)", "K")
@@ -73,7 +74,7 @@ class LoadSettings:
         return argv
 
     @classmethod
-    def from_namespace(cls, namespace: argparse.Namespace, prefix: str = "") -> "LoadSettings":
+    def from_namespace(cls, namespace: argparse.Namespace, prefix: str = "") -> LoadSettings:
         """Settings from parsed options named ``prefix + field`` (Locust's) or ``field`` (the CLI's)."""
         return cls(**{item.name: getattr(namespace, prefix + item.name) for item in fields(cls)})
 

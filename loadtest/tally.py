@@ -9,8 +9,8 @@ fine enough for the sub-millisecond round trips of a loopback backbone).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from typing import Iterable
 
 
 def bucket_ms(value: float) -> float:
@@ -29,7 +29,7 @@ class Histogram:
     def add(self, value_ms: float) -> None:
         self.counts[bucket_ms(value_ms)] += 1
 
-    def merge(self, other: "Histogram") -> None:
+    def merge(self, other: Histogram) -> None:
         self.counts.update(other.counts)
 
     def percentile(self, fraction: float) -> float | None:
@@ -49,7 +49,7 @@ class Histogram:
         return [[value, count] for value, count in self.counts.items()]
 
     @classmethod
-    def from_pairs(cls, pairs: Iterable[Iterable[float]]) -> "Histogram":
+    def from_pairs(cls, pairs: Iterable[Iterable[float]]) -> Histogram:
         return cls(Counter({float(value): int(count) for value, count in pairs}))
 
 
@@ -80,7 +80,7 @@ class PhaseTally:
     def expected(self) -> int:
         return self.direct + self.recovered + self.lost + self.pending
 
-    def merge(self, other: "PhaseTally") -> None:
+    def merge(self, other: PhaseTally) -> None:
         for item in fields(self):
             mine = getattr(self, item.name)
             if isinstance(mine, Histogram):
@@ -95,7 +95,7 @@ class PhaseTally:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "PhaseTally":
+    def from_dict(cls, data: dict) -> PhaseTally:
         tally = cls()
         for item in fields(cls):
             if item.name not in data:
@@ -113,7 +113,7 @@ class RunTally(dict):
         self[index] = tally = PhaseTally()
         return tally
 
-    def merge(self, other: "RunTally") -> "RunTally":
+    def merge(self, other: RunTally) -> RunTally:
         for index, tally in other.items():
             self[index].merge(tally)
         return self
@@ -122,7 +122,7 @@ class RunTally(dict):
         return {str(index): tally.to_dict() for index, tally in self.items()}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RunTally":
+    def from_dict(cls, data: dict) -> RunTally:
         return cls({int(index): PhaseTally.from_dict(tally) for index, tally in data.items()})
 
     def total(self) -> PhaseTally:

@@ -128,7 +128,7 @@ class Subscriber(User):
             sock.settimeout(min(max(session.deadline() - now, 0.001), until - now))
             try:
                 datagram, source = sock.recvfrom(65536)
-            except socket.timeout:
+            except TimeoutError:
                 now = time.monotonic()
                 continue
             except OSError:

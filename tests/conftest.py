@@ -5,6 +5,9 @@ import pytest
 
 from support import BackboneProcess
 
+# The gateway fixtures (module_backbone, gateways) for every gateway test module.
+pytest_plugins = ["gateway_support"]
+
 # Every protocol test runs against each backbone mode listed here (--workers values).
 BACKBONE_MODES = [0, 2]  # 2: the multi-process backbone (fan-out workers sized by the backbone)
 

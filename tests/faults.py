@@ -51,7 +51,7 @@ class FaultRelay:
         while not self._stop.is_set():
             try:
                 data, sender = source.recvfrom(65536)
-            except socket.timeout:
+            except TimeoutError:
                 if held is not None and time.monotonic() - held[1] >= self.hold:
                     self._send(direction, sink, held[0])
                     held = None
@@ -96,7 +96,7 @@ class FaultRelay:
         self.front.close()
         self.back.close()
 
-    def __enter__(self) -> "FaultRelay":
+    def __enter__(self) -> FaultRelay:
         return self
 
     def __exit__(self, *_: object) -> None:

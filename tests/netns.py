@@ -15,8 +15,8 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -49,7 +49,7 @@ class ShapedNamespace:
         self.name = f"fyrehose-test-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
         self.qdisc = ["tbf", "rate", rate, "burst", burst, "limit", limit]
 
-    def __enter__(self) -> "ShapedNamespace":
+    def __enter__(self) -> ShapedNamespace:
         _run("ip", "netns", "add", self.name)
         try:
             _run("ip", "-n", self.name, "link", "set", "lo", "up")

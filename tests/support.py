@@ -1,8 +1,7 @@
 """Helpers for tests that run real processes over loopback UDP."""
 from __future__ import annotations
 
-import os
-import signal
+import re
 import socket
 import subprocess
 import sys
@@ -12,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fyrehose import readiness
+from fyrehose.process import ChildProcess
+from fyrehose.readiness import READY_LINE
 
 LOOPBACK = "127.0.0.1"
 FYREHOSE = [sys.executable, "-m", "fyrehose.cli"]
@@ -41,8 +42,12 @@ class BackboneProcess:
     prefix: list[str] = field(default_factory=list)  # e.g. ``ip netns exec NAME``
     port: int = 0
     metrics_port: int = 0
-    proc: subprocess.Popen | None = None
+    child: ChildProcess | None = None
     log: Path | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.child.proc if self.child is not None else None
 
     @property
     def addr(self) -> tuple[str, int]:
@@ -52,7 +57,7 @@ class BackboneProcess:
     def address(self) -> str:
         return f"{LOOPBACK}:{self.port}"
 
-    def start(self) -> "BackboneProcess":
+    def start(self) -> BackboneProcess:
         if not self.port:
             self.port = free_port()
         if not self.metrics_port:
@@ -62,32 +67,19 @@ class BackboneProcess:
             "backbone", "--listen", self.address, "--workers", str(self.workers),
             "--state-dir", str(self.state_dir), "--metrics", f"{LOOPBACK}:{self.metrics_port}",
         ] + self.extra
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            readiness.wait_for_backbone(self.addr)
-        except TimeoutError:
-            self.kill()
-            raise RuntimeError(f"backbone did not start: {self.log.read_text()[-2000:]}") from None
+        self.child = ChildProcess(args, self.log)
+        self.child.wait_ready(10)
+        readiness.wait_for_backbone(self.addr)  # and its workers answer (multi-process mode)
         return self
 
-    def stop(self, timeout: float = 10.0) -> int:
-        """SIGTERM and wait: a clean shutdown."""
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            if self.proc.poll() is None:
-                self.kill()
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM and wait: a clean shutdown (SIGKILL after ``timeout`` s)."""
+        return self.child.stop(timeout) if self.child is not None else 0
 
     def kill(self) -> None:
         """SIGKILL (kill -9) and reap."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        if self.child is not None:
+            self.child.kill()
 
     def metrics(self) -> dict[str, float]:
         """The Prometheus samples as {'name{labels}': value}."""
@@ -139,7 +131,7 @@ class LossyRelay:
         while not self._stop.is_set():
             try:
                 data, source = self.front.recvfrom(65536)
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             self.client = source
             self.back.sendto(data, self.backbone)
@@ -149,7 +141,7 @@ class LossyRelay:
         while not self._stop.is_set():
             try:
                 data, _ = self.back.recvfrom(65536)
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             count += 1
             if data[0] == 0x01 and count % self.drop_every == 0:
@@ -169,3 +161,58 @@ class LossyRelay:
 
 def run_cli(*args: str, input: bytes | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess:
     return subprocess.run(FYREHOSE + list(args), input=input, capture_output=True, timeout=timeout)
+
+
+class JournalProcess:
+    """A ``fyrehose journal`` on one directory, started (and restarted) with one log; stopped by its PID."""
+
+    def __init__(self, backbone: str, directory: Path, *extra: str) -> None:
+        self.args = FYREHOSE + ["journal", "--backbone", backbone, "--dir", str(directory), *extra]
+        self.directory = directory
+        self.log = directory.parent / f"{directory.name}.log"
+        self.child: ChildProcess | None = None
+        self.starts = 0
+
+    def start(self) -> JournalProcess:
+        self.child = ChildProcess(self.args, self.log)
+        self.starts += 1
+        return self
+
+    def alive(self) -> bool:
+        return self.child is not None and self.child.alive()
+
+    def running(self) -> bool:
+        """True once the latest start has printed its readiness line (it reached the backbone)."""
+        ready = READY_LINE.findall(self.log.read_text()) if self.log.exists() else []
+        return self.alive() and len(ready) >= self.starts
+
+    def stop(self) -> int | None:
+        """SIGTERM and wait: a clean stop (SIGKILL after 30 s)."""
+        return self.child.stop(30)
+
+    def kill(self) -> None:
+        """SIGKILL (kill -9) and reap."""
+        if self.child is not None:
+            self.child.kill()
+
+    def forwarded(self) -> int:
+        """Messages re-DELIVERed in all runs so far, from the journal's exit lines."""
+        return sum(int(n) for n in re.findall(r"forwarded (\d+)", self.log.read_text()))
+
+
+def last_written(directory: Path) -> int:
+    """The highest sequence a journal directory holds on disk or in its gap index (0: none yet)."""
+    from fyrehose.journal.gapindex import FILE_NAME as GAPS_FILE
+    from fyrehose.journal.gapindex import parse_gaps
+    from fyrehose.journal.reader import FileScan, list_segments
+
+    segments, _ = list_segments(directory)
+    last = 0
+    if segments:
+        for _, record in FileScan(segments[-1].path):
+            last = record.seq
+    gaps_path = directory / GAPS_FILE
+    if gaps_path.exists():
+        gaps, _, _ = parse_gaps(gaps_path.read_bytes())
+        last = max([last] + [g.to_seq for g in gaps])
+    return last

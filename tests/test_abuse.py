@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from fyrehose import codec
 from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.ratelimit import SourceRateLimiter
+
 from support import LOOPBACK, run_cli
 
 T0 = 1000.0
@@ -89,7 +90,7 @@ def test_core_drops_and_counts_datagrams_over_a_sources_rate():
 
 def test_core_without_a_rate_limit_takes_everything():
     bb = Backbone()
-    for i in range(1000):
+    for _ in range(1000):
         bb.receive(codec.encode_push(b"x"), A, T0)
     assert bb.counters["pushes"] == 1000 and bb.counters["drop:rate limited"] == 0
 
@@ -159,7 +160,7 @@ def _recv_type(sock: socket.socket, kind: int, timeout: float = 2.0) -> bytes | 
         sock.settimeout(remaining)
         try:
             data, _ = sock.recvfrom(65536)
-        except socket.timeout:
+        except TimeoutError:
             return None
         if data[0] == kind:
             return data

@@ -5,7 +5,16 @@ import argparse
 
 import pytest
 
-from fyrehose.argtypes import non_negative_float, non_negative_int, positive_float, positive_int
+from fyrehose.argtypes import (
+    duration,
+    non_negative_duration,
+    non_negative_float,
+    non_negative_int,
+    positive_duration,
+    positive_float,
+    positive_int,
+    whole_seconds,
+)
 
 
 @pytest.mark.parametrize("parse, text, value", [
@@ -27,3 +36,32 @@ def test_refused_in_one_line(parse, text, message):
     with pytest.raises(argparse.ArgumentTypeError) as refused:
         parse(text)
     assert str(refused.value) == message
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("15", 15.0), ("0.5", 0.5), ("15s", 15.0), ("1m30s", 90.0), ("1h", 3600.0), ("500ms", 0.5),
+    ("2h10m5s", 7805.0), ("1.5m", 90.0), ("1d", 86400.0), (" 30s ", 30.0),
+])
+def test_duration_accepts_seconds_and_locust_style(text, seconds):
+    assert duration(text) == seconds and positive_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "s", "15x", "1m30", "m1", "15 s", "1h-5m", "--1s"])
+def test_duration_refuses_other_text_in_one_line(text):
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        duration(text)
+    assert str(refused.value) == f"{text!r} is not a duration (seconds, or like 15s, 1m30s, 1h, 500ms)"
+
+
+def test_duration_bounds():
+    assert non_negative_duration("0s") == 0.0
+    with pytest.raises(argparse.ArgumentTypeError, match="0s is not a positive duration"):
+        positive_duration("0s")
+    with pytest.raises(argparse.ArgumentTypeError, match="-1 must not be negative"):
+        non_negative_duration("-1")
+
+
+def test_whole_seconds():
+    assert whole_seconds("1m") == 60 and whole_seconds("90") == 90
+    with pytest.raises(argparse.ArgumentTypeError, match="1500ms is not a whole number of seconds"):
+        whole_seconds("1500ms")

@@ -13,8 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fyrehose.auth import (AuthDatabase, AuthError, Authenticator, Credentials, ReplayWindow, compute_ha0,
-                           exchange_key, session_key, sign)
+from fyrehose.auth import (
+    AuthDatabase,
+    Authenticator,
+    AuthError,
+    Credentials,
+    ReplayWindow,
+    compute_ha0,
+    exchange_key,
+    session_key,
+    sign,
+)
 from fyrehose.envelope import Envelope, MsgType, Status, encode
 from fyrehose.sessions import AUTH_SUFFIX, LocalSession
 

@@ -5,12 +5,14 @@ import json
 import socket
 import time
 
+from test_cache_command import CacheProcess, take_until
+
 from fyrehose import Client, codec
 from fyrehose.auth import AuthDatabase, Authenticator, Credentials
 from fyrehose.envelope import MAGIC, Envelope, decode, encode
 from fyrehose.sessions import LocalSession
+
 from support import run_cli
-from test_cache_command import CacheProcess, take_until
 
 SERVICE = "quotes"
 

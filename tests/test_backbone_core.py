@@ -307,7 +307,7 @@ def test_batch_subscriber_default_batch_fills_one_datagram():
     bb = Backbone()
     ka(bb, A, T0, flags=codec.FLAG_BATCH)
     bb.flush(T0)
-    for i in range(5):
+    for _ in range(5):
         bb.receive(codec.encode_push(bytes(30000)), PUB, T0)
     batch = to(sends(bb.flush(T0)), A)
     assert [len(d) for d in batch] == [60018, 60018, 30009]

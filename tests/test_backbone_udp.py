@@ -16,7 +16,6 @@ import struct
 import time
 from contextlib import ExitStack
 
-
 LOOPBACK = "127.0.0.1"
 FOREIGN = "127.0.0.2"  # only ever named inside packets, never sent to
 
@@ -92,7 +91,7 @@ def receive(sock: socket.socket, timeout: float) -> tuple[bytes, tuple[str, int]
     sock.settimeout(max(timeout, 0.001))
     try:
         return sock.recvfrom(65536)
-    except socket.timeout:
+    except TimeoutError:
         return None
 
 
@@ -341,7 +340,7 @@ def test_request_is_forwarded_to_random_journaling_clients_only(backbone):
         assert len(delivers(requester, 3)) == 3
 
         rounds = 60
-        for i in range(rounds):
+        for _ in range(rounds):
             requester.sendto(request_frame(1, 3), backbone.addr)
         expected = (FORWARD, LOOPBACK, requester.getsockname()[1], 1, 3)
         got = {}

@@ -10,12 +10,13 @@ import time
 
 import psutil
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fyrehose import codec
 from fyrehose.tools.bench import report, stats, wire
+from fyrehose.tools.bench.offer_schedule import OfferSchedule
 from fyrehose.tools.bench.orchestra import BenchSettings, RoundResult
-from fyrehose.tools.bench.pacing import OfferSchedule
 from fyrehose.tools.bench.scanning import (
     MAX_TRACKED_SEQUENCE,
     DeliverScanner,
@@ -27,6 +28,7 @@ from fyrehose.tools.bench.scanning import (
 from fyrehose.tools.bench.search import LOSS_LIMIT, RateSearch, StepOutcome
 from fyrehose.tools.bench.servers import PACKAGES
 from fyrehose.tools.bench.targets import NATS, REDIS, TARGETS, parse_targets
+
 from support import FYREHOSE, run_cli
 
 PAYLOAD = 64

@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import threading
 import time
 
@@ -12,6 +9,8 @@ import pytest
 
 from fyrehose import Client
 from fyrehose.envelope import MsgType, Status
+from fyrehose.process import ChildProcess
+
 from support import FYREHOSE, run_cli
 
 
@@ -26,32 +25,20 @@ def take_until(stream, wanted, timeout=5.0):
 
 
 class CacheProcess:
-    """A ``fyrehose cache`` subprocess, stopped with SIGTERM (then SIGKILL) by its PID."""
+    """A ``fyrehose cache`` subprocess, awaited by its readiness line and stopped by its PID."""
 
     def __init__(self, backbone, tmp_path, *extra: str) -> None:
         self.log = tmp_path / f"cache-{time.monotonic_ns()}.log"
         self.args = FYREHOSE + ["cache", "--backbone", backbone.address, *extra]
-        self.proc: subprocess.Popen | None = None
+        self.child: ChildProcess | None = None
 
-    def __enter__(self) -> "CacheProcess":
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(self.args, stderr=log, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 15
-        while b"session" not in self.log.read_bytes():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.__exit__()
-                raise RuntimeError(f"cache did not start: {self.log.read_text()}")
-            time.sleep(0.05)
+    def __enter__(self) -> CacheProcess:
+        self.child = ChildProcess(self.args, self.log)
+        self.child.wait_ready(15)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        self.child.stop(10)
 
     def summary(self) -> dict[str, int]:
         """The counters of the line the cache prints when it stops."""

@@ -1,7 +1,9 @@
 """The command line: pub, sub, --help everywhere, one-line errors."""
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -96,3 +98,40 @@ def test_pub_refuses_oversize_message(backbone):
     result = run_cli("pub", "--backbone", backbone.address, input=b"x" * 65499 + b"\n")
     assert result.returncode == 1
     assert "65499 bytes" in result.stderr.decode()
+
+
+def test_version_and_python_dash_m():
+    from fyrehose.cli import _version
+
+    command = run_cli("--version")
+    module = subprocess.run([sys.executable, "-m", "fyrehose", "--version"], capture_output=True, timeout=30)
+    assert command.returncode == module.returncode == 0
+    assert command.stdout == module.stdout == f"fyrehose {_version()}\n".encode()
+
+
+def test_a_user_error_is_one_line_and_debug_adds_the_traceback(tmp_path):
+    missing = str(tmp_path / "missing")
+    plain = run_cli("journal", "verify", missing)
+    assert plain.returncode == 1
+    assert plain.stderr.decode().splitlines() == [f"fyrehose journal: error: {missing} is not a directory"]
+    for debug in (run_cli("--debug", "journal", "verify", missing),
+                  subprocess.run(FYREHOSE + ["journal", "verify", missing], capture_output=True, timeout=30,
+                                 env={**os.environ, "FYREHOSE_DEBUG": "1"})):
+        assert debug.returncode == 1
+        lines = debug.stderr.decode().splitlines()
+        assert lines[0] == "Traceback (most recent call last):"
+        assert lines[-1] == f"fyrehose journal: error: {missing} is not a directory"
+
+
+def test_a_programming_error_is_reported_as_internal_with_its_traceback(monkeypatch, capsys):
+    from fyrehose import cli
+    from fyrehose.journal import command
+
+    def broken(args):
+        return {}["no such key"]  # a bug: not the user's doing
+
+    monkeypatch.setattr(command, "run", broken)
+    assert cli.main(["journal", "verify", "x"]) == cli.EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last):" in err and "KeyError" in err
+    assert err.splitlines()[-1].startswith("fyrehose journal: internal error: KeyError: ")

@@ -11,6 +11,7 @@ import pytest
 
 from fyrehose import BackboneUnreachable, Client, MessagesLost, PayloadTooLarge, codec
 from fyrehose.tracker import Lost
+
 from support import free_port
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from fyrehose import Client
 from fyrehose.journal.verify import verify_directory
+
 from support import FYREHOSE, run_cli
 
 

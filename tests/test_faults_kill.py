@@ -18,6 +18,7 @@ import pytest
 
 from fyrehose import Client
 from fyrehose.client import FyrehoseError
+from fyrehose.process import wait_until
 from fyrehose.tracker import Lost, Message
 
 ROLES = ["fh-receiver-0", "fh-sequencer", "fh-fanout-0"]
@@ -31,15 +32,6 @@ def workers_of(backbone) -> dict[str, psutil.Process]:
         except psutil.NoSuchProcess:
             continue
     return found
-
-
-def wait_until(condition, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize("role", ROLES)

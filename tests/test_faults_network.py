@@ -22,10 +22,11 @@ from collections import Counter
 
 import pytest
 
-from faults import FaultRelay
 from fyrehose import Client
 from fyrehose.backbone.udp import send_all
 from fyrehose.tracker import Lost, Message
+
+from faults import FaultRelay
 from netns import ShapedNamespace, namespaces_available
 from support import FYREHOSE, BackboneProcess
 

@@ -7,8 +7,8 @@ client still publishes and receives every message in order afterwards.
 from __future__ import annotations
 
 import pytest
-
 from conftest import BACKBONE_MODES
+
 from fyrehose.tools.fuzz.backbone import fuzz_mode, main
 
 

@@ -19,9 +19,9 @@ FUZZ_DIR = Path(__file__).parent / "fuzz"
 TARGETS = ["codec", "envelope", "resp", "nats", "marlin", "lumberjack"]
 sys.path.insert(0, str(FUZZ_DIR))
 
-from harness import run_mutations  # noqa: E402
-
 from fyrehose.tools.fuzz.mutation import mutate  # noqa: E402
+
+from harness import run_mutations  # noqa: E402
 
 
 def target(name: str):

@@ -5,6 +5,7 @@ import time
 
 from fyrehose import Client
 from fyrehose.tracker import Message
+
 from support import LossyRelay
 
 MESSAGES = 10_000

@@ -14,9 +14,10 @@ import time
 from fyrehose import Client
 from fyrehose.auth import Credentials
 from fyrehose.envelope import Envelope, encode
+
+from gateway_support import KINDS, GatewayProcess, raw_subscriber
 from support import run_cli
 from test_auth_client import SERVICE, Attacker, genuine_bytes, users, wait_for
-from test_gateway_common_support import KINDS, GatewayProcess, module_backbone, raw_subscriber  # noqa: F401
 
 
 def read_until(sock: socket.socket, marker: bytes, timeout: float = 15.0) -> bytes:
@@ -86,7 +87,7 @@ def test_gateway_clients_get_only_verified_messages_and_gateway_publishes_are_si
             sock.close()
         attacker.close()
         for gateway in gateways.values():
-            if gateway.proc is not None:
+            if gateway.child is not None:
                 gateway.stop()
     for kind, gateway in gateways.items():
         counts = stop_counts(gateway)

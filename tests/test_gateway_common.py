@@ -23,15 +23,10 @@ from fyrehose.gateways.channels import (
     subject_to_channel,
 )
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
+from fyrehose.process import wait_until
+
+from gateway_support import GatewayProcess, MarlinClient, raw_subscriber
 from support import LOOPBACK, run_cli
-from test_gateway_common_support import (  # noqa: F401  (fixtures)
-    GatewayProcess,
-    MarlinClient,
-    raw_subscriber,
-    gateways,
-    module_backbone,
-    wait_until,
-)
 
 # ---------------------------------------------------------------- channels <-> subjects
 
@@ -226,7 +221,7 @@ def _read_until_closed(sock: socket.socket, timeout: float) -> bool:
             chunk = sock.recv(1 << 20)
         except (ConnectionResetError, BrokenPipeError):
             return True
-        except socket.timeout:
+        except TimeoutError:
             return False
         if not chunk:
             return True
@@ -248,7 +243,7 @@ def test_a_slow_consumer_is_disconnected_and_memory_stays_bounded(kind, module_b
             while not stop.is_set():
                 try:
                     chunk = healthy.recv(1 << 20)
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 if not chunk:
                     return
@@ -264,7 +259,7 @@ def test_a_slow_consumer_is_disconnected_and_memory_stays_bounded(kind, module_b
             for start in range(0, messages, window):
                 publisher.publish_many([payload] * window, subject=channel.decode())
                 # the healthy reader keeps up: it is never more than a window behind
-                assert wait_until(lambda: received[0] >= start * len(payload), timeout=10), (received[0], start)
+                assert wait_until(lambda start=start: received[0] >= start * len(payload), timeout=10), (received[0], start)
         assert wait_until(lambda: received[0] >= messages * len(payload), timeout=20)
         assert wait_until(lambda: "slow consumer" in gateway.log_text(), timeout=15), gateway.log_text()
         assert _read_until_closed(stalled, timeout=10)

@@ -11,7 +11,8 @@ import redis
 
 from fyrehose import Client
 from support import LOOPBACK
-from test_gateway_common_support import MarlinClient, gateways, module_backbone, wait_until  # noqa: F401
+from fyrehose.process import wait_until
+from gateway_support import MarlinClient
 
 
 def run(coroutine):

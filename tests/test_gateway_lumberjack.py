@@ -1,9 +1,7 @@
 """``fyrehose gateway lumberjack`` as a process, with a real backbone, pylogbeat and hand-built seeds/002 frames."""
 from __future__ import annotations
 
-import os
 import re
-import signal
 import socket
 import struct
 import subprocess
@@ -30,40 +28,8 @@ from fyrehose.gateways.lumberjack.frames import (
 from node_clients import run_node
 from support import FYREHOSE, LOOPBACK, free_port
 
-
-class GatewayProcess:
-    def __init__(self, log: Path, backbone: str, extra: list[str]) -> None:
-        self.port = free_port(socket.SOCK_STREAM)
-        self.log = log
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                FYREHOSE + ["gateway", "lumberjack", "--listen", f"{LOOPBACK}:{self.port}",
-                            "--backbone", backbone] + extra, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while "listening on" not in self.output():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"gateway did not start: {self.output()}")
-            time.sleep(0.05)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> int:
-        if self.alive():
-            os.kill(self.proc.pid, signal.SIGTERM)
-        try:
-            return self.proc.wait(20)
-        finally:
-            self.kill()
-
-    def kill(self) -> None:
-        if self.alive():
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+from gateway_support import GatewayProcess
+from support import FYREHOSE, LOOPBACK, JournalProcess
 
 
 @pytest.fixture
@@ -71,7 +37,7 @@ def gateway_factory(tmp_path):
     started: list[GatewayProcess] = []
 
     def start(backbone, *extra: str) -> GatewayProcess:
-        gateway = GatewayProcess(tmp_path / f"gateway-{len(started)}.log", backbone.address, list(extra))
+        gateway = GatewayProcess("lumberjack", backbone.address, tmp_path, list(extra)).start(15)
         started.append(gateway)
         return gateway
 
@@ -374,7 +340,7 @@ def test_no_ack_before_the_backbone_confirms(backbone_factory, gateway_factory, 
         while time.monotonic() < deadline:  # only keep-alive acks while nothing can be published
             try:
                 acks += decode_acks(sock.recv(6))
-            except socket.timeout:
+            except TimeoutError:
                 continue
         assert set(acks) <= {(VERSION_2, 0)}
         backbone_factory(port=backbone.port, state_dir=backbone.state_dir)
@@ -396,37 +362,18 @@ def test_a_late_subscriber_recovers_acked_events_from_the_gateway(backbone, gate
     assert late.lost == 0
 
 
-class JournalProcess:
-    """``fyrehose journal`` with a complete history (from sequence 1), read back with ``journal inspect``."""
-
-    def __init__(self, directory: Path, backbone: str) -> None:
-        self.directory = directory / "journal"
-        self.log = directory / "journal.log"
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                FYREHOSE + ["journal", "--backbone", backbone, "--dir", str(self.directory), "--from", "1",
-                            "--no-parquet", "--give-up", "3"], stdout=out, stderr=subprocess.STDOUT)
-
-    def ids(self) -> set[int]:
-        """The "id" of every event journaled so far (the records hold binary envelopes, so no line splitting)."""
-        result = subprocess.run(FYREHOSE + ["journal", "inspect", str(self.directory), "--records", "1..1000000"],
-                                capture_output=True, timeout=60)
-        assert result.returncode == 0, result.stderr.decode(errors="replace")
-        return {int(number) for number in re.findall(rb'"id":(\d+)', result.stdout)}
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+def journaled_ids(directory: Path) -> set[int]:
+    """The "id" of every event journaled so far (the records hold binary envelopes, so no line splitting)."""
+    result = subprocess.run(FYREHOSE + ["journal", "inspect", str(directory), "--records", "1..1000000"],
+                            capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    return {int(number) for number in re.findall(rb'"id":(\d+)', result.stdout)}
 
 
 def test_backbone_kill9_mid_stream_every_acked_event_is_in_the_journal(backbone_factory, gateway_factory, tmp_path):
     backbone = backbone_factory()
-    journal = JournalProcess(tmp_path, backbone.address)
+    journal = JournalProcess(backbone.address, tmp_path / "journal", "--from", "1", "--no-parquet",
+                             "--give-up", "3").start()
     try:
         gateway = gateway_factory(backbone)
         acked: list[int] = []
@@ -462,12 +409,12 @@ def test_backbone_kill9_mid_stream_every_acked_event_is_in_the_journal(backbone_
         assert len(acked) >= killed_at + 400, "shipping did not resume after the restart"
         wanted = set(acked)
         deadline = time.monotonic() + 30
-        while not wanted <= journal.ids() and time.monotonic() < deadline:
+        while not wanted <= journaled_ids(journal.directory) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert gateway.alive()
     finally:
         journal.stop()
-    missing = wanted - journal.ids()
+    missing = wanted - journaled_ids(journal.directory)
     assert not missing, f"{len(missing)} acked events are not in the journal: {sorted(missing)[:20]}"
 
 

@@ -1,18 +1,12 @@
-"""The Marlin gateway driven by a Marlin client written from seeds/003 (tests/test_gateway_common_support.py)."""
+"""The Marlin gateway driven by a Marlin client written from seeds/003 (tests/gateway_support.py)."""
 from __future__ import annotations
 
 import struct
 
 import redis
 
+from gateway_support import M_RESPONSE, MarlinClient, marlin_frame
 from support import LOOPBACK
-from test_gateway_common_support import (  # noqa: F401  (fixtures)
-    M_RESPONSE,
-    MarlinClient,
-    gateways,
-    marlin_frame,
-    module_backbone,
-)
 
 
 def test_subscribe_publish_unsubscribe(gateways):

@@ -11,9 +11,11 @@ import time
 import nats
 import pytest
 
+from fyrehose.process import wait_until
+
+from gateway_support import raw_subscriber
 from node_clients import run_node
 from support import FYREHOSE, LOOPBACK
-from test_gateway_common_support import gateways, module_backbone, raw_subscriber, wait_until  # noqa: F401
 
 
 @pytest.fixture

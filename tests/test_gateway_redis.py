@@ -11,9 +11,10 @@ import time
 import pytest
 import redis
 
+from fyrehose.process import wait_until
+
 from node_clients import run_node
 from support import FYREHOSE, LOOPBACK
-from test_gateway_common_support import gateways, module_backbone, wait_until  # noqa: F401  (fixtures)
 
 
 def messages(pubsub, count: int, timeout: float = 10.0) -> list[dict]:

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from fyrehose.gateways import resp
 from fyrehose.gateways.redis_glob import match, translate
+from fyrehose.process import wait_until
+
 from support import LOOPBACK, free_port
-from test_gateway_common_support import wait_until
 
 args = st.lists(st.binary(max_size=40), min_size=1, max_size=5)
 

@@ -97,7 +97,7 @@ class SeedClient:
         self.sock.settimeout(max(timeout, 0.001))
         try:
             packet, source = self.sock.recvfrom(65535)
-        except socket.timeout:
+        except TimeoutError:
             return False
         kind = packet[0] if packet else None
         if kind == KEEPALIVE_ACK and len(packet) == 17:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import io
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -10,9 +10,10 @@ from fyrehose.journal.progress import Progress
 from fyrehose.journal.segment import encode_record
 from fyrehose.journal.store import JournalStore
 from fyrehose.tracker import Lost, Message
+
 from support import free_port, run_cli
 
-RECEIVED = int(datetime(2024, 5, 1, 13, 0, tzinfo=timezone.utc).timestamp()) * 10**6
+RECEIVED = int(datetime(2024, 5, 1, 13, 0, tzinfo=UTC).timestamp()) * 10**6
 
 
 def make_journal(directory, *, seal=True):

@@ -1,7 +1,7 @@
 """The journal's other pure parts: segment summaries, the gap index, retention, verify's range arithmetic, partitions."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
@@ -107,7 +107,7 @@ def test_a_torn_last_gap_line_is_left_out(items, data):
 def test_gap_lines_are_the_documented_json_and_utc():
     line = encode_gap(Gap(5, 9, utc_iso(1_700_000_000_123_456)))
     assert line == b'{"from_seq":5,"to_seq":9,"recorded_at":"2023-11-14T22:13:20.123456+00:00"}\n'
-    assert datetime.fromisoformat("2023-11-14T22:13:20.123456+00:00").tzinfo == timezone.utc
+    assert datetime.fromisoformat("2023-11-14T22:13:20.123456+00:00").tzinfo == UTC
 
 
 @pytest.mark.parametrize("line", [b'{"from_seq":5,"to_seq":4,"recorded_at":"2023-01-01T00:00:00+00:00"}\n',
@@ -217,9 +217,9 @@ def test_continuity_finds_exactly_the_missing_sequences(seqs):
 # ---------------------------------------------------------------- Parquet partitions
 
 @pytest.mark.parametrize("moment, partition", [
-    (datetime(2024, 5, 1, 13, 59, 59, 999999, tzinfo=timezone.utc), "date=2024-05-01/hour=13"),
-    (datetime(2024, 5, 1, 14, 0, tzinfo=timezone.utc), "date=2024-05-01/hour=14"),
-    (datetime(1999, 12, 31, 23, 30, tzinfo=timezone.utc), "date=1999-12-31/hour=23"),
+    (datetime(2024, 5, 1, 13, 59, 59, 999999, tzinfo=UTC), "date=2024-05-01/hour=13"),
+    (datetime(2024, 5, 1, 14, 0, tzinfo=UTC), "date=2024-05-01/hour=14"),
+    (datetime(1999, 12, 31, 23, 30, tzinfo=UTC), "date=1999-12-31/hour=23"),
 ])
 def test_partition_is_the_utc_hour_of_the_receive_time(moment, partition):
     micros = int(moment.timestamp()) * 10**6 + moment.microsecond

@@ -1,7 +1,7 @@
 """Parquet output: the exact schema and Hive layout the pipeline reads, idempotent re-export, verify's checks."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -13,7 +13,7 @@ from fyrehose.journal.store import JournalStore
 from fyrehose.journal.verify import verify_directory
 from fyrehose.tracker import Message
 
-START = int(datetime(2024, 5, 1, 13, 59, 58, tzinfo=timezone.utc).timestamp()) * 10**6
+START = int(datetime(2024, 5, 1, 13, 59, 58, tzinfo=UTC).timestamp()) * 10**6
 
 
 class Clock:
@@ -59,7 +59,7 @@ def test_export_writes_the_schema_and_hive_partitions_the_pipeline_reads(tmp_pat
     assert [field.nullable for field in table.schema] == [False, False, True, True, True]
     rows = table.to_pylist()
     assert [r["seq"] for r in rows] == list(range(1, 21))
-    assert rows[0]["received_at"] == datetime(2024, 5, 1, 13, 59, 58, tzinfo=timezone.utc)
+    assert rows[0]["received_at"] == datetime(2024, 5, 1, 13, 59, 58, tzinfo=UTC)
     assert rows[2]["subject"] is None and rows[2]["payload"] == b"raw 3"  # a raw payload has no subject
     assert rows[0]["subject"] == "prices.eu.s1" and rows[1]["subject"] == "prices.eu.s0"
     assert all(r["size"] == len(r["payload"]) for r in rows)

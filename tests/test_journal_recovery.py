@@ -10,11 +10,7 @@
 """
 from __future__ import annotations
 
-import os
 import random
-import re
-import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -24,51 +20,12 @@ import pytest
 from fyrehose import Client
 from fyrehose.journal.gapindex import FILE_NAME as GAPS_FILE
 from fyrehose.journal.gapindex import parse_gaps
-from fyrehose.journal.reader import FileScan, list_segments
+from fyrehose.journal.reader import list_segments
 from fyrehose.journal.report import records_in
+from fyrehose.process import wait_until
 from fyrehose.tracker import Message
-from support import FYREHOSE, LossyRelay, run_cli
 
-
-class JournalProcess:
-    """A ``fyrehose journal`` subprocess on one directory; stopped or killed by its PID."""
-
-    def __init__(self, backbone: str, directory: Path, *extra: str) -> None:
-        self.args = FYREHOSE + ["journal", "--backbone", backbone, "--dir", str(directory), *extra]
-        self.directory = directory
-        self.log = directory.parent / f"{directory.name}.log"
-        self.proc: subprocess.Popen | None = None
-        self.starts = 0
-
-    def start(self) -> "JournalProcess":
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT)
-        self.starts += 1
-        return self
-
-    def running(self) -> bool:
-        """True once the latest start has reached the backbone (it logs where it starts)."""
-        announced = re.findall(r": (?:starting at|resuming at) ", self.log.read_text()) if self.log.exists() else []
-        return self.proc.poll() is None and len(announced) >= self.starts
-
-    def stop(self) -> int:
-        """SIGTERM and wait: a clean stop."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-        try:
-            return self.proc.wait(30)
-        finally:
-            self.kill()
-
-    def kill(self) -> None:
-        """SIGKILL (kill -9) and reap."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def forwarded(self) -> int:
-        """Messages re-DELIVERed in all runs so far, from the journal's exit lines."""
-        return sum(int(n) for n in re.findall(r"forwarded (\d+)", self.log.read_text()))
+from support import JournalProcess, LossyRelay, last_written, run_cli
 
 
 @pytest.fixture
@@ -91,35 +48,13 @@ def journals(tmp_path):
         journal.kill()
 
 
-def last_written(directory: Path) -> int:
-    """The highest sequence a journal directory holds on disk or in its gap index (0: none yet)."""
-    segments, _ = list_segments(directory)
-    last = 0
-    if segments:
-        for _, record in FileScan(segments[-1].path):
-            last = record.seq
-    gaps_path = directory / GAPS_FILE
-    if gaps_path.exists():
-        gaps, _, _ = parse_gaps(gaps_path.read_bytes())
-        last = max([last] + [g.to_seq for g in gaps])
-    return last
-
-
-def wait_until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-
-
 def journaling(publisher: Client, *journals: JournalProcess) -> int:
     """Publish probes until every journal has written one (it is subscribed); the last probe's sequence."""
     deadline = time.monotonic() + 20
     seq = publisher.publish(b"probe")
     while not all(last_written(j.directory) >= seq for j in journals):
         assert time.monotonic() < deadline, "journals did not start journaling"
-        assert all(j.proc.poll() is None for j in journals), [j.log.read_text() for j in journals]
+        assert all(j.alive() for j in journals), [j.log.read_text() for j in journals]
         time.sleep(0.1)
         seq = publisher.publish(b"probe")
     wait_until(lambda: all(last_written(j.directory) >= seq for j in journals), 10, "the last probe")

@@ -42,7 +42,7 @@ def test_dropped_deliveries_are_recovered_from_a_peer_and_counted_as_such(backbo
                 sock.settimeout(max(min(session.deadline(), deadline) - now, 0.001))
                 try:
                     datagram, source = sock.recvfrom(65536)
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 if source == backbone.addr and datagram[0] == 0x01:
                     deliveries += 1

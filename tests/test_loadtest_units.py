@@ -11,7 +11,9 @@ import math
 import urllib.request
 
 import pytest
-from hypothesis import given, settings as hypothesis_settings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from fyrehose import codec
 from fyrehose.backbone.metrics import render

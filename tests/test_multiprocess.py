@@ -24,6 +24,8 @@ from fyrehose.backbone.fanout import worker_of
 from fyrehose.backbone.sendmmsg import MAX_IOV, Sender
 from fyrehose.backbone.sequencer import in_arrival_order
 from fyrehose.backbone.supervisor import default_sizes
+from fyrehose.process import wait_until
+
 from support import LOOPBACK, run_cli
 
 # ---------------------------------------------------------------- helpers
@@ -44,7 +46,7 @@ def keepalive(sock: socket.socket, backbone, flags: int = 0, timeout: float = 3.
         sock.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             data, _ = sock.recvfrom(65536)
-        except socket.timeout:
+        except TimeoutError:
             break
         if data[:17] == bytes([codec.KEEPALIVE_ACK]) + token:
             return data
@@ -61,7 +63,7 @@ def delivers(sock: socket.socket, count: int, timeout: float = 5.0) -> list[tupl
         sock.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             data, _ = sock.recvfrom(65536)
-        except socket.timeout:
+        except TimeoutError:
             break
         if data[0] == codec.DELIVER:
             frames = codec.decode(data)
@@ -83,16 +85,6 @@ def workers_of(backbone) -> dict[str, psutil.Process]:
 def restarted(backbone, before: dict[str, psutil.Process], names: list[str]) -> bool:
     now = workers_of(backbone)
     return all(name in now and now[name].pid != before[name].pid for name in names)
-
-
-def wait_until(condition, timeout: float = 10.0, step: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(step)
-    return condition()
 
 
 def publish(backbone, sub: socket.socket, payloads: list[bytes]) -> list[int]:

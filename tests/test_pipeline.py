@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import matplotlib.image
@@ -30,7 +30,7 @@ from fyrehose.tools.pipeline.session import spark_session
 from fyrehose.tools.pipeline.subject_regex import pattern_regex
 from fyrehose.tools.pipeline.timerange import TimeRange
 
-UTC = timezone.utc
+UTC = UTC
 START = datetime(2024, 5, 1, 22, 30, tzinfo=UTC)  # the journal crosses midnight: two dates, five hours
 MISSING = ((10, 12), (999, 1001), (1999, 1999), (2990, 4010), (5000, 5001))  # bucket edges at multiples of 1000
 DUPLICATES = (5, 998, 7000)
@@ -361,3 +361,97 @@ def test_spark_submit_and_the_standalone_command_run_the_same_report(journal, tm
     for out in (tmp_path / "submitted", tmp_path / "standalone"):
         assert [(g["from_seq"], g["to_seq"]) for g in pq.read_table(out / "gaps.parquet").to_pylist()] == list(MISSING)
         assert json.loads((out / "summary.json").read_text())["duplicates"] == len(DUPLICATES)
+
+
+def test_a_journal_stopped_by_sigterm_is_readable_by_the_report(spark, backbone_factory, tmp_path, capfd):
+    """A clean stop seals the last segment and exports it: the report sees every message journaled."""
+    from fyrehose import Client
+    from fyrehose.process import wait_until
+
+    from support import JournalProcess, last_written
+
+    backbone = backbone_factory()
+    journal = JournalProcess(backbone.address, tmp_path / "journal", "--from", "1").start()
+    try:
+        wait_until(journal.running, 30, "the journal's readiness line")
+        with Client(backbone.addr, subscribe=False) as publisher:
+            last = publisher.publish_many([b"message %d" % n for n in range(200)])[-1]
+        wait_until(lambda: last_written(journal.directory) >= last, 20, "the journal writing every message")
+    finally:
+        assert journal.stop() == 0
+    out = tmp_path / "report"
+    capfd.readouterr()
+    assert cli.main(["pipeline", "report", "--journal", str(journal.directory), "--out", str(out)]) == 0
+    written = json.loads((out / "summary.json").read_text())
+    assert (written["messages"], written["first_seq"], written["last_seq"], written["missing"]) == (200, 1, last, 0)
+
+
+def test_no_parquet_names_the_command_that_writes_it(spark, tmp_path, capfd):
+    empty = tmp_path / "journal"
+    empty.mkdir()
+    capfd.readouterr()
+    assert cli.main(["pipeline", "report", "--journal", str(empty), "--out", str(tmp_path / "out")]) == 1
+    errors = capfd.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and errors[0].endswith(f"(write them with: fyrehose journal export --seal {empty})")
+
+
+@pytest.mark.slow  # a Spark standalone master, a worker, spark-submit's driver and executors: four JVMs
+def test_report_and_export_run_on_a_spark_standalone_cluster(journal, tmp_path):
+    """The pyspark distribution's own master and worker on 127.0.0.1, the jobs submitted with spark-submit."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    import pyspark
+
+    import fyrehose.tools.pipeline
+    from fyrehose.process import ChildProcess, wait_until
+    from fyrehose.readiness import free_port
+
+    home = Path(pyspark.__file__).parent
+    main = Path(fyrehose.tools.pipeline.__file__).parent / "__main__.py"
+    environment = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
+                   "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    port = free_port(socket.SOCK_STREAM)
+    master_url = f"spark://127.0.0.1:{port}"
+    spark_class = str(home / "bin" / "spark-class")
+    master = ChildProcess([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                           "--port", str(port), "--webui-port", str(free_port(socket.SOCK_STREAM))],
+                          tmp_path / "master.log", env=environment)
+    worker = None
+    try:
+        wait_until(lambda: "I have been elected leader" in master.output() or not master.alive(), 120,
+                   "the Spark master starting")
+        assert master.alive(), master.output()[-3000:]
+        (tmp_path / "work").mkdir()
+        worker = ChildProcess([spark_class, "org.apache.spark.deploy.worker.Worker", master_url,
+                               "--host", "127.0.0.1", "--webui-port", str(free_port(socket.SOCK_STREAM)),
+                               "--cores", "2", "--memory", "2g", "--work-dir", str(tmp_path / "work")],
+                              tmp_path / "worker.log", env=environment)
+        wait_until(lambda: "Successfully registered with master" in worker.output() or not worker.alive(), 120,
+                   "the Spark worker registering")
+        assert worker.alive(), worker.output()[-3000:]
+
+        def submit(*job: str) -> None:
+            submitted = subprocess.run(
+                [str(home / "bin" / "spark-submit"), "--master", master_url, "--conf", "spark.ui.enabled=false",
+                 "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=1g",
+                 "--conf", "spark.sql.shuffle.partitions=4", str(main), *job],
+                env=environment, capture_output=True, timeout=600)
+            assert submitted.returncode == 0, submitted.stderr.decode()[-3000:]
+            assert "app-" in worker.output()  # the job ran in the worker's executors, not in the driver
+
+        submit("report", "--journal", str(journal), "--out", str(tmp_path / "report"))
+        gaps = pq.read_table(tmp_path / "report" / "gaps.parquet").to_pylist()
+        assert [(gap["from_seq"], gap["to_seq"]) for gap in gaps] == list(MISSING)
+        assert json.loads((tmp_path / "report" / "summary.json").read_text())["duplicates"] == len(DUPLICATES)
+
+        submit("export", "--journal", str(journal), "--out", str(tmp_path / "export"), "--format", "jsonl")
+        lines = [json.loads(line) for path in sorted((tmp_path / "export" / "jsonl").glob("part-*.json"))
+                 for line in path.read_text().splitlines()]
+        assert sorted(line["seq"] for line in lines) == sorted(row["seq"] for row in _source_rows(journal))
+    finally:
+        if worker is not None:
+            assert worker.stop(30) is not None
+        assert master.stop(30) is not None

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import pyarrow.parquet as pq
 import pytest
@@ -13,11 +13,19 @@ from fyrehose.journal.parquet import SCHEMA
 from fyrehose.tools.pipeline.generate import JournalSpec, generate, subject_name
 from fyrehose.tools.pipeline.html_page import HtmlPage
 from fyrehose.tools.pipeline.loadtest_inputs import column_name
-from fyrehose.tools.pipeline.timerange import (MAX_WINDOWS, WINDOW_STEPS, TimeFormatError, TimeRange, choose_window,
-                                               parse_time, partition_key)
+from fyrehose.tools.pipeline.timerange import (
+    MAX_WINDOWS,
+    WINDOW_STEPS,
+    TimeFormatError,
+    TimeRange,
+    choose_window,
+    parse_time,
+    partition_key,
+)
+
 from support import run_cli
 
-UTC = timezone.utc
+UTC = UTC
 instants = st.datetimes(min_value=datetime(1990, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC))
 
 

@@ -59,3 +59,52 @@ def test_wait_for_backbone_times_out_when_nobody_listens():
     with pytest.raises(TimeoutError, match=f"backbone at {host}:{port} did not answer within 0.3 s"):
         wait_for_backbone(addr, timeout=0.3)
     assert 0.25 < time.monotonic() - started < 2.0
+
+
+def _first_stdout_line(argv: list[str], log, timeout: float = 30.0) -> tuple[str, int | None]:
+    """The first line the command prints on stdout (stderr goes to ``log``), and its exit status after SIGTERM."""
+    import os
+    import selectors
+    import signal
+    import subprocess
+
+    with open(log, "wb") as errors:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, stdin=subprocess.DEVNULL)
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout, selectors.EVENT_READ)
+            line = process.stdout.readline().decode() if selector.select(timeout) else ""
+        os.kill(process.pid, signal.SIGTERM)
+        return line, process.wait(30)
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+        process.stdout.close()
+
+
+@pytest.mark.parametrize("kind, extra", [
+    ("backbone", ["--state-dir", "{tmp}/state"]),
+    ("journal", ["--backbone", "{backbone}", "--dir", "{tmp}/journal", "--no-parquet"]),
+    ("cache", ["--backbone", "{backbone}"]),
+    ("gateway redis", ["--backbone", "{backbone}", "--listen", "127.0.0.1:0"]),
+    ("gateway nats", ["--backbone", "{backbone}", "--listen", "127.0.0.1:0"]),
+    ("gateway marlin", ["--backbone", "{backbone}", "--listen", "127.0.0.1:0"]),
+    ("gateway lumberjack", ["--backbone", "{backbone}", "--listen", "127.0.0.1:0"]),
+])
+def test_every_service_prints_one_readiness_line_on_stdout(kind, extra, backbone_factory, tmp_path):
+    from fyrehose.readiness import READY_LINE
+
+    from support import FYREHOSE
+
+    argv = FYREHOSE + kind.split()
+    if kind == "backbone":
+        argv += ["--listen", f"{LOOPBACK}:{free_port()}"]
+    else:
+        backbone = backbone_factory()
+    argv += [arg.format(tmp=tmp_path, backbone=backbone.address if kind != "backbone" else "") for arg in extra]
+    line, status = _first_stdout_line(argv, tmp_path / "stderr.log")
+    found = READY_LINE.match(line)
+    assert found, (line, (tmp_path / "stderr.log").read_text())
+    assert found.group("kind") == kind and int(found.group("port")) > 0 and line.endswith(")\n")
+    assert status == 0, (tmp_path / "stderr.log").read_text()

@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 from fyrehose.backbone import records
 from fyrehose.backbone.intake import KeepaliveIn, RequestIn
 from fyrehose.backbone.rings import Doorbell, Ring
-from fyrehose.backbone.shared import (COUNTER_NAMES, CounterBlock, SequencerState, SubscriberTable,
-                                      Words, anonymous)
+from fyrehose.backbone.shared import COUNTER_NAMES, CounterBlock, SequencerState, SubscriberTable, Words, anonymous
 
 
 def make_ring(capacity: int, consumers: int = 1) -> tuple[Ring, memoryview]:

@@ -9,12 +9,21 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_cache_command import CacheProcess, take_until
 
 from fyrehose import Client
 from fyrehose.envelope import MsgType, Status
-from fyrehose.sessions import (BYE, HEARTBEAT, HELLO, Heartbeat, LocalSession, SessionTable, StartOptions,
-                               parse_session, stop_wants_ack)
-from test_cache_command import CacheProcess, take_until
+from fyrehose.sessions import (
+    BYE,
+    HEARTBEAT,
+    HELLO,
+    Heartbeat,
+    LocalSession,
+    SessionTable,
+    StartOptions,
+    parse_session,
+    stop_wants_ack,
+)
 
 # ---------------------------------------------------------------- pure: the session table
 

@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 
 import psutil
 import pytest
-
 from conftest import BACKBONE_MODES
+
 from fyrehose import Client
 from fyrehose.tracker import Lost
 

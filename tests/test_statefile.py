@@ -132,12 +132,12 @@ def test_write_replaces_file_instead_of_rewriting_in_place(tmp_path, opened):
 
 def test_stale_temporary_file_from_a_crash_is_harmless(tmp_path, opened):
     (tmp_path / "sequence").write_text("10\n")
-    (tmp_path / "sequence.tmp").write_text("999")  # a crash after creating the temporary file
+    (tmp_path / ".sequence.k2x9q1.tmp").write_text("999")  # a crash after creating the temporary file
     state = opened(tmp_path)
     assert state.open() == 10
     state.write(11)
     assert state.read() == 11
-    assert not (tmp_path / "sequence.tmp").exists()
+    assert not (tmp_path / ".sequence.k2x9q1.tmp").exists()
 
 
 def test_close_is_idempotent(tmp_path):
@@ -150,3 +150,15 @@ def test_close_is_idempotent(tmp_path):
         assert other.open() == 0
     finally:
         other.close()
+
+
+def test_the_users_database_is_written_with_the_same_durable_replacement(tmp_path):
+    """auth.py, the journal and the state file share fyrehose.durable: owner-only, no temporary left."""
+    from fyrehose.auth import AuthDatabase
+
+    database = AuthDatabase()
+    database.add("paul", "svc", "secret")
+    database.save(tmp_path / "users.json")
+    assert os.stat(tmp_path / "users.json").st_mode & 0o777 == 0o600
+    assert os.listdir(tmp_path) == ["users.json"]
+    assert AuthDatabase.load(tmp_path / "users.json").lookup("paul", "svc") is not None

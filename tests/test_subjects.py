@@ -204,6 +204,7 @@ from fyrehose.client import RequestTimeout  # noqa: E402
 from fyrehose.envelope import decode, peek_subject  # noqa: E402
 from fyrehose.interest import INTEREST_SUBJECT  # noqa: E402
 from fyrehose.tracker import Lost, Message  # noqa: E402
+
 from support import LossyRelay  # noqa: E402
 
 

@@ -18,6 +18,7 @@ import time
 from fyrehose.addresses import add_bind_argument
 from fyrehose.argtypes import positive_int
 from fyrehose.auth_options import add_auth_arguments, credentials_from
+from fyrehose.readiness import announce_ready
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 DEFAULT_MAX_BYTES = 64 << 20
@@ -47,9 +48,9 @@ def run(args: argparse.Namespace) -> int:
         stream = client.subscribe(">", on_loss="yield", announce=False)
         client.interest.add("_SNAP.>")  # what it answers, announced so gateways know requests there have a responder
         client.interest.add("_SUB.>")
-        sys.stderr.write(f"fyrehose cache: session {client.session.name} on {args.backbone}, "  # type: ignore[union-attr]
-                         f"max {args.max_bytes} bytes\n")
-        sys.stderr.flush()
+        session = client.session.name if client.session is not None else "none"
+        announce_ready("cache", client.address, f"backbone {args.backbone}, session {session}, "
+                                                f"max {args.max_bytes} bytes")
         while not stop.is_set():
             event = stream.get(timeout=0.2)
             now = time.monotonic()

@@ -40,8 +40,19 @@ from dataclasses import dataclass
 from fyrehose.cache.merge import merge
 from fyrehose.codec import MAX_PAYLOAD
 from fyrehose.envelope import Envelope, EnvelopeError, MsgType, Status, check_subject, encode
-from fyrehose.sessions import BYE, HEARTBEAT, HELLO, INBOX_PREFIX, SNAP_PREFIX, SUB_START_PREFIX, \
-    SUB_STOP_PREFIX, Heartbeat, SessionTable, StartOptions, stop_wants_ack
+from fyrehose.sessions import (
+    BYE,
+    HEARTBEAT,
+    HELLO,
+    INBOX_PREFIX,
+    SNAP_PREFIX,
+    SUB_START_PREFIX,
+    SUB_STOP_PREFIX,
+    Heartbeat,
+    SessionTable,
+    StartOptions,
+    stop_wants_ack,
+)
 
 STICKY = frozenset({Status.STALE, Status.FEED_DOWN, Status.TEMP_UNAVAIL, Status.BAD_ACCESS, Status.BAD_NAME,
                     Status.PERM_DENIED})

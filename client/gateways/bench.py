@@ -29,24 +29,20 @@ import csv
 import io
 import os
 import platform
-import re
-import selectors
 import shutil
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fyrehose.gateways.options import positive_int
+from fyrehose.argtypes import positive_duration, positive_int
+from fyrehose.process import FYREHOSE, ChildProcess
 from fyrehose.readiness import free_port
 
 TARGETS = ("redis-server", "redis-gateway", "nats-server", "nats-gateway", "marlin-gateway")
-FYREHOSE = [sys.executable, "-m", "fyrehose.cli"]
 LOOPBACK = "127.0.0.1"
 BATCH = 500
 REDIS_BENCHMARK_CLIENTS = 50
@@ -64,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="runs per target; the median is reported (default 3)")
     parser.add_argument("--targets", default=",".join(TARGETS), metavar="LIST",
                         help=f"comma-separated subset of {','.join(TARGETS)}")
-    parser.add_argument("--timeout", type=positive_int, default=120, metavar="S",
+    parser.add_argument("--timeout", type=positive_duration, default=120, metavar="S",
                         help="give up on a run after S seconds (default 120)")
     parser.add_argument("--redis-benchmark-requests", type=positive_int, default=100000, metavar="N",
                         help="PUBLISH requests per redis-benchmark run (default 100000)")
@@ -149,18 +145,14 @@ class Processes:
     """Every process the benchmark starts; all are killed by PID on exit."""
 
     scratch: Path
-    started: list[subprocess.Popen] = field(default_factory=list)
+    started: list[ChildProcess] = field(default_factory=list)
 
-    def __enter__(self) -> "Processes":
+    def __enter__(self) -> Processes:
         return self
 
     def __exit__(self, *exc: object) -> None:
         for process in self.started:
-            if process.poll() is None:
-                os.kill(process.pid, signal.SIGKILL)
-            process.wait(10)
-            if process.stdout is not None:
-                process.stdout.close()
+            process.kill()
 
     def start(self, targets: list[str]) -> dict[str, tuple[str, int]]:
         addresses: dict[str, tuple[str, int]] = {}
@@ -177,20 +169,17 @@ class Processes:
         if gateways:
             backbone = f"{LOOPBACK}:{free_port(socket.SOCK_DGRAM)}"
             self._spawn(FYREHOSE + ["backbone", "--listen", backbone, "--workers", "0",
-                                    "--state-dir", str(self.scratch / "backbone")])
+                                    "--state-dir", str(self.scratch / "backbone")]).wait_ready(30)
             for target in gateways:
                 kind = target.removesuffix("-gateway")
-                process = self._spawn(FYREHOSE + ["gateway", kind, "--listen", f"{LOOPBACK}:0",
-                                                  "--backbone", backbone], stdout=subprocess.PIPE)
-                addresses[target] = (LOOPBACK, _announced_port(process, kind))
+                process = self._spawn(FYREHOSE + ["gateway", kind, "--listen", f"{LOOPBACK}:0", "--backbone", backbone])
+                addresses[target] = process.wait_ready(30)
         for target, address in addresses.items():
             _wait_for_port(address, target)
         return addresses
 
-    def _spawn(self, command: list[str], stdout=subprocess.DEVNULL) -> subprocess.Popen:
-        log = open(self.scratch / f"{Path(command[0]).name}-{len(self.started)}.log", "wb")
-        with log:
-            process = subprocess.Popen(command, stdout=stdout, stderr=log)
+    def _spawn(self, command: list[str]) -> ChildProcess:
+        process = ChildProcess(command, self.scratch / f"{Path(command[0]).name}-{len(self.started)}.log")
         self.started.append(process)
         return process
 
@@ -200,17 +189,6 @@ def _binary(name: str) -> str:
     if found is None:
         raise RuntimeError(f"{name} is not installed (Debian package {name}, see tools/test-packages.txt)")
     return found
-
-
-def _announced_port(process: subprocess.Popen, kind: str, timeout: float = 30.0) -> int:
-    assert process.stdout is not None
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        line = process.stdout.readline() if selector.select(timeout) else b""
-    found = re.search(rb"listening on [\d.]+:(\d+)", line)
-    if not found:
-        raise RuntimeError(f"the {kind} gateway did not start (exit {process.poll()})")
-    return int(found.group(1))
 
 
 def _wait_for_port(address: tuple[str, int], target: str, timeout: float = 30.0) -> None:

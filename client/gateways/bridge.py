@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 import gevent
 

@@ -54,13 +54,13 @@ class MarlinRoutes:
     def __init__(self) -> None:
         self.channels: dict[bytes, dict[MarlinSession, None]] = {}
 
-    def subscribe(self, channel: bytes, session: "MarlinSession") -> None:
+    def subscribe(self, channel: bytes, session: MarlinSession) -> None:
         self.channels.setdefault(channel, {})[session] = None
         subject = channel_to_subject_or_none(channel)
         if subject is not None:  # announced, so other gateways count this subscriber
             session.bridge.interest.add(subject)
 
-    def unsubscribe(self, channel: bytes, session: "MarlinSession") -> None:
+    def unsubscribe(self, channel: bytes, session: MarlinSession) -> None:
         sessions = self.channels.get(channel)
         if sessions is not None and session in sessions:
             del sessions[session]
@@ -83,7 +83,7 @@ class MarlinRoutes:
 class MarlinSession:
     """One Marlin client: its channels and the publishes it is waiting on."""
 
-    def __init__(self, connection: "Connection", routes: MarlinRoutes, bridge: "Bridge", stats: Counter) -> None:
+    def __init__(self, connection: Connection, routes: MarlinRoutes, bridge: Bridge, stats: Counter) -> None:
         self.connection = connection
         self.routes = routes
         self.bridge = bridge

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
 @dataclass(eq=False)
 class NatsSubscription:
-    session: "NatsSession"
+    session: NatsSession
     sid: str
     subject: str
     queue: str | None
@@ -133,7 +133,7 @@ class NatsSession:
 
     _ids = itertools.count(1)
 
-    def __init__(self, connection: "Connection", routes: NatsRoutes, bridge: "Bridge", stats: Counter, *,
+    def __init__(self, connection: Connection, routes: NatsRoutes, bridge: Bridge, stats: Counter, *,
                  server_id: str, host: str, port: int) -> None:
         self.connection = connection
         self.routes = routes
@@ -228,7 +228,7 @@ class NatsSession:
 
     # ------------------------------------------------------------ operations
 
-    def _publish(self, pub: proto.Pub) -> "Envelope | _Refusal":
+    def _publish(self, pub: proto.Pub) -> Envelope | _Refusal:
         """The message to publish, or why not."""
         try:
             check_subject(pub.subject)
@@ -261,11 +261,11 @@ class NatsSession:
                     replies[index] = b"" if failure else proto.OK
             if failure:
                 self.stats["publish failures"] += len(batch)
-                self.connection.send(b"".join(replies))  # type: ignore[arg-type]
+                self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
                 self.connection.close("publish failed", proto.error(f"Publish Failed: {failure}"))
                 return False
         if replies:
-            self.connection.send(b"".join(replies))  # type: ignore[arg-type]
+            self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
         return True
 
     def _publish_batch(self, messages: list[Envelope]) -> str | None:
@@ -293,7 +293,7 @@ class NatsSession:
         if self._send(replies, batch):
             self.connection.close(message, proto.error(message))
 
-    def _execute(self, operation: proto.Operation) -> "bytes | _Refusal":
+    def _execute(self, operation: proto.Operation) -> bytes | _Refusal:
         if isinstance(operation, proto.Ping):
             return proto.PONG
         if isinstance(operation, proto.Pong):
@@ -302,9 +302,9 @@ class NatsSession:
             return self._connect(operation.options)
         if isinstance(operation, proto.Sub):
             return self._subscribe(operation)
-        return self._unsubscribe(operation)  # type: ignore[arg-type]
+        return self._unsubscribe(operation)  # type: ignore[arg-type]  # the only operation left is Unsub
 
-    def _connect(self, options: dict) -> "bytes | _Refusal":
+    def _connect(self, options: dict) -> bytes | _Refusal:
         if options.get("echo") is False:
             self.echo = EchoFilter(self.connection.max_pending)
         if options.get("tls_required"):
@@ -314,7 +314,7 @@ class NatsSession:
         self.no_responders = self.headers and bool(options.get("no_responders"))
         return proto.OK if self.verbose else b""
 
-    def _subscribe(self, sub: proto.Sub) -> "bytes | _Refusal":
+    def _subscribe(self, sub: proto.Sub) -> bytes | _Refusal:
         try:
             check_pattern(sub.subject)
         except EnvelopeError:

@@ -137,7 +137,7 @@ class OperationParser(StreamParser[Operation, NatsError]):
         return self._payload()
 
     def _payload(self) -> Operation | None:
-        subject, reply, header_size, total = self._awaiting  # type: ignore[misc]
+        subject, reply, header_size, total = self._awaiting  # type: ignore[misc]  # _awaiting is set whenever a payload is awaited
         end = self._pos + total
         if len(self._buffer) < end + 2:
             return None

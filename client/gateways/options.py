@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from fyrehose.argtypes import positive_float, positive_int
+from fyrehose.argtypes import positive_duration, positive_int
 from fyrehose.auth_options import add_auth_arguments
 
 DEFAULT_MAX_PENDING = 8 << 20
@@ -13,7 +13,7 @@ DEFAULT_MAX_CLIENTS = 1024
 def publish_timeout(text: str) -> float:
     from fyrehose.client import MAX_PUBLISH_TIMEOUT
 
-    value = positive_float(text)
+    value = positive_duration(text)
     if value > MAX_PUBLISH_TIMEOUT:
         raise argparse.ArgumentTypeError(f"at most {MAX_PUBLISH_TIMEOUT:g} s (the backbone's memory of retries)")
     return value

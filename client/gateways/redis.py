@@ -20,12 +20,11 @@ import itertools
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from fyrehose.argtypes import positive_duration
 from fyrehose.codec import PayloadTooLarge
 from fyrehose.envelope import Envelope, EnvelopeError, MsgType, Status
 from fyrehose.gateways import resp
-from fyrehose.gateways.channels import ChannelError, channel_to_subject, channel_to_subject_or_none, \
-    subject_to_channel
-from fyrehose.argtypes import positive_float
+from fyrehose.gateways.channels import ChannelError, channel_to_subject, channel_to_subject_or_none, subject_to_channel
 from fyrehose.gateways.options import add_server_arguments
 from fyrehose.gateways.redis_glob import Matcher, compile_pattern
 from fyrehose.gateways.sizes import checked
@@ -42,7 +41,7 @@ SUBSCRIBED_CONTEXT = {b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscrib
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_server_arguments(parser)
-    parser.add_argument("--request-timeout", type=positive_float, default=1.0, metavar="S",
+    parser.add_argument("--request-timeout", type=positive_duration, default=1.0, metavar="S",
                         help="how long GET waits for the cache to answer (default 1)")
 
 
@@ -66,13 +65,13 @@ class RedisRoutes:
         self.channels: dict[bytes, dict[RedisSession, None]] = {}
         self.patterns: dict[bytes, tuple[Matcher, dict[RedisSession, None]]] = {}
 
-    def subscribe(self, channel: bytes, session: "RedisSession") -> None:
+    def subscribe(self, channel: bytes, session: RedisSession) -> None:
         self.channels.setdefault(channel, {})[session] = None
         subject = channel_to_subject_or_none(channel)
         if subject is not None:  # a channel without a subject receives nothing: no interest to announce
             session.bridge.interest.add(subject)
 
-    def unsubscribe(self, channel: bytes, session: "RedisSession") -> None:
+    def unsubscribe(self, channel: bytes, session: RedisSession) -> None:
         sessions = self.channels.get(channel)
         if sessions is not None and session in sessions:
             del sessions[session]
@@ -82,11 +81,11 @@ class RedisRoutes:
             if subject is not None:
                 session.bridge.interest.remove(subject)
 
-    def psubscribe(self, pattern: bytes, session: "RedisSession") -> None:
+    def psubscribe(self, pattern: bytes, session: RedisSession) -> None:
         self.patterns.setdefault(pattern, (compile_pattern(pattern), {}))[1][session] = None
         session.bridge.interest.add_glob(pattern)
 
-    def punsubscribe(self, pattern: bytes, session: "RedisSession") -> None:
+    def punsubscribe(self, pattern: bytes, session: RedisSession) -> None:
         entry = self.patterns.get(pattern)
         if entry is not None and session in entry[1]:
             del entry[1][session]
@@ -128,7 +127,7 @@ class RedisSession:
 
     _ids = itertools.count(1)
 
-    def __init__(self, connection: "Connection", routes: RedisRoutes, bridge: "Bridge", stats: Counter,
+    def __init__(self, connection: Connection, routes: RedisRoutes, bridge: Bridge, stats: Counter,
                  *, request_timeout: float = 1.0) -> None:
         self.connection = connection
         self.routes = routes
@@ -202,7 +201,7 @@ class RedisSession:
                 for index, _, _ in batch:
                     replies[index] = resp.error(f"ERR publish not confirmed by the backbone: {exc}")
         if replies:
-            self.connection.send(b"".join(replies))  # type: ignore[arg-type]
+            self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
 
     # ------------------------------------------------------------ commands
 

@@ -10,8 +10,8 @@ regular expression, so matching many channels costs one regex call each.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Callable
 
 Matcher = Callable[[bytes], bool]
 

@@ -11,7 +11,7 @@ import logging
 import signal
 import sys
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 import gevent
 from gevent.event import Event
@@ -20,6 +20,7 @@ from fyrehose.addresses import parse_hostport
 from fyrehose.auth_options import credentials_from
 from fyrehose.gateways.bridge import Bridge, Route
 from fyrehose.gateways.tcp import Connection, GatewayServer, Session
+from fyrehose.readiness import announce_ready
 
 log = logging.getLogger("fyrehose.gateway")
 
@@ -42,12 +43,11 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
     except BaseException:
         bridge.close()
         raise
-    host, port = server.address
-    session = f", session {bridge.client.session.name}" if bridge.client.session is not None else ""
-    print(f"fyrehose {kind} gateway listening on {host}:{port} (backbone {args.backbone}{session})", flush=True)
     stop = Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in (signal.SIGTERM, signal.SIGINT):  # before the readiness line: a stop right after it is clean
         gevent.signal_handler(signum, stop.set)
+    session = f", session {bridge.client.session.name}" if bridge.client.session is not None else ""
+    announce_ready(f"gateway {kind}", server.address, f"backbone {args.backbone}{session}")
     stop.wait()
     server.stop()
     bridge.close()

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import socket
 from collections import Counter
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import gevent
 from gevent.event import Event

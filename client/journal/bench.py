@@ -27,13 +27,13 @@ import os
 import platform
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from fyrehose.journal.store import FSYNC_MODES
+from fyrehose.process import FYREHOSE, ChildProcess
 from fyrehose.readiness import free_port
 
 CATCH_UP_TIMEOUT = 120.0
@@ -71,10 +71,10 @@ def run_bench(args: argparse.Namespace) -> int:
     results: dict[str, list[dict]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="fyrehose-journal-bench-") as tmp:
         root = Path(tmp)
-        backbone = _Process.start(root / "backbone.log", ["backbone", "--listen", f"127.0.0.1:{free_port()}",
+        backbone = _start(root / "backbone.log", ["backbone", "--listen", f"127.0.0.1:{free_port()}",
                                                            "--state-dir", str(root / "backbone-state")])
         try:
-            address = backbone.args[backbone.args.index("--listen") + 1]
+            address = backbone.argv[backbone.argv.index("--listen") + 1]
             for run in range(args.runs):
                 order = modes if run % 2 == 0 else modes[::-1]
                 for mode in order:
@@ -96,7 +96,7 @@ def _measure(address: str, directory: Path, mode: str, args: argparse.Namespace)
     from fyrehose.client import Client
     from fyrehose.journal.segment import record_size
 
-    journal = _Process.start(directory.with_suffix(".log"), [
+    journal = _start(directory.with_suffix(".log"), [
         "journal", "--backbone", address, "--dir", str(directory), "--fsync", mode, "--no-parquet",
         "--forward-rate", str(args.forward_rate), "--segment-size", "1GiB"])
     try:
@@ -150,13 +150,13 @@ def _measure_write_path(directory: Path, mode: str, args: argparse.Namespace) ->
         store.close()
 
 
-def _warm_up(publisher, directory: Path, journal: "_Process", size: int) -> int:
+def _warm_up(publisher, directory: Path, journal: ChildProcess, size: int) -> int:
     """Publish until the journal has written one message (it has subscribed); the last sequence it holds."""
     deadline = time.monotonic() + CATCH_UP_TIMEOUT
     last = publisher.publish(b"w" * size)
     while not _journal_bytes(directory):
-        if journal.proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the journal did not start: {journal.tail()}")
+        if not journal.alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the journal did not start: {_tail(journal)}")
         time.sleep(0.2)
         last = publisher.publish(b"w" * size)
     _wait_for(lambda: _last_sequence(directory) == last, journal, f"warm-up sequence {last}")
@@ -181,7 +181,7 @@ def _measure_forward(address: str, first: int, last: int) -> dict:
         while len(received) < wanted:
             try:
                 data, _ = sock.recvfrom(65536)
-            except socket.timeout:
+            except TimeoutError:
                 break
             spans, _ = codec.scan(data, codec.DELIVER)
             for _, _, seq in spans:
@@ -213,13 +213,13 @@ def _last_sequence(directory: Path) -> int | None:
     return last
 
 
-def _wait_for(condition, journal: "_Process", what: str) -> None:
+def _wait_for(condition, journal: ChildProcess, what: str) -> None:
     deadline = time.monotonic() + CATCH_UP_TIMEOUT
     while not condition():
-        if journal.proc.poll() is not None:
-            raise RuntimeError(f"the journal exited: {journal.tail()}")
+        if not journal.alive():
+            raise RuntimeError(f"the journal exited: {_tail(journal)}")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the journal did not write {what} within {CATCH_UP_TIMEOUT:g} s: {journal.tail()}")
+            raise RuntimeError(f"the journal did not write {what} within {CATCH_UP_TIMEOUT:g} s: {_tail(journal)}")
         time.sleep(0.002)
 
 
@@ -274,32 +274,11 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-class _Process:
-    """A ``fyrehose`` subprocess of the bench, logging to a file, stopped by its PID."""
+def _start(log: Path, args: list[str]) -> ChildProcess:
+    """A ``fyrehose`` subprocess of the bench, logging to ``log``, stopped by its PID."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return ChildProcess(FYREHOSE + args, log)
 
-    def __init__(self, proc: subprocess.Popen, args: list[str], log: Path) -> None:
-        self.proc = proc
-        self.args = args
-        self.log = log
 
-    @classmethod
-    def start(cls, log: Path, args: list[str]) -> "_Process":
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "fyrehose.cli", *args], stdout=out, stderr=subprocess.STDOUT)
-        return cls(proc, args, log)
-
-    def tail(self) -> str:
-        try:
-            return " | ".join(self.log.read_text().strip().splitlines()[-3:])
-        except OSError:
-            return "(no log)"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+def _tail(process: ChildProcess) -> str:
+    return " | ".join(process.output().strip().splitlines()[-3:]) or "(no log)"

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from fyrehose.addresses import add_bind_argument
-from fyrehose.argtypes import positive_float, positive_int
+from fyrehose.argtypes import positive_duration, positive_float, positive_int
 from fyrehose.journal.retention import parse_duration, parse_quantity, parse_size
 from fyrehose.journal.store import FSYNC_MODES
 
@@ -29,6 +29,14 @@ def _argument(parse):
             raise argparse.ArgumentTypeError(str(exc)) from None
     convert.__name__ = parse.__name__
     return convert
+
+
+def _segment_age(text: str) -> float:
+    """Seconds or Locust-style (``90s``, ``1h``, like every duration option), or the retention units (``10min``)."""
+    try:
+        return positive_duration(text)
+    except argparse.ArgumentTypeError:
+        return _argument(parse_duration)(text)
 
 
 def _retain(text: str) -> str:
@@ -55,16 +63,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fsync", choices=FSYNC_MODES, default="interval",
                         help="always: every written batch is fsynced before the next; interval: every "
                              "--fsync-interval seconds; never: the OS decides (default interval)")
-    parser.add_argument("--fsync-interval", type=positive_float, default=1.0, metavar="S",
+    parser.add_argument("--fsync-interval", type=positive_duration, default=1.0, metavar="S",
                         help="seconds between fsyncs with --fsync interval (default 1)")
     parser.add_argument("--retain", action="append", type=_argument(_retain), default=[], metavar="AGE|SIZE",
                         help="delete the oldest segments once older than AGE (e.g. 7d, 12h, 90min) or while all "
                              "segments exceed SIZE (e.g. 50GB, 512MiB); repeat to give both (default: keep all)")
     parser.add_argument("--segment-size", type=_argument(parse_size), default=64 << 20, metavar="SIZE",
                         help="seal a segment at this size (default 64MiB)")
-    parser.add_argument("--segment-age", type=_argument(parse_duration), default=600.0, metavar="AGE",
+    parser.add_argument("--segment-age", type=_segment_age, default=600.0, metavar="AGE",
                         help="seal a segment once its oldest record is this old (default 10min)")
-    parser.add_argument("--give-up", type=positive_float, default=15.0, metavar="S",
+    parser.add_argument("--give-up", type=positive_duration, default=15.0, metavar="S",
                         help="record a gap as lost after S seconds of REQUESTs to other clients (default 15)")
     parser.add_argument("--forward-rate", type=positive_float, default=50_000, metavar="N",
                         help="re-DELIVER at most N messages/s when answering FORWARDs (default 50000)")
@@ -144,6 +152,7 @@ def _run_journal(args: argparse.Namespace) -> int:
                              parquet=not args.no_parquet, bind=args.bind)
     try:
         service.run(stop, announcement)
+        service.seal_and_export()
     finally:
         store.close()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 
 from fyrehose.codec import MAX_SEQUENCE
-from fyrehose.journal.durable import fsync_directory
+from fyrehose.durable import fsync_directory
 
 FILE_NAME = "gaps.jsonl"
 
@@ -39,7 +39,7 @@ class Gap:
 
 def utc_iso(time_us: int) -> str:
     """``2024-05-01T13:04:05.123456+00:00`` for a time in µs since the epoch."""
-    return datetime.fromtimestamp(time_us / 1e6, timezone.utc).isoformat(timespec="microseconds")
+    return datetime.fromtimestamp(time_us / 1e6, UTC).isoformat(timespec="microseconds")
 
 
 def encode_gap(gap: Gap) -> bytes:

@@ -16,16 +16,16 @@ never sees a partial file.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from fyrehose.durable import fsync_directory
 from fyrehose.envelope import peek_subject
-from fyrehose.journal.durable import fsync_directory
 from fyrehose.journal.segment import Record
 
 SCHEMA = pa.schema([
@@ -37,7 +37,7 @@ SCHEMA = pa.schema([
 ])
 HOUR_US = 3600 * 10**6
 ROWS_PER_GROUP = 65536
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def partition_of(received_at: int) -> str:

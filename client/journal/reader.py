@@ -9,11 +9,19 @@ however large a segment grows.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
-from fyrehose.journal.segment import INCOMPLETE, LOG_SUFFIX, Record, SegmentError, decode_records, parse_name, summary_name
+from fyrehose.journal.segment import (
+    INCOMPLETE,
+    LOG_SUFFIX,
+    Record,
+    SegmentError,
+    decode_records,
+    parse_name,
+    summary_name,
+)
 from fyrehose.journal.summary import SegmentSummary, SummaryBuilder, decode_summary
 
 FIRST_CHUNK = 64 << 10  # a FORWARD of a few sequences reads little; the chunks double up to READ_CHUNK

@@ -6,8 +6,9 @@ does, with their receive time and subject.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, TextIO
+from typing import TextIO
 
 from fyrehose.envelope import peek_subject
 from fyrehose.journal.gapindex import FILE_NAME as GAPS_FILE

@@ -20,15 +20,17 @@ from fyrehose.client import Client
 from fyrehose.fatal import guarded
 from fyrehose.journal.retention import Retention
 from fyrehose.journal.store import JournalStore, SealedSegment
+from fyrehose.readiness import announce_ready
 from fyrehose.tracker import Event
 
 BATCH = 8192  # events written (and, with fsync=always, synced) together
+KEEP_ALL = Retention()  # no age or size limit
 RETENTION_EVERY = 30.0  # seconds between retention checks besides the one after each export
 
 
 class JournalService:
     def __init__(self, store: JournalStore, backbone: Address | str, *, start_seq: int | None,
-                 give_up_after: float = 15.0, forward_rate: float = 50_000, retention: Retention = Retention(),
+                 give_up_after: float = 15.0, forward_rate: float = 50_000, retention: Retention = KEEP_ALL,
                  parquet: bool = True, max_queued: int = 2_000_000, log: TextIO | None = None,
                  bind: Address | None = None) -> None:
         self.store = store
@@ -56,7 +58,9 @@ class JournalService:
         client = Client(self.backbone, store=self.store, give_up_after=self.give_up_after,
                         forward_rate=self.forward_rate, bind=self.bind)
         self.say(announcement)
-        maintenance = threading.Thread(target=guarded(lambda: self._maintain(stop), "journal maintenance"), name="journal-maintenance", daemon=True)
+        announce_ready("journal", client.address, f"backbone {self.backbone}, directory {self.store.directory}")
+        maintenance = threading.Thread(target=guarded(lambda: self._maintain(stop), "journal maintenance"),
+                                       name="journal-maintenance", daemon=True)
         try:
             stream = client.subscribe(from_seq=self.start_seq, on_loss="yield", max_queued=self.max_queued)
             maintenance.start()
@@ -79,6 +83,18 @@ class JournalService:
             if maintenance.is_alive():
                 maintenance.join()
             self.forwarded = client.stats["forwarded"]
+
+    def seal_and_export(self) -> None:
+        """On a clean stop: seal the last segment and export what is not yet Parquet.
+
+        A stopped journal then leaves everything it holds readable by the
+        pipeline, which reads only Parquet; the next start opens a new segment.
+        """
+        self.store.seal_active()
+        if self.parquet:
+            for segment in self.store.sealed_segments():
+                if not segment.summary.exported:
+                    self._export(segment)
 
     def _write(self, batch: list[Event]) -> None:
         for gap in self.store.write(batch):

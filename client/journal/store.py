@@ -18,17 +18,16 @@ Layout::
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import queue
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
-from fyrehose.journal.durable import fsync_directory, replace_atomically
+from fyrehose.durable import DirectoryInUse, DirectoryLock, fsync_directory, replace_atomically
 from fyrehose.journal.gapindex import Gap, GapIndex, utc_iso
 from fyrehose.journal.reader import SEGMENTS_DIR, FileScan, list_segments, read_range, scan_segment
 from fyrehose.journal.retention import Retention, SegmentState, expired_segments
@@ -84,7 +83,7 @@ class JournalStore:
         self.gaps = GapIndex(self.directory)
         self.sealed_queue: queue.Queue[SealedSegment] = queue.Queue()
         self._lock = threading.Lock()
-        self._lock_fd: int | None = None
+        self._directory_lock = DirectoryLock(self.directory, LOCK_NAME)
         self._sealed: list[SealedSegment] = []
         self._active: ActiveSegment | None = None
         self._written_through = 0  # every sequence up to this is on disk or in the gap index
@@ -98,15 +97,10 @@ class JournalStore:
     def open(self) -> int | None:
         """Lock and recover the directory; the next sequence to write (None for an empty journal)."""
         self.segments_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+            self._directory_lock.acquire()
+        except DirectoryInUse:
             raise StoreError(f"{self.directory} is in use by another journal") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
         try:
             self._recover_segments()
             self.gaps.open()
@@ -169,9 +163,7 @@ class JournalStore:
             self._active.sync()
             self._active.close()
         self.gaps.close()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self._directory_lock.release()
 
     # ------------------------------------------------------------ the client's MessageStore
 

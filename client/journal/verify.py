@@ -11,9 +11,9 @@ restarts), so it is a note, not a problem.  The interval arithmetic is pure.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 from fyrehose.journal.gapindex import FILE_NAME as GAPS_FILE
 from fyrehose.journal.gapindex import parse_gaps

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fyrehose.journal.durable import fsync_directory, replace_atomically
+from fyrehose.durable import fsync_directory, replace_atomically
 from fyrehose.journal.segment import Record, encode_record, log_name, summary_name
 from fyrehose.journal.summary import SegmentSummary, SummaryBuilder, encode_summary
 
@@ -25,14 +25,14 @@ class ActiveSegment:
         self._dirty = False
 
     @classmethod
-    def create(cls, directory: Path, first_seq: int) -> "ActiveSegment":
+    def create(cls, directory: Path, first_seq: int) -> ActiveSegment:
         path = directory / log_name(first_seq)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         fsync_directory(directory)
         return cls(path, fd, SummaryBuilder())
 
     @classmethod
-    def resume(cls, path: Path, builder: SummaryBuilder) -> "ActiveSegment":
+    def resume(cls, path: Path, builder: SummaryBuilder) -> ActiveSegment:
         """Continue a segment whose intact records ``builder`` has scanned (its torn tail already cut off)."""
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         return cls(path, fd, builder)

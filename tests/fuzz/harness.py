@@ -16,7 +16,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from typing import Callable
+from collections.abc import Callable
 
 
 def run_mutations(check: Callable[[bytes], None], seeds: list[bytes], runs: int, seed: int = 0) -> int:

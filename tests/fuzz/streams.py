@@ -1,7 +1,7 @@
 """The invariant shared by the incremental gateway parsers: bytes split anywhere parse as the whole does."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def split_points(data: bytes) -> list[int]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from fyrehose.argtypes import non_negative_float, non_negative_int, positive_float, positive_int
+from fyrehose.argtypes import non_negative_duration, non_negative_int, positive_duration, positive_float, positive_int
 from fyrehose.codec import MAX_PAYLOAD
 from fyrehose.tools.bench.targets import DEFAULT_TARGETS, parse_targets
 from fyrehose.tools.bench.wire import MIN_PAYLOAD
@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="subscriber processes (default 4)")
     parser.add_argument("--payload", type=_payload, default=64, metavar="BYTES",
                         help=f"payload size, {MIN_PAYLOAD}..{MAX_PAYLOAD} (default 64)")
-    parser.add_argument("--duration", type=positive_float, default=10.0, metavar="S",
+    parser.add_argument("--duration", type=positive_duration, default=10.0, metavar="S",
                         help="seconds of publishing per step (default 10)")
     parser.add_argument("--rate", type=positive_float, metavar="R",
                         help="offer a fixed R msgs/s in total and measure throughput and latency there "
@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rounds; every target is measured once per round, figures are medians (default 3)")
     parser.add_argument("--search-steps", type=non_negative_int, default=4, metavar="N",
                         help="fixed-rate steps of the search after the unthrottled one (default 4)")
-    parser.add_argument("--grace", type=non_negative_float, default=0.25, metavar="S",
+    parser.add_argument("--grace", type=non_negative_duration, default=0.25, metavar="S",
                         help="how long after the publishers stop a message may still arrive and count "
                              "(default 0.25)")
     parser.add_argument("--workers", type=_workers, default="auto", metavar="R",

@@ -26,7 +26,7 @@ from fyrehose import codec
 from fyrehose.addresses import Address
 from fyrehose.backbone.udp import enlarge_buffers
 from fyrehose.tools.bench import wire
-from fyrehose.tools.bench.pacing import OfferSchedule
+from fyrehose.tools.bench.offer_schedule import OfferSchedule
 from fyrehose.tools.bench.scanning import (
     DeliverScanner,
     NatsStream,
@@ -237,7 +237,7 @@ class _Receiver(abc.ABC):
     def feed(self, data: bytes) -> tuple[int, list[int]]:
         """Count the messages in what was just read; return (count, stamps of samples)."""
 
-    def tick(self, now: float) -> None:
+    def tick(self, now: float) -> None:  # noqa: B027 (a hook: most receivers have no periodic duty)
         """Periodic duties while waiting or receiving (KEEPALIVEs)."""
 
     def anomalies(self) -> dict[str, int]:
@@ -274,7 +274,7 @@ class _FyrehoseReceiver(_Receiver):
                 if self.sock.recv(100)[:len(ack)] == ack:
                     self._next_keepalive = time.monotonic() + KEEPALIVE_INTERVAL
                     return
-            except socket.timeout:
+            except TimeoutError:
                 continue
         raise StreamError(f"the backbone at {self.spec.address[0]}:{self.spec.address[1]} did not answer a KEEPALIVE")
 

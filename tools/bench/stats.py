@@ -4,7 +4,7 @@ from __future__ import annotations
 import collections
 import re
 import statistics
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 SATURATED_CPU = 90.0  # percent of one core: a process this busy is the bottleneck
 _ORDINAL = re.compile(r"-\d+$")

@@ -5,7 +5,7 @@ Pure apart from the ``random.Random`` it is given, so a run is repeatable from i
 from __future__ import annotations
 
 import random
-from typing import Iterable
+from collections.abc import Iterable
 
 _EXTREMES = (b"\x00\x00", b"\xff\xff", b"\x7f\xff", b"\x80\x00")
 

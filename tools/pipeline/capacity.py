@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -23,8 +23,15 @@ from pyspark.sql import functions as F
 from fyrehose.tools.pipeline import charts
 from fyrehose.tools.pipeline.html_page import HtmlPage
 from fyrehose.tools.pipeline.journal import read_journal
-from fyrehose.tools.pipeline.loadtest_inputs import (check_loadtest, counter_rates, read_history, read_metric_samples,
-                                                     read_stats, read_steps, read_summary)
+from fyrehose.tools.pipeline.loadtest_inputs import (
+    check_loadtest,
+    counter_rates,
+    read_history,
+    read_metric_samples,
+    read_stats,
+    read_steps,
+    read_summary,
+)
 from fyrehose.tools.pipeline.publish_time import with_published_us
 from fyrehose.tools.pipeline.session import PipelineError, readable_errors
 from fyrehose.tools.pipeline.tables import write_table
@@ -44,7 +51,7 @@ class CapacityOptions:
 
 
 def _utc(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, timezone.utc)
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 def _per_step_metrics(steps: DataFrame, samples: DataFrame) -> DataFrame:

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from fyrehose.argtypes import positive_int
+from fyrehose.argtypes import positive_int, whole_seconds
 
 MASTER_HELP = "Spark master URL (default local[*]; under spark-submit, the master given to spark-submit)"
 
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     report.add_argument("--journal", required=True, type=Path, metavar="DIR", help="the journal directory")
     report.add_argument("--out", required=True, type=Path, metavar="DIR", help="where the report goes")
     _time_options(report)
-    report.add_argument("--window", type=positive_int, metavar="SECONDS",
+    report.add_argument("--window", type=whole_seconds, metavar="SECONDS",
                         help="time window for rates (default: a round size giving at most 400 windows)")
     report.add_argument("--top", type=positive_int, default=20, metavar="N", help="top subjects listed (default 20)")
     report.add_argument("--bucket-size", type=positive_int, default=1 << 20, metavar="N",

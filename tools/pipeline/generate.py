@@ -16,7 +16,7 @@ fyrehose envelope with one of ``subjects`` subjects, chosen with weights
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fyrehose.envelope import Envelope, encode
-from fyrehose.journal.gapindex import FILE_NAME as GAPS_FILE, Gap, encode_gap, utc_iso
+from fyrehose.journal.gapindex import FILE_NAME as GAPS_FILE
+from fyrehose.journal.gapindex import Gap, encode_gap, utc_iso
 from fyrehose.journal.parquet import HOUR_US, ROWS_PER_GROUP, SCHEMA, file_name, partition_of
 
 FAMILIES = ("trades", "quotes", "orders", "logs")
@@ -46,7 +47,7 @@ def subject_name(index: int) -> str:
 class JournalSpec:
     messages: int  # distinct sequences the journal holds
     first_seq: int = 1
-    start: datetime = datetime(2024, 5, 1, 23, 30, tzinfo=timezone.utc)  # receive time of first_seq
+    start: datetime = datetime(2024, 5, 1, 23, 30, tzinfo=UTC)  # receive time of first_seq
     rate: float = 1000.0  # sequences per second of receive time (a missing sequence takes its slot too)
     subjects: int = 16
     raw_share: float = 0.1
@@ -69,7 +70,7 @@ class JournalSpec:
             raise ValueError("first_seq, rate, size and segment_messages must be positive")
         if not 0 <= self.raw_share <= 1 or self.subjects < 0 or (self.subjects == 0 and self.raw_share < 1):
             raise ValueError("raw_share must be within 0..1, and 1 when there are no subjects")
-        if not datetime(2001, 9, 10, tzinfo=timezone.utc) <= self.start <= datetime(2286, 1, 1, tzinfo=timezone.utc):
+        if not datetime(2001, 9, 10, tzinfo=UTC) <= self.start <= datetime(2286, 1, 1, tzinfo=UTC):
             raise ValueError("start must lie between 2001-09-10 and 2286")
         previous = self.first_seq
         for low, high in self.missing:

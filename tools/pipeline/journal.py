@@ -27,6 +27,7 @@ COLUMNS = {
 }
 PARTITIONS = {"date": T.DateType(), "hour": T.IntegerType()}
 GAPS_SCHEMA = "from_seq BIGINT, to_seq BIGINT, recorded_at STRING"
+ALL_TIME = TimeRange()  # no bound on either side
 
 
 def parquet_root(journal: Path) -> Path:
@@ -39,7 +40,8 @@ def check_journal(journal: Path) -> Path:
         raise PipelineError(f"journal {journal}: no such directory")
     root = parquet_root(journal)
     if not any(root.glob("date=*/hour=*/*.parquet")):
-        raise PipelineError(f"journal {journal}: no Parquet files under {root}/date=YYYY-MM-DD/hour=HH/")
+        raise PipelineError(f"journal {journal}: no Parquet files under {root}/date=YYYY-MM-DD/hour=HH/ "
+                            f"(write them with: fyrehose journal export --seal {journal})")
     return root
 
 
@@ -69,7 +71,7 @@ def partition_filter(time_range: TimeRange) -> Column | None:
     return conditions[0] if len(conditions) == 1 else conditions[0] & conditions[1]
 
 
-def read_journal(spark: SparkSession, journal: Path, time_range: TimeRange = TimeRange()) -> DataFrame:
+def read_journal(spark: SparkSession, journal: Path, time_range: TimeRange = ALL_TIME) -> DataFrame:
     """The journal's rows received within ``time_range``, with the ``date`` and ``hour`` partition columns."""
     root = check_journal(journal)
     with readable_errors(f"reading journal {journal}"):

@@ -25,7 +25,6 @@ STEPS_SCHEMA = (
     "requests BIGINT, failures BIGINT, sustained BOOLEAN, reasons ARRAY<STRING>"
 )
 METRICS_SCHEMA = "t DOUBLE, metrics MAP<STRING, DOUBLE>"
-PERCENTILES = ("p50", "p66", "p75", "p80", "p90", "p95", "p98", "p99", "p99_9", "p99_99", "p100")
 
 
 def check_loadtest(directory: Path) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pyspark import StorageLevel
@@ -20,8 +20,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fyrehose.tools.pipeline import charts
-from fyrehose.tools.pipeline.completeness import (DEFAULT_BUCKET_SIZE, duplicates, missing_ranges,
-                                                  recorded_coverage, sequence_copies)
+from fyrehose.tools.pipeline.completeness import (
+    DEFAULT_BUCKET_SIZE,
+    duplicates,
+    missing_ranges,
+    recorded_coverage,
+    sequence_copies,
+)
 from fyrehose.tools.pipeline.html_page import HtmlPage
 from fyrehose.tools.pipeline.journal import read_journal, read_recorded_gaps
 from fyrehose.tools.pipeline.publish_time import with_published_us
@@ -32,7 +37,7 @@ from fyrehose.tools.pipeline.timerange import TimeRange, as_utc, choose_window
 LATENCY_QUANTILES = (0.5, 0.9, 0.99, 0.999)
 LISTED_GAPS = 50  # gap ranges shown in report.html (all of them are in gaps.parquet)
 RAW = "(raw)"  # how report.html names payloads without a subject
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ def _micros(moment: datetime) -> int:
 
 
 def _iso(moment: datetime | None) -> str | None:
-    return None if moment is None else moment.astimezone(timezone.utc).isoformat()
+    return None if moment is None else moment.astimezone(UTC).isoformat()
 
 
 def _overview(rows: DataFrame) -> dict:

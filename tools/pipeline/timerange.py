@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 _NUMBER = re.compile(r"\A[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\Z")
 MICROSECOND = timedelta(microseconds=1)
@@ -26,7 +26,7 @@ def parse_time(text: str) -> datetime:
     text = text.strip()
     if _NUMBER.match(text):
         try:
-            return datetime.fromtimestamp(float(text), timezone.utc)
+            return datetime.fromtimestamp(float(text), UTC)
         except (OverflowError, OSError, ValueError):
             raise TimeFormatError(f"time {text!r} is out of range") from None
     try:
@@ -34,13 +34,13 @@ def parse_time(text: str) -> datetime:
     except ValueError:
         raise TimeFormatError(f"time {text!r} is neither ISO-8601 (2024-05-01T13:00:00Z) nor unix seconds") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
 
 
 def partition_key(moment: datetime) -> tuple[date, int]:
     """The (date, hour) partition holding rows received at ``moment``."""
-    utc = moment.astimezone(timezone.utc)
+    utc = moment.astimezone(UTC)
     return utc.date(), utc.hour
 
 
@@ -78,4 +78,4 @@ def choose_window(span_seconds: float, max_windows: int = MAX_WINDOWS) -> int:
 
 def as_utc(moment: datetime) -> datetime:
     """An aware UTC datetime from one Spark collected: pyspark returns naive datetimes in the process's local time."""
-    return moment.astimezone(timezone.utc)
+    return moment.astimezone(UTC)

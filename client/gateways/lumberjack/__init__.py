@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from fyrehose.argtypes import positive_int
+from fyrehose.argtypes import positive_duration, positive_int
 from fyrehose.client import MAX_PUBLISH_TIMEOUT
 
 from .connection import DEFAULT_MAX_PENDING_BYTES
@@ -25,8 +25,8 @@ PUBLISH_THREADS = 32
 
 
 def _publish_timeout(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= MAX_PUBLISH_TIMEOUT:
+    value = positive_duration(text)
+    if value > MAX_PUBLISH_TIMEOUT:
         raise argparse.ArgumentTypeError(f"must be in (0, {MAX_PUBLISH_TIMEOUT:g}] seconds")
     return value
 
@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
     from fyrehose.addresses import parse_hostport
     from fyrehose.client import Client
-    from fyrehose.memjournal import MemoryJournal
+    from fyrehose.readiness import announce_ready
+    from fyrehose.recent_messages import MemoryJournal
 
     from .events import SubjectRule
     from .publisher import HoldingPublisher
@@ -91,9 +92,8 @@ def run(args: argparse.Namespace) -> int:
                                   max_pending_bytes=args.max_pending_bytes)
         for signum in (signal.SIGTERM, signal.SIGINT):
             gevent.signal_handler(signum, server.stop)
-        host, port = server.address
-        print(f"fyrehose gateway lumberjack listening on {host}:{port}{' (TLS)' if tls else ''} "
-              f"(pid {os.getpid()}), backbone {backbone[0]}:{backbone[1]}", file=sys.stderr, flush=True)
+        announce_ready("gateway lumberjack", server.address,
+                       f"{'TLS, ' if tls else ''}pid {os.getpid()}, backbone {backbone[0]}:{backbone[1]}")
         server.serve()
         server.close(grace=args.publish_timeout + 1)
     finally:

@@ -22,10 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,31 +42,14 @@ from fyrehose.gateways.lumberjack.frames import (
     encode_json,
     encode_window,
 )
+from fyrehose.process import FYREHOSE, ChildProcess
 from fyrehose.readiness import free_port
 
-FYREHOSE = [sys.executable, "-m", "fyrehose.cli"]
 
-
-def _start(args: list[str], log: Path, ready: str) -> subprocess.Popen:
-    with open(log, "wb") as out:
-        process = subprocess.Popen(FYREHOSE + args, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 20
-    while ready not in log.read_text(errors="replace"):
-        if process.poll() is not None or time.monotonic() > deadline:
-            _stop(process)
-            raise RuntimeError(f"{args[0]} did not start: {log.read_text(errors='replace')[-500:]}")
-        time.sleep(0.05)
+def _start(args: list[str], log: Path) -> ChildProcess:
+    process = ChildProcess(FYREHOSE + args, log)
+    process.wait_ready(20)
     return process
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(10)
 
 
 def _events(count: int, size: int, start: int) -> list[dict]:
@@ -128,10 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         backbone_address = f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}"  # the backbone speaks UDP
         gateway_port = free_port(socket.SOCK_STREAM)
         backbone = _start(["backbone", "--listen", backbone_address, "--state-dir", str(directory / "state")],
-                          directory / "backbone.log", "listening on")
+                          directory / "backbone.log")
         try:
             gateway = _start(["gateway", "lumberjack", "--listen", f"127.0.0.1:{gateway_port}",
-                              "--backbone", backbone_address], directory / "gateway.log", "listening on")
+                              "--backbone", backbone_address], directory / "gateway.log")
             try:
                 rates: dict[str, list[float]] = {"lumberjack": [], "pylogbeat": [], "direct": []}
                 with Client(backbone_address, subscribe=False) as client:
@@ -141,9 +122,9 @@ def main(argv: list[str] | None = None) -> int:
                         rates["pylogbeat"].append(args.events / _pylogbeat(gateway_port, events, args.batch))
                         rates["direct"].append(args.events / _direct(client, events))
             finally:
-                _stop(gateway)
+                gateway.stop(20)
         finally:
-            _stop(backbone)
+            backbone.stop(20)
 
     medians = {way: statistics.median(values) for way, values in rates.items()}
     result = {

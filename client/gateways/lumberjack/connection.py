@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 import gevent
 import gevent.event

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Union
 
 VERSION_1 = ord("1")
 VERSION_2 = ord("2")
@@ -81,8 +81,8 @@ class JsonData:
     document: bytes
 
 
-DataFrame = Union[KeyValueData, JsonData]
-Frame = Union[WindowSize, KeyValueData, JsonData]
+DataFrame = KeyValueData | JsonData
+Frame = WindowSize | KeyValueData | JsonData
 
 
 def _type_name(kind: int) -> str:

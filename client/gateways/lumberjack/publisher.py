@@ -19,7 +19,7 @@ from __future__ import annotations
 from gevent.threadpool import ThreadPool
 
 from fyrehose.client import MAX_PUBLISH_TIMEOUT, Client
-from fyrehose.memjournal import MemoryJournal
+from fyrehose.recent_messages import MemoryJournal
 
 
 class HoldingPublisher:

@@ -6,18 +6,16 @@ import from it.
 from __future__ import annotations
 
 import os
-import re
-import selectors
-import signal
 import socket
 import struct
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import pytest
+
+from fyrehose.process import ChildProcess
 
 from support import FYREHOSE, LOOPBACK, BackboneProcess
 
@@ -26,67 +24,47 @@ KINDS = ("redis", "nats", "marlin")
 
 @dataclass
 class GatewayProcess:
-    """A ``fyrehose gateway KIND`` subprocess listening on a port it chose; stopped by PID."""
+    """A ``fyrehose gateway KIND`` subprocess, found by its readiness line, stopped by its PID."""
 
     kind: str
     backbone: str
     log_dir: Path
     extra: list[str] = field(default_factory=list)
     port: int = 0
-    proc: subprocess.Popen | None = None
+    child: ChildProcess | None = None
     log: Path | None = None
 
-    def start(self, timeout: float = 20.0) -> "GatewayProcess":
+    def start(self, timeout: float = 20.0) -> GatewayProcess:
         self.log = self.log_dir / f"gateway-{self.kind}-{os.getpid()}-{time.monotonic_ns()}.log"
-        args = FYREHOSE + ["gateway", self.kind, "--listen", f"{LOOPBACK}:0", "--backbone", self.backbone] + self.extra
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log)
-        line = self._first_line(timeout)
-        found = re.search(rb"listening on 127\.0\.0\.1:(\d+)", line)
-        if not found:
-            self.kill()
-            raise RuntimeError(f"{self.kind} gateway did not start: {line!r} {self.log.read_text()[-2000:]}")
-        self.port = int(found.group(1))
+        self.child = ChildProcess(FYREHOSE + ["gateway", self.kind, "--listen", f"{LOOPBACK}:0",
+                                              "--backbone", self.backbone] + self.extra, self.log)
+        _, self.port = self.child.wait_ready(timeout)
         return self
-
-    def _first_line(self, timeout: float) -> bytes:
-        assert self.proc is not None and self.proc.stdout is not None
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.proc.stdout, selectors.EVENT_READ)
-            if not selector.select(timeout):
-                return b""
-        return self.proc.stdout.readline()
 
     @property
     def address(self) -> tuple[str, int]:
         return LOOPBACK, self.port
 
     def log_text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log else ""
+        return self.child.output() if self.child else ""
+
+    output = log_text
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.child is not None and self.child.alive()
 
     def rss(self) -> int:
-        assert self.proc is not None
-        return psutil.Process(self.proc.pid).memory_info().rss
+        assert self.child is not None
+        return psutil.Process(self.child.pid).memory_info().rss
 
-    def stop(self, timeout: float = 10.0) -> int:
-        """SIGTERM and wait: the clean shutdown."""
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self.kill()
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM and wait: the clean shutdown (SIGKILL after ``timeout`` s)."""
+        assert self.child is not None
+        return self.child.stop(timeout)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        if self.proc is not None and self.proc.stdout is not None:
-            self.proc.stdout.close()
+        if self.child is not None:
+            self.child.kill()
 
 
 @pytest.fixture(scope="module")
@@ -109,15 +87,6 @@ def gateways(module_backbone, tmp_path_factory):
     finally:
         for process in started.values():
             process.kill()
-
-
-def wait_until(condition, timeout: float = 10.0, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
 
 
 def raw_subscriber(kind: str, address, channel: bytes, receive_buffer: int | None = None) -> socket.socket:
@@ -187,7 +156,7 @@ class MarlinClient:
             self.sock.settimeout(remaining)
             try:
                 chunk = self.sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 return None
             if not chunk:
                 return None
