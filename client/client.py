@@ -44,7 +44,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from fyrehose import codec, envelope
 from fyrehose.addresses import Address, parse_hostport, resolve_ipv4, route_source

@@ -16,7 +16,7 @@ import functools
 import os
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 EXIT_THREAD_DIED = 70  # EX_SOFTWARE
 

@@ -29,8 +29,8 @@ arrive).  Times are seconds from any monotonic clock.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import orjson
 

@@ -14,6 +14,7 @@ from fyrehose import codec
 from fyrehose.admission import admit
 from fyrehose.client import Client
 from fyrehose.tracker import SequenceTracker
+
 from support import run_cli
 
 BACKBONE = ("127.0.0.1", 2323)

@@ -7,8 +7,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fyrehose.envelope import (FLAG_DIGEST, FLAG_HEADERS, FLAG_REPLY, FLAG_SESSION, MAGIC, Envelope, EnvelopeError, MsgType,
-                               Status, decode, encode, is_envelope, peek_subject)
+from fyrehose.envelope import (
+    FLAG_DIGEST,
+    FLAG_HEADERS,
+    FLAG_REPLY,
+    FLAG_SESSION,
+    MAGIC,
+    Envelope,
+    EnvelopeError,
+    MsgType,
+    Status,
+    decode,
+    encode,
+    is_envelope,
+    peek_subject,
+)
 
 tokens = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Zs", "Zl", "Zp", "Cc"),
                                         blacklist_characters=".*>"), min_size=1, max_size=8)

@@ -10,9 +10,10 @@ import pytest
 import redis
 
 from fyrehose import Client
-from support import LOOPBACK
 from fyrehose.process import wait_until
+
 from gateway_support import MarlinClient
+from support import LOOPBACK
 
 
 def run(coroutine):

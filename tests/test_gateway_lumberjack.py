@@ -13,6 +13,7 @@ from pathlib import Path
 import orjson
 import pylogbeat
 import pytest
+from node_clients import run_node
 
 from fyrehose import Client, Lost
 from fyrehose.envelope import decode
@@ -25,8 +26,6 @@ from fyrehose.gateways.lumberjack.frames import (
     encode_key_value,
     encode_window,
 )
-from node_clients import run_node
-from support import FYREHOSE, LOOPBACK, free_port
 
 from gateway_support import GatewayProcess
 from support import FYREHOSE, LOOPBACK, JournalProcess

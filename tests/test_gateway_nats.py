@@ -10,11 +10,11 @@ import time
 
 import nats
 import pytest
+from node_clients import run_node
 
 from fyrehose.process import wait_until
 
 from gateway_support import raw_subscriber
-from node_clients import run_node
 from support import FYREHOSE, LOOPBACK
 
 

@@ -10,10 +10,10 @@ import time
 
 import pytest
 import redis
+from node_clients import run_node
 
 from fyrehose.process import wait_until
 
-from node_clients import run_node
 from support import FYREHOSE, LOOPBACK
 
 

@@ -29,8 +29,8 @@ from collections.abc import Callable
 
 import gevent
 
-from fyrehose.auth import Credentials
 from fyrehose.addresses import Address
+from fyrehose.auth import Credentials
 from fyrehose.client import Client, RequestTimeout
 from fyrehose.envelope import Envelope
 from fyrehose.fatal import guarded

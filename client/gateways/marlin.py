@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 from fyrehose.codec import PayloadTooLarge
 from fyrehose.envelope import Envelope
 from fyrehose.gateways import marlin_protocol as proto
-from fyrehose.gateways.channels import ChannelError, channel_to_subject, channel_to_subject_or_none, \
-    subject_to_channel
+from fyrehose.gateways.channels import ChannelError, channel_to_subject, channel_to_subject_or_none, subject_to_channel
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
 from fyrehose.gateways.options import add_server_arguments
 from fyrehose.gateways.sizes import checked
