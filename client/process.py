@@ -42,12 +42,13 @@ def wait_until(condition: Callable[[], T], timeout: float = 10.0, what: str = "t
 class ChildProcess:
     """One child process with stdout and stderr in ``log``; ``stop``/``kill`` act on its PID only."""
 
-    def __init__(self, argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, argv: Sequence[str], log: Path, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
         self.argv = list(argv)
         self.log = Path(log)
         with open(self.log, "ab") as output:
             self.proc = subprocess.Popen(self.argv, stdout=output, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env)
+                                         stdin=subprocess.DEVNULL, env=env, cwd=cwd)
 
     @property
     def pid(self) -> int:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from fyrehose import codec
 from fyrehose.admission import admit
 from fyrehose.client import Client
+from fyrehose.process import wait_until
 from fyrehose.tracker import SequenceTracker
 
 from support import run_cli
@@ -57,15 +58,6 @@ def test_a_tracker_awaits_only_requested_unfilled_holes():
     assert [seq for seq in range(1, 7) if tracker.awaits(seq)] == [2, 4]
 
 
-def _wait(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
 def test_a_stranger_cannot_stop_confuse_or_inject(backbone):
     with Client(backbone.address) as client, \
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as stranger:
@@ -84,7 +76,7 @@ def test_a_stranger_cannot_stop_confuse_or_inject(backbone):
         ]
         for datagram in forged * 3:
             stranger.sendto(datagram, client.address)
-        assert _wait(lambda: client.stats["DELIVERs from strangers"] >= 9)
+        assert wait_until(lambda: client.stats["DELIVERs from strangers"] >= 9)
         second = client.publish(b"real-2")
         got = [next(stream), next(stream)]
         assert [(m.seq, m.data) for m in got] == [(first, b"real-1"), (second, b"real-2")]
@@ -152,7 +144,7 @@ def test_sub_listens_where_bind_says(backbone_factory):
              "--bind", f"127.0.0.1:{port}", "--count", "1", "--timeout", "20"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            assert _wait(lambda: _port_taken(port), 10)
+            assert wait_until(lambda: _port_taken(port), 10)
             publisher.publish(b"hello")
             out, err = result.communicate(timeout=20)
         finally:

@@ -2,17 +2,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import socket
-import subprocess
 import time
 
 import nats
 import pytest
 from node_clients import run_node
 
-from fyrehose.process import wait_until
+from fyrehose.process import ChildProcess
 
 from gateway_support import raw_subscriber
 from support import FYREHOSE, LOOPBACK
@@ -266,11 +263,9 @@ def test_malformed_input_gets_an_error_and_the_gateway_stays_up(gateways, garbag
 
 
 def test_snapshot_requests_are_answered_by_the_cache(url, module_backbone, tmp_path):
-    with open(tmp_path / "cache.log", "wb") as log:
-        cache = subprocess.Popen(FYREHOSE + ["cache", "--backbone", module_backbone.address], stdout=log,
-                                 stderr=subprocess.STDOUT)
+    cache = ChildProcess(FYREHOSE + ["cache", "--backbone", module_backbone.address], tmp_path / "cache.log")
     try:
-        assert wait_until(lambda: b"session" in (tmp_path / "cache.log").read_bytes(), timeout=15)
+        cache.wait_ready(15)
 
         async def scenario():
             client = await nats.connect(url)
@@ -289,8 +284,7 @@ def test_snapshot_requests_are_answered_by_the_cache(url, module_backbone, tmp_p
 
         run(scenario())
     finally:
-        os.kill(cache.pid, signal.SIGKILL)
-        cache.wait(10)
+        cache.stop()
 
 
 def test_the_npm_nats_client_unmodified(gateways):

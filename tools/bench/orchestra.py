@@ -186,7 +186,7 @@ class StepRunner:
             results_by = time.monotonic() + settings.grace + RESULT_TIMEOUT
             sent = sum(child.expect("result", results_by)["sent"] for child in publishers)
             received = [child.expect("result", results_by) for child in subscribers]
-            if server.proc.poll() is not None:
+            if not server.alive():
                 raise BenchError(f"the server exited during the step: {server.log_tail()}")
         finally:
             for child in children:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 import psutil
 
 from fyrehose.addresses import Address
+from fyrehose.process import ChildProcess
 from fyrehose.readiness import free_port, keepalive_answered
 from fyrehose.tools.bench import wire
 from fyrehose.tools.bench.loadgen import read_chunk, resp_request
@@ -97,14 +97,15 @@ class ServerProcess:
         self.address = address
         self.workdir = workdir
         self.log = workdir / "server.log"
-        self.proc: subprocess.Popen | None = None
+        self.child: ChildProcess | None = None
 
     def start(self) -> ServerProcess:
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir)
+        """Start it and wait until it answers its own protocol (redis-server and nats-server print no
+        fyrehose readiness line, so every target is awaited the same way)."""
+        self.child = ChildProcess(self.command, self.log, cwd=self.workdir)
         deadline = time.monotonic() + START_TIMEOUT
         while True:
-            if self.proc.poll() is not None:
+            if not self.child.alive():
                 raise BenchError(f"the server exited at start: {self.log_tail()}")
             try:
                 _READY[self.target.protocol](self.address)
@@ -116,6 +117,9 @@ class ServerProcess:
                         from None
                 time.sleep(0.05)
 
+    def alive(self) -> bool:
+        return self.child is not None and self.child.alive()
+
     def log_tail(self) -> str:
         try:
             lines = self.log.read_text(errors="replace").strip().splitlines()
@@ -125,10 +129,10 @@ class ServerProcess:
 
     def processes(self) -> dict[str, psutil.Process]:
         """The server's process and its children (a multi-process backbone has several), by name."""
-        if self.proc is None or self.proc.poll() is not None:
+        if self.child is None or not self.child.alive():
             return {}
         try:
-            main = psutil.Process(self.proc.pid)
+            main = psutil.Process(self.child.pid)
             children = sorted(main.children(recursive=True), key=lambda child: child.pid)
         except psutil.Error:
             return {}
@@ -144,14 +148,8 @@ class ServerProcess:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it has not exited in time; always reaped."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.kill(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(STOP_TIMEOUT)
+        if self.child is not None:
+            self.child.stop(STOP_TIMEOUT)
 
 
 def server_for(target: Target, binaries: dict[str, str], workdir: Path, workers: int | str,
