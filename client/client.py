@@ -41,15 +41,15 @@ import secrets
 import socket
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from fyrehose import codec, envelope
 from fyrehose.addresses import Address, parse_hostport, resolve_ipv4, route_source
-from fyrehose.admission import admit
 from fyrehose.auth import Authenticator, Credentials
+from fyrehose.connection import BackboneConnection
 from fyrehose.envelope import Envelope, MsgType, Status
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, RequestTimeout
 from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of this module's API
@@ -141,13 +141,16 @@ class Client:
         self.keepalive_interval = keepalive_interval
         self.unreachable_after = unreachable_after
         self.confirm_retry = confirm_retry
-        self._tracker_options: dict[str, Any] = {"request_delay": request_delay, "give_up_after": give_up_after,
-                                 "forward_rate": forward_rate}
         self.stats: Counter[str] = Counter()
         if store is not None and self.journaling:
             self.journal: MessageStore | None = store
         else:
             self.journal = MemoryJournal(journal_bytes) if self.journaling else None
+        tracker_options = {"request_delay": request_delay, "give_up_after": give_up_after,
+                           "forward_rate": forward_rate}
+        self.connection = BackboneConnection(backbone, flags=self.flags, keepalive_interval=keepalive_interval,
+                                             serves_forwards=self.journal is not None,
+                                             tracker_options=tracker_options, stats=self.stats)
         self._forward_rate = forward_rate
 
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -163,13 +166,8 @@ class Client:
         self._confirmed = threading.Condition(self._lock)
         self._pending: dict[int, int | None] = {}  # tag -> sequence once confirmed
         self._tags = itertools.count(random.getrandbits(40) + 1)
-        self._tokens: deque[bytes] = deque(maxlen=8)
-        self._last_ack: float | None = None
         self._acked = threading.Event()
-        self._next_keepalive = 0.0
-        self._tracker: SequenceTracker | None = None
         self._forwards: queue.Queue = queue.Queue(maxsize=1024)
-        self._queued_forwards: set[codec.Forward] = set()  # waiting in _forwards, to drop repeats
         self._pack: list[bytes] = []
         self._pack_size = 0
         self._pack_lock = threading.Lock()
@@ -182,7 +180,7 @@ class Client:
         self._next_heartbeat = float("inf")
         self._next_auth_expiry = 0.0
         if self.auth is not None:  # the trust exchange needs the stream before any subscription
-            self._tracker = SequenceTracker(None, **self._tracker_options)
+            self.connection.track()
 
         self._reader = threading.Thread(target=guarded(self._run, "fyrehose-client receive"), name="fyrehose-client", daemon=True)
         self._forwarder = threading.Thread(target=guarded(self._forward_loop, "fyrehose-client forwarder"),
@@ -235,7 +233,7 @@ class Client:
 
     @property
     def reachable(self) -> bool:
-        return self._last_ack is not None and time.monotonic() - self._last_ack < self.unreachable_after
+        return self.connection.reachable(time.monotonic(), self.unreachable_after)
 
     def _check_reachable(self) -> None:
         if self._closed:
@@ -419,7 +417,7 @@ class Client:
         subscription = Subscription(on_loss, max_queued, pattern, max_queued_bytes)
         with self._lock:
             if self._tracker is None:
-                self._tracker = SequenceTracker(from_seq, **self._tracker_options)
+                self.connection.track(from_seq)
             elif from_seq is not None and (self._tracker.next is None or from_seq < self._tracker.next):
                 raise FyrehoseError("from_seq must be given on the first subscription of a client")
         now = time.monotonic()
@@ -452,8 +450,7 @@ class Client:
         if not self.subscribing:
             raise FyrehoseError("request() needs a client created with subscribe=True")
         with self._lock:
-            if self._tracker is None:
-                self._tracker = SequenceTracker(None, **self._tracker_options)
+            self.connection.track()
         answers: queue.Queue = queue.Queue()
         inboxes = []
         deadline = time.monotonic() + timeout
@@ -526,18 +523,17 @@ class Client:
 
     # ------------------------------------------------------------ the receive thread
 
+    @property
+    def _tracker(self) -> SequenceTracker | None:
+        return self.connection.tracker
+
     def _run(self) -> None:
         sock = self.sock
+        connection = self.connection
         while not self._closed:
             now = time.monotonic()
             self._timers(now)
-            deadline = self._next_keepalive
-            tracker = self._tracker
-            if tracker is not None:
-                tracker_deadline = tracker.next_deadline()
-                if tracker_deadline is not None:
-                    deadline = min(deadline, tracker_deadline)
-            sock.settimeout(min(max(deadline - time.monotonic(), 0.001), 0.1))
+            sock.settimeout(min(max(connection.next_deadline() - time.monotonic(), 0.001), 0.1))
             try:
                 data, source = sock.recvfrom(65536)
             except (TimeoutError, BlockingIOError):
@@ -551,95 +547,39 @@ class Client:
 
     def _timers(self, now: float) -> None:
         self._session_timers(now)
-        if now >= self._next_keepalive:
-            token = os.urandom(codec.TOKEN_SIZE)
-            self._tokens.append(token)
-            keepalive = codec.Keepalive(flags=self.flags, token=token)
+        datagrams, events = self.connection.poll(now)
+        for datagram in datagrams:
             try:
-                self.sock.sendto(codec.encode(keepalive), self.backbone)
+                self.sock.sendto(datagram, self.backbone)
             except OSError:
                 self.stats["send errors"] += 1
-            self._next_keepalive = now + self.keepalive_interval
-        tracker = self._tracker  # touched only by this thread once created
-        if tracker is None:
-            return
-        requests, events = tracker.poll(now)
-        self._emit(events)
-        for from_seq, to_seq in requests:
-            request = codec.Request("0.0.0.0", 0, from_seq, to_seq)
-            try:
-                self.sock.sendto(codec.encode(request), self.backbone)
-                self.stats["requests"] += 1
-            except OSError:
-                self.stats["send errors"] += 1
-
-    def _handle(self, data: bytes, source: Address, now: float) -> None:
-        """One datagram, whatever its bytes or sender: handled, or dropped and counted (docs/security.md)."""
-        kind, from_backbone, drop = admit(data, source, self.backbone)
-        if drop:
-            self.stats[drop] += 1
-            return
-        if kind == codec.DELIVER:
-            spans, error = codec.scan(data, codec.DELIVER)
-            if error:
-                self.stats["malformed"] += 1
-            self._deliver(data, spans, now, from_backbone)
-            return
-        try:
-            frames = codec.decode(data)
-        except codec.ProtocolError:
-            self.stats["malformed"] += 1
-            return
-        if kind == codec.CONFIRM:
-            with self._lock:
-                for frame in frames:
-                    if isinstance(frame, codec.Confirm) and frame.tag in self._pending:
-                        self._pending[frame.tag] = frame.seq
-                self._confirmed.notify_all()
-        elif kind == codec.KEEPALIVE_ACK:
-            ack = frames[0]
-            if isinstance(ack, codec.KeepaliveAck) and ack.token in self._tokens:
-                self._last_ack = now
-                self._acked.set()
-                if ack.head and self._tracker is not None:
-                    self._tracker.head(ack.head, now)
-            else:
-                self.stats["unknown tokens"] += 1
-        elif kind == codec.FORWARD:
-            forward = frames[0]
-            if not isinstance(forward, codec.Forward):
-                self.stats["malformed"] += 1
-            elif self.journal is None:
-                self.stats["forwards ignored"] += 1
-            elif forward in self._queued_forwards:  # a retried REQUEST: the first answer is on its way
-                self.stats["duplicate forwards"] += 1
-            else:
-                try:
-                    self._forwards.put_nowait(forward)
-                    self._queued_forwards.add(forward)
-                except queue.Full:
-                    self.stats["forwards dropped"] += 1
-
-    def _deliver(self, data: bytes, spans: list[tuple[int, int, int]], now: float, from_backbone: bool) -> None:
-        journal = self.journal
-        tracker = self._tracker
-        events: list[Event] = []
-        header = codec.FRAME_HEADER
-        for start, end, seq in spans:
-            if not seq:
-                self.stats["malformed"] += 1
-                continue
-            if not from_backbone and (tracker is None or not tracker.awaits(seq)):
-                self.stats["DELIVERs from strangers"] += 1  # not a hole we asked for: forged or stale
-                continue
-            payload = data[start + header:end]
-            if journal is not None:
-                journal.add(seq, payload)
-            if tracker is not None:
-                events.extend(tracker.deliver(seq, payload, now))
-        self.stats["delivered frames"] += len(spans)
         if events:
             self._emit(events)
+
+    def _handle(self, data: bytes, source: Address, now: float) -> None:
+        """One datagram, whatever its bytes or sender, through the pure connection (docs/protocol.md)."""
+        incoming = self.connection.receive(data, source, now)
+        if incoming.stored and self.journal is not None:
+            journal = self.journal
+            for seq, payload in incoming.stored:
+                journal.add(seq, payload)
+        if incoming.events:
+            self._emit(incoming.events)
+        if incoming.confirms:
+            with self._lock:
+                pending = self._pending
+                for tag, seq in incoming.confirms:
+                    if tag in pending:
+                        pending[tag] = seq
+                self._confirmed.notify_all()
+        if incoming.acked:
+            self._acked.set()
+        for forward in incoming.forwards:
+            try:
+                self._forwards.put_nowait(forward)
+            except queue.Full:
+                self.stats["forwards dropped"] += 1
+                self.connection.forward_done(forward)
 
     # ------------------------------------------------------------ serving FORWARDs
 
@@ -652,7 +592,7 @@ class Client:
                 continue
             if forward is None or self.journal is None:
                 return
-            self._queued_forwards.discard(forward)
+            self.connection.forward_done(forward)
             target = (forward.addr, forward.port)
             for seq, payload in self.journal.held(forward.from_seq, forward.to_seq):
                 if self._closed:

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from fyrehose.process import ChildProcess
+from fyrehose.tools.fuzz.subscribers import raw_subscriber  # noqa: F401 - the gateway tests import it from here
 
 from support import FYREHOSE, LOOPBACK, BackboneProcess
 
@@ -87,21 +88,6 @@ def gateways(module_backbone, tmp_path_factory):
     finally:
         for process in started.values():
             process.kill()
-
-
-def raw_subscriber(kind: str, address, channel: bytes, receive_buffer: int | None = None) -> socket.socket:
-    """A raw client subscribed to ``channel`` (optionally with a small receive buffer)."""
-    sock = socket.socket()
-    if receive_buffer:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
-    sock.connect(address)
-    if kind == "redis":
-        sock.sendall(b"*2\r\n$9\r\nSUBSCRIBE\r\n$%d\r\n%s\r\n" % (len(channel), channel))
-    elif kind == "nats":
-        sock.sendall(b"CONNECT {}\r\nSUB %s 1\r\nPING\r\n" % channel)
-    else:
-        sock.sendall(b"\x00\x00\x00%c\x00\x00%s" % (len(channel) + 2, channel))
-    return sock
 
 
 # ---------------------------------------------------------------- a Marlin client from seeds/003

@@ -1,0 +1,167 @@
+"""A client's side of the backbone protocol as a pure state machine: datagrams and time in, actions out.
+
+What a client must decide about every datagram (is it from the backbone, is
+this KEEPALIVE-ACK an answer to one of our tokens, is this DELIVER for a hole
+we asked for, is this FORWARD a repeat) and about time (when to send the next
+KEEPALIVE, which holes to REQUEST, which to give up) lives here, with no
+socket, thread or clock of its own, in the shape of
+:class:`fyrehose.backbone.core.Backbone`.  :class:`fyrehose.Client` is its
+thread driver; tests drive it directly with a manual clock and an in-memory
+network (tests/memnet.py).
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fyrehose import codec
+from fyrehose.addresses import Address
+from fyrehose.admission import admit
+from fyrehose.tracker import Event, SequenceTracker
+
+TOKENS_REMEMBERED = 8  # KEEPALIVE tokens whose ACK still counts (several keepalives may be in flight)
+
+
+@dataclass(slots=True)
+class Incoming:
+    """What one datagram asks of the driver, in the order it must be applied."""
+
+    stored: list[tuple[int, bytes]] = field(default_factory=list)  # accepted DELIVERs, for the message store
+    events: list[Event] = field(default_factory=list)  # ordered messages and losses, for subscriptions
+    confirms: list[tuple[int, int]] = field(default_factory=list)  # (tag, sequence) from CONFIRMs
+    forwards: list[codec.Forward] = field(default_factory=list)  # REQUESTs to answer from the store
+    acked: bool = False  # a KEEPALIVE-ACK for one of our tokens arrived
+
+
+class BackboneConnection:
+    """One client's protocol state towards one backbone.
+
+    ``flags`` are the KEEPALIVE flags (codec.FLAG_*); ``serves_forwards`` says
+    whether FORWARDs are passed on (a client without a message store ignores
+    them, counted).  ``token_source`` makes KEEPALIVE tokens (random in use,
+    deterministic in tests).
+    """
+
+    def __init__(self, backbone: Address, *, flags: int, keepalive_interval: float = 0.5,
+                 serves_forwards: bool = True, tracker_options: dict[str, Any] | None = None,
+                 token_source: Callable[[int], bytes] = os.urandom, stats: Counter[str] | None = None) -> None:
+        self.backbone = backbone
+        self.flags = flags
+        self.keepalive_interval = keepalive_interval
+        self.serves_forwards = serves_forwards
+        self.tracker_options = tracker_options or {}
+        self.stats: Counter[str] = stats if stats is not None else Counter()
+        self.tracker: SequenceTracker | None = None
+        self.last_ack: float | None = None
+        self._token_source = token_source
+        self._tokens: deque[bytes] = deque(maxlen=TOKENS_REMEMBERED)
+        self._next_keepalive = 0.0
+        self._queued_forwards: set[codec.Forward] = set()
+
+    # ------------------------------------------------------------ tracking
+
+    def track(self, from_seq: int | None = None) -> SequenceTracker:
+        """Start ordering the stream (from ``from_seq``, or whatever arrives first); idempotent."""
+        if self.tracker is None:
+            self.tracker = SequenceTracker(from_seq, **self.tracker_options)
+        return self.tracker
+
+    def reachable(self, now: float, unreachable_after: float) -> bool:
+        return self.last_ack is not None and now - self.last_ack < unreachable_after
+
+    # ------------------------------------------------------------ time
+
+    def poll(self, now: float) -> tuple[list[bytes], list[Event]]:
+        """Timers: datagrams to send the backbone now (KEEPALIVE, REQUESTs) and events from given-up holes."""
+        out: list[bytes] = []
+        if now >= self._next_keepalive:
+            token = self._token_source(codec.TOKEN_SIZE)
+            self._tokens.append(token)
+            out.append(codec.encode(codec.Keepalive(flags=self.flags, token=token)))
+            self._next_keepalive = now + self.keepalive_interval
+        tracker = self.tracker
+        if tracker is None:
+            return out, []
+        requests, events = tracker.poll(now)
+        for from_seq, to_seq in requests:
+            out.append(codec.encode(codec.Request("0.0.0.0", 0, from_seq, to_seq)))
+        self.stats["requests"] += len(requests)
+        return out, events
+
+    def next_deadline(self) -> float:
+        """When :meth:`poll` next has something to do."""
+        deadline = self._next_keepalive
+        if self.tracker is not None:
+            tracker_deadline = self.tracker.next_deadline()
+            if tracker_deadline is not None:
+                deadline = min(deadline, tracker_deadline)
+        return deadline
+
+    # ------------------------------------------------------------ datagrams
+
+    def receive(self, data: bytes, source: Address, now: float) -> Incoming:
+        """One datagram, whatever its bytes or sender: what it asks for, or nothing (dropped and counted)."""
+        incoming = Incoming()
+        kind, from_backbone, drop = admit(data, source, self.backbone)
+        if drop:
+            self.stats[drop] += 1
+            return incoming
+        if kind == codec.DELIVER:
+            self._deliver(data, now, from_backbone, incoming)
+            return incoming
+        try:
+            frames = codec.decode(data)
+        except codec.ProtocolError:
+            self.stats["malformed"] += 1
+            return incoming
+        if kind == codec.CONFIRM:
+            incoming.confirms = [(f.tag, f.seq) for f in frames if isinstance(f, codec.Confirm)]
+        elif kind == codec.KEEPALIVE_ACK:
+            ack = frames[0]
+            if isinstance(ack, codec.KeepaliveAck) and ack.token in self._tokens:
+                self.last_ack = now
+                incoming.acked = True
+                if ack.head and self.tracker is not None:
+                    self.tracker.head(ack.head, now)
+            else:
+                self.stats["unknown tokens"] += 1
+        elif kind == codec.FORWARD:
+            forward = frames[0]
+            if not isinstance(forward, codec.Forward):
+                self.stats["malformed"] += 1
+            elif not self.serves_forwards:
+                self.stats["forwards ignored"] += 1
+            elif forward in self._queued_forwards:  # a retried REQUEST: the first answer is on its way
+                self.stats["duplicate forwards"] += 1
+            else:
+                self._queued_forwards.add(forward)
+                incoming.forwards.append(forward)
+        return incoming
+
+    def forward_done(self, forward: codec.Forward) -> None:
+        """The driver answered (or dropped) ``forward``: a later REQUEST for it is served again."""
+        self._queued_forwards.discard(forward)
+
+    def _deliver(self, data: bytes, now: float, from_backbone: bool, incoming: Incoming) -> None:
+        spans, error = codec.scan(data, codec.DELIVER)
+        if error:
+            self.stats["malformed"] += 1
+        tracker = self.tracker
+        header = codec.FRAME_HEADER
+        stored = incoming.stored
+        events = incoming.events
+        for start, end, seq in spans:
+            if not seq:
+                self.stats["malformed"] += 1
+                continue
+            if not from_backbone and (tracker is None or not tracker.awaits(seq)):
+                self.stats["DELIVERs from strangers"] += 1  # not a hole we asked for: forged or stale
+                continue
+            payload = data[start + header:end]
+            stored.append((seq, payload))
+            if tracker is not None:
+                events.extend(tracker.deliver(seq, payload, now))
+        self.stats["delivered frames"] += len(spans)
