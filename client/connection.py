@@ -29,11 +29,12 @@ TOKENS_REMEMBERED = 8  # KEEPALIVE tokens whose ACK still counts (several keepal
 class Incoming:
     """What one datagram asks of the driver, in the order it must be applied."""
 
-    stored: list[tuple[int, bytes]] = field(default_factory=list)  # accepted DELIVERs, for the message store
+    stored: list[tuple[int, bytes]] = field(default_factory=list)  # new DELIVERs (no duplicates), to store
     events: list[Event] = field(default_factory=list)  # ordered messages and losses, for subscriptions
     confirms: list[tuple[int, int]] = field(default_factory=list)  # (tag, sequence) from CONFIRMs
     forwards: list[codec.Forward] = field(default_factory=list)  # REQUESTs to answer from the store
     acked: bool = False  # a KEEPALIVE-ACK for one of our tokens arrived
+    from_backbone: bool = False  # the datagram came from the backbone (not a peer's re-delivery)
 
 
 class BackboneConnection:
@@ -106,6 +107,7 @@ class BackboneConnection:
         """One datagram, whatever its bytes or sender: what it asks for, or nothing (dropped and counted)."""
         incoming = Incoming()
         kind, from_backbone, drop = admit(data, source, self.backbone)
+        incoming.from_backbone = from_backbone
         if drop:
             self.stats[drop] += 1
             return incoming
@@ -161,7 +163,11 @@ class BackboneConnection:
                 self.stats["DELIVERs from strangers"] += 1  # not a hole we asked for: forged or stale
                 continue
             payload = data[start + header:end]
-            stored.append((seq, payload))
-            if tracker is not None:
-                events.extend(tracker.deliver(seq, payload, now))
+            if tracker is None:
+                stored.append((seq, payload))
+                continue
+            duplicates = tracker.duplicates
+            events.extend(tracker.deliver(seq, payload, now))
+            if tracker.duplicates == duplicates:  # a copy already stored is not stored again
+                stored.append((seq, payload))
         self.stats["delivered frames"] += len(spans)

@@ -8,12 +8,13 @@ one definition of both, instead of a copy in each tool.
 """
 from __future__ import annotations
 
-import os
 import re
 import socket
 import time
 
 from fyrehose import codec
+from fyrehose.addresses import resolve_ipv4
+from fyrehose.connection import BackboneConnection
 
 LOOPBACK = "127.0.0.1"
 _PROBE_FLAGS = codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL  # a probe neither subscribes nor asks the journal
@@ -26,52 +27,54 @@ def free_port(kind: int = socket.SOCK_DGRAM) -> int:
         return probe.getsockname()[1]
 
 
-def _is_ack(datagram: bytes, token: bytes) -> bool:
-    """Whether ``datagram`` is a KEEPALIVE-ACK carrying ``token`` (any other datagram is ignored)."""
-    if datagram[:1] != bytes((codec.KEEPALIVE_ACK,)):
-        return False
-    try:
-        frames = codec.decode(datagram)
-    except codec.ProtocolError:
-        return False
-    return any(isinstance(frame, codec.KeepaliveAck) and frame.token == token for frame in frames)
+def _probe(sock: socket.socket, connection: BackboneConnection, wait: float) -> bool:
+    """Send the connection's next KEEPALIVE from ``sock``; True when an ACK to one of its tokens arrives in time.
 
-
-def _probe(sock: socket.socket, addr: tuple[str, int], token: bytes, wait: float) -> bool:
-    """Send one KEEPALIVE carrying ``token`` from ``sock``; True when its ACK arrives within ``wait`` seconds."""
+    The answer is judged by the client's own protocol state
+    (:class:`~fyrehose.connection.BackboneConnection`): only the backbone's
+    address, only our tokens.
+    """
     deadline = time.monotonic() + wait
     try:
-        sock.sendto(codec.encode(codec.Keepalive(flags=_PROBE_FLAGS, token=token)), addr)
+        now = time.monotonic()
+        datagrams, _ = connection.poll(max(now, connection.next_deadline()))
+        for datagram in datagrams:
+            sock.sendto(datagram, connection.backbone)
         while (left := deadline - time.monotonic()) > 0:
             sock.settimeout(left)
-            data = sock.recv(codec.MAX_DATAGRAM)
-            if _is_ack(data, token):
+            data, source = sock.recvfrom(codec.MAX_DATAGRAM)
+            if connection.receive(data, source, time.monotonic()).acked:
                 return True
     except (TimeoutError, ConnectionError):  # no answer in time (socket.timeout); an ICMP port unreachable
         pass
     return False
 
 
+def _probe_connection(addr: tuple[str, int]) -> BackboneConnection:
+    host, port = addr
+    return BackboneConnection((resolve_ipv4(host), port), flags=_PROBE_FLAGS, keepalive_interval=0.1)
+
+
 def keepalive_answered(addr: tuple[str, int], wait: float = 0.1) -> bool:
     """Whether the backbone at ``addr`` answers one KEEPALIVE, sent from a fresh UDP socket, within ``wait`` s."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        return _probe(sock, addr, os.urandom(codec.TOKEN_SIZE), wait)
+        return _probe(sock, _probe_connection(addr), wait)
 
 
 def wait_for_backbone(addr: tuple[str, int], timeout: float = 10.0) -> None:
     """Block until the backbone at ``addr`` answers a KEEPALIVE; ``TimeoutError`` after ``timeout`` seconds.
 
-    Every attempt goes from one socket with one token, so the backbone sees a
-    single client (one slot of ``--max-clients``) however many attempts it
-    takes, and an ACK that comes after its attempt gave up still counts.
+    Every attempt goes from one socket, so the backbone sees a single client
+    (one slot of ``--max-clients``) however many attempts it takes, and an ACK
+    to an earlier attempt's token that comes after it gave up still counts.
     """
     deadline = time.monotonic() + timeout
-    token = os.urandom(codec.TOKEN_SIZE)
+    connection = _probe_connection(addr)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         while (left := deadline - time.monotonic()) > 0:
             attempt = min(0.1, left)
             ends = time.monotonic() + attempt
-            if _probe(sock, addr, token, attempt):
+            if _probe(sock, connection, attempt):
                 return
             time.sleep(max(0.0, ends - time.monotonic()))  # no busy loop when an attempt fails at once
     host, port = addr

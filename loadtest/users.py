@@ -141,6 +141,7 @@ class Subscriber(User):
             if forward is not None:
                 if self.forwards.full():
                     session.stats["forwards dropped"] += 1
+                    session.forward_done(forward)
                 else:
                     self.forwards.put_nowait(forward)
 
@@ -171,6 +172,7 @@ class Subscriber(User):
                     gevent.sleep(delay)
                     delay = bucket.wait_time(time.monotonic())
                 self._send(codec.encode_deliver(seq, payload), target)
+            self.session.forward_done(forward)
 
     def _send(self, datagram: bytes, target: tuple[str, int]) -> None:
         try:

@@ -25,6 +25,7 @@ from multiprocessing.connection import Connection
 from fyrehose import codec
 from fyrehose.addresses import Address
 from fyrehose.backbone.udp import enlarge_buffers
+from fyrehose.connection import BackboneConnection
 from fyrehose.tools.bench import wire
 from fyrehose.tools.bench.offer_schedule import OfferSchedule
 from fyrehose.tools.bench.scanning import (
@@ -256,32 +257,31 @@ class _FyrehoseReceiver(_Receiver):
         super().__init__(spec)
         self.scanner = DeliverScanner(spec.payload_size)
         flags = codec.FLAG_NOJOURNAL | (codec.FLAG_BATCH if spec.batch else 0)
-        self._token = os.urandom(codec.TOKEN_SIZE)
-        self._keepalive = codec.encode_keepalive(codec.Keepalive(flags=flags, token=self._token))
+        # the client's protocol state for KEEPALIVEs and their ACKs; DELIVERs are counted by the scanner
+        # alone, without ordering, to measure the backbone rather than the subscriber's tracker
+        self.connection = BackboneConnection(spec.address, flags=flags, keepalive_interval=KEEPALIVE_INTERVAL)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         enlarge_buffers(self.sock)
         self.sock.bind((spec.address[0], 0))
-        self._next_keepalive = 0.0
         self._subscribe()
 
     def _subscribe(self) -> None:
-        ack = bytes((codec.KEEPALIVE_ACK,)) + self._token
         deadline = time.monotonic() + HANDSHAKE_TIMEOUT
         self.sock.settimeout(0.2)
         while time.monotonic() < deadline:
-            self.sock.sendto(self._keepalive, self.spec.address)
+            self.tick(max(time.monotonic(), self.connection.next_deadline()))
             try:
-                if self.sock.recv(100)[:len(ack)] == ack:
-                    self._next_keepalive = time.monotonic() + KEEPALIVE_INTERVAL
-                    return
+                data, source = self.sock.recvfrom(100)
             except TimeoutError:
                 continue
+            if self.connection.receive(data, source, time.monotonic()).acked:
+                return
         raise StreamError(f"the backbone at {self.spec.address[0]}:{self.spec.address[1]} did not answer a KEEPALIVE")
 
     def tick(self, now: float) -> None:
-        if now >= self._next_keepalive:
-            self.sock.sendto(self._keepalive, self.spec.address)
-            self._next_keepalive = now + KEEPALIVE_INTERVAL
+        datagrams, _ = self.connection.poll(now)
+        for datagram in datagrams:
+            self.sock.sendto(datagram, self.spec.address)
 
     def feed(self, data: bytes) -> tuple[int, list[int]]:
         return self.scanner.scan(data)
