@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from fyrehose import codec
 from fyrehose.addresses import Address
 from fyrehose.backbone.clients import ClientTable
+from fyrehose.backbone.confirm_table import SharedConfirmTable
 from fyrehose.backbone.confirms import ConfirmCache
 from fyrehose.backbone.intake import AddressPolicy, KeepaliveIn, RequestIn, read_control
 from fyrehose.backbone.pushes import LogEntry, batch_parts, join_parts, stamp_uniform, uniform_step
@@ -54,10 +55,12 @@ class Backbone:
         client_capacity: int = 65536,
         rng: random.Random | None = None,
         rate_limit: float = 0,
+        confirmed: ConfirmCache | SharedConfirmTable | None = None,
     ) -> None:
         self.sequence = SequenceCounter(reserved, reserve_block)
         self.clients = ClientTable(client_capacity)
-        self.confirmed = ConfirmCache()
+        # the multi-process sequencer passes a table in shared memory, which outlives it
+        self.confirmed = confirmed if confirmed is not None else ConfirmCache()
         self.policy = AddressPolicy(trusted_networks)
         self.batch_bytes = max(codec.FRAME_HEADER, min(batch_bytes, codec.MAX_DATAGRAM))
         self.max_request_range = max_request_range
@@ -184,8 +187,8 @@ class Backbone:
             seq += 1
         for tag in repeated:
             first = confirmed.lookup(source, tag)
-            assert first is not None  # remembered above, when its first copy was sequenced
-            self._confirm(source, tag, first)
+            if first is not None:  # remembered above; a full shared table may have reused the slot since
+                self._confirm(source, tag, first)
         self.counters["pushes"] += len(keep)
         base = bounds[0][0]
         if len(keep) == len(spans) or self._contiguous(bounds):

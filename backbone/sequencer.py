@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from fyrehose.backbone import records
+from fyrehose.backbone.confirm_table import SharedConfirmTable
 from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.rings import Doorbell, Ring
 from fyrehose.backbone.shared import CounterBlock, SequencerState, SubscriberTable, Words
@@ -55,13 +56,14 @@ def in_arrival_order(rings: list[list[tuple[int, tuple]]], cutoff: int) -> Itera
 
 
 def restored_backbone(state: SequencerState, table: SubscriberTable, counter_block: CounterBlock,
-                      now: float, **backbone_options) -> Backbone:
+                      now: float, confirmed: SharedConfirmTable, **backbone_options) -> Backbone:
     """A Backbone that continues where the previous sequencer (if any) stopped.
 
     Numbers continue after the last one issued; the clients of the shared
-    table live on (for a full lifetime from ``now``); counters keep counting.
+    table live on (for a full lifetime from ``now``); counters keep counting;
+    tags confirmed before a crash are still answered with their sequence.
     """
-    backbone = Backbone(reserved=state.last_issued, **backbone_options)
+    backbone = Backbone(reserved=state.last_issued, confirmed=confirmed, **backbone_options)
     backbone.counters = counter_block.load()
     for addr, flags in table.snapshot()[1]:
         backbone.clients.refresh(addr, flags, now)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from fyrehose.addresses import Address
+from fyrehose.backbone.confirm_table import SharedConfirmTable
 from fyrehose.backbone.fanout import FanOut
 from fyrehose.backbone.intake import AddressPolicy
 from fyrehose.backbone.metrics import (
@@ -111,6 +112,7 @@ class Supervisor:
         self.sequencer_state = SequencerState(self._map(SequencerState.SIZE))
         self.sequencer_state.last_issued = reserved
         self.table = SubscriberTable(self._map(SubscriberTable.region_size(options.max_clients)), options.max_clients)
+        self._confirm_region = self._map(SharedConfirmTable.region_size())
         self.stop_flags = Words(self._map(8 * roles), roles)
         self.busy_flags = Words(self._map(8 * r), r) if r > 1 else None
         self.watermarks = Words(self._map(8 * r), r) if r > 1 else None
@@ -160,6 +162,7 @@ class Supervisor:
             stopping = self._stopper(block)
             backbone = restored_backbone(
                 self.sequencer_state, self.table, self.counter_blocks[block], time.monotonic(),
+                SharedConfirmTable(self._confirm_region),
                 trusted_networks=options.trusted_networks, batch_bytes=options.batch_bytes,
                 client_capacity=options.max_clients,
             )
