@@ -16,9 +16,10 @@ sent those DELIVERs already; the multi-process one sends them from its log
 right after, docs/operations.md).  A PUSH or CONFIRM lost on the way is
 retried with the same tag, and the backbone answers a retry of an already
 sequenced tag with the original number instead of sequencing it again (it
-remembers tags for 30 s, longer than any ``timeout`` allowed here).  If the backbone restarts
-between the first PUSH and a retry, that memory is gone and the message may be
-published twice.  When ``publish`` raises :class:`PublishTimeout` the message
+remembers tags for 30 s, longer than any ``timeout`` allowed here, and the
+multi-process backbone keeps that memory across a restart of its sequencer).
+If the whole backbone restarts between the first PUSH and a retry, that memory
+is gone and the message may be published twice.  When ``publish`` raises :class:`PublishTimeout` the message
 may or may not have been published.
 
 Subjects (docs/protocol.md, "Envelope" and "Subjects"): ``publish(data,
