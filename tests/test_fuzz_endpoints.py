@@ -26,3 +26,13 @@ def test_endpoint_survives_and_lets_nothing_forged_through(endpoint):
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 def test_endpoint_survives_a_million_datagrams(endpoint):
     _check(fuzz_endpoint(endpoint, datagrams=1_000_000, rate=20_000, seed=1, log=print))
+
+
+def test_one_command_names_every_target():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "fyrehose.tools.fuzz", "nowhere"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "backbone, sub, journal, cache" in result.stderr

@@ -1,1 +1,2 @@
-"""Fuzzing helpers shared by the fuzz targets (tests/fuzz/) and the live-backbone fuzzer (``fuzz.backbone``)."""
+"""Fuzzing: mutation helpers shared by the fuzz targets (tests/fuzz/), and the live fuzzers of the backbone
+(``fuzz.backbone``) and of every client endpoint (``fuzz.endpoint``), both run by ``python -m fyrehose.tools.fuzz``."""
