@@ -1,0 +1,54 @@
+"""Fuzz target: a client's BackboneConnection takes any datagram from the backbone or a stranger and never raises.
+
+The first byte of the input picks the sender (even: the backbone, odd: a
+stranger), the rest is the datagram.  Invariants: nothing from a stranger is
+stored, acknowledged, confirmed or forwarded unless it re-delivers a hole the
+connection asked for; what is stored is what its events release, in order.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import instrumented, main  # noqa: E402
+
+with instrumented():
+    from fyrehose import codec
+    from fyrehose.connection import BackboneConnection
+    from fyrehose.tracker import Message
+
+BACKBONE = ("127.0.0.1", 2323)
+STRANGER = ("127.0.0.1", 40000)
+
+SEEDS = [
+    b"\x00" + codec.encode_deliver(1, b"x"),
+    b"\x01" + codec.pack([codec.Deliver(5, b"a"), codec.Deliver(6, b"bb")]),
+    b"\x00" + codec.encode(codec.KeepaliveAck(token=(1).to_bytes(16, "big"), head=9)),
+    b"\x00" + codec.encode_confirm(3, 4),
+    b"\x01" + codec.encode(codec.Forward("127.0.0.1", 9, 1, 2)),
+    b"\x00",
+]
+
+
+def check(data: bytes) -> None:
+    tokens = iter(range(1, 1 << 20))
+    connection = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH | codec.FLAG_HEAD,
+                                    token_source=lambda size: next(tokens).to_bytes(size, "big"))
+    tracker = connection.track(1)
+    connection.poll(0.0)  # one KEEPALIVE: token 1 is outstanding
+    connection.receive(codec.encode_deliver(3, b"c"), BACKBONE, 0.0)  # a hole 1..2
+    connection.poll(1.0)  # ...REQUESTed
+    source = STRANGER if data[:1] and data[0] & 1 else BACKBONE
+    incoming = connection.receive(data[1:], source, 1.0)
+    if source == STRANGER:
+        assert not (incoming.acked or incoming.confirms or incoming.forwards), "a stranger was obeyed"
+        assert all(seq in (1, 2) for seq, _ in incoming.stored), "a stranger's DELIVER outside the asked hole"
+    released = [event.seq for event in incoming.events if isinstance(event, Message)]
+    assert released == sorted(released), "events out of order"
+    assert tracker.next is not None
+
+
+if __name__ == "__main__":
+    main(check, SEEDS)
