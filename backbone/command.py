@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from fyrehose.addresses import parse_hostport, parse_networks
+from fyrehose.backbone.recent_log import DEFAULT_BYTES as RECENT_BYTES
 from fyrehose.backbone.udp import SOCKET_BUFFER
 from fyrehose.codec import FRAME_HEADER, MAX_DATAGRAM
 
@@ -35,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--socket-buffer", type=int, default=SOCKET_BUFFER, metavar="BYTES",
                         help=f"receive and send buffer asked for each UDP socket (default {SOCKET_BUFFER}; the "
                              "kernel doubles it, and caps it at net.core.[rw]mem_max unless run as root)")
+    parser.add_argument("--recent-bytes", type=int, default=RECENT_BYTES, metavar="BYTES",
+                        help="the backbone's own log of recent messages, for REQUESTs no journaling client "
+                             f"answers (last-resort re-delivery; default {RECENT_BYTES}, 0: off)")
     parser.add_argument("--rate-limit", type=float, default=0, metavar="N",
                         help="datagrams/s accepted from each source IP, bursts of one second's worth; the rest "
                              "are dropped and counted (default 0: off; with R receive workers, a source "
@@ -63,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--max-clients must be at least 1")
     if args.socket_buffer < 4096:
         raise ValueError("--socket-buffer must be at least 4096 bytes")
+    if args.recent_bytes < 0:
+        raise ValueError("--recent-bytes must be 0 (off) or more")
     if args.rate_limit < 0:
         raise ValueError("--rate-limit must be positive (0: off)")
     if args.workers != "auto" and args.workers < 0:
@@ -78,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
         workers, fanout = default_sizes(workers=None if args.workers == "auto" else args.workers)
         options = Options(listen, workers, args.fanout or fanout, trusted, args.batch_bytes, args.max_clients, metrics,
-                          args.rate_limit, args.socket_buffer)
+                          args.rate_limit, args.socket_buffer, args.recent_bytes)
         try:
             return run_multiprocess(options, state, reserved)
         finally:
@@ -89,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         batch_bytes=args.batch_bytes,
         client_capacity=args.max_clients,
         rate_limit=args.rate_limit,
+        recent_bytes=args.recent_bytes,
     )
     from fyrehose.backbone.single import run_single
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ipaddress
 import random
 import struct
-from collections import Counter
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 
 from fyrehose import codec
@@ -29,9 +29,17 @@ from fyrehose.backbone.confirms import ConfirmCache
 from fyrehose.backbone.intake import AddressPolicy, KeepaliveIn, RequestIn, read_control
 from fyrehose.backbone.pushes import LogEntry, batch_parts, join_parts, stamp_uniform, uniform_step
 from fyrehose.backbone.ratelimit import SourceRateLimiter
+from fyrehose.backbone.recent_log import DEFAULT_BYTES, RecentLog
 from fyrehose.backbone.sequence_counter import DEFAULT_BLOCK, SequenceCounter, SequenceExhausted
+from fyrehose.pacing import TokenBucket
 
 _SEQ_FIELD = struct.Struct(">HI")
+REPEAT_WINDOW = 2.0  # a REQUEST for the same hole again within this: the FORWARDed client did not answer
+MAX_ASKED = 4096  # requesters whose recent REQUESTs are remembered for that
+ASKS_PER_CLIENT = 32
+MAX_REDELIVERIES = 4096  # ranges waiting for re-delivery
+REDELIVER_RATE = 100_000.0  # messages/s the backbone re-delivers at most, in bursts of
+REDELIVER_BURST = 4096
 _ACK_PREFIX = bytes((codec.KEEPALIVE_ACK,))
 
 
@@ -56,6 +64,8 @@ class Backbone:
         rng: random.Random | None = None,
         rate_limit: float = 0,
         confirmed: ConfirmCache | SharedConfirmTable | None = None,
+        recent_bytes: int = DEFAULT_BYTES,
+        redeliver_rate: float = REDELIVER_RATE,
     ) -> None:
         self.sequence = SequenceCounter(reserved, reserve_block)
         self.clients = ClientTable(client_capacity)
@@ -70,6 +80,12 @@ class Backbone:
         self._log: list[LogEntry] = []  # sequenced frames not yet handed out
         self._control: list[tuple[bytes | memoryview, Address]] = []
         self._confirms: dict[Address, list[bytes]] = {}
+        # last-resort re-delivery (docs/protocol.md): the backbone's own recent messages, for REQUESTs
+        # that no journaling client can answer, or that come again because none answered in time
+        self.recent = RecentLog(recent_bytes)
+        self._asked: OrderedDict[Address, deque[tuple[int, int, float]]] = OrderedDict()  # recent REQUESTs
+        self._redeliveries: deque[list] = deque()  # [requester, next sequence, last sequence]
+        self._redeliver_bucket = TokenBucket(redeliver_rate, REDELIVER_BURST, 0.0)
 
     # ------------------------------------------------------------ input
 
@@ -114,12 +130,42 @@ class Backbone:
             return
         to_seq = min(frame.to_seq, last, frame.from_seq + self.max_request_range - 1)
         journaler = self.clients.choose_journaler(now, requester, self.rng)
-        if journaler is None:
-            self._drop("no journaling client")
-            return
-        forward = codec.Forward(requester[0], requester[1], frame.from_seq, to_seq)
-        self._control.append((codec.encode(forward), journaler))
-        self.counters["forwards"] += 1
+        repeated = self._asked_again(requester, frame.from_seq, to_seq, now)
+        if journaler is not None:
+            forward = codec.Forward(requester[0], requester[1], frame.from_seq, to_seq)
+            self._control.append((codec.encode(forward), journaler))
+            self.counters["forwards"] += 1
+        if journaler is None or repeated:
+            # only to a live subscriber: it gets these messages anyway, so a spoofed REQUEST from
+            # anyone else cannot make the backbone send more than it was sent (tests/test_abuse.py)
+            member = self.clients.get(requester)
+            held = self.recent.first
+            if member is not None and member.subscribes and member.expires > now and held is not None \
+                    and to_seq >= held:
+                if len(self._redeliveries) >= MAX_REDELIVERIES:
+                    self._drop("redelivery queue full")
+                else:
+                    self._redeliveries.append([requester, max(frame.from_seq, held), to_seq])
+                    self.counters["redelivery requests"] += 1
+            elif journaler is None:
+                self._drop("no journaling client")
+
+    def _asked_again(self, requester: Address, from_seq: int, to_seq: int, now: float) -> bool:
+        """Whether ``requester`` asked for any of these sequences within REPEAT_WINDOW; remembers this ask.
+
+        A client asks again for what it still misses (a hole may have shrunk
+        meanwhile), so any overlap counts as asking again.
+        """
+        asks = self._asked.pop(requester, None)
+        if asks is None:
+            asks = deque(maxlen=ASKS_PER_CLIENT)
+        horizon = now - REPEAT_WINDOW
+        again = any(first <= to_seq and from_seq <= last and when > horizon for first, last, when in asks)
+        asks.append((from_seq, to_seq, now))
+        self._asked[requester] = asks
+        if len(self._asked) > MAX_ASKED:
+            self._asked.popitem(last=False)
+        return again
 
     def push(self, datagram: bytes | bytearray | memoryview, source: Address, now: float) -> None:
         """Sequence the well-formed PUSH frames of a datagram (up to the first malformed one)."""
@@ -209,16 +255,44 @@ class Backbone:
     # ------------------------------------------------------------ output
 
     def pending(self) -> bool:
-        return bool(self._log or self._control or self._confirms)
+        return bool(self._log or self._control or self._confirms or self._redeliveries)
 
     def take_log(self) -> list[LogEntry]:
         """The frames sequenced since the last call, for a driver that fans them out itself."""
         log, self._log = self._log, []
+        self.recent.add(log)
         return log
 
-    def flush_control(self) -> Outbox:
+    def _redeliver(self, now: float) -> None:
+        """Re-DELIVER queued ranges from the recent log, as far as the pacing allows; the rest waits."""
+        bucket = self._redeliver_bucket
+        queue = self._redeliveries
+        while queue:
+            job = queue[0]
+            requester, from_seq, to_seq = job
+            entry = self.clients.get(requester)
+            frames = []
+            for seq, frame in self.recent.frames(from_seq, to_seq):
+                if bucket.wait_time(now):
+                    job[1] = seq
+                    break
+                frames.append(bytes(frame))
+            else:
+                queue.popleft()
+            if frames:
+                if entry is not None and entry.batches:
+                    self._control.extend((datagram, requester) for datagram in codec.pack_greedy(frames))
+                else:
+                    self._control.extend((f, requester) for f in frames)
+                self.counters["redelivered"] += len(frames)
+            if queue and queue[0] is job:
+                return  # out of tokens
+
+    def flush_control(self, now: float | None = None) -> Outbox:
         """The reservation to persist, then ACKs, FORWARDs and CONFIRMs (packed for BATCH clients); no DELIVERs."""
         out = Outbox()
+        if self._redeliveries and now is not None:
+            self._redeliver(now)
         if self.sequence.unpersisted:
             out.reserve = self.sequence.reserved
             self.sequence.unpersisted = False
@@ -244,7 +318,7 @@ class Backbone:
         and an ACK's HEAD must not announce sequences whose DELIVERs are still
         queued behind it (the subscriber would REQUEST them needlessly).
         """
-        out = self.flush_control()
+        out = self.flush_control(now)
         if not self._log:
             return out
         control = out.sends

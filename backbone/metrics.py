@@ -74,6 +74,10 @@ _COUNTERS = {
     "forwards": ("fyrehose_forwards_total", "FORWARDs sent to journaling clients"),
     "confirms": ("fyrehose_confirms_total", "CONFIRMs sent"),
     "duplicate pushes": ("fyrehose_duplicate_pushes_total", "retried PUSHes confirmed again, not sequenced twice"),
+    "redelivery requests": ("fyrehose_redelivery_requests_total",
+                            "REQUESTs the backbone answered from its own recent log (no journaling client, or "
+                            "the same hole asked again)"),
+    "redelivered": ("fyrehose_redelivered_total", "DELIVER frames re-sent from the backbone's recent log"),
 }
 
 

@@ -161,7 +161,7 @@ class Sequencer:
             else:
                 backbone.request(body, now)
         clients = self._client_changes(now)
-        out = backbone.flush_control()
+        out = backbone.flush_control(now)
         if out.reserve is not None:
             self.state_file.write(out.reserve)
         log = backbone.take_log()

@@ -31,11 +31,12 @@ from fyrehose.backbone.records import CLIENT_SIZE, unpack_clients
 # Every counter a backbone process keeps; keys of Backbone.counters and of the workers' own.
 COUNTER_NAMES = (
     "pushes", "delivered", "datagrams out", "keepalives", "requests", "forwards", "confirms",
-    "duplicate pushes",
+    "duplicate pushes", "redelivery requests", "redelivered",
     "drop:malformed", "drop:oversize", "drop:unexpected type", "drop:foreign address",
     "drop:ring full", "drop:client table full", "drop:request beyond last sequence",
     "drop:no journaling client", "drop:sequence space exhausted", "drop:send error",
-    "drop:send buffer full", "drop:receive error", "drop:rate limited", "drop:other",
+    "drop:send buffer full", "drop:receive error", "drop:rate limited", "drop:redelivery queue full",
+    "drop:other",
 )
 _SLOT = {name: index for index, name in enumerate(COUNTER_NAMES)}
 _OTHER = _SLOT["drop:other"]

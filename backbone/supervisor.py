@@ -42,6 +42,7 @@ from fyrehose.backbone.metrics import (
 )
 from fyrehose.backbone.ratelimit import SourceRateLimiter
 from fyrehose.backbone.receiver import enable_arrival_times, run_receiver
+from fyrehose.backbone.recent_log import DEFAULT_BYTES as RECENT_BYTES
 from fyrehose.backbone.rings import Doorbell, Ring
 from fyrehose.backbone.sequencer import Sequencer, restored_backbone
 from fyrehose.backbone.shared import CounterBlock, SequencerState, SubscriberTable, Words, anonymous
@@ -73,6 +74,7 @@ class Options:
     metrics: Address | None = None
     rate_limit: float = 0  # datagrams/s per source IP, enforced by each receive worker; 0: off
     socket_buffer: int = SOCKET_BUFFER  # SO_RCVBUF and SO_SNDBUF asked for each socket
+    recent_bytes: int = RECENT_BYTES  # the sequencer's log of recent messages, for last-resort re-delivery
 
 
 @dataclass
@@ -164,6 +166,7 @@ class Supervisor:
                 self.sequencer_state, self.table, self.counter_blocks[block], time.monotonic(),
                 SharedConfirmTable(self._confirm_region),
                 trusted_networks=options.trusted_networks, batch_bytes=options.batch_bytes,
+                recent_bytes=options.recent_bytes,
                 client_capacity=options.max_clients,
             )
             Sequencer(backbone, [Ring(region) for region in self._input_regions],

@@ -570,7 +570,7 @@ def test_request_becomes_forward_to_another_client():
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 7])
 def test_request_is_forwarded_randomly_to_every_eligible_client_but_never_the_requester(seed):
-    bb = Backbone(rng=random.Random(seed))
+    bb = Backbone(rng=random.Random(seed), recent_bytes=0)  # repeats would also be re-delivered from its log
     clients = [(f"10.0.1.{i}", 6000 + i) for i in range(1, 6)]
     for c in clients:
         ka(bb, c, T0)
@@ -595,7 +595,7 @@ def test_request_is_forwarded_randomly_to_every_eligible_client_but_never_the_re
 
 
 def test_request_from_a_non_client_can_go_to_any_journaler():
-    bb = Backbone(rng=random.Random(5))
+    bb = Backbone(rng=random.Random(5), recent_bytes=0)  # repeats would also be re-delivered from its log
     for c in (A, B, C):
         ka(bb, c, T0)
     _with_history(bb)
@@ -618,7 +618,7 @@ def test_nosubscribe_client_without_nojournal_still_gets_forwards():
 
 
 def test_no_forward_when_only_nojournal_clients():
-    bb = Backbone(rng=random.Random(2))
+    bb = Backbone(rng=random.Random(2), recent_bytes=0)
     ka(bb, A, T0, flags=codec.FLAG_NOJOURNAL)
     ka(bb, B, T0, flags=codec.FLAG_NOJOURNAL | codec.FLAG_BATCH)
     _with_history(bb)
@@ -628,7 +628,7 @@ def test_no_forward_when_only_nojournal_clients():
 
 
 def test_no_forward_to_expired_journaler():
-    bb = Backbone(rng=random.Random(2))
+    bb = Backbone(rng=random.Random(2), recent_bytes=0)
     ka(bb, A, T0)
     ka(bb, B, T0 + 3)
     _with_history(bb)
@@ -1035,3 +1035,81 @@ def test_fuzz_never_raises_and_batch_subscriber_sees_every_sequence_once_in_orde
     assert batch_seqs == list(range(1, len(batch_seqs) + 1))
     assert plain_seqs == batch_seqs
     assert all(1 <= s <= len(batch_seqs) for s in confirm_seqs)
+
+
+# ---------------------------------------------------------------- last-resort re-delivery from the backbone's log
+
+
+def redelivered(out_sends, addr):
+    return [(f.seq, f.data) for f in frames_to(out_sends, addr, Deliver)]
+
+
+def test_a_request_no_journaler_can_answer_is_redelivered_from_the_backbones_log():
+    bb = Backbone(rng=random.Random(2))
+    ka(bb, A, T0, flags=codec.FLAG_NOJOURNAL)
+    _with_history(bb)
+    bb.flush(T0)
+    request(bb, A, T0 + 0.1, 3, 5)
+    out = sends(bb.flush(T0 + 0.1))
+    assert redelivered(out, A) == [(3, bytes([2])), (4, bytes([3])), (5, bytes([4]))]
+    assert bb.counters["redelivery requests"] == 1 and bb.counters["redelivered"] == 3
+    assert bb.counters["drop:no journaling client"] == 0
+
+
+def test_a_repeated_request_is_forwarded_again_and_redelivered_by_the_backbone():
+    bb = Backbone(rng=random.Random(2))
+    ka(bb, A, T0)
+    ka(bb, B, T0)
+    _with_history(bb)
+    bb.flush(T0)
+    request(bb, A, T0 + 0.1, 2, 3)
+    first = sends(bb.flush(T0 + 0.1))
+    assert [dest for _, dest in first] == [B] and redelivered(first, A) == []  # the journaler's turn first
+    request(bb, A, T0 + 0.5, 2, 3)  # asked again: B did not answer in time
+    again = sends(bb.flush(T0 + 0.5))
+    assert redelivered(again, A) == [(2, bytes([1])), (3, bytes([2]))]
+    assert any(codec.decode(d) == [Forward(A[0], A[1], 2, 3)] for d, dest in again if dest == B)
+    ka(bb, A, T0 + 4.9)
+    ka(bb, B, T0 + 4.9)
+    bb.flush(T0 + 4.9)
+    request(bb, A, T0 + 5.0, 2, 3)  # long after: a new hole by the same name, the journaler's turn again
+    assert redelivered(sends(bb.flush(T0 + 5.0)), A) == []
+
+
+def test_redelivery_to_a_batch_client_is_packed_and_a_range_partly_evicted_sends_what_is_held():
+    bb = Backbone(rng=random.Random(2), recent_bytes=40)  # room for about three one-frame datagrams
+    ka(bb, A, T0, flags=codec.FLAG_NOJOURNAL | codec.FLAG_BATCH)
+    for i in range(6):
+        push(bb, PUB, T0, bytes([i]))
+        bb.flush(T0)
+    held = bb.recent.first
+    assert held is not None and held > 1
+    request(bb, A, T0 + 0.1, 1, 6)
+    out = sends(bb.flush(T0 + 0.1))
+    assert [seq for seq, _ in redelivered(out, A)] == list(range(held, 7))
+    assert len([d for d, dest in out if dest == A and d[0] == codec.DELIVER]) == 1  # one packed datagram
+
+
+def test_redelivery_is_paced_and_resumes_where_it_stopped():
+    bb = Backbone(rng=random.Random(2), redeliver_rate=1000.0)  # bursts of 4096, then 1000/s
+    ka(bb, A, T0, flags=codec.FLAG_NOJOURNAL | codec.FLAG_BATCH)
+    push(bb, PUB, T0, *[b"m" for _ in range(5000)])
+    bb.flush(T0)
+    request(bb, A, T0 + 1, 1, 5000)
+    first = [seq for seq, _ in redelivered(sends(bb.flush(T0 + 1)), A)]
+    assert first == list(range(1, 4097))
+    assert bb.pending()
+    later = [seq for seq, _ in redelivered(sends(bb.flush(T0 + 1.5)), A)]
+    assert later == list(range(4097, 4597))  # half a second at 1000/s
+    rest = [seq for seq, _ in redelivered(sends(bb.flush(T0 + 3)), A)]
+    assert rest == list(range(4597, 5001)) and not bb.pending()
+
+
+def test_a_request_beyond_what_the_log_holds_with_no_journaler_is_dropped():
+    bb = Backbone(rng=random.Random(2), recent_bytes=0)
+    ka(bb, A, T0, flags=codec.FLAG_NOJOURNAL)
+    _with_history(bb)
+    bb.flush(T0)
+    request(bb, A, T0 + 0.1, 1, 2)
+    assert sends(bb.flush(T0 + 0.1)) == []
+    assert bb.counters["drop:no journaling client"] == 1

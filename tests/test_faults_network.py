@@ -103,16 +103,20 @@ def test_a_send_buffer_that_stays_full_is_waited_on_once_then_dropped_and_counte
 
 @pytest.mark.skipif(namespaces_available() is not None, reason=str(namespaces_available()))
 @pytest.mark.parametrize("workers", [0, 2], ids=lambda w: f"workers={w}")
-def test_real_eagain_on_a_shaped_link_repeats_nothing_and_reports_every_gap(tmp_path, workers):
-    """A 20 Mbit/s loopback and a 64 KiB backbone socket buffer: the backbone's sends meet EAGAIN at once."""
+def test_real_eagain_on_a_shaped_link_repeats_nothing_and_recovers_every_gap(tmp_path, workers):
+    """A 20 Mbit/s loopback and a 64 KiB backbone socket buffer: the backbone's sends meet EAGAIN at once.
+
+    Both subscribers miss the same datagrams, so no journaling client holds them; the backbone
+    re-delivers them from its own recent log (with ``--recent-bytes 0`` each subscriber lost
+    2,295 of 6,001 messages in single-process mode and 2,964 in multi-process mode).
+    """
     count = 6000
     payloads = {index: b"%06d" % index + b"x" * 250 for index in range(count)}
     with ShapedNamespace(rate="20mbit", burst="64kb", limit="64mb") as namespace, namespace.inside():
         backbone = BackboneProcess(tmp_path / "state", workers=workers, prefix=namespace.prefix,
                                    extra=["--socket-buffer", "65536"]).start()
         try:
-            with Client(backbone.addr, give_up_after=3.0) as first, \
-                    Client(backbone.addr, give_up_after=3.0) as second, \
+            with Client(backbone.addr) as first, Client(backbone.addr) as second, \
                     Client(backbone.addr, subscribe=False) as publisher:
                 streams = [first.subscribe(on_loss="yield"), second.subscribe(on_loss="yield")]
                 seqs = publisher.publish_many(list(payloads.values()), timeout=20)
@@ -120,11 +124,14 @@ def test_real_eagain_on_a_shaped_link_repeats_nothing_and_reports_every_gap(tmp_
                 seen = [take_through(stream, last, timeout=60) for stream in streams]
                 sent_errors = publisher.stats["send errors"]
             dropped = backbone.metric('fyrehose_dropped_total{reason="send buffer full"}')
+            redelivered = backbone.metric("fyrehose_redelivered_total")
             assert backbone.proc.poll() is None
         finally:
             backbone.stop()
     assert dropped > 0, "the backbone never met a full send buffer: the fault did not happen"
-    assert len(set(seqs)) == count and seqs == sorted(seqs) and last > seqs[-1]  # one sequence per message
+    # one sequence per message; a datagram the publisher's own full buffer refused is retried after the
+    # rest of its window, so its messages may be sequenced after later ones (publish_many keeps no order then)
+    assert len(set(seqs)) == count and last > max(seqs)
     by_seq = dict(zip(seqs, payloads.values()))
     by_seq[last] = b"after the burst"
     for events in seen:
@@ -136,7 +143,10 @@ def test_real_eagain_on_a_shaped_link_repeats_nothing_and_reports_every_gap(tmp_
             if isinstance(event, Message):
                 assert event.data == by_seq[event.seq]
         assert isinstance(events[-1], Message) and events[-1].seq == last  # served normally after the burst
-    print(f"workers={workers}: backbone send-buffer drops {dropped:g}, publisher send errors {sent_errors}, "
+        assert not [event for event in events if isinstance(event, Lost)], "the backbone still held these"
+    assert redelivered > 0
+    print(f"workers={workers}: backbone send-buffer drops {dropped:g}, re-delivered {redelivered:g}, "
+          f"publisher send errors {sent_errors}, "
           f"lost per subscriber {[sum(e.count for e in ev if isinstance(e, Lost)) for ev in seen]}")
 
 
