@@ -77,7 +77,8 @@ def seeds(sources: list[tuple[str, int]]) -> list[bytes]:
     return out
 
 
-def _rss(proc: psutil.Process) -> int:
+def rss_of(proc: psutil.Process) -> int:
+    """Resident memory of a process and all its children (a multi-process backbone has several)."""
     total = 0
     for p in [proc] + proc.children(recursive=True):
         try:
@@ -131,7 +132,7 @@ def fuzz_mode(workers: int, datagrams: int, rate: float, sources: int, seed: int
             wait_for_backbone(addr, timeout=15.0)
             handle = psutil.Process(proc.pid)
             time.sleep(0.5)  # workers forked and settled
-            result = ModeResult(workers, datagrams, 0.0, _rss(handle))
+            result = ModeResult(workers, datagrams, 0.0, rss_of(handle))
             socks = []
             for _ in range(sources):
                 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -155,7 +156,7 @@ def fuzz_mode(workers: int, datagrams: int, rate: float, sources: int, seed: int
                         if ahead > 0:
                             time.sleep(ahead)
                     if i % every == every - 1:
-                        result.rss_samples.append(_rss(handle))
+                        result.rss_samples.append(rss_of(handle))
                         if proc.poll() is not None:
                             break
                 result.seconds = time.monotonic() - started
@@ -165,7 +166,7 @@ def fuzz_mode(workers: int, datagrams: int, rate: float, sources: int, seed: int
             time.sleep(1.0)
             result.alive = proc.poll() is None
             if result.alive:
-                result.rss_end = _rss(handle)
+                result.rss_end = rss_of(handle)
                 middle = result.rss_samples[len(result.rss_samples) // 2] if result.rss_samples else result.rss_start
                 result.flat = result.rss_end <= middle * 1.05 + FLAT_SLACK
                 result.counters = _counters(metrics_port)
@@ -197,9 +198,13 @@ def main(argv: list[str] | None = None) -> int:
         modes = [int(m) for m in args.modes.split(",")]
     except ValueError:
         parser.error(f"--modes takes comma-separated numbers, got {args.modes!r}")
-    results = [fuzz_mode(m, args.datagrams, args.rate, args.sources, args.seed) for m in modes]
-    if args.json:
-        with open(args.json, "w") as file:
+    return conclude([fuzz_mode(m, args.datagrams, args.rate, args.sources, args.seed) for m in modes], args.json)
+
+
+def conclude(results: list, json_path: str | None) -> int:
+    """Write the results (dataclasses with ``passed``) as JSON if asked; exit status 0 when all passed."""
+    if json_path:
+        with open(json_path, "w") as file:
             json.dump([asdict(r) | {"passed": r.passed} for r in results], file, indent=2)
     return 0 if all(r.passed for r in results) else 1
 

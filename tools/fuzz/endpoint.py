@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -40,6 +40,7 @@ import psutil
 from fyrehose import codec, envelope
 from fyrehose.process import FYREHOSE, ChildProcess, wait_until
 from fyrehose.readiness import free_port
+from fyrehose.tools.fuzz.backbone import conclude, rss_of
 from fyrehose.tools.fuzz.mutation import mutation_inputs
 from fyrehose.tools.fuzz.subscribers import drain, raw_subscriber
 
@@ -89,16 +90,6 @@ def forgeries(max_seq: int) -> list[bytes]:
         b"", b"\x01", b"\x20", b"\x40", b"\x08", b"\x10" * 29,
     ]
     return out
-
-
-def _rss(proc: psutil.Process) -> int:
-    total = 0
-    for member in [proc, *proc.children(recursive=True)]:
-        try:
-            total += member.memory_info().rss
-        except psutil.NoSuchProcess:
-            continue
-    return total
 
 
 def _port_taken(port: int) -> bool:
@@ -219,7 +210,7 @@ def fuzz_endpoint(name: str, datagrams: int, rate: float, seed: int, log=print) 
             endpoint = scenario.start()
             handle = psutil.Process(endpoint.pid)
             time.sleep(0.5)
-            result = EndpointResult(name, datagrams, 0.0, 0, _rss(handle))
+            result = EndpointResult(name, datagrams, 0.0, 0, rss_of(handle))
             real: list[bytes] = []
             samples: list[int] = []
             target = (LOOPBACK, scenario.udp_port)
@@ -251,7 +242,7 @@ def fuzz_endpoint(name: str, datagrams: int, rate: float, seed: int, log=print) 
                             if ahead > 0:
                                 time.sleep(ahead)
                         if i % every == every - 1:
-                            samples.append(_rss(handle))
+                            samples.append(rss_of(handle))
                             if not endpoint.alive():
                                 break
                     result.seconds = time.monotonic() - started
@@ -265,7 +256,7 @@ def fuzz_endpoint(name: str, datagrams: int, rate: float, seed: int, log=print) 
             result.real_published = len(real)
             result.alive = endpoint.alive()
             if result.alive:
-                result.rss_end = _rss(handle)
+                result.rss_end = rss_of(handle)
                 result.rss_middle = samples[len(samples) // 2] if samples else result.rss_start
                 result.flat = result.rss_end <= result.rss_middle * 1.05 + FLAT_SLACK
                 result.real_seen, result.forged_seen, result.check = scenario.seen(
@@ -292,11 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.datagrams < 1 or args.rate <= 0:
         parser.error("--datagrams and --rate must be positive")
     names = ENDPOINTS if args.endpoint == "all" else (args.endpoint,)
-    results = [fuzz_endpoint(name, args.datagrams, args.rate, args.seed) for name in names]
-    if args.json:
-        with open(args.json, "w") as file:
-            json.dump([asdict(r) | {"passed": r.passed} for r in results], file, indent=2)
-    return 0 if all(r.passed for r in results) else 1
+    return conclude([fuzz_endpoint(name, args.datagrams, args.rate, args.seed) for name in names], args.json)
 
 
 if __name__ == "__main__":
