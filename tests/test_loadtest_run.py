@@ -15,8 +15,11 @@ import socket
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
+
+from fyrehose.process import ChildProcess
 
 from support import FYREHOSE, LOOPBACK, free_port, run_cli
 
@@ -29,25 +32,14 @@ LOCUST_FILES = ["locust_stats.csv", "locust_stats_history.csv", "locust_failures
                 "report.html", "metrics.jsonl", "steps.jsonl", "summary.json"]
 
 
-def stop(process: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
-    """Signal the command by its PID (it stops what it started), then make sure it is gone."""
-    if process.poll() is None:
-        os.kill(process.pid, sig)
-    try:
-        process.wait(timeout)
-    finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(10)
-
-
-def loadtest(*args: str) -> tuple[int, str, str]:
-    process = subprocess.Popen(FYREHOSE + ["loadtest", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT)
-    finally:
-        stop(process)  # a no-op unless the run hung: then SIGTERM lets it stop its own processes
-    return process.returncode, stdout.decode(), stderr.decode()
+def loadtest(log: Path, *args: str) -> tuple[int, str]:
+    """Run ``fyrehose loadtest`` to the end; its exit status and its output (stdout and stderr, in ``log``)."""
+    with ChildProcess(FYREHOSE + ["loadtest", *args], log) as command:
+        try:
+            code = command.proc.wait(RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            code = None  # hung: leaving the block SIGTERMs it, which stops what it started
+    return (code if code is not None else -1), command.output()
 
 
 def read_jsonl(path) -> list[dict]:
@@ -61,10 +53,10 @@ def stats_rows(out) -> dict[tuple[str, str], dict]:
 
 def test_a_short_run_writes_every_result_and_loses_nothing(tmp_path):
     out = tmp_path / "out"
-    code, stdout, stderr = loadtest("--shape", "step", "--step-time", "2", "--duration", "4", "--rate", "40",
-                                    "--users", "2", "--drain", "1", "--out", str(out))
-    assert code == 0, stderr
-    assert "max sustained rate" in stdout
+    code, output = loadtest(tmp_path / "loadtest.log", "--shape", "step", "--step-time", "2", "--duration", "4",
+                            "--rate", "40", "--users", "2", "--drain", "1", "--out", str(out))
+    assert code == 0, output
+    assert "max sustained rate" in output
     for name in LOCUST_FILES:
         assert (out / name).exists(), name
 
@@ -99,10 +91,10 @@ def test_distributed_run_against_a_given_backbone_stops_at_the_first_failed_step
     out = tmp_path / "out"
     metrics_url = f"http://{LOOPBACK}:{backbone.metrics_port}/metrics"
     # No publish-to-confirm round trip is under a microsecond: the first step must fail, and the run stop.
-    code, stdout, stderr = loadtest("--backbone", backbone.address, "--metrics-url", metrics_url,
-                                    "--workers", "1", "--shape", "step", "--step-time", "2", "--duration", "60",
-                                    "--rate", "40", "--p99-ms", "0.001", "--drain", "1", "--out", str(out))
-    assert code == 0, stderr
+    code, output = loadtest(tmp_path / "loadtest.log", "--backbone", backbone.address, "--metrics-url", metrics_url,
+                            "--workers", "1", "--shape", "step", "--step-time", "2", "--duration", "60",
+                            "--rate", "40", "--p99-ms", "0.001", "--drain", "1", "--out", str(out))
+    assert code == 0, output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] and summary["workers"] == 1
     assert summary["duration_s"] < 20
@@ -148,11 +140,11 @@ def test_help_lists_the_options():
         assert option in result.stdout
 
 
-def wait_for_push_stats(port: int, process: subprocess.Popen, timeout: float = 45.0) -> None:
+def wait_for_push_stats(port: int, process: ChildProcess, timeout: float = 45.0) -> None:
     """Until Locust's UI serves statistics with a PUSH row (bounded in time)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert process.poll() is None, process.stderr.read().decode()
+        assert process.alive(), process.output()
         try:
             with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/stats/requests", timeout=2) as response:
                 stats = json.loads(response.read())
@@ -169,9 +161,8 @@ def test_the_web_ui_shows_the_push_statistics_in_a_real_browser(tmp_path):
     assert chromium, "chromium is missing: tools/bootstrap --test installs tools/test-packages.txt"
     out = tmp_path / "out"
     port = free_port(socket.SOCK_STREAM)
-    command = subprocess.Popen(FYREHOSE + ["loadtest", "--web", "--web-port", str(port), "--duration", "60",
-                                           "--rate", "40", "--users", "2", "--out", str(out)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    command = ChildProcess(FYREHOSE + ["loadtest", "--web", "--web-port", str(port), "--duration", "60",
+                                       "--rate", "40", "--users", "2", "--out", str(out)], tmp_path / "loadtest.log")
     try:
         wait_for_push_stats(port, command)
         browser = subprocess.Popen(
@@ -192,7 +183,8 @@ def test_the_web_ui_shows_the_push_statistics_in_a_real_browser(tmp_path):
         assert row, page[-3000:]
         assert int(row.group(1)) > 0
     finally:
-        stop(command, signal.SIGINT)  # Ctrl-C: the command stops Locust (which writes its report) and the backbone
-    assert command.returncode == 0, command.stderr.read().decode()
+        # Ctrl-C: the command stops Locust (which writes its report) and the backbone
+        code = command.stop(signals=((signal.SIGINT, 30.0),))
+    assert code == 0, command.output()
     assert "PUSH" in (out / "report.html").read_text()
     assert "fyrehose backbone stopped" in (out / "backbone.log").read_text()
