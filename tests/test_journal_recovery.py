@@ -227,8 +227,8 @@ def test_the_running_journal_exports_sealed_segments_and_applies_retention(singl
     assert exported == list(range(exported[0], last_sealed + 1))
 
 
-def test_forwards_come_from_disk_paced_and_skip_what_nobody_had(single_backbone, journals):
-    backbone = single_backbone
+def test_forwards_come_from_disk_paced_and_skip_what_nobody_had(backbone_factory, journals):
+    backbone = backbone_factory(workers=0, extra=["--recent-bytes", "0"])  # the backbone keeps no copy either
     journal = journals(backbone, "journal", "--forward-rate", "1000", "--give-up", "1", "--no-parquet")
     with Client(backbone.addr, subscribe=False) as publisher:
         start = journaling(publisher, journal) + 1
