@@ -19,8 +19,8 @@ sequenced tag with the original number instead of sequencing it again (it
 remembers tags for 30 s, longer than any ``timeout`` allowed here, and the
 multi-process backbone keeps that memory across a restart of its sequencer).
 If the whole backbone restarts between the first PUSH and a retry, that memory
-is gone and the message may be published twice.  When ``publish`` raises :class:`PublishTimeout` the message
-may or may not have been published.
+is gone and the message may be published twice.  When ``publish`` raises
+:class:`PublishTimeout` the message may or may not have been published.
 
 Subjects (docs/protocol.md, "Envelope" and "Subjects"): ``publish(data,
 subject=...)`` wraps the data in an envelope, ``subscribe(pattern)`` filters
@@ -183,10 +183,10 @@ class Client:
         if self.auth is not None:  # the trust exchange needs the stream before any subscription
             self.connection.track()
 
-        self._reader = threading.Thread(target=guarded(self._run, "fyrehose-client receive"), name="fyrehose-client", daemon=True)
+        self._reader = threading.Thread(target=guarded(self._run, "fyrehose-client receive"),
+                                        name="fyrehose-client", daemon=True)
         self._forwarder = threading.Thread(target=guarded(self._forward_loop, "fyrehose-client forwarder"),
-                                           name="fyrehose-forwarder",
-                                           daemon=True)
+                                           name="fyrehose-forwarder", daemon=True)
         self._reader.start()
         self._forwarder.start()
         if not self._acked.wait(unreachable_after):
