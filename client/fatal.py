@@ -21,6 +21,7 @@ from collections.abc import Callable
 EXIT_THREAD_DIED = 70  # EX_SOFTWARE
 
 _exit_on_death = False
+_command = "fyrehose"  # the command named in the one line
 
 
 def exit_on_thread_death(command: str) -> None:
@@ -30,8 +31,6 @@ def exit_on_thread_death(command: str) -> None:
     _command = command
     threading.excepthook = _report_and_exit
 
-
-_command = "fyrehose"
 
 
 def guarded(target: Callable[[], None], name: str | None = None) -> Callable[[], None]:
