@@ -32,7 +32,6 @@ def exit_on_thread_death(command: str) -> None:
     threading.excepthook = _report_and_exit
 
 
-
 def guarded(target: Callable[[], None], name: str | None = None) -> Callable[[], None]:
     """``target`` for a worker thread or greenlet whose death must follow the process's policy.
 
