@@ -205,6 +205,7 @@ from fyrehose.envelope import decode, peek_subject  # noqa: E402
 from fyrehose.interest import INTEREST_SUBJECT  # noqa: E402
 from fyrehose.tracker import Lost, Message  # noqa: E402
 
+from conftest import BACKBONE_MODES  # noqa: E402
 from support import LossyRelay  # noqa: E402
 
 
@@ -258,7 +259,9 @@ def test_publish_refuses_envelope_fields_without_subject_and_bad_subjects(backbo
             sub.subscribe("a.>", initial=True)
 
 
-def test_loss_events_reach_every_subscription(backbone):
+@pytest.mark.parametrize("workers", BACKBONE_MODES, ids=lambda workers: f"workers={workers}")
+def test_loss_events_reach_every_subscription(backbone_factory, workers):
+    backbone = backbone_factory(workers=workers, extra=["--recent-bytes", "0"])  # nobody can fill the holes
     relay = LossyRelay(backbone.addr, drop_every=3)
     try:
         with Client(relay.addr, journal=False, give_up_after=0.3) as lossy, \
