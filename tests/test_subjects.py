@@ -199,13 +199,14 @@ def test_gate_takes_one_answer_from_any_attempt():
 
 import time  # noqa: E402
 
+from conftest import BACKBONE_MODES  # noqa: E402
+
 from fyrehose import Client, MessagesLost  # noqa: E402
 from fyrehose.client import RequestTimeout  # noqa: E402
 from fyrehose.envelope import decode, peek_subject  # noqa: E402
 from fyrehose.interest import INTEREST_SUBJECT  # noqa: E402
 from fyrehose.tracker import Lost, Message  # noqa: E402
 
-from conftest import BACKBONE_MODES  # noqa: E402
 from support import LossyRelay  # noqa: E402
 
 

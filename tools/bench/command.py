@@ -5,6 +5,7 @@ import argparse
 
 from fyrehose.argtypes import non_negative_duration, non_negative_int, positive_duration, positive_float, positive_int
 from fyrehose.codec import MAX_PAYLOAD
+from fyrehose.tools.bench.client_mode import DEFAULT_CLIENT_TARGETS
 from fyrehose.tools.bench.targets import DEFAULT_TARGETS, parse_targets
 from fyrehose.tools.bench.wire import MIN_PAYLOAD
 
@@ -29,10 +30,15 @@ def _payload(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--targets", type=_targets, default=DEFAULT_TARGETS, metavar="LIST",
+    parser.add_argument("mode", nargs="?", choices=("servers", "client"), default="servers",
+                        help="servers (default): the servers at their limits, driven by lean load generators; "
+                             "client: each system through its own Python client (fyrehose.Client, redis-py, "
+                             "nats-py), one publisher and one subscriber, messages/s end to end")
+    parser.add_argument("--targets", type=_targets, metavar="LIST",
                         help="comma-separated, measured in this order each round: fyrehose (multi-process backbone), "
                              "fyrehose-single (--workers 0), redis, nats, and fyrehose-nobatch / "
-                             f"fyrehose-single-nobatch for subscribers without BATCH (default {DEFAULT_TARGETS})")
+                             f"fyrehose-single-nobatch for subscribers without BATCH (default {DEFAULT_TARGETS}; "
+                             f"client mode: {DEFAULT_CLIENT_TARGETS})")
     parser.add_argument("--publishers", type=positive_int, default=1, metavar="N",
                         help="publisher processes (default 1)")
     parser.add_argument("--subscribers", type=positive_int, default=4, metavar="N",
@@ -58,6 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a count or 'auto' (default auto: the backbone sizes itself to the CPUs)")
     parser.add_argument("--fanout", type=positive_int, metavar="F",
                         help="--fanout of the multi-process backbone (default: the backbone's own)")
+    parser.add_argument("--messages", type=positive_int, default=300_000, metavar="N",
+                        help="client mode: messages the publisher publishes (default 300000)")
+    parser.add_argument("--batch", type=positive_int, default=1000, metavar="N",
+                        help="client mode: messages per publish_many / pipeline / flush (default 1000)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
 
 
@@ -68,15 +78,18 @@ def run(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from fyrehose.tools.bench import report
+    from fyrehose.tools.bench import client_mode, report
     from fyrehose.tools.bench.orchestra import BenchSettings, preflight, run_rounds
     from fyrehose.tools.bench.servers import PACKAGES, locate, version
+    from fyrehose.tools.bench.targets import BenchError
 
-    settings = BenchSettings(
-        targets=args.targets, publishers=args.publishers, subscribers=args.subscribers, payload=args.payload,
-        duration=args.duration, rate=args.rate, latency_rate=args.latency_rate, rounds=args.rounds,
-        search_steps=args.search_steps, grace=args.grace, workers=args.workers, fanout=args.fanout,
-    )
+    client = args.mode == "client"
+    targets = args.targets or parse_targets(DEFAULT_CLIENT_TARGETS if client else DEFAULT_TARGETS)
+    if client:
+        try:
+            client_mode.check_targets(targets)
+        except ValueError as exc:
+            raise BenchError(str(exc)) from None
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).touch()  # a path that cannot be written fails now, not after the whole run
@@ -84,17 +97,29 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     binaries = {}
     versions = {}
-    for protocol in sorted({target.protocol for target in settings.targets}):
+    for protocol in sorted({target.protocol for target in targets}):
         if protocol in PACKAGES:
             binary, package = PACKAGES[protocol]
             binaries[protocol] = locate(binary, package)
             versions[binary] = version(binaries[protocol])
     machine = report.machine_info(versions)
     with tempfile.TemporaryDirectory(prefix="fyrehose-bench-") as workdir:
-        preflight(settings, binaries, Path(workdir) / "preflight")
-        rounds = run_rounds(settings, binaries, Path(workdir) / "run")
-    doc = report.document(settings, machine, rounds)
-    report.write_table(doc, sys.stdout)
+        if client:
+            client_settings = client_mode.ClientSettings(
+                targets=targets, messages=args.messages, batch=args.batch, payload=args.payload,
+                rounds=args.rounds, workers=args.workers, fanout=args.fanout)
+            doc = client_mode.document(client_settings, machine,
+                                       client_mode.run_rounds(client_settings, binaries, Path(workdir)))
+            client_mode.write_table(doc, sys.stdout)
+        else:
+            settings = BenchSettings(
+                targets=targets, publishers=args.publishers, subscribers=args.subscribers, payload=args.payload,
+                duration=args.duration, rate=args.rate, latency_rate=args.latency_rate, rounds=args.rounds,
+                search_steps=args.search_steps, grace=args.grace, workers=args.workers, fanout=args.fanout,
+            )
+            preflight(settings, binaries, Path(workdir) / "preflight")
+            doc = report.document(settings, machine, run_rounds(settings, binaries, Path(workdir) / "run"))
+            report.write_table(doc, sys.stdout)
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     return 0

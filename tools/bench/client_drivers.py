@@ -1,0 +1,201 @@
+"""``fyrehose bench client``: each system driven through its own Python client, as a user's script would.
+
+One publisher process publishes ``messages`` payloads in batches of
+``batch`` (``Client.publish_many``, a redis-py pipeline, nats-py
+``publish`` for each then ``flush``); one subscriber process iterates with
+the client's own API (iterating a ``Subscription``, ``PubSub.listen()``,
+``async for`` over ``Subscription.messages``).  Each reports monotonic times
+(one clock for every process on the host) and its own CPU time, so the
+orchestrator measures messages/s from the first publish to the last message
+iterated, and each side's CPU cost per message.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from fyrehose.addresses import Address
+from fyrehose.tools.bench.loadgen import _await_start, _describe, _leave_interrupts_to_the_orchestrator
+from fyrehose.tools.bench.targets import FYREHOSE, NATS, REDIS
+
+SUBJECT = "bench"
+READY_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    protocol: str
+    address: Address
+    messages: int
+    batch: int
+    payload: int
+
+
+def _chunks(spec: ClientSpec) -> Iterator[list[bytes]]:
+    payload = b"x" * spec.payload
+    left = spec.messages
+    while left > 0:
+        size = min(spec.batch, left)
+        yield [payload] * size
+        left -= size
+
+
+# ---------------------------------------------------------------- one publisher and one subscriber per system
+
+
+def _fyrehose_publish(spec: ClientSpec, ready: Callable[[], None]) -> None:
+    from fyrehose import Client
+
+    with Client(spec.address, subscribe=False) as client:
+        ready()
+        for chunk in _chunks(spec):
+            client.publish_many(chunk)
+
+
+def _fyrehose_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> tuple[int, int]:
+    from fyrehose import Client
+    from fyrehose.tracker import Lost
+
+    received = lost = 0
+    with Client(spec.address) as client:
+        stream = client.subscribe(on_loss="yield")
+        ready()
+        for event in stream:
+            if isinstance(event, Lost):
+                lost += event.count
+            else:
+                received += 1
+            if received + lost >= spec.messages:
+                break
+    return received, lost
+
+
+def _redis_publish(spec: ClientSpec, ready: Callable[[], None]) -> None:
+    import redis
+
+    client = redis.Redis(host=spec.address[0], port=spec.address[1])
+    try:
+        client.ping()
+        ready()
+        for chunk in _chunks(spec):
+            pipe = client.pipeline(transaction=False)
+            for payload in chunk:
+                pipe.publish(SUBJECT, payload)
+            pipe.execute()
+    finally:
+        client.close()
+
+
+def _redis_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> tuple[int, int]:
+    import redis
+
+    client = redis.Redis(host=spec.address[0], port=spec.address[1])
+    pubsub = client.pubsub()
+    received = 0
+    try:
+        pubsub.subscribe(SUBJECT)
+        if pubsub.get_message(timeout=READY_TIMEOUT) is None:  # the subscribe confirmation
+            raise TimeoutError("redis-server did not confirm the subscription")
+        ready()
+        for message in pubsub.listen():
+            if message["type"] == "message":
+                received += 1
+                if received >= spec.messages:
+                    break
+    finally:
+        pubsub.close()
+        client.close()
+    return received, 0
+
+
+def _nats_publish(spec: ClientSpec, ready: Callable[[], None]) -> None:
+    import nats
+
+    async def main() -> None:
+        client = await nats.connect(f"nats://{spec.address[0]}:{spec.address[1]}")
+        try:
+            ready()
+            for chunk in _chunks(spec):
+                for payload in chunk:
+                    await client.publish(SUBJECT, payload)
+                await client.flush()
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+
+
+def _nats_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> tuple[int, int]:
+    import nats
+
+    async def main() -> int:
+        client = await nats.connect(f"nats://{spec.address[0]}:{spec.address[1]}")
+        received = 0
+        try:
+            subscription = await client.subscribe(SUBJECT, pending_msgs_limit=spec.messages + 1,
+                                                  pending_bytes_limit=(spec.payload + 256) * (spec.messages + 1))
+            await client.flush()
+            ready()
+            async for _ in subscription.messages:
+                received += 1
+                if received >= spec.messages:
+                    break
+        finally:
+            await client.close()
+        return received
+
+    return asyncio.run(main()), 0
+
+
+_PUBLISHERS = {FYREHOSE: _fyrehose_publish, REDIS: _redis_publish, NATS: _nats_publish}
+_SUBSCRIBERS = {FYREHOSE: _fyrehose_subscribe, REDIS: _redis_subscribe, NATS: _nats_subscribe}
+
+
+# ---------------------------------------------------------------- the forked processes
+
+
+def publisher_main(conn: Connection, spec: ClientSpec) -> None:
+    """Reports ready, waits for start, publishes everything: {first, last, cpu} (monotonic s, CPU s)."""
+    _leave_interrupts_to_the_orchestrator()
+    times: dict[str, float] = {}
+
+    def ready() -> None:
+        conn.send(("ready", os.getpid()))
+        if _await_start(conn) is None:
+            raise TimeoutError("no start from the orchestrator")
+        times["cpu"] = time.process_time()
+        times["first"] = time.monotonic()
+
+    try:
+        _PUBLISHERS[spec.protocol](spec, ready)
+        times["last"] = time.monotonic()
+        times["cpu"] = time.process_time() - times["cpu"]
+        conn.send(("result", times))
+    except Exception as exc:  # reported to the orchestrator, which ends the run with it
+        conn.send(("error", _describe(exc)))
+    finally:
+        conn.close()
+
+
+def subscriber_main(conn: Connection, spec: ClientSpec) -> None:
+    """Subscribes, reports ready, iterates until every message arrived: {received, lost, last, cpu}."""
+    _leave_interrupts_to_the_orchestrator()
+    start: dict[str, float] = {}
+
+    def ready() -> None:
+        start["cpu"] = time.process_time()
+        conn.send(("ready", os.getpid()))
+
+    try:
+        received, lost = _SUBSCRIBERS[spec.protocol](spec, ready)
+        last = time.monotonic()
+        conn.send(("result", {"received": received, "lost": lost, "last": last,
+                              "cpu": time.process_time() - start["cpu"]}))
+    except Exception as exc:  # reported to the orchestrator, which ends the run with it
+        conn.send(("error", _describe(exc)))
+    finally:
+        conn.close()
