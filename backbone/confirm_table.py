@@ -1,63 +1,106 @@
-"""Recently confirmed PUSH tags in a fixed-size table over shared memory, so a restarted sequencer has them.
+"""Recently confirmed PUSH tags, kept where a restarted sequencer finds them: a record ring in shared memory.
 
 The multi-process backbone's sequencer may die (kill -9, OOM) between
 sequencing a tagged PUSH and its CONFIRM reaching the publisher; the
-publisher then retries with the same tag.  :class:`ConfirmCache` lives in the
-sequencer's heap and dies with it, so a restarted sequencer would sequence
-the retry a second time.  This table has the same interface over a region the
-supervisor owns (an anonymous shared mapping, fyrehose.backbone.shared), so a
-restarted sequencer answers the retry with the original number.
+publisher then retries with the same tag.  A :class:`ConfirmCache` in the
+sequencer's heap dies with it, so a restarted sequencer would sequence the
+retry a second time.  This table answers lookups from such a heap cache, as
+the single-process backbone does, and also appends every confirmed tag to a
+ring of records over a region the supervisor owns (an anonymous shared
+mapping, fyrehose.backbone.shared).  A restarted sequencer replays the ring
+into its new cache, so it answers the retry with the original number.
 
-Layout: ``slots`` slots of four little-endian 8-byte words: ``key`` (source
-IPv4 << 16 | port, plus 1 so that 0 means empty), ``tag``, ``seq`` and
-``stamp`` (microseconds of the monotonic clock, which every process of the
-host shares).  A tag hashes to a window of :data:`PROBE` consecutive slots;
-remembering reuses the slot of the same source and tag, else the first empty
-or expired one (older than ``max_age``), else the oldest in the window.
-Memory is fixed, and what goes first is what is oldest.  An entry is found
-until its slot is reused; a retry comes within the publisher's 25 s timeout
-and tags are random per publisher, so an old entry never answers a new PUSH.
+Appending is one copy per datagram, where a hash table in shared memory cost
+a probe per tag; the price is the replay at start (a fraction of a second for
+the default 131,072 records), paid only after a crash.
 
-One writer (the sequencer), and a crash may stop it between any two stores:
-the key is cleared first and written last, each an aligned 8-byte store, so a
-reader never takes a half-written slot for a valid one.
+Layout: word 0 counts the records ever written (the *head*); then ``slots``
+records of four little-endian 8-byte words: ``key`` (source IPv4 << 16 |
+port, plus 1), ``tag``, ``seq`` and ``stamp`` (microseconds of the monotonic
+clock, which every process of the host shares).  Record ``n`` lives in slot
+``n % slots``.
+
+One writer (the sequencer), and a crash may stop it anywhere: the records of
+a datagram are copied first and the head (an aligned 8-byte store) moves
+after them, so records at or past the head are never replayed.  A copy
+interrupted mid-way may have torn records it was overwriting, the oldest
+ones; a datagram holds at most ``margin`` tags, so the replay skips the
+oldest ``margin`` records of the ring.  Records older than ``max_age`` are
+skipped as well: a publisher retries within its 25 s timeout.
 """
 from __future__ import annotations
 
 import socket
+import struct
+import time
+from collections.abc import Iterable
 
+from fyrehose import codec
 from fyrehose.addresses import Address
+from fyrehose.backbone.confirms import ConfirmCache
 
 WORDS = 4
-PROBE = 8
-DEFAULT_SLOTS = 1 << 17  # 4 MiB: as many entries as the heap cache keeps
+RECORD = WORDS * 8
+HEADER = 8
+DEFAULT_SLOTS = 1 << 17  # 4 MiB
+MAX_TAGS_PER_DATAGRAM = codec.MAX_DATAGRAM // codec.FRAME_HEADER + 1
 KEYS_CACHED = 4096
-_MASK64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-
-
-def _first(key: int, tag: int) -> int:
-    """The first slot of the window of (key, tag), before masking (Fibonacci hashing)."""
-    return ((((key * _GOLDEN) & _MASK64) ^ tag) * _GOLDEN & _MASK64) >> 40
 
 
 class SharedConfirmTable:
-    def __init__(self, buffer: memoryview, slots: int = DEFAULT_SLOTS, max_age: float = 30.0) -> None:
-        if slots < PROBE or slots & (slots - 1):
-            raise ValueError("slots must be a power of two, at least PROBE")
+    def __init__(self, buffer: memoryview, slots: int = DEFAULT_SLOTS, max_age: float = 30.0,
+                 margin: int = MAX_TAGS_PER_DATAGRAM) -> None:
+        if slots <= margin:
+            raise ValueError("slots must exceed the margin of torn records")
         self.slots = slots
+        self.margin = margin
         self.max_age = max_age
-        self._words = memoryview(buffer).cast("B")[:self.region_size(slots)].cast("Q")
-        self._max_age_us = int(max_age * 1_000_000)
+        region = memoryview(buffer).cast("B")[:self.region_size(slots)]
+        self._head = region[:HEADER].cast("Q")
+        self._records = region[HEADER:]
         self._keys: dict[Address, int] = {}
+        self._cache = ConfirmCache(capacity=slots - margin, max_age=max_age)
+        self._replay()
 
     @staticmethod
     def region_size(slots: int = DEFAULT_SLOTS) -> int:
-        return slots * WORDS * 8
+        return HEADER + slots * RECORD
 
     def __len__(self) -> int:
-        words = self._words
-        return sum(1 for slot in range(self.slots) if words[slot * WORDS])
+        return len(self._cache)
+
+    def lookup(self, source: Address, tag: int) -> int | None:
+        """The sequence ``tag`` from ``source`` got, while it is remembered."""
+        return self._cache.lookup(source, tag)
+
+    def known(self, source: Address, tags: Iterable[int]) -> bool:
+        """Whether any of ``tags`` from ``source`` is remembered."""
+        return self._cache.known(source, tags)
+
+    def remember(self, source: Address, tag: int, seq: int, now: float) -> None:
+        self.remember_many(source, [(tag, seq)], now)
+
+    def remember_many(self, source: Address, confirmed: Iterable[tuple[int, int]], now: float) -> None:
+        """Remember each (tag, sequence) of one datagram from ``source``: in the heap, then in the ring."""
+        pairs = list(confirmed)
+        if not pairs:
+            return
+        if len(pairs) > self.margin:
+            raise ValueError(f"{len(pairs)} tags at once exceed the margin of {self.margin}")
+        self._cache.remember_many(source, pairs, now)
+        key = self._key(source)
+        stamp = int(now * 1_000_000)
+        words = []
+        for tag, seq in pairs:
+            words += (key, tag, seq, stamp)
+        data = struct.pack(f"<{len(words)}Q", *words)
+        head = self._head[0]
+        start = (head % self.slots) * RECORD
+        first = min(len(data), len(self._records) - start)
+        self._records[start:start + first] = data[:first]
+        if first < len(data):  # wrapped around
+            self._records[:len(data) - first] = data[first:]
+        self._head[0] = head + len(pairs)  # last: records at or past the head are never replayed
 
     def _key(self, source: Address) -> int:
         key = self._keys.get(source)
@@ -67,48 +110,20 @@ class SharedConfirmTable:
             key = self._keys[source] = (int.from_bytes(socket.inet_aton(source[0]), "big") << 16 | source[1]) + 1
         return key
 
-    def lookup(self, source: Address, tag: int) -> int | None:
-        """The sequence ``tag`` from ``source`` got, while its slot holds it.
-
-        Slots are never emptied and :meth:`remember` fills the first empty one
-        of a window, so the search stops at an empty slot.
-        """
-        key = self._key(source)
-        words = self._words
-        mask = self.slots - 1
-        first = _first(key, tag)
-        for i in range(PROBE):
-            base = ((first + i) & mask) * WORDS
-            slot_key = words[base]
-            if not slot_key:
-                return None
-            if slot_key == key and words[base + 1] == tag:
-                return words[base + 2]
-        return None
-
-    def remember(self, source: Address, tag: int, seq: int, now: float) -> None:
-        key = self._key(source)
-        words = self._words
-        mask = self.slots - 1
-        first = _first(key, tag)
-        stamp = int(now * 1_000_000)
-        horizon = stamp - self._max_age_us
-        victim = -1
-        victim_stamp = None  # None: nothing chosen; -1: an expired slot; else the chosen live slot's stamp
-        for i in range(PROBE):
-            base = ((first + i) & mask) * WORDS
-            slot_key = words[base]
-            if not slot_key or (slot_key == key and words[base + 1] == tag):
-                victim = base  # the first empty slot ends the window's used part (see lookup)
-                break
-            slot_stamp = words[base + 3]
-            if slot_stamp < horizon:
-                if victim_stamp != -1:
-                    victim, victim_stamp = base, -1
-            elif victim_stamp is None or (victim_stamp != -1 and slot_stamp < victim_stamp):
-                victim, victim_stamp = base, slot_stamp
-        words[victim] = 0  # invalid while its fields change: a crash here leaves an empty slot
-        words[victim + 1] = tag
-        words[victim + 2] = seq
-        words[victim + 3] = stamp
-        words[victim] = key
+    def _replay(self) -> None:
+        """Load the ring's trustworthy records, oldest first, into the heap cache."""
+        head = self._head[0]
+        first = max(0, head - (self.slots - self.margin))
+        horizon = int((time.monotonic() - self.max_age) * 1_000_000)
+        sources: dict[int, Address] = {}
+        words = self._records.cast("Q")
+        for number in range(first, head):
+            base = (number % self.slots) * WORDS
+            key, tag, seq, stamp = words[base:base + WORDS]
+            if stamp < horizon or not key:
+                continue
+            source = sources.get(key)
+            if source is None:
+                packed = key - 1
+                source = sources[key] = (socket.inet_ntoa((packed >> 16).to_bytes(4, "big")), packed & 0xFFFF)
+            self._cache.remember(source, tag, seq, stamp / 1_000_000)

@@ -196,7 +196,8 @@ class Backbone:
         confirmed = self.confirmed
         keep = spans
         repeated: list[int] = []  # tags seen twice within this datagram: confirmed once sequenced
-        if any(tag for _, _, tag in spans):
+        tags = [tag for _, _, tag in spans]
+        if any(tags) and (0 in tags or len(set(tags)) != len(tags) or confirmed.known(source, tags)):
             keep = []
             fresh: set[int] = set()
             for span in spans:
@@ -223,14 +224,17 @@ class Backbone:
         pack_seq = _SEQ_FIELD.pack_into
         deliver = codec.DELIVER
         bounds = []
+        tagged = []
         for start, end, tag in keep:
             buf[start] = deliver
             pack_seq(buf, start + 3, seq >> 32, seq & 0xFFFFFFFF)
             if tag:
-                confirmed.remember(source, tag, seq, now)
-                self._confirm(source, tag, seq)
+                tagged.append((tag, seq))
             bounds.append((start, end))
             seq += 1
+        if tagged:
+            confirmed.remember_many(source, tagged, now)
+            self._confirms.setdefault(source, []).extend(codec.encode_confirms(tagged))
         for tag in repeated:
             first = confirmed.lookup(source, tag)
             if first is not None:  # remembered above; a full shared table may have reused the slot since
@@ -239,7 +243,8 @@ class Backbone:
         base = bounds[0][0]
         if len(keep) == len(spans) or self._contiguous(bounds):
             view = memoryview(buf)[base:]
-            self._log.append(LogEntry(view, len(bounds), 0, [(s - base, e - base) for s, e in bounds]))
+            relative = bounds if not base else [(s - base, e - base) for s, e in bounds]
+            self._log.append(LogEntry(view, len(bounds), 0, relative))
         else:
             view = memoryview(buf)
             for start, end in bounds:

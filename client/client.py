@@ -69,7 +69,7 @@ from fyrehose.tracker import Event, Lost, Message, SequenceTracker
 class MessageStore(Protocol):
     """Where a client keeps delivered messages to answer FORWARDs from."""
 
-    def add(self, seq: int, data: bytes) -> None: ...
+    def add_many(self, messages: Iterable[tuple[int, bytes]]) -> None: ...
 
     def held(self, from_seq: int, to_seq: int) -> Iterable[tuple[int, bytes]]: ...
 
@@ -245,9 +245,12 @@ class Client:
 
     # ------------------------------------------------------------ publishing
 
-    def _next_tag(self) -> int:
-        tag = next(self._tags) & codec.MAX_TAG
-        return tag or next(self._tags) & codec.MAX_TAG
+    def _next_tags(self, count: int) -> list[int]:
+        """``count`` fresh tags (never 0: the counter wraps at 48 bits)."""
+        tags = [tag & codec.MAX_TAG for tag in itertools.islice(self._tags, count)]
+        if 0 in tags:
+            tags[tags.index(0)] = next(self._tags) & codec.MAX_TAG
+        return tags
 
     def publish(self, data: bytes, timeout: float = 5.0, *, subject: str | None = None,
                 type: MsgType = MsgType.UPDATE, status: Status = Status.OK, reply: str | None = None) -> int:
@@ -273,10 +276,13 @@ class Client:
         """
         if not 0 < timeout <= MAX_PUBLISH_TIMEOUT:
             raise ValueError(f"timeout must be in (0, {MAX_PUBLISH_TIMEOUT:g}] seconds")
-        payloads = [self._payload(item, subject, type, status, reply) for item in items]
-        for payload in payloads:
-            if len(payload) > codec.MAX_PAYLOAD:
-                raise codec.PayloadTooLarge(len(payload))
+        if subject is None and type == MsgType.UPDATE and status == Status.OK and reply is None:
+            payloads = [item if item.__class__ is bytes else self._payload(item, None, type, status, None)
+                        for item in items]
+        else:
+            payloads = [self._payload(item, subject, type, status, reply) for item in items]
+        if payloads and max(map(len, payloads)) > codec.MAX_PAYLOAD:
+            raise codec.PayloadTooLarge(max(map(len, payloads)))
         seqs: list[int] = []
         for start in range(0, len(payloads), window):
             seqs.extend(self._publish_window(payloads[start:start + window], timeout))
@@ -284,8 +290,8 @@ class Client:
 
     def _publish_window(self, payloads: list[bytes], timeout: float) -> list[int]:
         self._check_reachable()
-        tags = [self._next_tag() for _ in payloads]
-        frames = {tag: codec.encode_push(payload, tag) for tag, payload in zip(tags, payloads)}
+        tags = self._next_tags(len(payloads))
+        frames = dict(zip(tags, codec.encode_pushes(payloads, tags), strict=True))
         with self._lock:
             for tag in tags:
                 self._pending[tag] = None
@@ -294,7 +300,7 @@ class Client:
         try:
             unconfirmed = tags
             while True:
-                for datagram in codec.pack_greedy(frames[tag] for tag in unconfirmed):
+                for datagram in codec.pack_greedy([frames[tag] for tag in unconfirmed]):
                     try:
                         self.sock.sendto(datagram, self.backbone)
                         self.stats["push datagrams"] += 1
@@ -484,6 +490,9 @@ class Client:
         self._send_unconfirmed(self._seal(start))
 
     def _emit(self, events: list[Event]) -> None:
+        if self.auth is None and not self._router.wants_envelopes and not any(type(e) is Lost for e in events):
+            self._router.route_raw(events)  # type: ignore[arg-type]  # no Lost among them: all Messages
+            return
         for event in events:
             if isinstance(event, Lost):
                 self.stats["lost"] += event.count
@@ -561,9 +570,7 @@ class Client:
         """One datagram, whatever its bytes or sender, through the pure connection (docs/protocol.md)."""
         incoming = self.connection.receive(data, source, now)
         if incoming.stored and self.journal is not None:
-            journal = self.journal
-            for seq, payload in incoming.stored:
-                journal.add(seq, payload)
+            self.journal.add_many(incoming.stored)
         if incoming.events:
             self._emit(incoming.events)
         if incoming.confirms:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 DELIVER = 0x01
@@ -186,6 +186,34 @@ def encode_confirm(tag: int, seq: int) -> bytes:
     return _CONFIRM.pack(CONFIRM, tag >> 32, tag & 0xFFFFFFFF, seq >> 32, seq & 0xFFFFFFFF)
 
 
+def encode_pushes(payloads: Sequence[bytes], tags: Sequence[int]) -> list[bytes]:
+    """PUSH frames for many payloads at once (a publisher's hot path): the tags are the caller's own, non-zero u48."""
+    if payloads and max(map(len, payloads)) > MAX_PAYLOAD:
+        raise PayloadTooLarge(max(map(len, payloads)))
+    pack = _HEADER.pack
+    return [pack(PUSH, len(data), tag >> 32, tag & 0xFFFFFFFF) + data for data, tag in zip(payloads, tags, strict=True)]
+
+
+def encode_confirms(confirmed: Iterable[tuple[int, int]]) -> list[bytes]:
+    """CONFIRM frames for (tag, sequence) pairs the backbone itself just issued: valid by construction, unchecked."""
+    pack = _CONFIRM.pack
+    return [pack(CONFIRM, tag >> 32, tag & 0xFFFFFFFF, seq >> 32, seq & 0xFFFFFFFF) for tag, seq in confirmed]
+
+
+def decode_confirms(datagram: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
+    """The (tag, sequence) pairs of a datagram of packed CONFIRM frames; ``ProtocolError`` if any is not one."""
+    size = len(datagram)
+    if not size or size % CONFIRM_SIZE:
+        raise ProtocolError("bad size", f"{size} bytes is not a whole number of CONFIRM frames")
+    pairs = []
+    for kind, th, tl, sh, sl in _CONFIRM.iter_unpack(datagram):
+        tag, seq = (th << 32) | tl, (sh << 32) | sl
+        if kind != CONFIRM or not tag or not seq:
+            raise ProtocolError("bad value", "a packed CONFIRM datagram holds another frame or a zero tag or sequence")
+        pairs.append((tag, seq))
+    return pairs
+
+
 def _encode_range(frame_type: int, addr: str, port: int, from_seq: int, to_seq: int) -> bytes:
     _check_port(port)
     _check_u48("from_seq", from_seq, 1)
@@ -254,6 +282,11 @@ def pack(frames: Iterable[Frame]) -> bytes:
 
 def pack_greedy(encoded: Iterable[bytes], limit: int = MAX_DATAGRAM) -> list[bytes]:
     """Group already-encoded packable frames into as few datagrams of at most ``limit`` bytes as fit."""
+    if isinstance(encoded, list) and encoded:
+        sizes = set(map(len, encoded))
+        if len(sizes) == 1:  # a publisher's batch is often uniform: whole slices, no loop per frame
+            per = max(1, limit // sizes.pop())
+            return [b"".join(encoded[start:start + per]) for start in range(0, len(encoded), per)]
     out: list[bytes] = []
     batch: list[bytes] = []
     size = 0

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 
 class MemoryJournal:
@@ -24,12 +24,20 @@ class MemoryJournal:
         return seq in self._messages
 
     def add(self, seq: int, data: bytes) -> None:
-        if seq in self._messages or len(data) > self.max_bytes:
-            return
-        self._messages[seq] = data
-        self.bytes += len(data)
-        while self.bytes > self.max_bytes:
-            _, old = self._messages.popitem(last=False)
+        self.add_many(((seq, data),))
+
+    def add_many(self, messages: Iterable[tuple[int, bytes]]) -> None:
+        """Keep each (sequence, payload) not kept yet; then evict the oldest beyond ``max_bytes``."""
+        kept = self._messages
+        limit = self.max_bytes
+        added = 0
+        for seq, data in messages:
+            if seq not in kept and len(data) <= limit:
+                kept[seq] = data
+                added += len(data)
+        self.bytes += added
+        while self.bytes > limit:
+            _, old = kept.popitem(last=False)
             self.bytes -= len(old)
 
     def get(self, seq: int) -> bytes | None:

@@ -94,6 +94,13 @@ class SubjectRouter:
                 if not subscription.closed:
                     subscription._offer(lost)
 
+    def route_raw(self, messages: list[Message]) -> None:
+        """Messages that no pattern, gate or waiter needs (see ``wants_envelopes``): to every raw subscription."""
+        with self._lock:
+            for subscription in self._subscriptions:
+                if subscription.pattern is None and not subscription.closed:
+                    subscription._offer_many(messages)
+
     def route(self, message: Message, opened: Envelope | None) -> None:
         """One message in sequence order, with its envelope when the client opened (and accepted) one.
 

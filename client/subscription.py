@@ -4,8 +4,9 @@ Kept apart from the client so that routing can be exercised without sockets.
 """
 from __future__ import annotations
 
-import queue
 import threading
+import time
+from collections import deque
 
 from fyrehose.errors import MessagesLost
 from fyrehose.subject_stream import InitialGate, SubjectMessage
@@ -37,11 +38,14 @@ class Subscription:
         self.on_loss = on_loss
         self.max_queued = max_queued
         self.max_queued_bytes = max_queued_bytes
-        self._queued_bytes = 0  # payload bytes waiting
-        self._lock = threading.Lock()  # guards _queued_bytes and _overrun (reader vs receive thread)
         self.pattern = pattern
         self.gate: InitialGate | None = None
-        self._queue: queue.Queue = queue.Queue()
+        # One writer (the receive thread) appends, one reader pops: deque operations are atomic,
+        # so a message costs no lock on either side; the condition only wakes a reader that waits.
+        self._items: deque = deque()
+        self._ready = threading.Condition(threading.Lock())  # also guards _overrun
+        self._offered_bytes = 0  # payload bytes ever queued: written by the receive thread only
+        self._taken_bytes = 0  # payload bytes ever taken: written by the reader only
         self._overrun: tuple[int, int] | None = None
         self.closed = False
 
@@ -56,45 +60,78 @@ class Subscription:
 
     def get(self, timeout: float | None = None) -> Event | None:
         """The next event; None when ``timeout`` passes or the client closed."""
-        item = self._overrun_if_drained()
+        item = self._overrun_if_drained() if self._overrun is not None else None
         if item is None:
             try:
-                item = self._queue.get(timeout=timeout)
-            except queue.Empty:
-                return None
+                item = self._items.popleft()
+            except IndexError:
+                item = self._wait(timeout)
+                if item is None:
+                    return None
         if item is _CLOSED:
-            self._queue.put(_CLOSED)  # every later call ends too
+            self._items.append(_CLOSED)  # every later call ends too
             return None
         if not isinstance(item, Lost):
-            with self._lock:
-                self._queued_bytes -= len(item.data)
+            self._taken_bytes += len(item.data)
         elif self.on_loss == "raise":
             raise MessagesLost(item)
         return item
 
+    @property
+    def queued(self) -> int:
+        """Events waiting for the reader (the close marker included)."""
+        return len(self._items)
+
+    def _wait(self, timeout: float | None) -> Event | object | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._ready:
+            while not self._items:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._ready.wait(remaining)
+            return self._items.popleft()
+
     def _overrun_if_drained(self) -> Lost | None:
         """Once the reader has caught up, what it missed is reported at once, not with the next message."""
-        with self._lock:
-            if self._overrun is None or not self._queue.empty():
+        with self._ready:
+            if self._overrun is None or self._items:
                 return None
             lost = Lost(self._overrun[0], self._overrun[1], "subscriber overrun")
             self._overrun = None
             return lost
 
+    def _offer_many(self, messages: list) -> None:
+        """Messages of one datagram at once: one wake-up for all of them, when they fit."""
+        size = sum(len(message.data) for message in messages)
+        if self._overrun is None and len(self._items) + len(messages) <= self.max_queued \
+                and self._offered_bytes - self._taken_bytes + size <= self.max_queued_bytes:
+            self._offered_bytes += size
+            self._items.extend(messages)
+            with self._ready:
+                self._ready.notify()
+            return
+        for message in messages:
+            self._offer(message)
+
     def _offer(self, event: Event | SubjectMessage) -> None:
         first = event.from_seq if isinstance(event, Lost) else event.seq
         last = event.to_seq if isinstance(event, Lost) else event.seq
         size = 0 if isinstance(event, Lost) else len(event.data)
-        with self._lock:
-            if self._queue.qsize() >= self.max_queued or self._queued_bytes + size > self.max_queued_bytes:
+        with self._ready:
+            if len(self._items) >= self.max_queued or \
+                    self._offered_bytes - self._taken_bytes + size > self.max_queued_bytes:
                 self._overrun = (self._overrun[0] if self._overrun else first, last)
                 return
             if self._overrun:
-                self._queue.put(Lost(self._overrun[0], self._overrun[1], "subscriber overrun"))
+                self._items.append(Lost(self._overrun[0], self._overrun[1], "subscriber overrun"))
                 self._overrun = None
-            self._queued_bytes += size
-            self._queue.put(event)
+            self._offered_bytes += size
+            self._items.append(event)
+            self._ready.notify()
 
     def _close(self) -> None:
         self.closed = True
-        self._queue.put(_CLOSED)
+        self._items.append(_CLOSED)
+        with self._ready:
+            self._ready.notify_all()

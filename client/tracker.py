@@ -10,10 +10,12 @@ from the start position onwards comes out exactly once, either as a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(NamedTuple):
+    """One message of the ordered stream (a named tuple: built by the hundred thousand per second)."""
+
     seq: int
     data: bytes
 
@@ -130,6 +132,23 @@ class SequenceTracker:
         self.next = seq + 1
         self._drain(events)
         return events
+
+    def deliver_run(self, first: int, payloads: list[bytes]) -> list[Event] | None:
+        """Take DELIVERs ``first``, ``first + 1``, ... that continue the stream exactly, in one step.
+
+        A backbone datagram in BATCH mode usually is such a run; when this one
+        is not (a hole is open, or it starts elsewhere) the answer is None and
+        the caller takes the DELIVERs one by one with :meth:`deliver`.
+        """
+        if self.next is None:
+            self.next = first
+            self.highest = first - 1
+        if first != self.next or self._holes or self._buffer:
+            return None
+        end = first + len(payloads)
+        self.next = end
+        self.highest = end - 1
+        return list(map(Message, range(first, end), payloads))
 
     def head(self, last_issued: int, now: float) -> None:
         """Learn the backbone's last issued sequence (from a KEEPALIVE-ACK) to notice lost tails."""

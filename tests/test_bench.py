@@ -480,3 +480,35 @@ def test_an_unwritable_json_path_fails_before_measuring(tmp_path):
     done = run_cli("bench", "--targets", "fyrehose-single", "--json", str(blocker / "out.json"))
     lines = done.stderr.decode().strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith("fyrehose bench: error:")
+
+
+def test_client_mode_drives_each_python_client_end_to_end(tmp_path):
+    targets = ["fyrehose", "fyrehose-single"] + [name for name, protocol in (
+        ("redis", REDIS), ("nats", NATS), ("nats-callback", NATS)) if _installed(protocol)]
+    out = tmp_path / "client.json"
+    done = run_cli("bench", "client", "--targets", ",".join(targets), "--messages", "20000", "--batch", "500",
+                   "--rounds", "1", "--json", str(out), timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["messages"] == 20000 and doc["settings"]["batch"] == 500
+    assert [result["target"] for result in doc["results"]] == targets
+    for result in doc["results"]:
+        (measured,) = result["rounds"]
+        assert measured["received"] + measured["lost"] == 20000 and result["lost"] == 0  # loopback, no overload
+        assert result["msgs_per_s"] > 0 and result["publish_per_s"] > 0
+        assert result["publish_cpu_us"] > 0 and result["iterate_cpu_us"] > 0 and result["server_cpu_us"] > 0
+    assert "fyrehose/fyrehose-single" not in doc["ratios"]
+    if _installed(NATS):
+        assert doc["ratios"]["fyrehose-single/nats"] > 0 and doc["ratios"]["fyrehose/nats-callback"] > 0
+    table = done.stdout.decode()
+    assert all(target in table for target in targets) and "iterate us/msg" in table
+
+
+@pytest.mark.parametrize("args, message", [
+    (["client", "--targets", "fyrehose-nobatch"], "has no client mode"),
+    (["--targets", "nats-callback"], "unknown target"),
+])
+def test_a_target_of_the_other_mode_gets_one_line_and_exit_1(args, message):
+    done = run_cli("bench", *args)
+    lines = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1 and message in lines[0]

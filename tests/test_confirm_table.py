@@ -5,19 +5,25 @@ import socket
 import time
 from collections import defaultdict
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_faults_kill import workers_of
 
 from fyrehose import codec
-from fyrehose.backbone.confirm_table import PROBE, SharedConfirmTable
+from fyrehose.backbone.confirm_table import SharedConfirmTable
+from fyrehose.backbone.confirms import ConfirmCache
 from fyrehose.process import wait_until
 
 SOURCES = [("127.0.0.1", 4000), ("127.0.0.1", 4001), ("10.1.2.3", 4000)]
 
 
-def table(slots: int = 1024, max_age: float = 30.0) -> SharedConfirmTable:
-    return SharedConfirmTable(memoryview(bytearray(SharedConfirmTable.region_size(slots))), slots, max_age)
+def table(slots: int = 1024, max_age: float = 30.0, region: memoryview | None = None) -> SharedConfirmTable:
+    region = region if region is not None else memoryview(bytearray(SharedConfirmTable.region_size(slots)))
+    return SharedConfirmTable(region, slots, max_age, margin=MARGIN)
+
+
+MARGIN = 8
 
 
 @given(st.lists(st.tuples(st.sampled_from(SOURCES), st.integers(1, codec.MAX_TAG), st.integers(1, 1 << 48)),
@@ -30,35 +36,49 @@ def test_what_was_just_remembered_is_found_and_the_latest_wins(operations):
     assert confirmed.lookup(("192.0.2.1", 1), 1) is None
 
 
-def test_a_full_window_forgets_its_oldest_entry_first():
-    confirmed = table(slots=PROBE)  # one window: every tag competes for the same slots
-    for tag in range(1, PROBE + 2):
-        confirmed.remember(SOURCES[0], tag, 100 + tag, float(tag))
-    assert confirmed.lookup(SOURCES[0], 1) is None
-    assert [confirmed.lookup(SOURCES[0], tag) for tag in range(2, PROBE + 2)] == list(range(102, 102 + PROBE))
-    assert len(confirmed) == PROBE
+@given(st.lists(st.tuples(st.sampled_from(SOURCES), st.integers(1, codec.MAX_TAG)), min_size=1, max_size=200,
+                unique=True),
+       st.integers(1, MARGIN))
+def test_a_restarted_table_answers_what_the_ring_still_holds_after_wrapping(entries, per_datagram):
+    slots = 64
+    region = memoryview(bytearray(SharedConfirmTable.region_size(slots)))
+    first = table(slots, region=region)
+    now = time.monotonic()
+    for index in range(0, len(entries), per_datagram):
+        for source, tag in entries[index:index + per_datagram]:
+            first.remember_many(source, [(tag, 1000 + entries.index((source, tag)))], now)
+    restarted = table(slots, region=region)
+    kept = entries[-(slots - MARGIN):]
+    assert all(restarted.lookup(source, tag) == 1000 + entries.index((source, tag)) for source, tag in kept)
+    assert all(restarted.lookup(source, tag) is None for source, tag in entries[:-(slots - MARGIN)])
+    assert len(restarted) == len(kept)
 
 
-def test_expired_entries_are_reused_before_live_ones():
-    confirmed = table(slots=PROBE, max_age=10.0)
-    confirmed.remember(SOURCES[0], 1, 11, 0.0)
-    for tag in range(2, PROBE + 1):
-        confirmed.remember(SOURCES[0], tag, 10 + tag, 50.0)
-    confirmed.remember(SOURCES[1], 99, 99, 55.0)  # tag 1 is 55 s old: its slot goes, every live one stays
-    assert confirmed.lookup(SOURCES[0], 1) is None
-    assert all(confirmed.lookup(SOURCES[0], tag) == 10 + tag for tag in range(2, PROBE + 1))
-    assert confirmed.lookup(SOURCES[1], 99) == 99
-
-
-def test_a_new_table_over_the_same_memory_remembers_and_a_torn_slot_reads_as_empty():
+def test_expired_records_are_not_replayed():
     region = memoryview(bytearray(SharedConfirmTable.region_size(64)))
-    SharedConfirmTable(region, 64).remember(SOURCES[2], 7, 70, 1.0)
-    restarted = SharedConfirmTable(region, 64)
-    assert restarted.lookup(SOURCES[2], 7) == 70
-    words = region.cast("Q")
-    slot = next(i for i in range(0, len(words), 4) if words[i])
-    words[slot] = 0  # a writer killed after clearing the key
-    assert restarted.lookup(SOURCES[2], 7) is None
+    first = table(64, max_age=10.0, region=region)
+    first.remember(SOURCES[0], 1, 11, time.monotonic() - 60)
+    first.remember(SOURCES[1], 2, 22, time.monotonic())
+    restarted = table(64, max_age=10.0, region=region)
+    assert restarted.lookup(SOURCES[0], 1) is None
+    assert restarted.lookup(SOURCES[1], 2) == 22
+
+
+def test_records_past_the_head_are_never_replayed():
+    region = memoryview(bytearray(SharedConfirmTable.region_size(64)))
+    first = table(64, region=region)
+    first.remember_many(SOURCES[2], [(7, 70), (8, 80)], time.monotonic())
+    head = region.cast("Q")[0]
+    first.remember_many(SOURCES[2], [(9, 90)], time.monotonic())
+    region.cast("Q")[0] = head  # a writer killed after copying the record, before moving the head
+    restarted = table(64, region=region)
+    assert (restarted.lookup(SOURCES[2], 7), restarted.lookup(SOURCES[2], 8)) == (70, 80)
+    assert restarted.lookup(SOURCES[2], 9) is None
+
+
+def test_a_datagram_cannot_outgrow_the_margin():
+    with pytest.raises(ValueError):
+        table(64).remember_many(SOURCES[0], [(tag, tag) for tag in range(1, MARGIN + 2)], 0.0)
 
 
 def _confirms(sock: socket.socket, seen: dict[int, set[int]], wait: float) -> None:
@@ -104,3 +124,32 @@ def test_a_retried_push_is_never_sequenced_twice_across_a_sequencer_kill_9(backb
     seqs = [next(iter(s)) for s in seen.values()]
     assert len(set(seqs)) == len(seqs), "two tags share a sequence"
     assert backbone.metric('fyrehose_worker_restarts_total{worker="sequencer"}') == 1
+
+
+# ---------------------------------------------------------------- the heap cache both backbones use
+
+
+def test_the_cache_forgets_whole_datagrams_oldest_first_by_count_and_by_age():
+    cache = ConfirmCache(capacity=6, max_age=10.0)
+    cache.remember_many(SOURCES[0], [(1, 11), (2, 12), (3, 13)], 0.0)
+    cache.remember_many(SOURCES[1], [(1, 21), (2, 22), (3, 23)], 1.0)
+    assert len(cache) == 6 and cache.known(SOURCES[0], [9, 3]) and not cache.known(SOURCES[0], [4, 5])
+    cache.remember_many(SOURCES[0], [(4, 14)], 2.0)  # over capacity: the oldest datagram goes whole
+    assert [cache.lookup(SOURCES[0], tag) for tag in (1, 2, 3, 4)] == [None, None, None, 14]
+    assert cache.lookup(SOURCES[1], 2) == 22
+    cache.remember(SOURCES[2], 5, 35, 11.5)  # 10 s after the second datagram: it expired
+    assert cache.lookup(SOURCES[1], 2) is None and cache.lookup(SOURCES[0], 4) == 14
+    assert not cache.known(SOURCES[1], [1, 2, 3])
+
+
+@given(st.lists(st.tuples(st.sampled_from(SOURCES), st.lists(st.integers(1, 50), min_size=1, max_size=5)),
+                max_size=40))
+def test_the_cache_answers_the_latest_sequence_of_every_tag_it_still_holds(datagrams):
+    cache = ConfirmCache(capacity=1000)
+    latest = {}
+    for now, (source, tags) in enumerate(datagrams):
+        pairs = [(tag, 1000 * now + index) for index, tag in enumerate(tags)]
+        cache.remember_many(source, pairs, float(now))
+        latest.update({(source, tag): seq for tag, seq in pairs})
+    assert all(cache.lookup(source, tag) == seq for (source, tag), seq in latest.items())
+    assert len(cache) == len(latest)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import itertools
 import queue
+import threading
+import time
 
 from fyrehose.envelope import Envelope, MsgType
 from fyrehose.routing import SubjectRouter
@@ -74,7 +76,7 @@ def test_closed_subscription_receives_nothing():
     router.offer_lost(Lost(1, 1, "gave up"))
     _send(router, 2, Envelope("a.b", b"x"))
     for subscription in (raw, pattern):
-        assert subscription._queue.qsize() == 1  # only the close marker
+        assert subscription.queued == 1  # only the close marker
         assert subscription.get(timeout=0) is None
 
 
@@ -147,3 +149,31 @@ def test_removing_a_gated_subscription_gives_the_subject_to_stop():
     assert _drain(subscription) == []
     assert router.gate_timers(1.0) == 0 and len(asked) == 1  # the gate is forgotten: no more asking
     assert not router.wants_envelopes
+
+
+# ---------------------------------------------------------------- a subscription's queue, datagram by datagram
+
+
+def test_a_run_that_does_not_fit_is_queued_as_far_as_it_fits_and_the_rest_is_one_overrun():
+    subscription = Subscription(on_loss="yield", max_queued=5)
+    router, _ = _router()
+    router.add(subscription, 0.0)
+    router.route_raw([Message(seq, b"m") for seq in (1, 2, 3)])
+    router.route_raw([Message(seq, b"m") for seq in range(4, 9)])
+    events = [subscription.get(timeout=0) for _ in range(6)]
+    assert [event.seq for event in events[:5]] == [1, 2, 3, 4, 5]
+    assert events[5] == Lost(6, 8, "subscriber overrun")
+    router.route_raw([Message(9, b"m")])
+    assert subscription.get(timeout=0) == Message(9, b"m")
+
+
+def test_a_waiting_reader_wakes_for_a_run_offered_from_another_thread():
+    subscription = Subscription()
+    got: queue.Queue = queue.Queue()
+    reader = threading.Thread(target=lambda: got.put([subscription.get(timeout=10) for _ in range(3)]))
+    reader.start()
+    time.sleep(0.05)  # the reader waits on an empty queue
+    subscription._offer_many([Message(seq, b"x") for seq in (1, 2, 3)])
+    reader.join(10)
+    assert [message.seq for message in got.get(timeout=1)] == [1, 2, 3]
+    assert subscription.get(timeout=0) is None

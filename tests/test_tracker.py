@@ -189,3 +189,20 @@ def test_unanswered_holes_become_explicit_losses(count, data):
     assert seqs_of(events) == list(range(1, count + 1))
     lost = {s for e in events if isinstance(e, Lost) for s in range(e.from_seq, e.to_seq + 1)}
     assert lost == dropped
+
+
+@given(st.lists(st.integers(1, 30), max_size=40), st.integers(1, 30), st.integers(1, 8))
+def test_a_run_is_taken_whole_exactly_when_it_continues_the_stream(before, first, length):
+    one_by_one, whole = SequenceTracker(1), SequenceTracker(1)
+    for seq in before:
+        one_by_one.deliver(seq, b"%d" % seq, 0.0)
+        whole.deliver(seq, b"%d" % seq, 0.0)
+    payloads = [b"%d" % seq for seq in range(first, first + length)]
+    continues = first == whole.next and not whole.holes and not one_by_one.poll(0.0)[1]
+    events = whole.deliver_run(first, payloads)
+    expected = [event for seq, payload in zip(range(first, first + length), payloads)
+                for event in one_by_one.deliver(seq, payload, 0.0)]
+    if continues:
+        assert events == expected and (whole.next, whole.holes) == (one_by_one.next, one_by_one.holes)
+    else:
+        assert events is None

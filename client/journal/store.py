@@ -168,16 +168,21 @@ class JournalStore:
     # ------------------------------------------------------------ the client's MessageStore
 
     def add(self, seq: int, data: bytes) -> None:
-        """Keep a delivered message until it is written (the client's receive thread calls this)."""
+        self.add_many(((seq, data),))
+
+    def add_many(self, messages: Iterable[tuple[int, bytes]]) -> None:
+        """Keep delivered messages until they are written (the client's receive thread calls this)."""
         received = self.clock()
         with self._lock:
-            if seq <= self._written_through or seq in self._pending:
-                return
-            if self._pending_size + len(data) > self.pending_bytes:
-                self.stats["pending full"] += 1
-                return
-            self._pending[seq] = (received, data)
-            self._pending_size += len(data)
+            pending = self._pending
+            for seq, data in messages:
+                if seq <= self._written_through or seq in pending:
+                    continue
+                if self._pending_size + len(data) > self.pending_bytes:
+                    self.stats["pending full"] += 1
+                    continue
+                pending[seq] = (received, data)
+                self._pending_size += len(data)
 
     def held(self, from_seq: int, to_seq: int) -> Iterator[tuple[int, bytes]]:
         """What this journal holds of ``from_seq..to_seq``, ascending: from disk, then from memory."""

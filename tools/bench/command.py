@@ -5,16 +5,21 @@ import argparse
 
 from fyrehose.argtypes import non_negative_duration, non_negative_int, positive_duration, positive_float, positive_int
 from fyrehose.codec import MAX_PAYLOAD
-from fyrehose.tools.bench.client_mode import DEFAULT_CLIENT_TARGETS
+from fyrehose.tools.bench.client_mode import DEFAULT_CLIENT_TARGETS, parse_client_targets
 from fyrehose.tools.bench.targets import DEFAULT_TARGETS, parse_targets
 from fyrehose.tools.bench.wire import MIN_PAYLOAD
 
 
-def _targets(text: str):
+def _targets(text: str) -> str:
+    """A list some mode takes; which mode is checked once the mode is known."""
     try:
-        return parse_targets(text)
+        parse_targets(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        try:
+            parse_client_targets(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _workers(text: str) -> int | str:
@@ -37,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--targets", type=_targets, metavar="LIST",
                         help="comma-separated, measured in this order each round: fyrehose (multi-process backbone), "
                              "fyrehose-single (--workers 0), redis, nats, and fyrehose-nobatch / "
-                             f"fyrehose-single-nobatch for subscribers without BATCH (default {DEFAULT_TARGETS}; "
-                             f"client mode: {DEFAULT_CLIENT_TARGETS})")
+                             f"fyrehose-single-nobatch for subscribers without BATCH (default {DEFAULT_TARGETS}); "
+                             f"client mode: the same without the nobatch ones, plus nats-callback (nats-py "
+                             f"consuming with a callback) (default {DEFAULT_CLIENT_TARGETS})")
     parser.add_argument("--publishers", type=positive_int, default=1, metavar="N",
                         help="publisher processes (default 1)")
     parser.add_argument("--subscribers", type=positive_int, default=4, metavar="N",
@@ -84,12 +90,13 @@ def run(args: argparse.Namespace) -> int:
     from fyrehose.tools.bench.targets import BenchError
 
     client = args.mode == "client"
-    targets = args.targets or parse_targets(DEFAULT_CLIENT_TARGETS if client else DEFAULT_TARGETS)
-    if client:
-        try:
-            client_mode.check_targets(targets)
-        except ValueError as exc:
-            raise BenchError(str(exc)) from None
+    try:
+        if client:
+            targets = parse_client_targets(args.targets or DEFAULT_CLIENT_TARGETS)
+        else:
+            targets = parse_targets(args.targets or DEFAULT_TARGETS)
+    except ValueError as exc:
+        raise BenchError(f"--targets: {exc}") from None
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).touch()  # a path that cannot be written fails now, not after the whole run
