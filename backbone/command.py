@@ -16,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"UDP address to serve (default {DEFAULT_LISTEN})")
     parser.add_argument("--workers", type=_workers, default=0, metavar="R",
                         help="receive worker processes; 0 runs everything in one process (default 0); "
-                             "'auto' sizes R from the CPU count")
+                             "'auto' picks the faster layout for the CPU count: one process below 4 CPUs, "
+                             "else R sized from the CPUs")
     parser.add_argument("--fanout", type=int, default=None, metavar="F",
                         help="fan-out worker processes when R > 0 (default: the CPUs left after the receive "
                              "workers and the sequencer, at least 1)")
@@ -77,12 +78,17 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--fanout must be at least 1")
     if args.workers == 0 and args.fanout is not None:
         raise ValueError("--fanout needs --workers 1 or more (with --workers 0 one process does everything)")
+    if args.workers == "auto":
+        from fyrehose.backbone.supervisor import auto_workers, default_sizes
+
+        # --fanout asks for the pipeline: then auto only sizes it
+        args.workers = default_sizes()[0] if args.fanout is not None else auto_workers()
     state = SequenceStateFile(args.state_dir or default_state_dir(*listen))
     reserved = state.open()
     if args.workers != 0:
         from fyrehose.backbone.supervisor import Options, default_sizes, run_multiprocess
 
-        workers, fanout = default_sizes(workers=None if args.workers == "auto" else args.workers)
+        workers, fanout = default_sizes(workers=args.workers)
         options = Options(listen, workers, args.fanout or fanout, trusted, args.batch_bytes, args.max_clients, metrics,
                           args.rate_limit, args.socket_buffer, args.recent_bytes)
         try:

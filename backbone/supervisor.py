@@ -304,6 +304,21 @@ class Supervisor:
         )
 
 
+PIPELINE_MIN_CPUS = 4  # a core for each of receive, sequence and fan-out, and one for everything else
+
+
+def auto_workers(cpus: int | None = None) -> int:
+    """``--workers auto``: the faster layout for a host with ``cpus`` logical CPUs.
+
+    Below PIPELINE_MIN_CPUS the pipeline's processes would wait for each
+    other's CPU at every hand-over, and one process that does everything wins
+    (docs/operations.md: 0.46x on 2 cores); from there on, the pipeline sized
+    by :func:`default_sizes`.
+    """
+    cpus = cpus or psutil.cpu_count(logical=True) or 1
+    return 0 if cpus < PIPELINE_MIN_CPUS else default_sizes(cpus)[0]
+
+
 def default_sizes(cpus: int | None = None, workers: int | None = None) -> tuple[int, int]:
     """(receive workers, fan-out workers) for a host with ``cpus`` logical CPUs.
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fyrehose import codec
-from fyrehose.tools.bench import report, stats, wire
+from fyrehose.tools.bench import report, scaling, stats, wire
 from fyrehose.tools.bench.offer_schedule import OfferSchedule
 from fyrehose.tools.bench.orchestra import BenchSettings, RoundResult
 from fyrehose.tools.bench.scanning import (
@@ -419,6 +419,9 @@ def test_fixed_rate_run_against_every_installed_server(tmp_path):
         assert result["cpu_percent"].keys() >= {"subscriber-1", "subscriber-2"}
     assert doc["ratios"]["fyrehose/fyrehose-single"] == pytest.approx(1.0, rel=0.1)  # both kept up with 2000/s
     assert any(name.startswith("server/") for name in doc["results"][0]["cpu_percent"])  # the backbone's workers
+    costs = doc["scaling"]["stage_costs_us"]
+    assert all(cost > 0 for cost in costs.values()) and doc["scaling"]["measured"]["subscribers"] == 2
+    assert len(doc["scaling"]["projections"]) == 2 * len(scaling.CORES) * len(scaling.SUBSCRIBERS)
     table = done.stdout.decode()
     assert all(target in table for target in targets) and "p99.9 ms" in table
 
@@ -512,3 +515,41 @@ def test_a_target_of_the_other_mode_gets_one_line_and_exit_1(args, message):
     done = run_cli("bench", *args)
     lines = done.stderr.decode().strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1 and message in lines[0]
+
+
+# ---------------------------------------------------------------- scaling on paper
+
+
+PIPELINE_CPU = {"server": 3.0, "server/fh-receiver-0": 20.0, "server/fh-sequencer": 30.0, "server/fh-fanout-0": 40.0,
+                "publisher-1": 90.0}
+
+
+def test_stage_costs_are_each_stage_cpu_per_message_and_fan_out_per_copy():
+    costs = scaling.stage_costs(PIPELINE_CPU, 100_000.0, 4)
+    assert costs == scaling.StageCosts(pytest.approx(2.0), pytest.approx(3.0), pytest.approx(1.0))
+    assert scaling.stage_costs({"server": 50.0}, 100_000.0, 4) is None  # one process: no stages to tell apart
+    assert scaling.stage_costs(PIPELINE_CPU, 0.0, 4) is None
+
+
+def test_the_projection_splits_the_cores_for_the_slowest_stage_and_shows_auto_beside_it():
+    costs = scaling.StageCosts(receive_us=2.0, sequence_us=3.0, fanout_us=1.0)
+    best, auto = scaling.project(costs, cores=8, subscribers=4)
+    # 7 spare cores: R receive at 2 us, 7 - R fan-out at 4 us per message (4 copies), sequencer 333k/s
+    assert (best.receive_workers, best.fanout_workers, best.bottleneck) == (2, 5, "sequence")
+    assert best.msgs_per_s == pytest.approx(1e6 / 3)
+    assert (auto.receive_workers, auto.fanout_workers) == (2, 5) and auto.layout == "auto"
+    wide, _ = scaling.project(costs, cores=8, subscribers=256)
+    assert wide.bottleneck == "fanout" and wide.fanout_workers == 6
+    assert wide.msgs_per_s == pytest.approx(6 * 1e6 / 256)
+    with pytest.raises(ValueError):
+        scaling.project(costs, cores=2, subscribers=4)
+
+
+def test_the_record_takes_each_stage_median_over_rounds_and_is_absent_without_the_pipeline():
+    rounds = [(PIPELINE_CPU, 100_000.0), ({k: v * 2 for k, v in PIPELINE_CPU.items()}, 100_000.0),
+              (PIPELINE_CPU, 50_000.0)]
+    record = scaling.scaling_record(rounds, 4, 2)
+    assert record["stage_costs_us"] == {"receive_us": pytest.approx(4.0), "sequence_us": pytest.approx(6.0),
+                                        "fanout_us": pytest.approx(2.0)}
+    assert record["measured"]["cpu_bound_ceiling_per_s"] == pytest.approx(2e6 / 18)
+    assert scaling.scaling_record([({"server": 50.0}, 1000.0)], 4, 2) is None

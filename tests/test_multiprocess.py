@@ -23,10 +23,10 @@ from fyrehose import codec
 from fyrehose.backbone.fanout import worker_of
 from fyrehose.backbone.sendmmsg import MAX_IOV, Sender
 from fyrehose.backbone.sequencer import in_arrival_order
-from fyrehose.backbone.supervisor import default_sizes
-from fyrehose.process import wait_until
+from fyrehose.backbone.supervisor import auto_workers, default_sizes
+from fyrehose.process import ChildProcess, wait_until
 
-from support import LOOPBACK, run_cli
+from support import FYREHOSE, LOOPBACK, run_cli
 
 # ---------------------------------------------------------------- helpers
 
@@ -355,3 +355,17 @@ def test_sendmmsg_sends_each_iovec_to_each_destination():
         assert receivers[1].recv(65536) == b"!" * 10
         assert counters["drop:send error"] == 1
         assert sender.sent == 8
+
+
+def test_workers_auto_picks_one_process_below_four_cpus_and_the_pipeline_above():
+    assert [auto_workers(cpus) for cpus in (1, 2, 3)] == [0, 0, 0]
+    assert [auto_workers(cpus) for cpus in (4, 8, 16)] == [default_sizes(cpus)[0] for cpus in (4, 8, 16)] == [1, 2, 5]
+
+
+def test_workers_auto_starts_the_layout_it_picks_for_this_host(tmp_path):
+    with ChildProcess(FYREHOSE + ["backbone", "--listen", "127.0.0.1:0", "--workers", "auto",
+                                  "--state-dir", str(tmp_path / "state")], tmp_path / "backbone.log") as backbone:
+        backbone.wait_ready()
+        single = auto_workers() == 0
+        assert ("single process" in backbone.output()) == single
+        assert ("receive workers" in backbone.output()) == (not single)

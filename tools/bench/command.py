@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default 0.25)")
     parser.add_argument("--workers", type=_workers, default="auto", metavar="R",
                         help="--workers of the multi-process backbone (targets fyrehose, fyrehose-nobatch): "
-                             "a count or 'auto' (default auto: the backbone sizes itself to the CPUs)")
+                             "a count or 'auto' (default auto: the multi-process layout sized to the CPUs)")
     parser.add_argument("--fanout", type=positive_int, metavar="F",
                         help="--fanout of the multi-process backbone (default: the backbone's own)")
     parser.add_argument("--messages", type=positive_int, default=300_000, metavar="N",

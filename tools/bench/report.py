@@ -8,7 +8,8 @@ The JSON form is fixed (other tools read it)::
 
 Figures are medians over rounds; every result carries more keys after these
 (rounds, CPU, offered rate), and the document has ``settings`` and
-``ratios``.  A latency field is null only when no sample arrived.
+``ratios``, and ``scaling`` when the pipeline (target ``fyrehose``) ran
+(fyrehose.tools.bench.scaling).  A latency field is null only when no sample arrived.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import TextIO
 
 import psutil
 
-from fyrehose.tools.bench import stats
+from fyrehose.tools.bench import scaling, stats
 from fyrehose.tools.bench.orchestra import BenchSettings, RoundResult
 from fyrehose.tools.bench.targets import RATIOS
 
@@ -89,12 +90,17 @@ def settings_record(settings: BenchSettings) -> dict:
 
 
 def document(settings: BenchSettings, machine: dict, rounds: dict[str, list[RoundResult]]) -> dict:
-    return {
+    doc = {
         "machine": machine,
         "settings": settings_record(settings),
         "results": [summarise(target.name, rounds[target.name]) for target in settings.targets],
         "ratios": ratios(rounds),
     }
+    pipeline = [(result.cpu, result.delivered) for result in rounds.get("fyrehose", [])]
+    record = scaling.scaling_record(pipeline, settings.subscribers, machine["cores"]) if pipeline else None
+    if record is not None:
+        doc["scaling"] = record
+    return doc
 
 
 def _number(value: float | None, digits: int = 0) -> str:
@@ -148,3 +154,5 @@ def write_table(doc: dict, out: TextIO) -> None:
                   "(% of one core); busy: all cores, anyone's use\n")
     for pair, ratio in doc["ratios"].items():
         out.write(f"ratio {pair}: {ratio:.2f}x delivered per subscriber (median of per-round ratios)\n")
+    if "scaling" in doc:
+        scaling.write_table(doc["scaling"], out)

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 
 from fyrehose.addresses import Address
+from fyrehose.backbone.supervisor import default_sizes
 from fyrehose.process import ChildProcess
 from fyrehose.readiness import free_port, keepalive_answered
 from fyrehose.tools.bench import wire
@@ -158,8 +159,12 @@ def server_for(target: Target, binaries: dict[str, str], workdir: Path, workers:
     workdir.mkdir(parents=True)
     if target.protocol == FYREHOSE:
         port = free_port(socket.SOCK_DGRAM)
+        if not target.multiprocess:
+            workers = 0
+        elif workers == "auto":  # the multi-process layout as it sizes itself, even where --workers auto picks one process
+            workers = default_sizes()[0]
         command = [sys.executable, "-m", "fyrehose.cli", "backbone", "--listen", f"{LOOPBACK}:{port}",
-                   "--workers", str(workers if target.multiprocess else 0), "--state-dir", str(workdir / "state")]
+                   "--workers", str(workers), "--state-dir", str(workdir / "state")]
         if target.multiprocess and fanout is not None:
             command += ["--fanout", str(fanout)]
     elif target.protocol == REDIS:
