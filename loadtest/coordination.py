@@ -62,10 +62,12 @@ class ProcessRun:
     def phase_of_ns(self, published_ns: int) -> int | None:
         return self.schedule.index_at(published_ns / 1e9 - self.anchor)
 
-    def count_push(self, phase: int, response_ms: float, failed: bool) -> None:
+    def count_push(self, phase: int, response_ms: float, failed: bool, messages: int = 1) -> None:
         tally = self.publishes[phase]
         tally.pushes += 1
         tally.push_failures += failed
+        tally.messages += messages
+        tally.message_failures += messages if failed else 0
         if not failed:
             tally.push_ms.add(response_ms)
 
@@ -181,6 +183,7 @@ class Conductor:
             "shape": settings.shape,
             "users": settings.users,
             "subscribers": settings.subscribers,
+            "batch": settings.batch,
             "workers": settings.workers,
             "rate": settings.rate,
             "duration_s": self.schedule.end,

@@ -60,7 +60,7 @@ def judge(phase: Phase, tally: PhaseTally, anchor: float, p99_limit_ms: float, f
         t_end=anchor + phase.end,
         offered_rate=phase.rate,
         delivered_rate=delivered,
-        confirmed_rate=(tally.pushes - tally.push_failures) / seconds,
+        confirmed_rate=(tally.messages - tally.message_failures) / seconds,
         loss_before_recovery=_ratio(missed, expected),
         loss_after_recovery=_ratio(unrecovered, expected),
         p50_ms=tally.push_ms.percentile(0.5),
@@ -122,6 +122,8 @@ def summarize(results: list[PhaseResult], tally: RunTally, run: dict, complete: 
         "deliver_p99_ms": total.deliver_ms.percentile(0.99),
         "requests": total.pushes,
         "failures": total.push_failures,
+        "messages": total.messages,
+        "message_failures": total.message_failures,
         "phases": len(results),
     }
 
@@ -132,8 +134,9 @@ def _ms(value: float | None) -> str:
 
 def render(summary: dict, steps: list[dict]) -> str:
     """The capacity summary for the terminal: one row per phase, then the verdict."""
+    batches = f" publishing batches of {summary['batch']}" if summary.get("batch") else ""
     lines = [
-        f"fyrehose loadtest: {summary['shape']} shape, {summary['users']} publishers, "
+        f"fyrehose loadtest: {summary['shape']} shape, {summary['users']} publishers{batches}, "
         f"{summary['subscribers']} subscribers, backbone {summary['backbone']}",
         f"{'phase':<16} {'offered/s':>10} {'delivered/s':>12} {'loss before':>12} {'loss after':>11} "
         f"{'p50 ms':>8} {'p99 ms':>8}  sustained",
@@ -150,7 +153,8 @@ def render(summary: dict, steps: list[dict]) -> str:
         f"(loss before recovery < {LOSS_LIMIT:.1%}, publish-to-confirm p99 < {summary['p99_threshold_ms']:g} ms)"
     )
     lines.append(
-        f"publishes: {summary['requests']} ({summary['failures']} failed), p50 {_ms(summary['p50_ms'])} ms, "
+        f"publishes: {summary['requests']} requests ({summary['failures']} failed) carrying "
+        f"{summary.get('messages', summary['requests'])} messages, p50 {_ms(summary['p50_ms'])} ms, "
         f"p99 {_ms(summary['p99_ms'])} ms; publish-to-deliver p50 {_ms(summary['deliver_p50_ms'])} ms, "
         f"p99 {_ms(summary['deliver_p99_ms'])} ms"
     )

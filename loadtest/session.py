@@ -57,11 +57,12 @@ class SubscriberSession:
         """
         incoming = self.connection.receive(datagram, source, now)
         direct = incoming.from_backbone
+        self.journal.add_many(incoming.stored)
+        arrived = self.account.arrived
         for seq, payload in incoming.stored:
-            self.journal.add(seq, payload)
-            self.account.arrived(seq, payload, direct)
-            if not direct:
-                self.recovered.add(seq)
+            arrived(seq, payload, direct)
+        if not direct:
+            self.recovered.update(seq for seq, _ in incoming.stored)
         self._account(incoming.events)
         return incoming.events, (incoming.forwards[0] if incoming.forwards else None)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from fyrehose.addresses import parse_hostport
 from fyrehose.argtypes import duration as duration_type
 from fyrehose.client import MAX_PUBLISH_TIMEOUT
-from fyrehose.codec import MAX_PAYLOAD
+from fyrehose.codec import FRAME_HEADER, MAX_DATAGRAM, MAX_PAYLOAD
 from fyrehose.loadtest.rates import SHAPES, RateSchedule, build_schedule
 from fyrehose.loadtest.stamp import MIN_SIZE
 
@@ -30,6 +30,9 @@ class LoadSettings:
     backbone: str = _option("127.0.0.1:2323", str, "the backbone to load", "HOST:PORT")
     users: int = _option(4, int, "publishing users, each with one CONFIRMed PUSH in flight (default 4)", "N")
     subscribers: int = _option(2, int, "subscribing users; two or more recover each other's gaps (default 2)", "N")
+    batch: int = _option(0, int, "messages per publish request, packed into tagged PUSH datagrams of the Locust "
+                                 "process's one session and CONFIRMed together (default 0: one Client.publish "
+                                 "per request)", "N")
     rate: float = _option(200.0, float, "offered msgs/s; the step shape adds this much per step (default 200)", "R")
     duration: float = _option(30.0, duration_type, "how long to publish: seconds, or like 15s, 1m30s, 1h (default 30)", "T")
     shape: str = _option("constant", str, "load shape (default constant)", None, SHAPES)
@@ -59,6 +62,11 @@ class LoadSettings:
             raise ValueError(f"--timeout must be in (0, {MAX_PUBLISH_TIMEOUT:g}] seconds")
         if not 0 <= self.drain < math.inf:
             raise ValueError("--drain must be 0 or more seconds")
+        if self.batch < 0:
+            raise ValueError("--batch must be 0 (one message per request) or more")
+        if self.batch * (self.size + FRAME_HEADER) > 64 * MAX_DATAGRAM:
+            raise ValueError(f"--batch {self.batch} of {self.size}-byte messages would take more than 64 datagrams "
+                             "per request")
         if self.workers < 0:
             raise ValueError("--workers must be 0 or more")
         if self.shape not in SHAPES:

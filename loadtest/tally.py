@@ -57,8 +57,10 @@ class Histogram:
 class PhaseTally:
     """What happened to the messages of one phase.
 
-    Publisher side: ``pushes`` (CONFIRMed or not), ``push_failures`` and the
-    publish-to-confirm histogram.  Subscriber side, summed over subscribers,
+    Publisher side: ``pushes`` (publish requests, CONFIRMed or not),
+    ``push_failures``, the messages they carried (``messages``, of which
+    ``message_failures`` in failed requests) and the publish-to-confirm
+    histogram.  Subscriber side, summed over subscribers,
     every sequence a subscriber should have seen is in exactly one of
     ``direct`` (delivered by the backbone), ``recovered`` (re-delivered by
     another client after a REQUEST), ``lost`` (given up) or ``pending`` (still
@@ -68,6 +70,8 @@ class PhaseTally:
 
     pushes: int = 0
     push_failures: int = 0
+    messages: int = 0
+    message_failures: int = 0
     push_ms: Histogram = field(default_factory=Histogram)
     direct: int = 0
     recovered: int = 0

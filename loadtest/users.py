@@ -13,14 +13,16 @@ import socket
 import time
 
 import gevent
+import gevent.event
 import gevent.queue
 from locust import User, task
 
 from fyrehose import codec
-from fyrehose.addresses import parse_hostport
-from fyrehose.client import BackboneUnreachable, Client, FyrehoseError, MessagesLost
+from fyrehose.addresses import parse_hostport, route_source
+from fyrehose.client import BackboneUnreachable, Client, FyrehoseError, MessagesLost, PublishTimeout
 from fyrehose.loadtest.account import DeliveryAccount
 from fyrehose.loadtest.coordination import ProcessRun
+from fyrehose.loadtest.push_session import Finished, PushSession
 from fyrehose.loadtest.rates import Pacer
 from fyrehose.loadtest.session import SubscriberSession
 from fyrehose.loadtest.stamp import stamp
@@ -39,46 +41,135 @@ logger = logging.getLogger(__name__)
 
 
 class Publisher(User):
-    """Publishes stamped messages with CONFIRM at its share of the offered rate; each round trip is one PUSH request."""
+    """Publishes stamped messages with CONFIRM at its share of the offered rate; each round trip is one PUSH request.
+
+    With ``--batch N`` a request is N messages (one stamp: one publish time)
+    packed into tagged PUSH datagrams of the process's :class:`PushChannel`,
+    confirmed together; without, one ``Client.publish`` of this user's own
+    client.
+    """
 
     load: ProcessRun
 
     def on_start(self) -> None:
         settings = self.load.settings
-        self.client = Client(settings.backbone, subscribe=False)
+        self.batch = settings.batch
+        if self.batch:
+            self.channel = PushChannel.of_process(settings.backbone, settings.timeout)
+        else:
+            self.client = Client(settings.backbone, subscribe=False)
+        self.request_name = f"publish x{self.batch}" if self.batch else "publish"
         start = max(self.load.elapsed(), 0.0)  # users start during the lead-in, before the first phase
-        rate = self.load.user_rate(start)
+        rate = self._rate(start)
         self.pacer = Pacer(start + (random.random() / rate if rate > 0 else 0.0))
+
+    def _rate(self, elapsed: float) -> float:
+        """Requests per second this user offers at ``elapsed``."""
+        return self.load.user_rate(elapsed) / max(self.batch, 1)
 
     def wait_time(self) -> float:
         elapsed = self.load.elapsed()
         if elapsed < 0:
             return -elapsed
-        return self.pacer.wait(elapsed, self.load.user_rate(elapsed))
+        return self.pacer.wait(elapsed, self._rate(elapsed))
 
     @task
     def publish(self) -> None:
         run = self.load
         elapsed = run.elapsed()
-        if not self.pacer.take(elapsed, run.user_rate(elapsed)):
+        if not self.pacer.take(elapsed, self._rate(elapsed)):
             return
         phase = run.schedule.index_at(elapsed)  # now: while publishing, a truncation may replace the schedule
         payload = stamp(time.time_ns(), run.settings.size)
-        error = None
+        count = max(self.batch, 1)
+        error: Exception | None = None
         started = time.perf_counter()
-        try:
-            self.client.publish(payload, timeout=run.settings.timeout)
-        except FyrehoseError as exc:
-            error = exc
+        if self.batch:
+            if not self.channel.publish([payload] * count):
+                error = PublishTimeout(f"{count} messages not all confirmed within {run.settings.timeout:g} s")
+        else:
+            try:
+                self.client.publish(payload, timeout=run.settings.timeout)
+            except FyrehoseError as exc:
+                error = exc
         response_ms = (time.perf_counter() - started) * 1000
         self.environment.events.request.fire(
-            request_type=PUSH, name="publish", response_time=response_ms, response_length=len(payload),
+            request_type=PUSH, name=self.request_name, response_time=response_ms, response_length=len(payload) * count,
             exception=error, context={},
         )
-        run.count_push(phase, response_ms, error is not None)
+        run.count_push(phase, response_ms, error is not None, count)
 
     def on_stop(self) -> None:
-        self.client.close()
+        if not self.batch:
+            self.client.close()
+
+
+class PushChannel:
+    """The Locust process's one socket and :class:`PushSession`, driven by one greenlet; users wait on events."""
+
+    _process: PushChannel | None = None
+
+    @classmethod
+    def of_process(cls, backbone: str, timeout: float) -> PushChannel:
+        if cls._process is None:
+            cls._process = cls(parse_hostport(backbone), timeout)
+        return cls._process
+
+    def __init__(self, backbone: tuple[str, int], timeout: float) -> None:
+        self.backbone = backbone
+        self.session = PushSession(backbone, timeout=timeout)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+            self.sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+        self.sock.bind((route_source(backbone), 0))
+        self._waiting: dict[int, gevent.event.AsyncResult] = {}
+        self._pump = gevent.spawn(self._run)
+        deadline = time.monotonic() + ACK_WAIT
+        while not self.session.acked and time.monotonic() < deadline:
+            gevent.sleep(0.01)
+        if not self.session.acked:
+            self._pump.kill()
+            self.sock.close()
+            raise BackboneUnreachable(f"no KEEPALIVE-ACK from {backbone[0]}:{backbone[1]} within {ACK_WAIT:g} s")
+
+    def publish(self, payloads: list[bytes]) -> bool:
+        """Publish ``payloads`` as one batch; whether every message was CONFIRMed in time."""
+        number, datagrams = self.session.publish(payloads, time.monotonic())
+        result = self._waiting[number] = gevent.event.AsyncResult()
+        for datagram in datagrams:
+            self._send(datagram)
+        return result.get()  # the pump wakes at least every 50 ms, in time for this batch's retry timer
+
+    def _send(self, datagram: bytes) -> None:
+        try:
+            self.sock.sendto(datagram, self.backbone)
+        except OSError:
+            self.session.stats["send errors"] += 1  # a full send buffer: the retry sends it again
+
+    def _run(self) -> None:
+        session = self.session
+        sock = self.sock
+        while True:
+            now = time.monotonic()
+            sends, finished = session.poll(now)
+            for datagram in sends:
+                self._send(datagram)
+            self._resolve(finished)
+            sock.settimeout(min(max(session.next_deadline() - time.monotonic(), 0.001), 0.05))
+            try:
+                datagram, source = sock.recvfrom(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                session.stats["receive errors"] += 1
+                continue
+            self._resolve(session.receive(datagram, source, time.monotonic()))
+
+    def _resolve(self, finished: list[Finished]) -> None:
+        for batch in finished:
+            waiter = self._waiting.pop(batch.batch, None)
+            if waiter is not None:
+                waiter.set(batch.confirmed)
 
 
 class Subscriber(User):
@@ -146,8 +237,12 @@ class Subscriber(User):
                     self.forwards.put_nowait(forward)
 
     def _report(self, events: list[Event]) -> None:
+        """Each message's latency into the tally; to Locust, one DELIVER per message, or with ``--batch``
+        one per run of messages released together (the statistics' own cost is per request)."""
         fire = self.environment.events.request.fire
         now_ns = time.time_ns()
+        batched = self.load.settings.batch > 0
+        run: dict[str, list[float]] = {}  # name -> [latency of its first message, messages, bytes]
         for event in events:
             if isinstance(event, Lost):
                 fire(request_type=DELIVER, name="lost", response_time=None, response_length=0,
@@ -155,10 +250,21 @@ class Subscriber(User):
                 continue
             latency = self.session.account.released(event.data, now_ns)
             recovered = event.seq in self.session.recovered
-            self.session.recovered.discard(event.seq)
-            if latency is not None:
-                fire(request_type=DELIVER, name="recovered" if recovered else "publish-to-deliver",
-                     response_time=latency, response_length=len(event.data), exception=None, context={})
+            if recovered:
+                self.session.recovered.discard(event.seq)
+            if latency is None:
+                continue
+            name = "recovered" if recovered else "publish-to-deliver"
+            if not batched:
+                fire(request_type=DELIVER, name=name, response_time=latency, response_length=len(event.data),
+                     exception=None, context={})
+                continue
+            counts = run.setdefault(name, [latency, 0, 0])
+            counts[1] += 1
+            counts[2] += len(event.data)
+        for name, (latency, _messages, size) in run.items():
+            fire(request_type=DELIVER, name=name, response_time=latency, response_length=size, exception=None,
+                 context={})
 
     def _serve_forwards(self) -> None:
         """Re-DELIVERs what a peer REQUESTed from this subscriber's journal, paced like the Client's forwarder."""

@@ -86,6 +86,24 @@ def test_a_short_run_writes_every_result_and_loses_nothing(tmp_path):
     assert "fyrehose backbone stopped" in (out / "backbone.log").read_text()  # stopped cleanly, by the command
 
 
+def test_batched_publishers_count_requests_and_messages_and_lose_nothing(tmp_path, backbone_factory):
+    backbone = backbone_factory(workers=0)
+    out = tmp_path / "out"
+    code, output = loadtest(tmp_path / "loadtest.log", "--backbone", backbone.address, "--workers", "1",
+                            "--batch", "50", "--rate", "2000", "--duration", "3", "--users", "2", "--drain", "1",
+                            "--out", str(out))
+    assert code == 0, output
+    assert "publishing batches of 50" in output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["batch"] == 50 and summary["complete"]
+    assert summary["messages"] == 50 * summary["requests"] and summary["message_failures"] == 0
+    assert summary["loss_after_recovery"] == 0 and summary["messages_expected"] >= summary["messages"]  # 2 subscribers
+    assert int(stats_rows(out)[("PUSH", "publish x50")]["Request Count"]) == summary["requests"]
+    step = read_jsonl(out / "steps.jsonl")[0]
+    assert step["confirmed_rate"] == pytest.approx(2000, rel=0.2)  # messages, not requests (40/s)
+    assert backbone.metric("fyrehose_pushes_total") >= summary["messages"]
+
+
 def test_distributed_run_against_a_given_backbone_stops_at_the_first_failed_step(tmp_path, backbone_factory):
     backbone = backbone_factory(workers=0)  # one backbone mode is enough: this tests the load test
     out = tmp_path / "out"

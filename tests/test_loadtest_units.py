@@ -16,10 +16,12 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from fyrehose import codec
+from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.metrics import render
 from fyrehose.loadtest.account import DeliveryAccount, attribute
 from fyrehose.loadtest.coordination import FINISH, TRUNCATE, Conductor
 from fyrehose.loadtest.prometheus import MetricsFormatError, parse_samples
+from fyrehose.loadtest.push_session import Finished, PushSession
 from fyrehose.loadtest.rates import MAX_WAIT, Pacer, Phase, RateSchedule, build_schedule
 from fyrehose.loadtest.results import LOSS_LIMIT, judge, judge_all, summarize
 from fyrehose.loadtest.session import SubscriberSession
@@ -310,7 +312,8 @@ def test_no_datagram_crashes_the_session(datagram, source):
 
 
 def good_tally(rate, seconds, p99=1.0):
-    tally = PhaseTally(pushes=int(rate * seconds), direct=int(rate * seconds) * 2, receivers=2)
+    tally = PhaseTally(pushes=int(rate * seconds), messages=int(rate * seconds), direct=int(rate * seconds) * 2,
+                       receivers=2)
     for _ in range(100):
         tally.push_ms.add(0.5)
     for _ in range(5):  # enough to be the 99th percentile
@@ -493,3 +496,61 @@ def test_a_live_backbone_exposes_what_the_sampler_reads(backbone):
         samples = parse_samples(response.read().decode())
     assert "fyrehose_pushes_total" in samples
     assert any(key.startswith('fyrehose_process_cpu_seconds_total{process="') for key in samples)
+
+
+# ---------------------------------------------------------------- the batched publishers' session
+
+
+PUBLISHER = ("127.0.0.1", 41000)
+
+
+def _sequence(backbone: Backbone, datagrams: list[bytes], now: float, drop=lambda index: False) -> list[bytes]:
+    """The backbone's answers to the publisher for ``datagrams`` (those ``drop`` picks never arrive)."""
+    for index, datagram in enumerate(datagrams):
+        if not drop(index):
+            backbone.receive(datagram, PUBLISHER, now)
+    return [bytes(data) for data, target in backbone.flush(now).sends if target == PUBLISHER]
+
+
+def _signed_on(now: float = 0.0) -> tuple[PushSession, Backbone]:
+    session, backbone = PushSession(BACKBONE, timeout=2.0), Backbone()
+    for answer in _sequence(backbone, session.poll(now)[0], now):  # KEEPALIVE (BATCH): CONFIRMs come packed
+        session.receive(answer, BACKBONE, now)
+    assert session.acked
+    return session, backbone
+
+
+def test_a_batch_is_packed_tagged_and_finished_by_the_backbones_confirms():
+    session, backbone = _signed_on()
+    number, datagrams = session.publish([stamp(ANCHOR_NS, 64)] * 1500, 0.1)
+    assert len(datagrams) == 2 and sum(len(d) for d in datagrams) == 1500 * (64 + codec.FRAME_HEADER)
+    answers = _sequence(backbone, datagrams, 0.1)
+    assert len(answers) == 1  # 1,500 CONFIRMs in one datagram
+    assert session.receive(answers[0], PEER, 0.1) == []  # a stranger's copy counts for nothing
+    assert session.receive(answers[0], BACKBONE, 0.1) == [Finished(number, True)]
+    assert session.receive(answers[0], BACKBONE, 0.1) == [] and session.pending == 0
+    assert backbone.sequence.last_issued == 1500
+
+
+def test_unconfirmed_messages_are_sent_again_with_their_tags_and_never_sequenced_twice():
+    session, backbone = _signed_on()
+    number, datagrams = session.publish([b"m%062d" % i for i in range(1000)], 0.0)
+    assert len(datagrams) == 2
+    first = _sequence(backbone, datagrams, 0.0, drop=lambda index: index == 1)  # the second datagram is lost
+    assert session.receive(first[0], BACKBONE, 0.0) == []
+    assert session.poll(0.1) == ([], [])  # before the retry time
+    resent, finished = session.poll(0.25)
+    assert finished == [] and len(resent) == 1 and session.stats["push retries"] < 1000
+    second = _sequence(backbone, resent + datagrams[:1], 0.25)  # the first datagram arrives again too
+    assert [done for answer in second for done in session.receive(answer, BACKBONE, 0.25)] == [Finished(number, True)]
+    assert backbone.sequence.last_issued == 1000 and backbone.counters["duplicate pushes"] > 0
+
+
+def test_a_batch_without_every_confirm_fails_at_its_timeout_and_late_confirms_are_ignored():
+    session, backbone = _signed_on()
+    number, datagrams = session.publish([b"x"] * 10, 0.0)
+    for now in (0.2, 0.6, 1.4):
+        assert session.poll(now)[1] == []
+    assert session.poll(2.0)[1] == [Finished(number, False)] and session.pending == 0
+    for answer in _sequence(backbone, datagrams, 2.1):
+        assert session.receive(answer, BACKBONE, 2.1) == []
