@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .durable import replace_atomically
-from .envelope import Envelope, encode_unsigned
+from .envelope import Envelope, decode, encode_unsigned, is_envelope
 from .sessions import (
     AUTH_SUFFIX,
     BYE,
@@ -280,6 +280,53 @@ class Authenticator:
 
     def trusted_sessions(self) -> list[str]:
         return sorted(name for name, peer in self._peers.items() if peer.trusted)
+
+    def vouches(self, payload: bytes) -> bool:
+        """Whether a peer's re-delivery of ``payload`` may fill a hole: a signed envelope whose digest verifies.
+
+        Read-only (no replay window moves, no peer is learnt), because the
+        message is judged again by :meth:`check` when its turn in the sequence
+        comes.  Without it a forged copy racing the genuine re-delivery would
+        fill the hole first and the genuine message would be lost unreported.
+        Exchange messages between two other sessions are keyed by nonces only
+        those two know; they are taken on trust here and refused later as
+        ``not for us`` all the same.
+        """
+        opened = decode(payload) if is_envelope(payload) else None
+        if opened is None or opened.session is None or opened.seqno is None or opened.digest is None:
+            return False
+        subject = opened.subject
+        if subject.startswith(INBOX_PREFIX) and subject.endswith("." + AUTH_SUFFIX):
+            return subject != self._auth_inbox or self._exchange_digest_matches(opened)
+        if opened.session == self.session.name:
+            return digest_matches(self._key, opened)
+        peer = self._peers.get(opened.session)
+        if peer is not None:
+            return digest_matches(peer.key, opened)
+        try:
+            user, nonce = parse_session(opened.session)
+        except ValueError:
+            return False
+        ha0 = self.database.lookup(user, self.service)
+        return ha0 is not None and digest_matches(session_key(ha0, nonce), opened)
+
+    def _exchange_digest_matches(self, envelope: Envelope) -> bool:
+        """An exchange message to our inbox, checked with the nonces it must be bound to (as in :meth:`_exchange`)."""
+        try:
+            user, nonce = parse_session(envelope.session)  # type: ignore[arg-type]  # checked signed by the caller
+            auth_time = int(parse_number(parse_json_object(envelope.data).get("auth_time"), "auth_time",
+                                         integer=True))
+        except ValueError:
+            return False
+        ha0 = self.database.lookup(user, self.service)
+        if ha0 is None:
+            return False
+        cnonces = [self.session.cnonce_sent_at(auth_time)]
+        peer = self._peers.get(envelope.session)  # type: ignore[arg-type]  # checked signed by the caller
+        if peer is not None and peer.challenge is not None and peer.challenge[0] == auth_time:
+            cnonces.append(peer.challenge[1])
+        return any(cnonce is not None and digest_matches(exchange_key(ha0, nonce, auth_time, cnonce), envelope)
+                   for cnonce in cnonces)
 
     def check(self, envelope: Envelope, wall_us: int) -> Check:
         result = self._check(envelope, wall_us)

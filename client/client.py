@@ -151,7 +151,8 @@ class Client:
                            "forward_rate": forward_rate}
         self.connection = BackboneConnection(backbone, flags=self.flags, keepalive_interval=keepalive_interval,
                                              serves_forwards=self.journal is not None,
-                                             tracker_options=tracker_options, stats=self.stats)
+                                             tracker_options=tracker_options, stats=self.stats,
+                                             vouch=self.auth.vouches if self.auth is not None else None)
         self._forward_rate = forward_rate
 
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

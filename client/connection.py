@@ -43,12 +43,16 @@ class BackboneConnection:
     ``flags`` are the KEEPALIVE flags (codec.FLAG_*); ``serves_forwards`` says
     whether FORWARDs are passed on (a client without a message store ignores
     them, counted).  ``token_source`` makes KEEPALIVE tokens (random in use,
-    deterministic in tests).
+    deterministic in tests).  ``vouch`` judges the payload of a peer's
+    re-delivery before it may fill a requested hole (an authenticating client
+    takes only what verifies); a payload it refuses leaves the hole open, to
+    be requested again.
     """
 
     def __init__(self, backbone: Address, *, flags: int, keepalive_interval: float = 0.5,
                  serves_forwards: bool = True, tracker_options: dict[str, Any] | None = None,
-                 token_source: Callable[[int], bytes] = os.urandom, stats: Counter[str] | None = None) -> None:
+                 token_source: Callable[[int], bytes] = os.urandom, stats: Counter[str] | None = None,
+                 vouch: Callable[[bytes], bool] | None = None) -> None:
         self.backbone = backbone
         self.flags = flags
         self.keepalive_interval = keepalive_interval
@@ -58,6 +62,7 @@ class BackboneConnection:
         self.tracker: SequenceTracker | None = None
         self.last_ack: float | None = None
         self._token_source = token_source
+        self._vouch = vouch
         self._tokens: deque[bytes] = deque(maxlen=TOKENS_REMEMBERED)
         self._next_keepalive = 0.0
         self._queued_forwards: set[codec.Forward] = set()
@@ -166,6 +171,9 @@ class BackboneConnection:
                 self.stats["DELIVERs from strangers"] += 1  # not a hole we asked for: forged or stale
                 continue
             payload = data[start + header:end]
+            if not from_backbone and self._vouch is not None and not self._vouch(payload):
+                self.stats["unverified re-deliveries"] += 1  # forged or tampered: the hole stays open
+                continue
             if tracker is None:
                 stored.append((seq, payload))
                 continue

@@ -6,14 +6,19 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fyrehose import codec
 from fyrehose.admission import admit
+from fyrehose.auth import AuthDatabase, Authenticator, Credentials
 from fyrehose.client import Client
+from fyrehose.connection import BackboneConnection
+from fyrehose.envelope import Envelope, encode
 from fyrehose.process import wait_until
+from fyrehose.sessions import LocalSession
 from fyrehose.tracker import SequenceTracker
 
 from support import run_cli
@@ -56,6 +61,55 @@ def test_a_tracker_awaits_only_requested_unfilled_holes():
     assert [seq for seq in range(1, 7) if tracker.awaits(seq)] == [2, 3, 4]
     tracker.deliver(3, b"c", 1.0)
     assert [seq for seq in range(1, 7) if tracker.awaits(seq)] == [2, 4]
+
+
+def test_an_authenticating_client_fills_a_hole_only_with_what_verifies():
+    db = AuthDatabase()
+    for user in ("paul", "sam"):
+        db.add(user, "quotes", f"password of {user}")
+    paul_session = LocalSession("paul")
+    paul = Authenticator(Credentials(db, "paul", "quotes"), paul_session)
+    sam = Authenticator(Credentials(db, "sam", "quotes"), LocalSession("sam"))
+    genuine = encode(paul.sign(paul_session.stamp(Envelope("q.x", b"genuine"))))
+    forged = genuine[:-40] + b"forged!!" + genuine[-32:]  # the data changed, the digest kept
+    unsigned = encode(Envelope("q.x", b"unsigned"))
+    connection = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH, tracker_options={"request_delay": 0.01},
+                                    vouch=sam.vouches)
+    connection.track(1)
+    connection.receive(codec.encode_deliver(1, b"a"), BACKBONE, 0.0)
+    connection.receive(codec.encode_deliver(3, b"c"), BACKBONE, 0.0)
+    sends, _ = connection.poll(1.0)
+    assert any(datagram[0] == codec.REQUEST for datagram in sends)
+    for payload in (forged, unsigned, b"raw"):  # a peer racing the genuine re-delivery
+        incoming = connection.receive(codec.encode_deliver(2, payload), STRANGER, 1.0)
+        assert incoming.stored == [] and incoming.events == []
+    assert connection.stats["unverified re-deliveries"] == 3
+    assert connection.tracker.awaits(2)  # still open: asked again when its timer runs out
+    incoming = connection.receive(codec.encode_deliver(2, genuine), STRANGER, 1.0)
+    assert incoming.stored == [(2, genuine)]
+    assert [event.seq for event in incoming.events] == [2, 3]
+    assert connection.receive(codec.encode_deliver(2, genuine), BACKBONE, 1.0).stored == []  # already filled
+
+
+def test_vouching_is_read_only_and_refuses_the_unverifiable():
+    db = AuthDatabase()
+    db.add("paul", "quotes", "p")
+    db.add("sam", "quotes", "s")
+    paul_session, sam_session = LocalSession("paul"), LocalSession("sam")
+    paul = Authenticator(Credentials(db, "paul", "quotes"), paul_session)
+    sam = Authenticator(Credentials(db, "sam", "quotes"), sam_session)
+    signed = paul.sign(paul_session.stamp(Envelope("q.x", b"v")))
+    assert sam.vouches(encode(signed))
+    assert sam.vouches(encode(sam.sign(sam_session.stamp(Envelope("q.y", b"own")))))
+    assert not sam.vouches(encode(replace(signed, data=b"w")))
+    assert not sam.vouches(encode(replace(signed, session="paul")))  # not a session name
+    impostor = AuthDatabase()
+    impostor.add("mallory", "quotes", "m")
+    mallory_session = LocalSession("mallory")
+    mallory = Authenticator(Credentials(impostor, "mallory", "quotes"), mallory_session)
+    assert not sam.vouches(encode(mallory.sign(mallory_session.stamp(Envelope("q.x", b"v")))))  # unknown user
+    assert not sam.vouches(b"") and not sam.vouches(b"raw payload")
+    assert sam.check(signed, 0).reason == "untrusted" and sam.stats["replayed"] == 0  # vouching moved nothing
 
 
 def test_a_stranger_cannot_stop_confuse_or_inject(backbone):
@@ -106,6 +160,8 @@ def test_a_service_whose_receive_thread_dies_exits_with_one_line(backbone_factor
     script = textwrap.dedent(f"""
         import socket, time
         from fyrehose.client import Client
+from fyrehose.connection import BackboneConnection
+from fyrehose.envelope import Envelope, encode
         from fyrehose.fatal import exit_on_thread_death
         exit_on_thread_death("sub")
         client = Client({backbone.address!r})
