@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 
 from test_cache_command import CacheProcess, take_until
 
 from fyrehose import Client, codec
 from fyrehose.auth import AuthDatabase, Authenticator, Credentials
 from fyrehose.envelope import MAGIC, Envelope, decode, encode
+from fyrehose.process import wait_until
 from fyrehose.sessions import LocalSession
 
 from support import run_cli
@@ -22,14 +22,6 @@ def users(*names: str) -> AuthDatabase:
     for name in names:
         db.add(name, SERVICE, f"secret of {name}")
     return db
-
-
-def wait_for(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 class Attacker:
@@ -65,7 +57,8 @@ def test_subscriber_drops_forged_tampered_replayed_and_unsigned(backbone):
     with Client(backbone.addr, auth=Credentials(db, "paul", SERVICE), session_interval=0.5) as paul, \
             Client(backbone.addr, auth=Credentials(db, "sam", SERVICE), session_interval=0.5) as sam, \
             Client(backbone.addr) as spy:
-        wait_for(lambda: sam.auth.trusts(paul.session.name) and paul.auth.trusts(sam.session.name))
+        wait_until(lambda: sam.auth.trusts(paul.session.name) and paul.auth.trusts(sam.session.name),
+                   what="the trust exchange between paul and sam")
         listen = spy.subscribe()
         quotes, everything = sam.subscribe("q.>"), sam.subscribe()
         paul.publish(b"genuine 1", subject="q.x")
@@ -78,8 +71,8 @@ def test_subscriber_drops_forged_tampered_replayed_and_unsigned(backbone):
         attacker.push(encode(Envelope("q.x", b"unsigned")))
         attacker.push(MAGIC + b"\x01garbage")                         # a damaged envelope
         stats = sam.auth.stats
-        wait_for(lambda: stats["replayed"] >= 1 and stats["bad digest"] >= 3 and stats["unsigned"] >= 1
-                 and sam.stats["damaged envelopes"] >= 1)
+        wait_until(lambda: stats["replayed"] >= 1 and stats["bad digest"] >= 3 and stats["unsigned"] >= 1
+                   and sam.stats["damaged envelopes"] >= 1, what="sam dropping every attack")
         attacker.push(b"raw payloads carry no claim and still reach raw subscribers")
         paul.publish(b"genuine 2", subject="q.x")
 
@@ -104,7 +97,7 @@ def test_the_cache_drops_forged_and_replayed_updates(backbone, tmp_path):
     with CacheProcess(backbone, tmp_path, *auth_args) as cache, Client(backbone.addr) as spy:
         listen = spy.subscribe()
         with Client(backbone.addr, auth=Credentials(db, "paul", SERVICE), session_interval=0.5) as paul:
-            wait_for(lambda: paul.auth.trusted_sessions())  # the cache answered paul's HELLO
+            wait_until(paul.auth.trusted_sessions, what="the cache answering paul's HELLO")
             cache_session = paul.auth.trusted_sessions()[0]
             paul.publish(b'{"px":1}', subject="q.x")
             first = genuine_bytes(listen, b'{"px":1}')

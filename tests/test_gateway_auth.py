@@ -14,10 +14,11 @@ import time
 from fyrehose import Client
 from fyrehose.auth import Credentials
 from fyrehose.envelope import Envelope, encode
+from fyrehose.process import wait_until
 
 from gateway_support import KINDS, GatewayProcess, raw_subscriber
 from support import run_cli
-from test_auth_client import SERVICE, Attacker, genuine_bytes, users, wait_for
+from test_auth_client import SERVICE, Attacker, genuine_bytes, users
 
 
 def read_until(sock: socket.socket, marker: bytes, timeout: float = 15.0) -> bytes:
@@ -58,8 +59,8 @@ def test_gateway_clients_get_only_verified_messages_and_gateway_publishes_are_si
                 Client(module_backbone.address, auth=Credentials(db, "sam", SERVICE), session_interval=0.5) as sam, \
                 Client(module_backbone.address) as spy:
             # every gateway answered both HELLOs: the trust exchange is done
-            wait_for(lambda: len(paul.auth.trusted_sessions()) >= 4 and len(sam.auth.trusted_sessions()) >= 4,
-                     timeout=15)
+            wait_until(lambda: len(paul.auth.trusted_sessions()) >= 4 and len(sam.auth.trusted_sessions()) >= 4,
+                       15, "every gateway answering both HELLOs")
             listen = spy.subscribe()
             paul.publish(b"genuine 1", subject="q.x")
             genuine = genuine_bytes(listen, b"genuine 1")

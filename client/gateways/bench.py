@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import io
 import os
 import platform
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fyrehose.argtypes import positive_duration, positive_int
-from fyrehose.process import FYREHOSE, ChildProcess
+from fyrehose.process import FYREHOSE, ChildProcess, wait_until
 from fyrehose.readiness import free_port
 
 TARGETS = ("redis-server", "redis-gateway", "nats-server", "nats-gateway", "marlin-gateway")
@@ -176,7 +177,8 @@ class Processes:
                 process = self._spawn(FYREHOSE + ["gateway", kind, "--listen", f"{LOOPBACK}:0", "--backbone", backbone])
                 addresses[target] = process.wait_ready(30)
         for target, address in addresses.items():
-            _wait_for_port(address, target)
+            wait_until(functools.partial(_accepts, address), 30,
+                       f"{target} accepting connections on {address[0]}:{address[1]}", interval=0.1)
         return addresses
 
     def _spawn(self, command: list[str]) -> ChildProcess:
@@ -192,15 +194,12 @@ def _binary(name: str) -> str:
     return found
 
 
-def _wait_for_port(address: tuple[str, int], target: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(address, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{target} is not accepting connections on {address[0]}:{address[1]}")
+def _accepts(address: tuple[str, int]) -> bool:
+    try:
+        with socket.create_connection(address, timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------- one measurement

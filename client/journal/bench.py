@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from fyrehose.journal.store import FSYNC_MODES
-from fyrehose.process import FYREHOSE, ChildProcess
+from fyrehose.process import FYREHOSE, ChildProcess, wait_until
 from fyrehose.readiness import free_port
 
 CATCH_UP_TIMEOUT = 120.0
@@ -112,7 +112,8 @@ def _measure(address: str, directory: Path, mode: str, args: argparse.Namespace)
                 last = publisher.publish_many(batch, window=2048)[-1]
             published = time.perf_counter()
             expected = baseline + record_size(args.size) * args.messages
-            _wait_for(lambda: _journal_bytes(directory) >= expected, journal, f"sequence {last}")
+            wait_until(lambda: _running(journal) and _journal_bytes(directory) >= expected, CATCH_UP_TIMEOUT,
+                       f"the journal writing sequence {last} (log {journal.log})", interval=0.002)
             written = time.perf_counter()
         if _last_sequence(directory) != last:
             raise RuntimeError(f"the journal's last record is not sequence {last}; see {journal.log}")
@@ -159,7 +160,8 @@ def _warm_up(publisher, directory: Path, journal: ChildProcess, size: int) -> in
             raise RuntimeError(f"the journal did not start: {_tail(journal)}")
         time.sleep(0.2)
         last = publisher.publish(b"w" * size)
-    _wait_for(lambda: _last_sequence(directory) == last, journal, f"warm-up sequence {last}")
+    wait_until(lambda: _running(journal) and _last_sequence(directory) == last, CATCH_UP_TIMEOUT,
+               f"the journal writing warm-up sequence {last} (log {journal.log})", interval=0.002)
     return last
 
 
@@ -213,14 +215,11 @@ def _last_sequence(directory: Path) -> int | None:
     return last
 
 
-def _wait_for(condition, journal: ChildProcess, what: str) -> None:
-    deadline = time.monotonic() + CATCH_UP_TIMEOUT
-    while not condition():
-        if not journal.alive():
-            raise RuntimeError(f"the journal exited: {_tail(journal)}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the journal did not write {what} within {CATCH_UP_TIMEOUT:g} s: {_tail(journal)}")
-        time.sleep(0.002)
+def _running(journal: ChildProcess) -> bool:
+    """True while the journal runs: a wait on what it writes ends at once, with its log, when it exits."""
+    if not journal.alive():
+        raise RuntimeError(f"the journal exited: {_tail(journal)}")
+    return True
 
 
 def _summarise(results: dict[str, list[dict]], args: argparse.Namespace) -> dict:

@@ -11,14 +11,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 
 from fyrehose.addresses import Address
 from fyrehose.backbone.supervisor import default_sizes
-from fyrehose.process import ChildProcess
+from fyrehose.process import ChildProcess, wait_until
 from fyrehose.readiness import free_port, keepalive_answered
 from fyrehose.tools.bench import wire
 from fyrehose.tools.bench.loadgen import read_chunk, resp_request
@@ -104,19 +103,22 @@ class ServerProcess:
         """Start it and wait until it answers its own protocol (redis-server and nats-server print no
         fyrehose readiness line, so every target is awaited the same way)."""
         self.child = ChildProcess(self.command, self.log, cwd=self.workdir)
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if not self.child.alive():
-                raise BenchError(f"the server exited at start: {self.log_tail()}")
-            try:
-                _READY[self.target.protocol](self.address)
-                return self
-            except (OSError, StreamError):
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise BenchError(f"the server did not answer within {START_TIMEOUT:.0f} s: {self.log_tail()}") \
-                        from None
-                time.sleep(0.05)
+        try:
+            wait_until(self._answers, START_TIMEOUT, "the server's answer")
+        except TimeoutError:
+            self.stop()
+            raise BenchError(f"the server did not answer within {START_TIMEOUT:.0f} s: {self.log_tail()}") from None
+        return self
+
+    def _answers(self) -> bool:
+        """True once the server answers its own protocol; a server that exited ends the wait at once."""
+        if not self.alive():
+            raise BenchError(f"the server exited at start: {self.log_tail()}")
+        try:
+            _READY[self.target.protocol](self.address)
+        except (OSError, StreamError):
+            return False
+        return True
 
     def alive(self) -> bool:
         return self.child is not None and self.child.alive()
