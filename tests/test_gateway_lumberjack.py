@@ -1,6 +1,7 @@
 """``fyrehose gateway lumberjack`` as a process, with a real backbone, pylogbeat and hand-built seeds/002 frames."""
 from __future__ import annotations
 
+import json
 import re
 import socket
 import struct
@@ -476,6 +477,63 @@ def test_the_npm_lumberjack_protocol_v1_sender_streams_ten_windows_ahead(backbon
     documents = recorder.wait_for(count)
     assert [document["line"] for document in documents] == [f"event {n}" for n in range(1, count + 1)]
     assert "bad input" not in gateway.output()
+
+
+EVERY_CODE_POINT = "".join(map(chr, range(256)))  # U+0000..U+00FF: what the npm client makes of 256 values
+
+
+def npm_events(gateway: GatewayProcess, certificates: dict[str, str], mode: str, events: list[dict],
+               directory: Path) -> str:
+    """Send ``events`` with tests/node/lumberjack_v1_events.js; its output line."""
+    path = directory / f"events-{mode}.json"
+    path.write_text(json.dumps(events))  # ASCII with \u escapes: every string survives as it is
+    return run_node("lumberjack_v1_events.js", gateway.port, certificates["ca.pem"], mode, path).strip()
+
+
+def test_the_npm_lumberjack_sender_delivers_every_code_point_byte_exact(backbone, gateway_factory, recorder_factory,
+                                                                         certificates, tmp_path):
+    # The npm client takes strings and writes them as UTF-8 (it cannot send other bytes, and seeds/002 "D"
+    # values must be UTF-8): every code point U+0000..U+00FF, control characters, quotes, backslashes,
+    # U+2028, a BOM and an astral character, in keys and values, must arrive as those exact UTF-8 bytes.
+    gateway = gateway_factory(backbone, "--tls-cert", certificates["server.pem"], "--tls-key",
+                              certificates["server.key"])
+    recorder = recorder_factory(backbone)
+    events = [
+        {"line": "every code point below 256", "bytes": EVERY_CODE_POINT, "host": "npm-sender"},
+        {"line": "keys too", "cl\u00e9 \u043a\u043b\u044e\u0447 \U0001f511 \u0000\xff":
+            "wide \u2028\ufeff\U0001f600 \\ \" end", "host": "npm-sender"},
+        {"line": "long", "bytes": EVERY_CODE_POINT * 100, "host": "npm-sender"},
+    ]
+    assert npm_events(gateway, certificates, "send", events, tmp_path) == f"acked {len(events)}"
+    assert recorder.wait_for(len(events)) == events
+    assert [envelope.data for _, envelope in recorder.messages] == [orjson.dumps(event) for event in events]
+    delivered = orjson.loads(recorder.messages[0][1].data)["bytes"].encode()
+    assert delivered == bytes(range(128)) + bytes(byte for code in range(128, 256)
+                                                  for byte in (0xC0 | code >> 6, 0x80 | code & 0x3F))
+    assert [envelope.subject for _, envelope in recorder.messages] == ["lumberjack"] * len(events)
+    assert "bad input" not in gateway.output()
+
+
+def test_the_npm_lumberjack_sender_reports_the_connection_the_gateway_closes(backbone, gateway_factory,
+                                                                             recorder_factory, certificates, tmp_path):
+    # An event whose "1D" frame exceeds what one backbone message carries is refused from the frame's header:
+    # the gateway closes that connection, and the client's 'disconnect' event reports it; nothing of the
+    # refused event is published or acked, everything before it is, and the gateway serves the next writer.
+    gateway = gateway_factory(backbone, "--tls-cert", certificates["server.pem"], "--tls-key",
+                              certificates["server.key"])
+    recorder = recorder_factory(backbone)
+    before = [{"line": f"before {n}", "host": "npm-sender"} for n in range(1, 4)]
+    refused = {"line": "x" * 70_000, "host": "npm-sender"}
+    output = npm_events(gateway, certificates, "refused", before + [refused], tmp_path)
+    assert re.fullmatch(r"acked 3 disconnected (end|ECONNRESET|EPIPE)", output), output
+    deadline = time.monotonic() + 10
+    while "bad input, connection closed" not in gateway.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "data frame exceeds the limit of 65498 bytes" in gateway.output(), gateway.output()
+    after = [{"line": "after the refused event", "host": "npm-sender"}]
+    assert npm_events(gateway, certificates, "send", after, tmp_path) == "acked 1"
+    assert recorder.wait_for(4) == before + after
+    assert gateway.alive()
 
 
 def test_tls_without_client_certificates(backbone, gateway_factory, recorder_factory, certificates):
