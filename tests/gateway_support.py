@@ -160,3 +160,36 @@ def _parse_marlin(body: bytes):
     data = body[20 + channel_length:]
     assert len(data) == data_length
     return ("message", message_id, channel, data)
+
+
+class RawNats:
+    """The client protocol typed by hand, for what nats-py never sends."""
+
+    def __init__(self, address) -> None:
+        self.sock = socket.create_connection(address, timeout=5)
+        self.data = b""
+        self.info = self.line()
+        assert self.info.startswith(b"INFO {")
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def line(self) -> bytes:
+        while b"\r\n" not in self.data:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return b""
+            self.data += chunk
+        line, self.data = self.data.split(b"\r\n", 1)
+        return line
+
+    def until_closed(self) -> bytes:
+        while True:
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            self.data += chunk
+        return self.data

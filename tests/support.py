@@ -6,9 +6,12 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from fyrehose import readiness
 from fyrehose.process import ChildProcess
@@ -159,6 +162,27 @@ class LossyRelay:
         self.back.close()
 
 
+def workers_of(backbone) -> dict[str, psutil.Process]:
+    """The backbone's worker processes by name (a worker forked a moment ago may not be named yet)."""
+    found = {}
+    for child in psutil.Process(backbone.proc.pid).children():
+        try:
+            found[child.name()] = child
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def take_until(stream, wanted, timeout=5.0):
+    """The first event of ``stream`` for which ``wanted`` is true, within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        event = stream.get(timeout=max(0.0, deadline - time.monotonic()))
+        if event is not None and wanted(event):
+            return event
+    raise AssertionError(f"nothing wanted arrived within {timeout} s")
+
+
 def run_cli(*args: str, input: bytes | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess:
     return subprocess.run(FYREHOSE + list(args), input=input, capture_output=True, timeout=timeout)
 
@@ -166,10 +190,10 @@ def run_cli(*args: str, input: bytes | None = None, timeout: float = 30.0) -> su
 class JournalProcess:
     """A ``fyrehose journal`` on one directory, started (and restarted) with one log; stopped by its PID."""
 
-    def __init__(self, backbone: str, directory: Path, *extra: str) -> None:
+    def __init__(self, backbone: str, directory: Path, *extra: str, log: Path | None = None) -> None:
         self.args = FYREHOSE + ["journal", "--backbone", backbone, "--dir", str(directory), *extra]
         self.directory = directory
-        self.log = directory.parent / f"{directory.name}.log"
+        self.log = log or directory.parent / f"{directory.name}.log"  # another place when that disk may fill
         self.child: ChildProcess | None = None
         self.starts = 0
 
@@ -198,6 +222,28 @@ class JournalProcess:
     def forwarded(self) -> int:
         """Messages re-DELIVERed in all runs so far, from the journal's exit lines."""
         return sum(int(n) for n in re.findall(r"forwarded (\d+)", self.log.read_text()))
+
+
+class CacheProcess:
+    """A ``fyrehose cache`` subprocess, awaited by its readiness line and stopped by its PID."""
+
+    def __init__(self, backbone, tmp_path, *extra: str) -> None:
+        self.log = tmp_path / f"cache-{time.monotonic_ns()}.log"
+        self.args = FYREHOSE + ["cache", "--backbone", backbone.address, *extra]
+        self.child: ChildProcess | None = None
+
+    def __enter__(self) -> CacheProcess:
+        self.child = ChildProcess(self.args, self.log)
+        self.child.wait_ready(15)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.child.stop(10)
+
+    def summary(self) -> dict[str, int]:
+        """The counters of the line the cache prints when it stops."""
+        last = self.log.read_text().strip().splitlines()[-1]
+        return {name: int(value) for name, _, value in (item.partition("=") for item in last.split("; ")[1].split())}
 
 
 def last_written(directory: Path) -> int:

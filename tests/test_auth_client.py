@@ -2,53 +2,14 @@
 from __future__ import annotations
 
 import json
-import socket
 
-from test_cache_command import CacheProcess, take_until
-
-from fyrehose import Client, codec
-from fyrehose.auth import AuthDatabase, Authenticator, Credentials
+from fyrehose import Client
+from fyrehose.auth import AuthDatabase, Credentials
 from fyrehose.envelope import MAGIC, Envelope, decode, encode
 from fyrehose.process import wait_until
-from fyrehose.sessions import LocalSession
 
-from support import run_cli
-
-SERVICE = "quotes"
-
-
-def users(*names: str) -> AuthDatabase:
-    db = AuthDatabase()
-    for name in names:
-        db.add(name, SERVICE, f"secret of {name}")
-    return db
-
-
-class Attacker:
-    """Anyone on the network: PUSHes whatever bytes it likes straight to the backbone."""
-
-    def __init__(self, backbone) -> None:
-        self.backbone = backbone.addr
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-
-    def push(self, payload: bytes) -> None:
-        self.sock.sendto(codec.encode_push(payload), self.backbone)
-
-    def forge(self, session_name: str, envelope: Envelope) -> bytes:
-        """Sign as ``session_name`` with a guessed password."""
-        user = session_name.split(".")[0]
-        guessed = AuthDatabase()
-        guessed.add(user, SERVICE, "guess")
-        session = LocalSession(user, name=session_name)
-        return encode(Authenticator(Credentials(guessed, user, SERVICE), session).sign(session.stamp(envelope)))
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def genuine_bytes(raw_stream, data: bytes) -> bytes:
-    """The payload of the enveloped message carrying ``data``, as anyone listening saw it."""
-    return take_until(raw_stream, lambda m: (e := decode(m.data)) is not None and e.data == data).data
+from auth_support import SERVICE, Attacker, genuine_bytes, users
+from support import CacheProcess, run_cli, take_until
 
 
 def test_subscriber_drops_forged_tampered_replayed_and_unsigned(backbone):

@@ -9,41 +9,8 @@ import pytest
 
 from fyrehose import Client
 from fyrehose.envelope import MsgType, Status
-from fyrehose.process import ChildProcess
 
-from support import FYREHOSE, run_cli
-
-
-def take_until(stream, wanted, timeout=5.0):
-    """The first event of ``stream`` for which ``wanted`` is true, within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        event = stream.get(timeout=max(0.0, deadline - time.monotonic()))
-        if event is not None and wanted(event):
-            return event
-    raise AssertionError(f"nothing wanted arrived within {timeout} s")
-
-
-class CacheProcess:
-    """A ``fyrehose cache`` subprocess, awaited by its readiness line and stopped by its PID."""
-
-    def __init__(self, backbone, tmp_path, *extra: str) -> None:
-        self.log = tmp_path / f"cache-{time.monotonic_ns()}.log"
-        self.args = FYREHOSE + ["cache", "--backbone", backbone.address, *extra]
-        self.child: ChildProcess | None = None
-
-    def __enter__(self) -> CacheProcess:
-        self.child = ChildProcess(self.args, self.log)
-        self.child.wait_ready(15)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.child.stop(10)
-
-    def summary(self) -> dict[str, int]:
-        """The counters of the line the cache prints when it stops."""
-        last = self.log.read_text().strip().splitlines()[-1]
-        return {name: int(value) for name, _, value in (item.partition("=") for item in last.split("; ")[1].split())}
+from support import CacheProcess, run_cli, take_until
 
 
 def test_a_late_subscriber_gets_the_initial_value_then_updates(backbone, tmp_path):

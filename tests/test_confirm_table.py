@@ -8,12 +8,13 @@ from collections import defaultdict
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_faults_kill import workers_of
 
 from fyrehose import codec
 from fyrehose.backbone.confirm_table import SharedConfirmTable
 from fyrehose.backbone.confirms import ConfirmCache
 from fyrehose.process import wait_until
+
+from support import workers_of
 
 SOURCES = [("127.0.0.1", 4000), ("127.0.0.1", 4001), ("10.1.2.3", 4000)]
 

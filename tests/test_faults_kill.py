@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 
-import psutil
 import pytest
 
 from fyrehose import Client
@@ -21,17 +20,9 @@ from fyrehose.client import FyrehoseError
 from fyrehose.process import wait_until
 from fyrehose.tracker import Lost, Message
 
+from support import workers_of
+
 ROLES = ["fh-receiver-0", "fh-sequencer", "fh-fanout-0"]
-
-
-def workers_of(backbone) -> dict[str, psutil.Process]:
-    found = {}
-    for child in psutil.Process(backbone.proc.pid).children():
-        try:
-            found[child.name()] = child
-        except psutil.NoSuchProcess:
-            continue
-    return found
 
 
 @pytest.mark.parametrize("role", ROLES)

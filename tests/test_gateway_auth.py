@@ -16,9 +16,9 @@ from fyrehose.auth import Credentials
 from fyrehose.envelope import Envelope, encode
 from fyrehose.process import wait_until
 
+from auth_support import SERVICE, Attacker, genuine_bytes, users
 from gateway_support import KINDS, GatewayProcess, raw_subscriber
 from support import run_cli
-from test_auth_client import SERVICE, Attacker, genuine_bytes, users
 
 
 def read_until(sock: socket.socket, marker: bytes, timeout: float = 15.0) -> bytes:

@@ -12,7 +12,7 @@ import redis
 from fyrehose import Client
 from fyrehose.process import wait_until
 
-from gateway_support import MarlinClient
+from gateway_support import MarlinClient, RawNats
 from support import LOOPBACK
 
 
@@ -110,8 +110,6 @@ def test_no_responders_unless_someone_anywhere_subscribes(gateways, module_backb
 
 
 def test_no_responders_only_for_clients_that_asked(gateways):
-    from test_gateway_nats import RawNats
-
     raw = RawNats(gateways["nats"].address)
     raw.send(b'CONNECT {"headers":true,"no_responders":true}\r\nSUB _INBOX.me.* 9\r\n'
              b"PUB nobody.home _INBOX.me.1 2\r\nhi\r\nPING\r\n")

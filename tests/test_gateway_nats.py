@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import nats
@@ -11,7 +10,7 @@ from node_clients import run_node
 
 from fyrehose.process import ChildProcess
 
-from gateway_support import raw_subscriber
+from gateway_support import RawNats, raw_subscriber
 from support import FYREHOSE, LOOPBACK
 
 
@@ -195,39 +194,6 @@ def test_verbose_and_pedantic(url):
         await client.close()
 
     run(scenario())
-
-
-class RawNats:
-    """The client protocol typed by hand, for what nats-py never sends."""
-
-    def __init__(self, address) -> None:
-        self.sock = socket.create_connection(address, timeout=5)
-        self.data = b""
-        self.info = self.line()
-        assert self.info.startswith(b"INFO {")
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def line(self) -> bytes:
-        while b"\r\n" not in self.data:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                return b""
-            self.data += chunk
-        line, self.data = self.data.split(b"\r\n", 1)
-        return line
-
-    def until_closed(self) -> bytes:
-        while True:
-            try:
-                chunk = self.sock.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            self.data += chunk
-        return self.data
 
 
 def test_raw_protocol_modes_and_limits(gateways):

@@ -26,7 +26,7 @@ from fyrehose.backbone.sequencer import in_arrival_order
 from fyrehose.backbone.supervisor import auto_workers, default_sizes
 from fyrehose.process import ChildProcess, wait_until
 
-from support import FYREHOSE, LOOPBACK, run_cli
+from support import FYREHOSE, LOOPBACK, run_cli, workers_of
 
 # ---------------------------------------------------------------- helpers
 
@@ -69,17 +69,6 @@ def delivers(sock: socket.socket, count: int, timeout: float = 5.0) -> list[tupl
             frames = codec.decode(data)
             got.extend((f.seq, f.data, len(frames)) for f in frames)
     return got
-
-
-def workers_of(backbone) -> dict[str, psutil.Process]:
-    """The backbone's worker processes by name (a worker forked a moment ago may not be named yet)."""
-    found = {}
-    for child in psutil.Process(backbone.proc.pid).children():
-        try:
-            found[child.name()] = child
-        except psutil.NoSuchProcess:
-            continue
-    return found
 
 
 def restarted(backbone, before: dict[str, psutil.Process], names: list[str]) -> bool:

@@ -9,7 +9,6 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cache_command import CacheProcess, take_until
 
 from fyrehose import Client
 from fyrehose.envelope import MsgType, Status
@@ -24,6 +23,8 @@ from fyrehose.sessions import (
     parse_session,
     stop_wants_ack,
 )
+
+from support import CacheProcess, take_until
 
 # ---------------------------------------------------------------- pure: the session table
 
