@@ -14,7 +14,7 @@ from node_clients import run_node
 
 from fyrehose.process import wait_until
 
-from support import FYREHOSE, LOOPBACK
+from support import LOOPBACK, CacheProcess
 
 
 def messages(pubsub, count: int, timeout: float = 10.0) -> list[dict]:
@@ -197,19 +197,12 @@ def test_get_is_answered_by_the_cache(gateways, module_backbone, tmp_path):
     client = redis.Redis(host=LOOPBACK, port=gateways["redis"].port, socket_timeout=10)
     with pytest.raises(redis.ResponseError, match="no cache answered"):
         client.get("prices.none")
-    with open(tmp_path / "cache.log", "wb") as log:
-        cache = subprocess.Popen(FYREHOSE + ["cache", "--backbone", module_backbone.address], stdout=log,
-                                 stderr=subprocess.STDOUT)
-    try:
-        assert wait_until(lambda: b"session" in (tmp_path / "cache.log").read_bytes(), timeout=15)
+    with CacheProcess(module_backbone, tmp_path):
         assert wait_until(lambda: _get_or_error(client, "prices.none") is None, timeout=10)
         client.publish("prices.acme", b"101.5")
         assert wait_until(lambda: _get_or_error(client, "prices.acme") == b"101.5", timeout=10)
         client.publish("prices.acme", b"102")
         assert wait_until(lambda: _get_or_error(client, "prices.acme") == b"102", timeout=10)
-    finally:
-        os.kill(cache.pid, signal.SIGKILL)
-        cache.wait(10)
     client.close()
 
 

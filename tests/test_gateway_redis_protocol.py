@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import random
-import subprocess
 
 import pytest
 from hypothesis import given, settings
@@ -10,7 +9,7 @@ from hypothesis import strategies as st
 
 from fyrehose.gateways import resp
 from fyrehose.gateways.redis_glob import match, translate
-from fyrehose.process import wait_until
+from fyrehose.process import ChildProcess, wait_until
 
 from support import LOOPBACK, free_port
 
@@ -173,10 +172,8 @@ def test_glob_agrees_with_a_real_redis_server(tmp_path):
     import redis
 
     port = free_port()
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", LOOPBACK, "--save", "",
-                               "--appendonly", "no", "--dir", str(tmp_path)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with ChildProcess(["redis-server", "--port", str(port), "--bind", LOOPBACK, "--save", "", "--appendonly", "no",
+                       "--dir", str(tmp_path)], tmp_path / "redis-server.log"):
         client = redis.Redis(host=LOOPBACK, port=port, socket_timeout=5)
         assert wait_until(lambda: _pings(client), timeout=10)
         rng = random.Random(8)
@@ -190,9 +187,6 @@ def test_glob_agrees_with_a_real_redis_server(tmp_path):
             assert client.publish(channel, b"x") == expected, channel
         pubsub.close()
         client.close()
-    finally:
-        server.kill()
-        server.wait(10)
 
 
 def _pings(client) -> bool:

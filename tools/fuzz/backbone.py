@@ -20,16 +20,17 @@ import argparse
 import json
 import random
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import psutil
 
 from fyrehose import codec
+from fyrehose.process import FYREHOSE, ChildProcess
 from fyrehose.readiness import free_port, wait_for_backbone
 from fyrehose.tools.fuzz.mutation import mutation_inputs
 
@@ -125,12 +126,13 @@ def fuzz_mode(workers: int, datagrams: int, rate: float, sources: int, seed: int
     port, metrics_port = free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_STREAM)
     addr = (LOOPBACK, port)
     with tempfile.TemporaryDirectory(prefix="fyrehose-fuzz-") as state:
-        command = [sys.executable, "-m", "fyrehose.cli", "backbone", "--listen", f"{LOOPBACK}:{port}",
-                   "--workers", str(workers), "--state-dir", state, "--metrics", f"{LOOPBACK}:{metrics_port}"]
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        command = FYREHOSE + ["backbone", "--listen", f"{LOOPBACK}:{port}", "--workers", str(workers),
+                              "--state-dir", f"{state}/state", "--metrics", f"{LOOPBACK}:{metrics_port}"]
+        backbone = ChildProcess(command, Path(state) / "backbone.log")
         try:
-            wait_for_backbone(addr, timeout=15.0)
-            handle = psutil.Process(proc.pid)
+            backbone.wait_ready(15)
+            wait_for_backbone(addr, timeout=15.0)  # and its workers answer
+            handle = psutil.Process(backbone.pid)
             time.sleep(0.5)  # workers forked and settled
             result = ModeResult(workers, datagrams, 0.0, rss_of(handle))
             socks = []
@@ -157,14 +159,14 @@ def fuzz_mode(workers: int, datagrams: int, rate: float, sources: int, seed: int
                             time.sleep(ahead)
                     if i % every == every - 1:
                         result.rss_samples.append(rss_of(handle))
-                        if proc.poll() is not None:
+                        if not backbone.alive():
                             break
                 result.seconds = time.monotonic() - started
             finally:
                 for sock in socks:
                     sock.close()
             time.sleep(1.0)
-            result.alive = proc.poll() is None
+            result.alive = backbone.alive()
             if result.alive:
                 result.rss_end = rss_of(handle)
                 middle = result.rss_samples[len(result.rss_samples) // 2] if result.rss_samples else result.rss_start
@@ -178,9 +180,7 @@ def fuzz_mode(workers: int, datagrams: int, rate: float, sources: int, seed: int
                 + ", ".join(f"{k} {v:.0f}" for k, v in sorted(result.counters.items())))
             return result
         finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
+            backbone.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
