@@ -11,11 +11,13 @@ DEFAULT_MAX_CLIENTS = 1024
 
 
 def publish_timeout(text: str) -> float:
+    """``--publish-timeout`` of every gateway kind: a duration up to the backbone's memory of retries."""
     from fyrehose.client import MAX_PUBLISH_TIMEOUT
 
     value = positive_duration(text)
     if value > MAX_PUBLISH_TIMEOUT:
-        raise argparse.ArgumentTypeError(f"at most {MAX_PUBLISH_TIMEOUT:g} s (the backbone's memory of retries)")
+        raise argparse.ArgumentTypeError(f"must be in (0, {MAX_PUBLISH_TIMEOUT:g}] seconds "
+                                         "(the backbone's memory of retries)")
     return value
 
 

@@ -36,7 +36,7 @@ from fyrehose.tools.fuzz.mutation import mutation_inputs
 
 LOOPBACK = "127.0.0.1"
 SAMPLES = 10
-FLAT_SLACK = 8 << 20
+FLAT_SLACK = 8 << 20  # memory is flat when the end is at most 5 % + this above the midpoint (every fuzzer)
 
 
 @dataclass

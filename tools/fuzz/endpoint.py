@@ -40,7 +40,7 @@ import psutil
 from fyrehose import codec, envelope
 from fyrehose.process import FYREHOSE, ChildProcess, wait_until
 from fyrehose.readiness import free_port
-from fyrehose.tools.fuzz.backbone import conclude, rss_of
+from fyrehose.tools.fuzz.backbone import FLAT_SLACK, conclude, rss_of
 from fyrehose.tools.fuzz.mutation import mutation_inputs
 from fyrehose.tools.fuzz.subscribers import drain, raw_subscriber
 
@@ -49,7 +49,6 @@ ENDPOINTS = ("sub", "journal", "cache", "redis", "nats", "marlin", "lumberjack")
 SUBJECT = "fuzz.real"
 FORGED = b"FORGED"
 SAMPLES = 10
-FLAT_SLACK = 8 << 20
 REAL_EVERY = 2000  # fuzz datagrams between two real publishes
 
 

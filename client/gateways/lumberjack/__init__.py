@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from fyrehose.argtypes import positive_duration, positive_int
+from fyrehose.argtypes import positive_int
 from fyrehose.client import MAX_PUBLISH_TIMEOUT
+from fyrehose.gateways.options import publish_timeout
 
 from .connection import DEFAULT_MAX_PENDING_BYTES
 from .events import DEFAULT_SUBJECT, DEFAULT_SUBJECT_FIELD
@@ -22,13 +23,6 @@ from .frames import DEFAULT_MAX_COMPRESSED_BYTES
 DEFAULT_PUBLISH_TIMEOUT = 10.0
 DEFAULT_HOLD_BYTES = 64 << 20
 PUBLISH_THREADS = 32
-
-
-def _publish_timeout(text: str) -> float:
-    value = positive_duration(text)
-    if value > MAX_PUBLISH_TIMEOUT:
-        raise argparse.ArgumentTypeError(f"must be in (0, {MAX_PUBLISH_TIMEOUT:g}] seconds")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULT_SUBJECT_FIELD})")
     parser.add_argument("--default-subject", default=DEFAULT_SUBJECT, metavar="SUBJECT",
                         help=f"subject of events without a usable field (default {DEFAULT_SUBJECT})")
-    parser.add_argument("--publish-timeout", type=_publish_timeout, default=DEFAULT_PUBLISH_TIMEOUT, metavar="S",
+    parser.add_argument("--publish-timeout", type=publish_timeout, default=DEFAULT_PUBLISH_TIMEOUT, metavar="S",
                         help=f"wait this long for CONFIRMs before a chunk is published again "
                              f"(default {DEFAULT_PUBLISH_TIMEOUT:g}, at most {MAX_PUBLISH_TIMEOUT:g})")
     parser.add_argument("--hold-bytes", type=positive_int, default=DEFAULT_HOLD_BYTES, metavar="N",
