@@ -1,9 +1,9 @@
 """File operations whose effect survives a crash, and the lock that gives a directory one owner.
 
-The backbone's sequence file, the journal's segment summaries and the users
-database are all replaced the same way (a temporary file in the same
-directory, fsync, rename, fsync of the directory), so a crash at any moment
-leaves either the old or the new content; the backbone's state directory and
+The backbone's sequence file, the journal's segment summaries and Parquet
+files, the users database and the load test's results are all replaced the
+same way (a temporary file in the same directory, fsync, rename, fsync of the
+directory), so a crash at any moment leaves either the old or the new content; the backbone's state directory and
 the journal's directory are each locked the same way.
 """
 from __future__ import annotations
@@ -35,20 +35,33 @@ def replace_atomically(path: Path, content: bytes, mode: int = 0o644) -> None:
     path = Path(path)
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX)
     try:
-        os.fchmod(fd, mode)
-        view = memoryview(content)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        os.replace(temporary, path)
-    except BaseException:
-        if fd >= 0:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(content)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
             os.close(fd)
-        os.unlink(temporary)
+        move_into_place(Path(temporary), path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
         raise
-    fsync_directory(path.parent)
+
+
+def move_into_place(temporary: Path, path: Path) -> None:
+    """Make the complete file ``temporary`` the content of ``path``, durably: fsync it, rename it, fsync the directory.
+
+    For files another library writes (Parquet through pyarrow): write them
+    whole under a temporary name in ``path``'s directory, then call this.
+    After a crash ``path`` is either as it was or the whole new file.
+    """
+    fd = os.open(temporary, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    fsync_directory(Path(path).parent)
 
 
 def remove_leftovers(path: Path) -> None:

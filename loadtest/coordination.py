@@ -13,13 +13,13 @@ A local runner delivers these messages to itself, so both modes share one path.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
+from fyrehose.durable import replace_atomically
 from fyrehose.loadtest.rates import RateSchedule
 from fyrehose.loadtest.results import judge, judge_all, summarize
 from fyrehose.loadtest.settings import LoadSettings
@@ -194,12 +194,8 @@ class Conductor:
         }
         out = Path(settings.out)
         out.mkdir(parents=True, exist_ok=True)
-        _write_atomically(out / "steps.jsonl", "".join(json.dumps(asdict(result)) + "\n" for result in results))
-        _write_atomically(out / "summary.json", json.dumps(summarize(results, tally, run, complete), indent=2) + "\n")
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Readers (the CLI polling in web mode, the capacity report) never see half a file."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
-    os.replace(partial, path)
+        # replaced whole: readers (the CLI polling in web mode, the capacity report) never see half a file
+        replace_atomically(out / "steps.jsonl",
+                           "".join(json.dumps(asdict(result)) + "\n" for result in results).encode())
+        replace_atomically(out / "summary.json",
+                           (json.dumps(summarize(results, tally, run, complete), indent=2) + "\n").encode())

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fyrehose.durable import DirectoryInUse, DirectoryLock, remove_leftovers, replace_atomically
+from fyrehose.durable import DirectoryInUse, DirectoryLock, move_into_place, remove_leftovers, replace_atomically
 from fyrehose.process import FYREHOSE, ChildProcess, wait_until
 from fyrehose.readiness import LOOPBACK, free_port
 
@@ -64,6 +64,18 @@ def test_replace_atomically_sets_the_mode_and_leaves_no_temporary(tmp_path):
     (tmp_path / ".secret.abc123.tmp").write_bytes(b"half")  # a replacement a crash cut short
     remove_leftovers(target)
     assert os.listdir(tmp_path) == ["secret"]
+
+
+def test_move_into_place_replaces_the_target_with_the_whole_temporary(tmp_path):
+    target, temporary = tmp_path / "data.parquet", tmp_path / ".data.parquet.tmp"
+    target.write_bytes(b"old")
+    temporary.write_bytes(b"written by another library")
+    move_into_place(temporary, target)
+    assert target.read_bytes() == b"written by another library"
+    assert os.listdir(tmp_path) == ["data.parquet"]
+    with pytest.raises(FileNotFoundError):  # nothing to move: the target stays as it was
+        move_into_place(temporary, target)
+    assert target.read_bytes() == b"written by another library"
 
 
 def test_the_directory_lock_has_one_holder(tmp_path):

@@ -15,7 +15,6 @@ never sees a partial file.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -24,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fyrehose.durable import fsync_directory
+from fyrehose.durable import fsync_directory, move_into_place
 from fyrehose.envelope import peek_subject
 from fyrehose.journal.segment import Record
 
@@ -104,16 +103,13 @@ def export_records(records: Iterable[Record], root: Path) -> list[Path]:
         for out in files.values():
             out.flush()
             out.writer.close()
-            with open(out.tmp, "rb") as written:
-                os.fsync(written.fileno())
-            os.replace(out.tmp, out.final)
+            move_into_place(out.tmp, out.final)
     except BaseException:
         for out in files.values():
             out.writer.close()
             out.tmp.unlink(missing_ok=True)
         raise
-    for directory in sorted({out.final.parent for out in files.values()}):
-        fsync_directory(directory)
+    for directory in sorted({out.final.parent for out in files.values()}):  # the partition directories made above
         fsync_directory(directory.parent)
     if files:
         fsync_directory(root)
