@@ -88,8 +88,17 @@ class MemoryNetwork:
         for _ in range(round(seconds / self.step)):
             self.tick()
 
-    def tick(self) -> None:
-        self.now += self.step
+    def run_until(self, at: float) -> None:
+        """Tick every ``step`` up to ``at``, the last tick at exactly ``at`` (an instant, not a duration)."""
+        while self.now + self.step < at:
+            self.tick()
+        self.tick(at=at)
+
+    def tick(self, at: float | None = None) -> None:
+        """One step of time: everyone's timers, then every datagram in flight arrives (``at``: an exact instant)."""
+        if at is not None and at < self.now:
+            raise ValueError(f"time runs forwards: {at} < {self.now}")
+        self.now = self.now + self.step if at is None else at
         for client in self.clients.values():
             if client.silent:
                 continue

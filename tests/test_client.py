@@ -89,15 +89,6 @@ def test_publish_fails_clearly_when_the_backbone_goes_away(backbone):
             pub.publish(b"after", timeout=2.0)
 
 
-def test_client_stays_subscribed_past_the_five_second_lifetime(backbone):
-    with Client(backbone.addr) as sub, Client(backbone.addr, subscribe=False) as pub:
-        stream = sub.subscribe()
-        time.sleep(6.0)
-        seq = pub.publish(b"late")
-        (event,) = take(stream, 1)
-        assert event.seq == seq
-
-
 def test_late_subscriber_backfills_from_another_clients_journal(backbone):
     with Client(backbone.addr) as keeper, Client(backbone.addr, subscribe=False) as pub:
         keeper.subscribe()

@@ -1,11 +1,13 @@
 """Leases, gap recovery and give-up on the in-memory network: the pure backbone and pure clients, manual time.
 
-Each test covers seconds of protocol time in milliseconds; tests/test_client.py keeps one
-end-to-end test of each behaviour per backbone mode over real UDP.
+Each test covers seconds of protocol time in milliseconds, leases to the exact millisecond.
+Over real UDP, per backbone mode, tests/test_backbone_udp.py keeps one end-to-end test of a
+lease running out and tests/test_client.py (the gevent client) one of a lease kept by renewal;
+tests/test_client.py covers gap recovery and give-up end to end.
 """
 from __future__ import annotations
 
-from memnet import BACKBONE, MemoryNetwork
+from memnet import BACKBONE, MemoryClient, MemoryNetwork
 
 from fyrehose import codec
 from fyrehose.backbone.clients import CLIENT_LIFETIME
@@ -45,6 +47,72 @@ def test_a_silent_client_expires_after_the_lifetime_and_a_keepalive_brings_it_ba
     net.run(1.0)
     # back in the table; the HEAD of its first ACK shows sequence 1 went by, which nobody can supply
     assert [m.data for m in sub.messages] == [b"back"]
+
+
+def push_at(net: MemoryNetwork, pub: MemoryClient, payload: bytes, at: float) -> None:
+    """Time runs up to ``at``, where the PUSH reaches the backbone (and its DELIVERs their subscribers)."""
+    if net.now < at - net.step:
+        net.run_until(at - net.step)
+    net.publish(pub, [payload])
+    net.tick(at=at)
+
+
+def test_a_subscriber_is_leased_for_five_seconds_after_its_last_keepalive_to_the_millisecond():
+    net = MemoryNetwork(step=0.001)
+    sub = net.client(1001)
+    witness = net.client(1003)  # keeps renewing: proves every PUSH was sequenced and delivered to someone
+    pub = net.client(1002, subscribe=False)
+    net.tick()  # the first KEEPALIVEs
+    t0 = net.now
+    assert net.backbone.clients.get(sub.address).expires == t0 + CLIENT_LIFETIME
+    sub.silent = True  # no KEEPALIVE after t0
+    push_at(net, pub, b"at 4 s", t0 + 4.0)
+    push_at(net, pub, b"at 4.999 s", t0 + 4.999)
+    assert net.backbone.clients.get(sub.address) is not None
+    push_at(net, pub, b"at 5 s", t0 + CLIENT_LIFETIME)
+    push_at(net, pub, b"at 5.5 s", t0 + 5.5)
+    assert [(m.seq, m.data) for m in sub.messages] == [(1, b"at 4 s"), (2, b"at 4.999 s")]
+    assert [m.data for m in witness.messages] == [b"at 4 s", b"at 4.999 s", b"at 5 s", b"at 5.5 s"]
+    assert net.backbone.clients.get(sub.address) is None  # the lease ran out at exactly t0 + 5 s
+
+
+def test_one_keepalive_renews_the_lease_for_five_seconds_from_that_keepalive():
+    net = MemoryNetwork(step=0.001)
+    sub = net.client(1001)
+    witness = net.client(1003)
+    pub = net.client(1002, subscribe=False)
+    net.tick()
+    t0 = net.now
+    sub.silent = True
+    net.run_until(t0 + 4.998)
+    sub.silent = False
+    net.tick(at=t0 + 4.999)  # one KEEPALIVE, overdue since t0 + 0.5
+    renewed = net.now
+    sub.silent = True
+    assert net.backbone.clients.get(sub.address).expires == renewed + CLIENT_LIFETIME
+    push_at(net, pub, b"past the first lease", t0 + CLIENT_LIFETIME)
+    push_at(net, pub, b"last millisecond", renewed + 4.999)
+    push_at(net, pub, b"renewed lease over", renewed + CLIENT_LIFETIME)
+    assert [m.data for m in sub.messages] == [b"past the first lease", b"last millisecond"]
+    assert len(witness.messages) == 3
+
+
+def test_the_connection_renews_every_half_second_so_its_lease_never_lapses():
+    net = MemoryNetwork(step=0.001)
+    sub = net.client(1001)
+    pub = net.client(1002, subscribe=False)
+    net.tick()
+    t0 = net.now
+    interval = sub.connection.keepalive_interval
+    shortest = CLIENT_LIFETIME
+    for lease_end in (t0 + CLIENT_LIFETIME, t0 + 2 * CLIENT_LIFETIME, t0 + 2.5 * CLIENT_LIFETIME):
+        while net.now + net.step < lease_end:  # tick by tick: the lease left never drops below 5 s - interval
+            net.tick()
+            shortest = min(shortest, net.backbone.clients.get(sub.address).expires - net.now)
+        push_at(net, pub, b"at %.3f s" % (lease_end - t0), lease_end)
+    assert CLIENT_LIFETIME - interval - net.step <= shortest
+    assert [m.data for m in sub.messages] == [b"at 5.000 s", b"at 10.000 s", b"at 12.500 s"]
+    assert sub.lost == []
 
 
 def test_every_seventh_deliver_dropped_is_recovered_from_another_clients_store():
