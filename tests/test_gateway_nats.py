@@ -10,7 +10,7 @@ from node_clients import run_node
 
 from fyrehose.process import ChildProcess
 
-from gateway_support import RawNats, raw_subscriber
+from gateway_support import MarlinClient, RawNats, raw_subscriber
 from support import FYREHOSE, LOOPBACK
 
 
@@ -164,6 +164,9 @@ def test_header_blocks_are_byte_exact_and_other_gateways_get_the_payload(gateway
     received = b""
     while not received.endswith(b"*3\r\n$9\r\nsubscribe\r\n$7\r\nexact.h\r\n:1\r\n"):
         received += redis.recv(65536)
+    marlin = MarlinClient(gateways["marlin"].address)
+    marlin.subscribe(b"exact.h")
+    assert marlin.read() == ("response", True, b"exact.h")
     publisher = RawNats(gateways["nats"].address)
     publisher.send(b'CONNECT {"headers":true}\r\nHPUB exact.h reply.to %d %d\r\n%s%s\r\nPING\r\n'
                    % (len(block), len(block) + len(payload), block, payload))
@@ -180,7 +183,10 @@ def test_header_blocks_are_byte_exact_and_other_gateways_get_the_payload(gateway
     while len(received) < len(expected_redis):
         received += redis.recv(65536)
     assert received == expected_redis
-    for sock in (header_client.sock, plain_client.sock, publisher.sock, redis):
+    message = marlin.read()  # ("message", backbone sequence, channel, data): the payload alone, byte for byte
+    assert message is not None and message[0] == "message" and message[2:] == (b"exact.h", payload), message
+    assert marlin.read(timeout=0.3) is None  # and nothing else: no header block
+    for sock in (header_client.sock, plain_client.sock, publisher.sock, redis, marlin.sock):
         sock.close()
 
 
