@@ -66,6 +66,17 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(args):
     one_error_line(run_cli(*args))
 
 
+def test_retain_takes_durations_like_every_duration_option_and_sizes():
+    from fyrehose.cli import build_parser
+    from fyrehose.journal.retention import Retention, parse_retention
+
+    for ages, seconds in ((["15"], 15), (["15s"], 15), (["1m30s"], 90), (["1h"], 3600), (["7d"], 7 * 86400)):
+        args = build_parser().parse_args(["journal", "--dir", "x", "--retain", *ages, "--retain", "10GB"])
+        assert parse_retention(args.retain) == Retention(max_age=seconds, max_bytes=10 * 10**9)
+    args = build_parser().parse_args(["journal", "--dir", "x", "--segment-age", "1m30s"])
+    assert args.segment_age == 90
+
+
 def test_no_backbone_is_one_line(tmp_path):
     result = run_cli("journal", "--dir", str(tmp_path / "j"), "--backbone", f"127.0.0.1:{free_port()}", timeout=60)
     assert "no KEEPALIVE-ACK" in one_error_line(result)

@@ -133,6 +133,9 @@ def test_an_invalid_gap_is_never_written():
     ("2w", Retention(max_age=14 * 86400)), ("30s", Retention(max_age=30)),
     ("50GB", Retention(max_bytes=50 * 10**9)), ("512MiB", Retention(max_bytes=512 << 20)),
     ("10kb", Retention(max_bytes=10_000)), ("3 TiB", Retention(max_bytes=3 << 40)),
+    # durations as every duration option takes them (fyrehose.argtypes.duration)
+    ("15", Retention(max_age=15)), ("15s", Retention(max_age=15)), ("1m30s", Retention(max_age=90)),
+    ("1h", Retention(max_age=3600)), ("2h10m5s", Retention(max_age=7805)), ("500ms", Retention(max_age=0.5)),
 ])
 def test_retention_values(text, expected):
     assert parse_retention([text]) == expected
@@ -142,7 +145,7 @@ def test_retention_combines_age_and_size():
     assert parse_retention(["7d", "1GiB", "2d"]) == Retention(max_age=2 * 86400, max_bytes=1 << 30)
 
 
-@pytest.mark.parametrize("text", ["5m", "7", "d", "-1d", "0GB", "5 parsecs", "1e3GB"])
+@pytest.mark.parametrize("text", ["5m", "1.5m", "0", "0s", "nan", "inf", "d", "-1d", "0GB", "5 parsecs", "1e3GB", "1m30"])
 def test_bad_retention_values_are_refused(text):
     with pytest.raises(ValueError):
         parse_retention([text])
@@ -150,6 +153,7 @@ def test_bad_retention_values_are_refused(text):
 
 def test_sizes_and_durations_are_not_confused():
     assert parse_size("64MiB") == 64 << 20 and parse_duration("10min") == 600
+    assert parse_duration("5m") == 300 and parse_duration("1m30s") == 90  # no size is wanted: m is minutes
     with pytest.raises(ValueError):
         parse_size("10min")
     with pytest.raises(ValueError):

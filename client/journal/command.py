@@ -31,14 +31,6 @@ def _argument(parse):
     return convert
 
 
-def _segment_age(text: str) -> float:
-    """Seconds or Locust-style (``90s``, ``1h``, like every duration option), or the retention units (``10min``)."""
-    try:
-        return positive_duration(text)
-    except argparse.ArgumentTypeError:
-        return _argument(parse_duration)(text)
-
-
 def _retain(text: str) -> str:
     parse_quantity(text)
     return text
@@ -66,11 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fsync-interval", type=positive_duration, default=1.0, metavar="S",
                         help="seconds between fsyncs with --fsync interval (default 1)")
     parser.add_argument("--retain", action="append", type=_argument(_retain), default=[], metavar="AGE|SIZE",
-                        help="delete the oldest segments once older than AGE (e.g. 7d, 12h, 90min) or while all "
-                             "segments exceed SIZE (e.g. 50GB, 512MiB); repeat to give both (default: keep all)")
+                        help="delete the oldest segments once older than AGE (a duration like every other: seconds, "
+                             "or 90s, 1m30s, 12h, 7d; also 90min, 2w) or while all segments exceed SIZE (e.g. 50GB, "
+                             "512MiB); repeat to give both (default: keep all)")
     parser.add_argument("--segment-size", type=_argument(parse_size), default=64 << 20, metavar="SIZE",
                         help="seal a segment at this size (default 64MiB)")
-    parser.add_argument("--segment-age", type=_segment_age, default=600.0, metavar="AGE",
+    parser.add_argument("--segment-age", type=_argument(parse_duration), default=600.0, metavar="AGE",
                         help="seal a segment once its oldest record is this old (default 10min)")
     parser.add_argument("--give-up", type=positive_duration, default=15.0, metavar="S",
                         help="record a gap as lost after S seconds of REQUESTs to other clients (default 15)")

@@ -9,9 +9,13 @@ have had its copy first.
 """
 from __future__ import annotations
 
+import argparse
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from fyrehose.argtypes import duration
 
 _DURATION_UNITS = {"s": 1, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SIZE_UNITS = {
@@ -37,16 +41,37 @@ class SegmentState:
     exported: bool
 
 
-def parse_quantity(text: str) -> tuple[str, float]:
-    """``("age", seconds)`` or ``("size", bytes)`` for texts like ``7d``, ``90min``, ``50GB``, ``512MiB``.
+def _seconds(text: str) -> float | None:
+    """Seconds when ``text`` is written as every duration option takes it (``15``, ``15s``, ``1m30s``, ``1h``)."""
+    try:
+        seconds = duration(text)
+    except argparse.ArgumentTypeError:
+        return None
+    if not seconds > 0:
+        raise ValueError(f"{text!r}: must be more than zero")
+    if not math.isfinite(seconds):
+        raise ValueError(f"{text!r}: must be a finite duration")
+    return seconds
 
-    Durations take s, min, h, d, w; sizes take B, KB, MB, GB, TB (powers of
-    1000) or KiB, MiB, GiB, TiB (powers of 1024), in any letter case.  A bare
-    "m" is refused as ambiguous (minutes or megabytes?).
+
+def parse_quantity(text: str) -> tuple[str, float]:
+    """``("age", seconds)`` or ``("size", bytes)`` for texts like ``7d``, ``1m30s``, ``90min``, ``50GB``, ``512MiB``.
+
+    Durations are written as every duration option takes them (plain seconds
+    ``15``, or ``15s``, ``1m30s``, ``12h``, ``7d``, ``500ms``: see
+    :func:`fyrehose.argtypes.duration`), or with the units min and w.  Sizes
+    take B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of
+    1024), in any letter case.  A number with a bare "m" (``5m``) is refused
+    as ambiguous here (minutes or megabytes?).
     """
     match = _QUANTITY.fullmatch(text)
+    if match is not None and match.group(2).lower() == "m":
+        raise ValueError(f"{text!r}: 'm' is ambiguous; write min (minutes) or MB (megabytes)")
+    seconds = _seconds(text)
+    if seconds is not None:
+        return "age", seconds
     if match is None:
-        raise ValueError(f"{text!r}: expected a number and a unit, like 7d or 50GB")
+        raise ValueError(f"{text!r}: expected a duration (like 15, 1m30s, 12h, 7d) or a size (like 50GB)")
     number, unit = float(match.group(1)), match.group(2).lower()
     if number <= 0:
         raise ValueError(f"{text!r}: must be more than zero")
@@ -54,10 +79,8 @@ def parse_quantity(text: str) -> tuple[str, float]:
         return "age", number * _DURATION_UNITS[unit]
     if unit in _SIZE_UNITS:
         return "size", number * _SIZE_UNITS[unit]
-    if unit == "m":
-        raise ValueError(f"{text!r}: 'm' is ambiguous; write min (minutes) or MB (megabytes)")
     raise ValueError(f"{text!r}: unknown unit {match.group(2)!r} "
-                     "(durations: s min h d w; sizes: B KB MB GB TB KiB MiB GiB TiB)")
+                     "(durations: s min h d w, or like 1m30s; sizes: B KB MB GB TB KiB MiB GiB TiB)")
 
 
 def parse_size(text: str) -> int:
@@ -68,6 +91,10 @@ def parse_size(text: str) -> int:
 
 
 def parse_duration(text: str) -> float:
+    """Seconds, as every duration option takes them (``5m`` is 5 minutes here), or in min and w (``10min``, ``2w``)."""
+    seconds = _seconds(text)
+    if seconds is not None:
+        return seconds
     kind, value = parse_quantity(text)
     if kind != "age":
         raise ValueError(f"{text!r} is a size; a duration is wanted here (like 10min)")
