@@ -58,7 +58,8 @@ class JournalService:
         client = Client(self.backbone, store=self.store, give_up_after=self.give_up_after,
                         forward_rate=self.forward_rate, bind=self.bind)
         self.say(announcement)
-        announce_ready("journal", client.address, f"backbone {self.backbone}, directory {self.store.directory}")
+        host, port = self.backbone
+        announce_ready("journal", client.address, f"backbone {host}:{port}, directory {self.store.directory}")
         maintenance = threading.Thread(target=guarded(lambda: self._maintain(stop), "journal maintenance"),
                                        name="journal-maintenance", daemon=True)
         try:
