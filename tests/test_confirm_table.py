@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fyrehose import codec
+from fyrehose import Client, codec
 from fyrehose.backbone.confirm_table import SharedConfirmTable
 from fyrehose.backbone.confirms import ConfirmCache
 from fyrehose.process import wait_until
+from fyrehose.tracker import Lost, Message
 
 from support import workers_of
 
@@ -100,11 +101,16 @@ def test_a_retried_push_is_never_sequenced_twice_across_a_sequencer_kill_9(backb
     wait_until(lambda: "fh-sequencer" in workers_of(backbone))
     victim = workers_of(backbone)["fh-sequencer"]
     seen: dict[int, set[int]] = defaultdict(set)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as publisher:
+    # What was delivered, not only what was confirmed: a tag sequenced before the kill whose CONFIRM was lost,
+    # then sequenced again, reaches subscribers under two numbers. The keeper answers the subscriber's REQUESTs.
+    with Client(backbone.addr) as keeper, Client(backbone.addr, give_up_after=3.0) as subscriber, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as publisher:
+        keeper.subscribe(from_seq=1)
+        stream = subscriber.subscribe(from_seq=1, on_loss="yield")  # before the first PUSH: every sequence
         publisher.bind(("127.0.0.1", 0))
 
         def push(tags: range) -> None:
-            frames = [codec.encode_push(b"tagged %d" % tag, tag) for tag in tags]
+            frames = [codec.encode_push(b"tagged %d" % tag, tag) for tag in tags]  # one payload per tag
             for datagram in codec.pack_greedy(frames):
                 publisher.sendto(datagram, backbone.addr)
 
@@ -119,11 +125,30 @@ def test_a_retried_push_is_never_sequenced_twice_across_a_sequencer_kill_9(backb
             _confirms(publisher, seen, 0.5)
             if len(seen) == 4000:
                 break
+        last = max((seq for seqs in seen.values() for seq in seqs), default=0)
+        delivered: dict[bytes, list[int]] = defaultdict(list)
+        lost: list[Lost] = []
+        position = 0
+        deadline = time.monotonic() + 20  # a hole nobody holds is reported after give_up_after
+        while position < last and time.monotonic() < deadline:
+            event = stream.get(timeout=0.2)
+            if isinstance(event, Message):
+                delivered[event.data].append(event.seq)
+                position = event.seq
+            elif isinstance(event, Lost):
+                lost.append(event)
+                position = event.to_seq
     assert len(seen) == 4000, "some tags were never confirmed"
     twice = {tag: seqs for tag, seqs in seen.items() if len(seqs) > 1}
     assert not twice, f"tags sequenced twice: {dict(list(twice.items())[:5])}"
     seqs = [next(iter(s)) for s in seen.values()]
     assert len(set(seqs)) == len(seqs), "two tags share a sequence"
+    assert position >= last, f"the subscriber reached sequence {position} of {last} within 20 s"
+    assert set(delivered) <= {b"tagged %d" % tag for tag in seen}
+    wrong = {tag: (confirmed, delivered[b"tagged %d" % tag]) for tag, (confirmed,) in seen.items()
+             if delivered[b"tagged %d" % tag] != [confirmed]}
+    assert not wrong, (f"{len(wrong)} tags not delivered exactly once under their CONFIRMed sequence "
+                       f"(tag: (confirmed, delivered)): {dict(list(wrong.items())[:5])}; lost: {lost[:5]}")
     assert backbone.metric('fyrehose_worker_restarts_total{worker="sequencer"}') == 1
 
 
@@ -146,7 +171,7 @@ def test_the_cache_forgets_whole_datagrams_oldest_first_by_count_and_by_age():
 @given(st.lists(st.tuples(st.sampled_from(SOURCES), st.lists(st.integers(1, 50), min_size=1, max_size=5)),
                 max_size=40))
 def test_the_cache_answers_the_latest_sequence_of_every_tag_it_still_holds(datagrams):
-    cache = ConfirmCache(capacity=1000)
+    cache = ConfirmCache(capacity=1000, max_age=float("inf"))  # one datagram per second: none may expire
     latest = {}
     for now, (source, tags) in enumerate(datagrams):
         pairs = [(tag, 1000 * now + index) for index, tag in enumerate(tags)]
