@@ -37,7 +37,6 @@ from __future__ import annotations
 import itertools
 import os
 import queue
-import random
 import secrets
 import socket
 import threading
@@ -57,6 +56,7 @@ from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of
 from fyrehose.fatal import guarded
 from fyrehose.interest import LocalInterest
 from fyrehose.pacing import TokenBucket
+from fyrehose.publishing import Finished
 from fyrehose.recent_messages import MemoryJournal
 from fyrehose.routing import SubjectRouter
 from fyrehose.sessions import DEFAULT_INTERVAL, SNAP_PREFIX, SUB_STOP_PREFIX, LocalSession, inbox
@@ -141,7 +141,6 @@ class Client:
             self.flags |= codec.FLAG_BATCH
         self.keepalive_interval = keepalive_interval
         self.unreachable_after = unreachable_after
-        self.confirm_retry = confirm_retry
         self.stats: Counter[str] = Counter()
         if store is not None and self.journaling:
             self.journal: MessageStore | None = store
@@ -152,7 +151,8 @@ class Client:
         self.connection = BackboneConnection(backbone, flags=self.flags, keepalive_interval=keepalive_interval,
                                              serves_forwards=self.journal is not None,
                                              tracker_options=tracker_options, stats=self.stats,
-                                             vouch=self.auth.vouches if self.auth is not None else None)
+                                             vouch=self.auth.vouches if self.auth is not None else None,
+                                             confirm_retry=confirm_retry)
         self._forward_rate = forward_rate
 
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -166,8 +166,7 @@ class Client:
         self._closed = False
         self._lock = threading.Lock()
         self._confirmed = threading.Condition(self._lock)
-        self._pending: dict[int, int | None] = {}  # tag -> sequence once confirmed
-        self._tags = itertools.count(random.getrandbits(40) + 1)
+        self._published: dict[int, Finished] = {}  # publish batches finished, until their caller takes them
         self._acked = threading.Event()
         self._forwards: queue.Queue = queue.Queue(maxsize=1024)
         self._pack: list[bytes] = []
@@ -246,13 +245,6 @@ class Client:
 
     # ------------------------------------------------------------ publishing
 
-    def _next_tags(self, count: int) -> list[int]:
-        """``count`` fresh tags (never 0: the counter wraps at 48 bits)."""
-        tags = [tag & codec.MAX_TAG for tag in itertools.islice(self._tags, count)]
-        if 0 in tags:
-            tags[tags.index(0)] = next(self._tags) & codec.MAX_TAG
-        return tags
-
     def publish(self, data: bytes, timeout: float = 5.0, *, subject: str | None = None,
                 type: MsgType = MsgType.UPDATE, status: Status = Status.OK, reply: str | None = None) -> int:
         """Publish ``data`` and return its sequence number once the backbone confirmed it.
@@ -290,47 +282,45 @@ class Client:
         return seqs
 
     def _publish_window(self, payloads: list[bytes], timeout: float) -> list[int]:
+        """One batch through the connection's :class:`~fyrehose.publishing.PendingPublishes`.
+
+        The receive thread matches the CONFIRMs; the session's timers (sending
+        unconfirmed messages again, giving up at ``timeout``) run in whichever
+        of the two threads comes first, so a publish finishes on time even when
+        called from the receive thread itself (a subscription's callback).
+        """
         self._check_reachable()
-        tags = self._next_tags(len(payloads))
-        frames = dict(zip(tags, codec.encode_pushes(payloads, tags), strict=True))
+        publishes = self.connection.publishes
         with self._lock:
-            for tag in tags:
-                self._pending[tag] = None
-        deadline = time.monotonic() + timeout
-        retry = self.confirm_retry
-        try:
-            unconfirmed = tags
-            while True:
-                for datagram in codec.pack_greedy([frames[tag] for tag in unconfirmed]):
-                    try:
-                        self.sock.sendto(datagram, self.backbone)
-                        self.stats["push datagrams"] += 1
-                    except OSError:  # a send buffer that stayed full: lost like a dropped datagram, retried below
-                        self.stats["send errors"] += 1
-                wait_until = min(deadline, time.monotonic() + retry)
-                with self._lock:
-                    while not self._closed:
-                        unconfirmed = [tag for tag in unconfirmed if self._pending[tag] is None]
-                        remaining = wait_until - time.monotonic()
-                        if not unconfirmed or remaining <= 0:
-                            break
-                        self._confirmed.wait(remaining)
-                    if self._closed:
-                        raise FyrehoseError("client closed while publishing")
-                    if not unconfirmed:
-                        return [self._pending[tag] for tag in tags]  # type: ignore[misc]  # every tag is confirmed here: no None is left in _pending
-                if time.monotonic() >= deadline:
-                    self._check_reachable()
-                    raise PublishTimeout(
-                        f"{len(unconfirmed)} of {len(tags)} messages unconfirmed after {timeout:g} s; "
-                        "they may or may not have been published"
-                    )
-                self.stats["push retries"] += len(unconfirmed)
-                retry = min(retry * 2, 1.0)
-        finally:
-            with self._lock:
-                for tag in tags:
-                    self._pending.pop(tag, None)
+            number, datagrams = publishes.start(payloads, time.monotonic(), timeout)
+        self._send_to_backbone(datagrams)
+        with self._lock:
+            while number not in self._published and not self._closed:
+                now = time.monotonic()
+                resends, expired = publishes.poll(now)
+                self._finish_publishes(expired)
+                self._send_to_backbone(resends)
+                if number in self._published:
+                    break
+                self._confirmed.wait(min(max(publishes.next_deadline() - now, 0.001), 0.1))
+            finished = self._published.pop(number, None)
+            if finished is None:
+                publishes.cancel(number)
+                raise FyrehoseError("client closed while publishing")
+        if finished.seqs is None:
+            self._check_reachable()
+            raise PublishTimeout(
+                f"{finished.unconfirmed} of {len(payloads)} messages unconfirmed after {timeout:g} s; "
+                "they may or may not have been published"
+            )
+        return finished.seqs
+
+    def _send_to_backbone(self, datagrams: list[bytes]) -> None:
+        for datagram in datagrams:
+            try:
+                self.sock.sendto(datagram, self.backbone)
+            except OSError:  # a send buffer that stayed full: lost like a dropped datagram, sent again on a timer
+                self.stats["send errors"] += 1
 
     def publish_nowait(self, data: bytes | Envelope, *, subject: str | None = None,
                        type: MsgType = MsgType.UPDATE, status: Status = Status.OK, reply: str | None = None) -> None:
@@ -559,28 +549,29 @@ class Client:
     def _timers(self, now: float) -> None:
         self._session_timers(now)
         datagrams, events = self.connection.poll(now)
-        for datagram in datagrams:
-            try:
-                self.sock.sendto(datagram, self.backbone)
-            except OSError:
-                self.stats["send errors"] += 1
+        with self._lock:
+            resends, expired = self.connection.publishes.poll(now)
+            self._finish_publishes(expired)
+        self._send_to_backbone(datagrams + resends)
         if events:
             self._emit(events)
 
+    def _finish_publishes(self, finished: list[Finished]) -> None:
+        """Hand finished batches to the threads waiting in publish (the lock is held)."""
+        if finished:
+            for batch in finished:
+                self._published[batch.batch] = batch
+            self._confirmed.notify_all()
+
     def _handle(self, data: bytes, source: Address, now: float) -> None:
         """One datagram, whatever its bytes or sender, through the pure connection (docs/protocol.md)."""
-        incoming = self.connection.receive(data, source, now)
+        with self._lock:  # publish() starts batches in the same session from other threads
+            incoming = self.connection.receive(data, source, now)
+            self._finish_publishes(incoming.published)
         if incoming.stored and self.journal is not None:
             self.journal.add_many(incoming.stored)
         if incoming.events:
             self._emit(incoming.events)
-        if incoming.confirms:
-            with self._lock:
-                pending = self._pending
-                for tag, seq in incoming.confirms:
-                    if tag in pending:
-                        pending[tag] = seq
-                self._confirmed.notify_all()
         if incoming.acked:
             self._acked.set()
         for forward in incoming.forwards:

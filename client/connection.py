@@ -20,6 +20,7 @@ from typing import Any
 from fyrehose import codec
 from fyrehose.addresses import Address
 from fyrehose.admission import admit
+from fyrehose.publishing import Finished, PendingPublishes
 from fyrehose.tracker import Event, SequenceTracker
 
 TOKENS_REMEMBERED = 8  # KEEPALIVE tokens whose ACK still counts (several keepalives may be in flight)
@@ -32,6 +33,7 @@ class Incoming:
     stored: list[tuple[int, bytes]] = field(default_factory=list)  # new DELIVERs (no duplicates), to store
     events: list[Event] = field(default_factory=list)  # ordered messages and losses, for subscriptions
     confirms: list[tuple[int, int]] = field(default_factory=list)  # (tag, sequence) from CONFIRMs
+    published: list[Finished] = field(default_factory=list)  # publish batches those CONFIRMs completed
     forwards: list[codec.Forward] = field(default_factory=list)  # REQUESTs to answer from the store
     acked: bool = False  # a KEEPALIVE-ACK for one of our tokens arrived
     from_backbone: bool = False  # the datagram came from the backbone (not a peer's re-delivery)
@@ -46,13 +48,15 @@ class BackboneConnection:
     deterministic in tests).  ``vouch`` judges the payload of a peer's
     re-delivery before it may fill a requested hole (an authenticating client
     takes only what verifies); a payload it refuses leaves the hole open, to
-    be requested again.
+    be requested again.  :attr:`publishes` matches the CONFIRMs to what this
+    client published (``confirm_retry``: the first wait before a message is
+    sent again); a driver runs its timers with ``publishes.poll``.
     """
 
     def __init__(self, backbone: Address, *, flags: int, keepalive_interval: float = 0.5,
                  serves_forwards: bool = True, tracker_options: dict[str, Any] | None = None,
                  token_source: Callable[[int], bytes] = os.urandom, stats: Counter[str] | None = None,
-                 vouch: Callable[[bytes], bool] | None = None) -> None:
+                 vouch: Callable[[bytes], bool] | None = None, confirm_retry: float = 0.2) -> None:
         self.backbone = backbone
         self.flags = flags
         self.keepalive_interval = keepalive_interval
@@ -63,6 +67,7 @@ class BackboneConnection:
         self.last_ack: float | None = None
         self._token_source = token_source
         self._vouch = vouch
+        self.publishes = PendingPublishes(retry=confirm_retry, stats=self.stats)
         self._tokens: deque[bytes] = deque(maxlen=TOKENS_REMEMBERED)
         self._next_keepalive = 0.0
         self._queued_forwards: set[codec.Forward] = set()
@@ -98,8 +103,8 @@ class BackboneConnection:
         return out, events
 
     def next_deadline(self) -> float:
-        """When :meth:`poll` next has something to do."""
-        deadline = self._next_keepalive
+        """When :meth:`poll` or ``publishes.poll`` next has something to do."""
+        deadline = min(self._next_keepalive, self.publishes.next_deadline())
         if self.tracker is not None:
             tracker_deadline = self.tracker.next_deadline()
             if tracker_deadline is not None:
@@ -122,6 +127,7 @@ class BackboneConnection:
         try:
             if kind == codec.CONFIRM:
                 incoming.confirms = codec.decode_confirms(data)
+                incoming.published = self.publishes.confirm(incoming.confirms)
                 return incoming
             frames = codec.decode(data)
         except codec.ProtocolError:

@@ -22,12 +22,13 @@ from fyrehose.addresses import parse_hostport, route_source
 from fyrehose.client import BackboneUnreachable, Client, FyrehoseError, MessagesLost, PublishTimeout
 from fyrehose.loadtest.account import DeliveryAccount
 from fyrehose.loadtest.coordination import ProcessRun
-from fyrehose.loadtest.push_session import Finished, PushSession
+from fyrehose.loadtest.push_session import PushSession
 from fyrehose.loadtest.rates import Pacer
 from fyrehose.loadtest.session import SubscriberSession
 from fyrehose.loadtest.stamp import stamp
 from fyrehose.loadtest.tally import RunTally
 from fyrehose.pacing import TokenBucket
+from fyrehose.publishing import Finished
 from fyrehose.tracker import Event, Lost
 
 PUSH = "PUSH"

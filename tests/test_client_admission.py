@@ -5,7 +5,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from dataclasses import replace
 
 from hypothesis import given
@@ -18,6 +17,7 @@ from fyrehose.client import Client
 from fyrehose.connection import BackboneConnection
 from fyrehose.envelope import Envelope, encode
 from fyrehose.process import wait_until
+from fyrehose.publishing import Finished
 from fyrehose.sessions import LocalSession
 from fyrehose.tracker import SequenceTracker
 
@@ -146,13 +146,15 @@ def test_a_stranger_cannot_stop_confuse_or_inject(backbone):
         assert client.reachable
 
 
-def test_a_forged_confirm_completes_no_publish(backbone):
-    with Client(backbone.address) as client:
-        client._pending[77] = None
-        client._handle(codec.encode_confirm(77, 5), STRANGER, time.monotonic())
-        assert client._pending[77] is None
-        client._handle(codec.encode_confirm(77, 5), client.backbone, time.monotonic())
-        assert client._pending.pop(77) == 5
+def test_a_forged_confirm_completes_no_publish():
+    connection = BackboneConnection(BACKBONE, flags=codec.FLAG_NOSUBSCRIBE)
+    number, datagrams = connection.publishes.start([b"x", b"y"], 0.0, 5.0)
+    (_, _, first), (_, _, second) = codec.scan(datagrams[0], codec.PUSH)[0]
+    confirms = codec.encode_confirm(first, 5) + codec.encode_confirm(second, 6)
+    assert connection.receive(confirms, STRANGER, 0.1).published == []
+    assert connection.stats["CONFIRM from strangers"] == 1 and len(connection.publishes) == 1
+    assert connection.receive(confirms, BACKBONE, 0.2).published == [Finished(number, [5, 6])]
+    assert connection.receive(confirms, BACKBONE, 0.3).published == []  # a repeated CONFIRM finishes nothing twice
 
 
 def test_a_service_whose_receive_thread_dies_exits_with_one_line(backbone_factory):
@@ -160,8 +162,6 @@ def test_a_service_whose_receive_thread_dies_exits_with_one_line(backbone_factor
     script = textwrap.dedent(f"""
         import socket, time
         from fyrehose.client import Client
-from fyrehose.connection import BackboneConnection
-from fyrehose.envelope import Envelope, encode
         from fyrehose.fatal import exit_on_thread_death
         exit_on_thread_death("sub")
         client = Client({backbone.address!r})
@@ -201,7 +201,8 @@ def test_sub_listens_where_bind_says(backbone_factory):
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             assert wait_until(lambda: _port_taken(port), 10)
-            publisher.publish(b"hello")
+            # bound is not yet subscribed: publish until the subscriber has one (it exits after it)
+            assert wait_until(lambda: publisher.publish(b"hello") and result.poll() is not None, 15, interval=0.2)
             out, err = result.communicate(timeout=20)
         finally:
             if result.poll() is None:

@@ -21,13 +21,14 @@ from fyrehose.backbone.metrics import render
 from fyrehose.loadtest.account import DeliveryAccount, attribute
 from fyrehose.loadtest.coordination import FINISH, TRUNCATE, Conductor
 from fyrehose.loadtest.prometheus import MetricsFormatError, parse_samples
-from fyrehose.loadtest.push_session import Finished, PushSession
+from fyrehose.loadtest.push_session import PushSession
 from fyrehose.loadtest.rates import MAX_WAIT, Pacer, Phase, RateSchedule, build_schedule
 from fyrehose.loadtest.results import LOSS_LIMIT, judge, judge_all, summarize
 from fyrehose.loadtest.session import SubscriberSession
 from fyrehose.loadtest.settings import PREFIX, LoadSettings, add_setting_arguments
 from fyrehose.loadtest.stamp import MIN_SIZE, published_ns, stamp
 from fyrehose.loadtest.tally import Histogram, PhaseTally, RunTally, bucket_ms
+from fyrehose.publishing import Finished
 from fyrehose.tracker import Lost, Message
 
 BACKBONE = ("127.0.0.1", 2323)
@@ -527,7 +528,7 @@ def test_a_batch_is_packed_tagged_and_finished_by_the_backbones_confirms():
     answers = _sequence(backbone, datagrams, 0.1)
     assert len(answers) == 1  # 1,500 CONFIRMs in one datagram
     assert session.receive(answers[0], PEER, 0.1) == []  # a stranger's copy counts for nothing
-    assert session.receive(answers[0], BACKBONE, 0.1) == [Finished(number, True)]
+    assert session.receive(answers[0], BACKBONE, 0.1) == [Finished(number, list(range(1, 1501)))]
     assert session.receive(answers[0], BACKBONE, 0.1) == [] and session.pending == 0
     assert backbone.sequence.last_issued == 1500
 
@@ -542,7 +543,8 @@ def test_unconfirmed_messages_are_sent_again_with_their_tags_and_never_sequenced
     resent, finished = session.poll(0.25)
     assert finished == [] and len(resent) == 1 and session.stats["push retries"] < 1000
     second = _sequence(backbone, resent + datagrams[:1], 0.25)  # the first datagram arrives again too
-    assert [done for answer in second for done in session.receive(answer, BACKBONE, 0.25)] == [Finished(number, True)]
+    assert [done for answer in second for done in session.receive(answer, BACKBONE, 0.25)] == [
+        Finished(number, list(range(1, 1001)))]
     assert backbone.sequence.last_issued == 1000 and backbone.counters["duplicate pushes"] > 0
 
 
@@ -551,6 +553,6 @@ def test_a_batch_without_every_confirm_fails_at_its_timeout_and_late_confirms_ar
     number, datagrams = session.publish([b"x"] * 10, 0.0)
     for now in (0.2, 0.6, 1.4):
         assert session.poll(now)[1] == []
-    assert session.poll(2.0)[1] == [Finished(number, False)] and session.pending == 0
+    assert session.poll(2.0)[1] == [Finished(number, None, 10)] and session.pending == 0
     for answer in _sequence(backbone, datagrams, 2.1):
         assert session.receive(answer, BACKBONE, 2.1) == []

@@ -1,0 +1,76 @@
+"""The publisher's side of CONFIRM, pure: tags, matching, retries with back-off, give-up."""
+from __future__ import annotations
+
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fyrehose import codec
+from fyrehose.publishing import Finished, PendingPublishes
+
+
+def tags_of(datagrams: list[bytes]) -> list[int]:
+    return [tag for datagram in datagrams for _, _, tag in codec.scan(datagram, codec.PUSH)[0]]
+
+
+def test_a_batch_takes_contiguous_tags_and_never_wraps_to_zero():
+    publishes = PendingPublishes(first_tag=codec.MAX_TAG - 2)
+    _, first = publishes.start([b"a", b"b"], 0.0, 1.0)
+    _, second = publishes.start([b"c", b"d", b"e"], 0.0, 1.0)  # would pass MAX_TAG: starts again at 1
+    assert tags_of(first) == [codec.MAX_TAG - 2, codec.MAX_TAG - 1]
+    assert tags_of(second) == [1, 2, 3]
+
+
+@given(st.lists(st.integers(1, 50), min_size=1, max_size=5), st.randoms(use_true_random=False))
+def test_confirms_in_any_order_finish_each_batch_once_with_its_numbers_in_publish_order(sizes, rng):
+    publishes = PendingPublishes()
+    sent = {}
+    seq = 100
+    pairs = []
+    for size in sizes:
+        number, datagrams = publishes.start([b"x"] * size, 0.0, 5.0)
+        tags = tags_of(datagrams)
+        sent[number] = list(range(seq, seq + size))
+        pairs += list(zip(tags, sent[number], strict=True))
+        seq += size
+    rng.shuffle(pairs)
+    pairs += pairs[: len(pairs) // 3]  # repeated CONFIRMs (answers to retries)
+    finished = [done for pair in pairs for done in publishes.confirm([pair])]
+    assert sorted(finished, key=lambda done: done.batch) == [Finished(number, seqs) for number, seqs in sent.items()]
+    assert len(publishes) == 0 and publishes.next_deadline() == float("inf")
+
+
+def test_only_unconfirmed_messages_are_sent_again_backing_off_until_the_deadline():
+    publishes = PendingPublishes(retry=0.2, max_retry=0.5)
+    number, datagrams = publishes.start([b"%d" % i for i in range(4)], 0.0, 2.0)
+    tags = tags_of(datagrams)
+    assert publishes.confirm([(tags[0], 7), (tags[2], 9)]) == []
+    assert publishes.next_deadline() == 0.2
+    assert publishes.poll(0.1) == ([], [])
+    resent, finished = publishes.poll(0.2)
+    assert tags_of(resent) == [tags[1], tags[3]] and finished == []
+    assert publishes.next_deadline() == 0.2 + 0.4
+    assert tags_of(publishes.poll(0.61)[0]) == [tags[1], tags[3]]
+    assert publishes.next_deadline() == 0.61 + 0.5  # capped at max_retry
+    assert publishes.stats["push retries"] == 4
+    assert publishes.poll(2.0) == ([], [Finished(number, None, 2)])
+    assert publishes.confirm([(tags[1], 8), (tags[3], 10)]) == []  # too late: the batch was given up
+    assert publishes.stats["unmatched confirms"] == 2
+
+
+def test_a_cancelled_batch_is_forgotten():
+    publishes = PendingPublishes()
+    number, datagrams = publishes.start([b"x"], 0.0, 5.0)
+    publishes.cancel(number)
+    assert len(publishes) == 0
+    assert publishes.confirm([(tags_of(datagrams)[0], 1)]) == []
+    assert publishes.poll(10.0) == ([], [])
+
+
+def test_large_batches_pack_full_datagrams():
+    publishes = PendingPublishes()
+    payload = random.Random(1).randbytes(64)
+    _, datagrams = publishes.start([payload] * 2000, 0.0, 5.0)
+    per = codec.MAX_DATAGRAM // (codec.FRAME_HEADER + 64)
+    assert [len(d) // (codec.FRAME_HEADER + 64) for d in datagrams] == [per, per, 2000 - 2 * per]
