@@ -45,6 +45,7 @@ START_TIMEOUT = 60.0
 IDLE_WAIT = 0.05
 TCP_READ = 1 << 20
 MAX_SAMPLES = 1_000_000  # latency samples kept per subscriber
+DELIVER = bytes([codec.DELIVER])
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,13 @@ class _Receiver(abc.ABC):
     def feed(self, data: bytes) -> tuple[int, list[int]]:
         """Count the messages in what was just read; return (count, stamps of samples)."""
 
+    def read(self) -> bytes | None:
+        """What the next read of the socket holds for :meth:`feed`; None for a datagram that is not a delivery.
+
+        BlockingIOError when nothing waits; b"" when a stream's server closed it.
+        """
+        return self.sock.recv(self.read_size)
+
     def tick(self, now: float) -> None:  # noqa: B027 (a hook: most receivers have no periodic duty)
         """Periodic duties while waiting or receiving (KEEPALIVEs)."""
 
@@ -283,13 +291,22 @@ class _FyrehoseReceiver(_Receiver):
         for datagram in datagrams:
             self.sock.sendto(datagram, self.spec.address)
 
+    def read(self) -> bytes | None:
+        """The backbone's DELIVERs for the scanner; anything else goes through the session (ACKs) or is counted."""
+        data, source = self.sock.recvfrom(self.read_size)
+        if source == self.spec.address and data[:1] == DELIVER:
+            return data
+        self.connection.receive(data, source, time.monotonic())  # ACKs; a stranger's datagram is dropped, counted
+        return None
+
     def feed(self, data: bytes) -> tuple[int, list[int]]:
         return self.scanner.scan(data)
 
     def anomalies(self) -> dict[str, int]:
         scanner = self.scanner
+        dropped = sum(count for reason, count in self.connection.stats.items() if "stranger" in reason)
         return {"malformed datagrams": scanner.malformed, "duplicate frames": scanner.duplicates,
-                "untracked frames": scanner.untracked}
+                "untracked frames": scanner.untracked, "datagrams from strangers": dropped}
 
 
 class _TcpReceiver(_Receiver):
@@ -355,8 +372,7 @@ def receive(receiver: _Receiver, deadline: float) -> tuple[int, array.array]:
     """Count messages until ``deadline``; return the count and the latencies (ns) of the samples."""
     sock = receiver.sock
     sock.setblocking(False)
-    recv = sock.recv
-    size = receiver.read_size
+    read = receiver.read
     feed = receiver.feed
     tick = receiver.tick
     monotonic = time.monotonic
@@ -365,13 +381,15 @@ def receive(receiver: _Receiver, deadline: float) -> tuple[int, array.array]:
     count = 0
     while True:
         try:
-            data = recv(size)
+            data = read()
         except BlockingIOError:
             now = monotonic()
             if now >= deadline:
                 break
             tick(now)
             select.select((sock,), (), (), min(IDLE_WAIT, deadline - now))
+            continue
+        if data is None:
             continue
         if not data:
             raise StreamError("the server closed the connection")
