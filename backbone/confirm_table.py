@@ -26,7 +26,12 @@ after them, so records at or past the head are never replayed.  A copy
 interrupted mid-way may have torn records it was overwriting, the oldest
 ones; a datagram holds at most ``margin`` tags, so the replay skips the
 oldest ``margin`` records of the ring.  Records older than ``max_age`` are
-skipped as well: a publisher retries within its 25 s timeout.
+skipped as well: a publisher retries within its 25 s timeout.  So are records
+of numbers above ``published`` (the last number the dead sequencer made
+visible): it remembered those tags while sequencing a datagram it never got
+to publish, so the messages were never delivered nor CONFIRMed, and their
+numbers will be issued again; a retry must be sequenced anew, not answered
+with a number that now belongs to another message.
 """
 from __future__ import annotations
 
@@ -49,7 +54,7 @@ KEYS_CACHED = 4096
 
 class SharedConfirmTable:
     def __init__(self, buffer: memoryview, slots: int = DEFAULT_SLOTS, max_age: float = 30.0,
-                 margin: int = MAX_TAGS_PER_DATAGRAM) -> None:
+                 margin: int = MAX_TAGS_PER_DATAGRAM, published: int | None = None) -> None:
         if slots <= margin:
             raise ValueError("slots must exceed the margin of torn records")
         self.slots = slots
@@ -60,7 +65,7 @@ class SharedConfirmTable:
         self._records = region[HEADER:]
         self._keys: dict[Address, int] = {}
         self._cache = ConfirmCache(capacity=slots - margin, max_age=max_age)
-        self._replay()
+        self._replay(published)
 
     @staticmethod
     def region_size(slots: int = DEFAULT_SLOTS) -> int:
@@ -110,8 +115,8 @@ class SharedConfirmTable:
             key = self._keys[source] = (int.from_bytes(socket.inet_aton(source[0]), "big") << 16 | source[1]) + 1
         return key
 
-    def _replay(self) -> None:
-        """Load the ring's trustworthy records, oldest first, into the heap cache."""
+    def _replay(self, published: int | None) -> None:
+        """Load the ring's trustworthy records, oldest first, into the heap cache (none above ``published``)."""
         head = self._head[0]
         first = max(0, head - (self.slots - self.margin))
         horizon = int((time.monotonic() - self.max_age) * 1_000_000)
@@ -120,7 +125,7 @@ class SharedConfirmTable:
         for number in range(first, head):
             base = (number % self.slots) * WORDS
             key, tag, seq, stamp = words[base:base + WORDS]
-            if stamp < horizon or not key:
+            if stamp < horizon or not key or (published is not None and seq > published):
                 continue
             source = sources.get(key)
             if source is None:

@@ -78,6 +78,15 @@ def test_records_past_the_head_are_never_replayed():
     assert restarted.lookup(SOURCES[2], 9) is None
 
 
+def test_tags_of_numbers_never_published_are_not_replayed():
+    region = memoryview(bytearray(SharedConfirmTable.region_size(64)))
+    first = table(64, region=region)
+    first.remember_many(SOURCES[0], [(1, 10), (2, 11)], time.monotonic())
+    first.remember_many(SOURCES[0], [(3, 12), (4, 13)], time.monotonic())  # sequenced, then killed before publishing
+    restarted = SharedConfirmTable(region, 64, margin=4, published=11)
+    assert [restarted.lookup(SOURCES[0], tag) for tag in (1, 2, 3, 4)] == [10, 11, None, None]
+
+
 def test_a_datagram_cannot_outgrow_the_margin():
     with pytest.raises(ValueError):
         table(64).remember_many(SOURCES[0], [(tag, tag) for tag in range(1, MARGIN + 2)], 0.0)
