@@ -7,6 +7,7 @@ from fyrehose.addresses import parse_hostport, parse_networks
 from fyrehose.backbone.recent_log import DEFAULT_BYTES as RECENT_BYTES
 from fyrehose.backbone.udp import SOCKET_BUFFER
 from fyrehose.codec import FRAME_HEADER, MAX_DATAGRAM
+from fyrehose.errors import InputError
 
 DEFAULT_LISTEN = "127.0.0.1:2323"
 
@@ -63,21 +64,21 @@ def run(args: argparse.Namespace) -> int:
     metrics = parse_hostport(args.metrics) if args.metrics else None
     trusted = parse_networks(args.trust_net)
     if args.batch_bytes < FRAME_HEADER or args.batch_bytes > MAX_DATAGRAM:
-        raise ValueError(f"--batch-bytes must be between {FRAME_HEADER} and {MAX_DATAGRAM}")
+        raise InputError(f"--batch-bytes must be between {FRAME_HEADER} and {MAX_DATAGRAM}")
     if args.max_clients < 1:
-        raise ValueError("--max-clients must be at least 1")
+        raise InputError("--max-clients must be at least 1")
     if args.socket_buffer < 4096:
-        raise ValueError("--socket-buffer must be at least 4096 bytes")
+        raise InputError("--socket-buffer must be at least 4096 bytes")
     if args.recent_bytes < 0:
-        raise ValueError("--recent-bytes must be 0 (off) or more")
+        raise InputError("--recent-bytes must be 0 (off) or more")
     if args.rate_limit < 0:
-        raise ValueError("--rate-limit must be positive (0: off)")
+        raise InputError("--rate-limit must be positive (0: off)")
     if args.workers != "auto" and args.workers < 0:
-        raise ValueError("--workers must be 0 or more (or 'auto')")
+        raise InputError("--workers must be 0 or more (or 'auto')")
     if args.fanout is not None and args.fanout < 1:
-        raise ValueError("--fanout must be at least 1")
+        raise InputError("--fanout must be at least 1")
     if args.workers == 0 and args.fanout is not None:
-        raise ValueError("--fanout needs --workers 1 or more (with --workers 0 one process does everything)")
+        raise InputError("--fanout needs --workers 1 or more (with --workers 0 one process does everything)")
     if args.workers == "auto":
         from fyrehose.backbone.supervisor import auto_workers, default_sizes
 

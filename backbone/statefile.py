@@ -13,12 +13,13 @@ from pathlib import Path
 
 from fyrehose.codec import MAX_SEQUENCE
 from fyrehose.durable import DirectoryInUse, DirectoryLock, remove_leftovers, replace_atomically
+from fyrehose.errors import CommandFailed
 
 FILE_NAME = "sequence"
 LOCK_NAME = "lock"
 
 
-class StateError(RuntimeError):
+class StateError(CommandFailed):
     pass
 
 

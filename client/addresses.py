@@ -5,6 +5,8 @@ import argparse
 import ipaddress
 import socket
 
+from fyrehose.errors import InputError
+
 Address = tuple[str, int]
 
 
@@ -17,16 +19,16 @@ def parse_hostport(text: str, default_port: int | None = None) -> Address:
     host, sep, port_text = text.rpartition(":")
     if not sep:
         if default_port is None:
-            raise ValueError(f"expected HOST:PORT, got {text!r}")
+            raise InputError(f"expected HOST:PORT, got {text!r}")
         host, port_text = text, str(default_port)
     if not host:
-        raise ValueError(f"missing host in {text!r}")
+        raise InputError(f"missing host in {text!r}")
     try:
         port = int(port_text)
     except ValueError:
-        raise ValueError(f"port {port_text!r} in {text!r} is not a number") from None
+        raise InputError(f"port {port_text!r} in {text!r} is not a number") from None
     if not 0 <= port <= 65535:
-        raise ValueError(f"port {port} in {text!r} is outside 0..65535")
+        raise InputError(f"port {port} in {text!r} is outside 0..65535")
     return resolve_ipv4(host), port
 
 
@@ -38,7 +40,7 @@ def resolve_ipv4(host: str) -> str:
     try:
         return socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
     except socket.gaierror as exc:
-        raise ValueError(f"cannot resolve host {host!r}: {exc.strerror}") from None
+        raise InputError(f"cannot resolve host {host!r}: {exc.strerror}") from None
 
 
 def parse_networks(texts: list[str]) -> tuple[ipaddress.IPv4Network, ...]:
@@ -48,7 +50,7 @@ def parse_networks(texts: list[str]) -> tuple[ipaddress.IPv4Network, ...]:
         try:
             networks.append(ipaddress.IPv4Network(text, strict=False))
         except ValueError:
-            raise ValueError(f"{text!r} is not an IPv4 network (CIDR)") from None
+            raise InputError(f"{text!r} is not an IPv4 network (CIDR)") from None
     return tuple(networks)
 
 

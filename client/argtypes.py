@@ -79,3 +79,14 @@ def whole_seconds(text: str) -> int:
     if value != int(value):
         raise argparse.ArgumentTypeError(f"{text} is not a whole number of seconds")
     return int(value)
+
+
+def publish_timeout(text: str) -> float:
+    """A publish's wait for its CONFIRM (``--timeout``, ``--publish-timeout``): up to the backbone's memory of retries."""
+    from fyrehose.client import MAX_PUBLISH_TIMEOUT
+
+    value = positive_duration(text)
+    if value > MAX_PUBLISH_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"must be in (0, {MAX_PUBLISH_TIMEOUT:g}] seconds "
+                                         "(the backbone's memory of retries)")
+    return value

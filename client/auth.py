@@ -28,6 +28,8 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from fyrehose.errors import InputError
+
 from .durable import replace_atomically
 from .envelope import Envelope, decode, encode_unsigned, is_envelope
 from .sessions import (
@@ -50,7 +52,7 @@ DEFAULT_MAX_SKEW = 30.0
 _U64 = struct.Struct(">Q")
 
 
-class AuthError(ValueError):
+class AuthError(InputError):
     """Credentials that cannot work: an unknown user, a damaged database file."""
 
 

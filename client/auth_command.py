@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from fyrehose.argtypes import positive_int
+from fyrehose.errors import CommandFailed, InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,13 +38,13 @@ def _password(args: argparse.Namespace) -> str:
     if args.password_stdin:
         line = sys.stdin.readline()
         if not line:
-            raise ValueError("no password on stdin")
+            raise InputError("no password on stdin")
         return line.rstrip("\r\n")
     if not sys.stdin.isatty():
-        raise ValueError("no terminal to ask for the password: use --password-stdin")
+        raise InputError("no terminal to ask for the password: use --password-stdin")
     first = getpass.getpass(f"password for {args.user} ({args.service}): ")
     if getpass.getpass("again: ") != first:
-        raise ValueError("the passwords differ")
+        raise InputError("the passwords differ")
     return first
 
 
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "add":
         database.add(args.user, args.service, _password(args))
     elif not database.remove(args.user, args.service):
-        raise ValueError(f"{args.user} of {args.service} is not in {path}")
+        raise InputError(f"{args.user} of {args.service} is not in {path}")
     database.save(path)
     return 0
 
@@ -96,7 +97,7 @@ def _bench(count: int, size: int) -> int:
     accepted = sum(authenticator.check(decode(payload), wall).accepted for payload in signed)  # type: ignore[arg-type]  # the bench signs only envelopes, so decode() gives envelopes
     rows.append(("decode + check", time.perf_counter() - started))
     if accepted != count:
-        raise RuntimeError(f"only {accepted} of {count} signed messages verified")
+        raise CommandFailed(f"only {accepted} of {count} signed messages verified")
 
     print(f"{count} messages of {size} data bytes, one session, one core")
     print(f"{'step':<28}{'us/message':>12}{'messages/s':>14}")

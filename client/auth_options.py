@@ -11,6 +11,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from fyrehose.argtypes import positive_duration
+from fyrehose.errors import InputError
 
 if TYPE_CHECKING:
     from fyrehose.auth import Credentials
@@ -38,7 +39,7 @@ def credentials_from(args: argparse.Namespace) -> Credentials | None:
     from fyrehose.auth import AuthDatabase, Credentials
 
     if (args.auth_db is None) != (args.service is None):
-        raise ValueError("--auth-db and --service go together")
+        raise InputError("--auth-db and --service go together")
     if args.auth_db is None:
         return None
     return Credentials(AuthDatabase.load(args.auth_db), args.user, args.service)

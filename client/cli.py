@@ -5,17 +5,24 @@ Each command lives in a module with ``add_arguments(parser)`` and
 serves several); those modules import their heavy dependencies inside ``run``
 so that every command starts fast.
 
-A user error (bad input, a file or server that is not there: ``ValueError``,
-``OSError`` and the project's own errors) ends the process with one line on
-stderr and exit 1.  Anything else is a bug, and is not disguised as the
-user's mistake: it prints a traceback and exits with :data:`EXIT_INTERNAL`.
-``--debug`` (or ``FYREHOSE_DEBUG=1``) prints the traceback of every error.
+A user error ends the process with one line on stderr and exit 1: the
+project's own errors (:class:`~fyrehose.errors.FyrehoseError`; a command
+raises :class:`~fyrehose.errors.InputError` for bad input and
+:class:`~fyrehose.errors.CommandFailed` for a failure it explains), argparse's,
+a malformed frame or envelope, an ``OSError`` that describes the environment
+(a missing file, a refused permission, an address in use, a full disk, a
+network that does not answer) and an optional extra that is not installed.
+Anything else is a bug, and is not disguised as the user's mistake: it prints
+a traceback and exits with :data:`EXIT_INTERNAL`.  ``--debug`` (or
+``FYREHOSE_DEBUG=1``) prints the traceback of every error.
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
+import socket
 import sys
 import traceback
 from importlib.metadata import PackageNotFoundError, version
@@ -44,18 +51,32 @@ EXIT_FAILURE = 1
 EXIT_INTERNAL = 70  # EX_SOFTWARE: an internal error, not the user's
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions that mean the user's input or environment is wrong (one line, exit 1)."""
-    from subprocess import SubprocessError
+# OSErrors that describe the machine, its files or its network, never a bug in fyrehose: by class, and by errno
+_ENVIRONMENT_OSERRORS = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError,
+                         ConnectionError, TimeoutError, socket.gaierror, socket.herror)
+_ENVIRONMENT_ERRNOS = frozenset({
+    errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.EROFS,
+    errno.EIO, errno.ENETDOWN, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EMFILE, errno.ENFILE, errno.ENOMEM,
+    errno.ENAMETOOLONG, errno.ELOOP, errno.ENODEV, errno.ENXIO,
+})
 
+
+def _is_user_error(exc: BaseException) -> bool:
+    """True when ``exc`` means the user's input or environment is wrong (one line, exit 1), not a bug."""
+    from subprocess import TimeoutExpired
+
+    from fyrehose.codec import ProtocolError
+    from fyrehose.envelope import EnvelopeError
     from fyrehose.errors import FyrehoseError
 
-    # RuntimeError is what the commands raise for a failure they explain in one line (the pipeline's
-    # PipelineError is one); ImportError is an optional extra that is not installed.
-    return ValueError, OSError, RuntimeError, ImportError, SubprocessError, FyrehoseError
-
-
-_BUGS = (NotImplementedError, RecursionError)  # RuntimeErrors that are never the user's doing
+    if isinstance(exc, (FyrehoseError, argparse.ArgumentError, argparse.ArgumentTypeError, ProtocolError,
+                        EnvelopeError, TimeoutExpired)):
+        return True
+    if isinstance(exc, OSError):
+        return isinstance(exc, _ENVIRONMENT_OSERRORS) or exc.errno in _ENVIRONMENT_ERRNOS
+    if isinstance(exc, ModuleNotFoundError):  # an optional extra (pyarrow, pyspark, locust, ...) not installed
+        return exc.name is not None and exc.name.partition(".")[0] != "fyrehose"
+    return False
 
 
 def _version() -> str:
@@ -104,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except Exception as exc:
         debug = args.debug or os.environ.get("FYREHOSE_DEBUG", "") not in ("", "0")
-        if isinstance(exc, _BUGS) or not isinstance(exc, _user_errors()):
+        if not _is_user_error(exc):
             traceback.print_exc()
             sys.stderr.write(f"fyrehose {args.command}: internal error: {type(exc).__name__}: {exc} "
                              "(a bug in fyrehose; the traceback is above)\n")

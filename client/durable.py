@@ -13,6 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from fyrehose.errors import CommandFailed
+
 TEMPORARY_SUFFIX = ".tmp"  # left behind only by a replacement cut short; its target is intact
 
 
@@ -70,7 +72,7 @@ def remove_leftovers(path: Path) -> None:
         leftover.unlink(missing_ok=True)
 
 
-class DirectoryInUse(RuntimeError):
+class DirectoryInUse(CommandFailed):
     """Another process holds the directory's lock."""
 
 

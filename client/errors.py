@@ -1,11 +1,32 @@
-"""The client's own exceptions, apart from the client so that subscriptions and callers can share them."""
+"""fyrehose's own exceptions: the client's, and the ones a command reports to its user in one line.
+
+They live apart from the client so that subscriptions, commands and callers can
+share them.  Every :class:`FyrehoseError` that reaches the command line is
+reported as one line and exit 1 (:mod:`fyrehose.cli`); an exception of any
+other class is a bug and is shown with its traceback.
+"""
 from __future__ import annotations
 
 from fyrehose.tracker import Lost
 
 
 class FyrehoseError(Exception):
-    """Base of the client's own errors."""
+    """Base of fyrehose's own errors."""
+
+
+class InputError(FyrehoseError, ValueError):
+    """Bad input: an option or argument, or the content of a file fyrehose was pointed at.
+
+    A ValueError too, so that callers that catch those still do.
+    """
+
+
+class CommandFailed(FyrehoseError, RuntimeError):
+    """A command cannot do its job for a reason it explains in one line.
+
+    A process or server that would not start or answer, an optional extra that
+    is not installed, a check that found problems.  A RuntimeError too.
+    """
 
 
 class BackboneUnreachable(FyrehoseError):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from fyrehose.errors import CommandFailed
 from fyrehose.readiness import READY_LINE
 
 FYREHOSE = [sys.executable, "-m", "fyrehose"]
@@ -71,7 +72,7 @@ class ChildProcess:
                 status = self.proc.poll()
                 self.kill()
                 tail = self.output()[-2000:]
-                raise RuntimeError(f"{' '.join(self.argv[:6])} did not become ready "
+                raise CommandFailed(f"{' '.join(self.argv[:6])} did not become ready "
                                    f"({'exit ' + str(status) if status is not None else 'timeout'}): {tail}")
             time.sleep(POLL)
 

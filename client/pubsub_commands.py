@@ -6,8 +6,9 @@ import sys
 import time
 
 from fyrehose.addresses import add_bind_argument
-from fyrehose.argtypes import positive_duration
+from fyrehose.argtypes import positive_duration, publish_timeout
 from fyrehose.codec import MAX_PAYLOAD
+from fyrehose.errors import InputError
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 EXIT_LOSS = 3
@@ -32,8 +33,8 @@ def add_pub_arguments(parser: argparse.ArgumentParser) -> None:
                         help="messages to publish; without any, each line of stdin is one message")
     parser.add_argument("--no-confirm", action="store_true",
                         help="send packed PUSHes without waiting for CONFIRM (fast, may lose messages)")
-    parser.add_argument("--timeout", type=positive_duration, default=5.0, metavar="S",
-                        help="how long to wait for each CONFIRM, retries included (default 5)")
+    parser.add_argument("--timeout", type=publish_timeout, default=5.0, metavar="S",
+                        help="how long to wait for each CONFIRM, retries included (default 5, at most 25)")
 
 
 def add_sub_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +63,7 @@ def run_pub(args: argparse.Namespace) -> int:
     with Client(args.backbone, subscribe=False, bind=args.bind) as client:
         for number, data in enumerate(_lines(args.messages), 1):
             if len(data) > MAX_PAYLOAD:
-                raise ValueError(f"message {number} is {len(data)} bytes; the maximum is {MAX_PAYLOAD}")
+                raise InputError(f"message {number} is {len(data)} bytes; the maximum is {MAX_PAYLOAD}")
             if args.no_confirm:
                 client.publish_nowait(data)
             else:
@@ -75,7 +76,7 @@ def run_sub(args: argparse.Namespace) -> int:
     from fyrehose.tracker import Lost
 
     if args.count is not None and args.count < 1:
-        raise ValueError("--count must be at least 1")
+        raise InputError("--count must be at least 1")
     end = time.monotonic() + args.timeout if args.timeout else None
     out = sys.stdout
     lost = 0

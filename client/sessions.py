@@ -22,6 +22,8 @@ import secrets
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
+from fyrehose.errors import InputError
+
 from .envelope import Envelope, EnvelopeError, check_subject
 
 HELLO = "_SESSION.HELLO"
@@ -38,9 +40,14 @@ MISSED_HEARTBEATS = 3  # a session is gone after this many intervals without a h
 
 
 def new_session_name(user: str) -> str:
-    """``user.NONCE`` with a fresh 128-bit NONCE; ``user`` must be one subject token."""
+    """``user.NONCE`` with a fresh 128-bit NONCE; ``user`` (the node's own, often given by ``--user``) must be one
+    subject token, or InputError."""
     name = f"{user}.{secrets.token_hex(NONCE_BYTES)}"
-    parse_session(name)
+    try:
+        parse_session(name)
+    except ValueError:
+        raise InputError(f"bad user name {user!r}: sessions are named USER.NONCE, so it must be one subject token "
+                         "(no '.', '*', '>' or whitespace)") from None
     return name
 
 
@@ -155,7 +162,7 @@ class LocalSession:
 
     def __init__(self, user: str, interval: float = DEFAULT_INTERVAL, name: str | None = None) -> None:
         if not 0 < interval <= 3600:
-            raise ValueError("session interval must be in (0, 3600] seconds")
+            raise InputError("session interval must be in (0, 3600] seconds")
         self.name = name or new_session_name(user)
         self.user, self.nonce = parse_session(self.name)
         self.interval = interval

@@ -19,6 +19,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from fyrehose.errors import CommandFailed, InputError
 from fyrehose.loadtest.results import render
 from fyrehose.loadtest.settings import LoadSettings, add_setting_arguments
 from fyrehose.process import ChildProcess
@@ -65,7 +66,7 @@ def _wait_for_backbone(address: str, timeout: float, process: subprocess.Popen |
             return
     except BackboneUnreachable:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"the backbone exited with status {process.returncode} before serving") from None
+            raise CommandFailed(f"the backbone exited with status {process.returncode} before serving") from None
         raise
 
 
@@ -93,9 +94,9 @@ def _settings(args: argparse.Namespace, out: Path) -> LoadSettings:
         argparse.Namespace(**{**vars(args), "backbone": f"{host}:{port}", "out": str(out.resolve())}))
     settings.validate()
     if not 0 < args.web_port <= 65535:
-        raise ValueError("--web-port must be in 1..65535")
+        raise InputError("--web-port must be in 1..65535")
     if args.metrics_url and not args.metrics_url.startswith(("http://", "https://")):
-        raise ValueError("--metrics-url must be an http:// or https:// URL")
+        raise InputError("--metrics-url must be an http:// or https:// URL")
     return settings
 
 
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     print(render(summary, steps))
     print(f"results: {out}/ (locust_*.csv, report.html, metrics.jsonl, steps.jsonl, summary.json)")
     if not args.web and summary["requests"] == summary["failures"]:
-        raise RuntimeError(f"no publish was confirmed by the backbone at {settings.backbone} "
+        raise CommandFailed(f"no publish was confirmed by the backbone at {settings.backbone} "
                            f"(see {out / 'locust.log'})")
     return 0
 
@@ -155,7 +156,7 @@ def _run_processes(settings: LoadSettings, args: argparse.Namespace, out: Path) 
             return _serve_web(master, args, out)
         status = master.wait()
         if not (out / "summary.json").exists():
-            raise RuntimeError(f"Locust exited with status {status} without results: "
+            raise CommandFailed(f"Locust exited with status {status} without results: "
                                f"{_last_error(out / 'locust.log')} (log: {out / 'locust.log'})")
         return False
 
@@ -202,4 +203,4 @@ def _serve_web(master: subprocess.Popen, args: argparse.Namespace, out: Path) ->
             time.sleep(WEB_POLL)
     except KeyboardInterrupt:
         return printed
-    raise RuntimeError(f"Locust exited with status {master.returncode}: {_last_error(out / 'locust.log')}")
+    raise CommandFailed(f"Locust exited with status {master.returncode}: {_last_error(out / 'locust.log')}")

@@ -6,8 +6,10 @@ capacity report looks values up by.
 """
 from __future__ import annotations
 
+from fyrehose.errors import InputError
 
-class MetricsFormatError(ValueError):
+
+class MetricsFormatError(InputError):
     pass
 
 

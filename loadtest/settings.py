@@ -15,6 +15,7 @@ from fyrehose.addresses import parse_hostport
 from fyrehose.argtypes import duration as duration_type
 from fyrehose.client import MAX_PUBLISH_TIMEOUT
 from fyrehose.codec import FRAME_HEADER, MAX_DATAGRAM, MAX_PAYLOAD
+from fyrehose.errors import InputError
 from fyrehose.loadtest.rates import SHAPES, RateSchedule, build_schedule
 from fyrehose.loadtest.stamp import MIN_SIZE
 
@@ -52,25 +53,25 @@ class LoadSettings:
         parse_hostport(self.backbone)
         for name in ("users", "subscribers"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be at least 1")
+                raise InputError(f"--{name} must be at least 1")
         for name in ("rate", "duration", "step_time", "spike_factor", "p99_ms"):
             if not 0 < getattr(self, name) < math.inf:
-                raise ValueError(f"--{name.replace('_', '-')} must be a positive number")
+                raise InputError(f"--{name.replace('_', '-')} must be a positive number")
         if not MIN_SIZE <= self.size <= MAX_PAYLOAD:
-            raise ValueError(f"--size must be between {MIN_SIZE} and {MAX_PAYLOAD} bytes")
+            raise InputError(f"--size must be between {MIN_SIZE} and {MAX_PAYLOAD} bytes")
         if not 0 < self.timeout <= MAX_PUBLISH_TIMEOUT:
-            raise ValueError(f"--timeout must be in (0, {MAX_PUBLISH_TIMEOUT:g}] seconds")
+            raise InputError(f"--timeout must be in (0, {MAX_PUBLISH_TIMEOUT:g}] seconds")
         if not 0 <= self.drain < math.inf:
-            raise ValueError("--drain must be 0 or more seconds")
+            raise InputError("--drain must be 0 or more seconds")
         if self.batch < 0:
-            raise ValueError("--batch must be 0 (one message per request) or more")
+            raise InputError("--batch must be 0 (one message per request) or more")
         if self.batch * (self.size + FRAME_HEADER) > 64 * MAX_DATAGRAM:
-            raise ValueError(f"--batch {self.batch} of {self.size}-byte messages would take more than 64 datagrams "
+            raise InputError(f"--batch {self.batch} of {self.size}-byte messages would take more than 64 datagrams "
                              "per request")
         if self.workers < 0:
-            raise ValueError("--workers must be 0 or more")
+            raise InputError("--workers must be 0 or more")
         if self.shape not in SHAPES:
-            raise ValueError(f"--shape must be one of {', '.join(SHAPES)}")
+            raise InputError(f"--shape must be one of {', '.join(SHAPES)}")
 
     def schedule(self) -> RateSchedule:
         return build_schedule(self.shape, self.rate, self.duration, self.step_time, self.spike_factor)

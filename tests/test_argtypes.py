@@ -13,6 +13,7 @@ from fyrehose.argtypes import (
     positive_duration,
     positive_float,
     positive_int,
+    publish_timeout,
     whole_seconds,
 )
 
@@ -65,3 +66,11 @@ def test_whole_seconds():
     assert whole_seconds("1m") == 60 and whole_seconds("90") == 90
     with pytest.raises(argparse.ArgumentTypeError, match="1500ms is not a whole number of seconds"):
         whole_seconds("1500ms")
+
+
+def test_publish_timeout_is_a_duration_up_to_the_backbones_memory_of_retries():
+    assert publish_timeout("25") == 25.0 and publish_timeout("1500ms") == 1.5
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must be in \(0, 25\] seconds"):
+        publish_timeout("26s")
+    with pytest.raises(argparse.ArgumentTypeError, match="0 is not a positive duration"):
+        publish_timeout("0")

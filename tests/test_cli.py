@@ -1,12 +1,16 @@
 """The command line: pub, sub, --help everywhere, one-line errors."""
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import subprocess
 import sys
 import time
 
 import pytest
+
+from fyrehose.errors import CommandFailed, InputError
 
 from support import FYREHOSE, free_port, run_cli
 
@@ -135,3 +139,79 @@ def test_a_programming_error_is_reported_as_internal_with_its_traceback(monkeypa
     err = capsys.readouterr().err
     assert "Traceback (most recent call last):" in err and "KeyError" in err
     assert err.splitlines()[-1].startswith("fyrehose journal: internal error: KeyError: ")
+
+
+def _failing(exc: BaseException):
+    def run(args):
+        raise exc
+    return run
+
+
+@pytest.mark.parametrize("exc", [
+    InputError("--count must be at least 1"),
+    CommandFailed("redis-server is not installed"),
+    OSError(errno.EADDRINUSE, "Address already in use"),
+    FileNotFoundError(2, "No such file or directory"),
+    ConnectionRefusedError(111, "Connection refused"),
+    TimeoutError("the journal writing sequence 9 did not happen within 120 s"),
+    ModuleNotFoundError("No module named 'pyarrow'", name="pyarrow"),
+], ids=lambda exc: type(exc).__name__)
+def test_a_user_error_is_one_line_and_exit_1(exc, monkeypatch, capsys):
+    from fyrehose import cli
+    from fyrehose.journal import command
+
+    monkeypatch.setattr(command, "run", _failing(exc))
+    assert cli.main(["journal", "verify", "x"]) == cli.EXIT_FAILURE
+    assert capsys.readouterr().err.splitlines() == [f"fyrehose journal: error: {exc}"]
+
+
+@pytest.mark.parametrize("exc", [
+    ValueError("not enough values to unpack (expected 2, got 1)"),
+    TypeError("unsupported operand type(s) for +: 'int' and 'str'"),
+    RuntimeError("dictionary changed size during iteration"),
+    OSError(errno.EBADF, "Bad file descriptor"),
+    ModuleNotFoundError("No module named 'fyrehose.nowhere'", name="fyrehose.nowhere"),
+], ids=lambda exc: type(exc).__name__)
+def test_a_programming_error_shows_its_traceback_and_exits_70(exc, monkeypatch, capsys):
+    from fyrehose import cli
+    from fyrehose.journal import command
+
+    monkeypatch.setattr(command, "run", _failing(exc))
+    assert cli.main(["journal", "verify", "x"]) == cli.EXIT_INTERNAL == 70
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and f"{type(exc).__name__}: {exc}" in err
+    assert err.splitlines()[-1] == (f"fyrehose journal: internal error: {type(exc).__name__}: {exc} "
+                                    "(a bug in fyrehose; the traceback is above)")
+
+
+def test_an_unpacking_bug_inside_a_command_is_not_disguised_as_a_user_error():
+    """A real ValueError from code (not from input), end to end: the traceback, exit 70."""
+    code = ("import sys\n"
+            "from fyrehose import cli\n"
+            "from fyrehose.journal import command\n"
+            "def run(args):\n"
+            "    first, second = [args.action]\n"
+            "command.run = run\n"
+            "sys.exit(cli.main(['journal', 'verify', 'x']))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30)
+    err = result.stderr.decode()
+    assert result.returncode == 70, err
+    assert "Traceback (most recent call last):" in err and 'File "<string>", line 5, in run' in err
+    assert err.splitlines()[-1].startswith("fyrehose journal: internal error: ValueError: not enough values to unpack")
+
+
+def test_bad_input_raised_by_a_command_is_an_input_error_of_one_line(tmp_path):
+    result = run_cli("sub", "--count", "0")
+    assert (result.returncode, result.stderr.decode()) == (1, "fyrehose sub: error: --count must be at least 1\n")
+    result = run_cli("cache", "--user", "a.b", "--backbone", f"127.0.0.1:{free_port()}")
+    assert result.returncode == 1 and result.stderr.decode().startswith("fyrehose cache: error: bad user name 'a.b'")
+    assert len(result.stderr.decode().splitlines()) == 1
+
+
+def test_an_address_in_use_is_one_line(tmp_path):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        result = run_cli("backbone", "--listen", f"127.0.0.1:{taken.getsockname()[1]}", "--workers", "0",
+                         "--state-dir", str(tmp_path / "state"))
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == ["fyrehose backbone: error: [Errno 98] Address already in use"]

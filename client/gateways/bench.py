@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fyrehose.argtypes import positive_duration, positive_int
+from fyrehose.errors import CommandFailed, InputError
 from fyrehose.process import FYREHOSE, ChildProcess, wait_until
 from fyrehose.readiness import free_port
 
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     targets = [name.strip() for name in args.targets.split(",") if name.strip()]
     unknown = sorted(set(targets) - set(TARGETS))
     if unknown or not targets:
-        raise ValueError(f"unknown targets {', '.join(unknown) or '(none)'}; choose from {', '.join(TARGETS)}")
+        raise InputError(f"unknown targets {', '.join(unknown) or '(none)'}; choose from {', '.join(TARGETS)}")
     with tempfile.TemporaryDirectory(prefix="fyrehose-gateway-bench-") as scratch, Processes(Path(scratch)) as procs:
         addresses = procs.start(targets)
         results: dict[str, list[float]] = {target: [] for target in targets}
@@ -190,7 +191,7 @@ class Processes:
 def _binary(name: str) -> str:
     found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin:/sbin")
     if found is None:
-        raise RuntimeError(f"{name} is not installed (Debian package {name}, see tools/test-packages.txt)")
+        raise CommandFailed(f"{name} is not installed (Debian package {name}, see tools/test-packages.txt)")
     return found
 
 
@@ -213,7 +214,7 @@ def redis_benchmark_publish(address: tuple[str, int], requests: int, size: int, 
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     rows = list(csv.reader(io.StringIO(result.stdout)))
     if result.returncode != 0 or len(rows) < 2 or rows[0][:2] != ["test", "rps"]:
-        raise RuntimeError(f"redis-benchmark failed (exit {result.returncode}): {result.stderr.strip()[-200:]}")
+        raise CommandFailed(f"redis-benchmark failed (exit {result.returncode}): {result.stderr.strip()[-200:]}")
     return float(rows[1][1])
 
 
@@ -239,7 +240,7 @@ async def _redis(address, messages: int, subscribers: int, channel: str, payload
     for pubsub in pubsubs:
         await pubsub.subscribe(channel)
         if await pubsub.get_message(timeout=10) is None:
-            raise RuntimeError(f"no subscribe confirmation from {host}:{port}")
+            raise CommandFailed(f"no subscribe confirmation from {host}:{port}")
 
     async def receive(pubsub) -> None:
         received = 0
@@ -318,7 +319,7 @@ async def _marlin(address, messages: int, subscribers: int, channel: str, payloa
         while not answer:
             data = await reader.read(4096)
             if not data:
-                raise RuntimeError("the Marlin gateway closed a subscriber")
+                raise CommandFailed("the Marlin gateway closed a subscriber")
             answer = parser.feed(data)
 
     async def receive(reader) -> None:
@@ -327,7 +328,7 @@ async def _marlin(address, messages: int, subscribers: int, channel: str, payloa
         while received < messages:
             data = await reader.read(1 << 20)
             if not data:
-                raise RuntimeError("the Marlin gateway closed a subscriber")
+                raise CommandFailed("the Marlin gateway closed a subscriber")
             received += sum(isinstance(frame, proto.Message) for frame in parser.feed(data))
 
     started = time.perf_counter()

@@ -11,6 +11,7 @@ import argparse
 import importlib
 
 from fyrehose.addresses import add_bind_argument
+from fyrehose.errors import CommandFailed
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 
@@ -66,6 +67,6 @@ def _add_module_arguments(sub: argparse.ArgumentParser, module_name: str) -> Non
 def run(args: argparse.Namespace) -> int:
     unavailable = getattr(args, "unavailable", None)
     if unavailable:
-        raise RuntimeError(unavailable)
+        raise CommandFailed(unavailable)
     module_name = KINDS.get(args.kind) or TOOLS[args.kind][0]
     return importlib.import_module(module_name).run(args)

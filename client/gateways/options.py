@@ -3,22 +3,11 @@ from __future__ import annotations
 
 import argparse
 
-from fyrehose.argtypes import positive_duration, positive_int
+from fyrehose.argtypes import positive_int, publish_timeout
 from fyrehose.auth_options import add_auth_arguments
 
 DEFAULT_MAX_PENDING = 8 << 20
 DEFAULT_MAX_CLIENTS = 1024
-
-
-def publish_timeout(text: str) -> float:
-    """``--publish-timeout`` of every gateway kind: a duration up to the backbone's memory of retries."""
-    from fyrehose.client import MAX_PUBLISH_TIMEOUT
-
-    value = positive_duration(text)
-    if value > MAX_PUBLISH_TIMEOUT:
-        raise argparse.ArgumentTypeError(f"must be in (0, {MAX_PUBLISH_TIMEOUT:g}] seconds "
-                                         "(the backbone's memory of retries)")
-    return value
 
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:

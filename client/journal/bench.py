@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fyrehose.errors import CommandFailed, InputError
 from fyrehose.journal.store import FSYNC_MODES
 from fyrehose.process import FYREHOSE, ChildProcess, wait_until
 from fyrehose.readiness import free_port
@@ -60,14 +61,14 @@ def run_bench(args: argparse.Namespace) -> int:
 
     modes = [mode.strip() for mode in args.fsync.split(",") if mode.strip()]
     if not modes or any(mode not in FSYNC_MODES for mode in modes):
-        raise ValueError(f"--fsync takes a comma-separated list of {', '.join(FSYNC_MODES)}")
+        raise InputError(f"--fsync takes a comma-separated list of {', '.join(FSYNC_MODES)}")
     if args.messages < 1 or args.runs < 1 or not 0 <= args.size <= 65498 or args.forward_messages < 0:
-        raise ValueError("--messages and --runs must be at least 1, --size within 0..65498, "
+        raise InputError("--messages and --runs must be at least 1, --size within 0..65498, "
                          "--forward-messages 0 or more")
     if args.forward_messages > args.messages:
-        raise ValueError("--forward-messages cannot exceed --messages")
+        raise InputError("--forward-messages cannot exceed --messages")
     if args.forward_rate <= 0:
-        raise ValueError("--forward-rate must be positive")
+        raise InputError("--forward-rate must be positive")
     results: dict[str, list[dict]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory(prefix="fyrehose-journal-bench-") as tmp:
         root = Path(tmp)
@@ -116,7 +117,7 @@ def _measure(address: str, directory: Path, mode: str, args: argparse.Namespace)
                        f"the journal writing sequence {last} (log {journal.log})", interval=0.002)
             written = time.perf_counter()
         if _last_sequence(directory) != last:
-            raise RuntimeError(f"the journal's last record is not sequence {last}; see {journal.log}")
+            raise CommandFailed(f"the journal's last record is not sequence {last}; see {journal.log}")
         result = {
             "messages": args.messages,
             "journaled_per_s": args.messages / (written - started),
@@ -157,7 +158,7 @@ def _warm_up(publisher, directory: Path, journal: ChildProcess, size: int) -> in
     last = publisher.publish(b"w" * size)
     while not _journal_bytes(directory):
         if not journal.alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"the journal did not start: {_tail(journal)}")
+            raise CommandFailed(f"the journal did not start: {_tail(journal)}")
         time.sleep(0.2)
         last = publisher.publish(b"w" * size)
     wait_until(lambda: _running(journal) and _last_sequence(directory) == last, CATCH_UP_TIMEOUT,
@@ -218,7 +219,7 @@ def _last_sequence(directory: Path) -> int | None:
 def _running(journal: ChildProcess) -> bool:
     """True while the journal runs: a wait on what it writes ends at once, with its log, when it exits."""
     if not journal.alive():
-        raise RuntimeError(f"the journal exited: {_tail(journal)}")
+        raise CommandFailed(f"the journal exited: {_tail(journal)}")
     return True
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from fyrehose.addresses import add_bind_argument
 from fyrehose.argtypes import positive_duration, positive_float, positive_int
+from fyrehose.errors import CommandFailed, InputError
 from fyrehose.journal.retention import parse_duration, parse_quantity, parse_size
 from fyrehose.journal.store import FSYNC_MODES
 
@@ -126,10 +127,10 @@ def _run_journal(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):  # first: a stop request during start-up is a clean stop too
         signal.signal(signum, lambda *_: stop.set())
     if args.dir is None:
-        raise ValueError("--dir is required to run the journal (or give an action: verify, inspect, export, bench)")
+        raise InputError("--dir is required to run the journal (or give an action: verify, inspect, export, bench)")
     backbone = parse_hostport(args.backbone, 2323)
     if not args.no_parquet and importlib.util.find_spec("pyarrow") is None:
-        raise ValueError(f"{PYARROW_MISSING}, or run with --no-parquet")
+        raise CommandFailed(f"{PYARROW_MISSING}, or run with --no-parquet")
     store = JournalStore(args.dir, fsync=args.fsync, fsync_interval=args.fsync_interval,
                          segment_bytes=args.segment_size, segment_age=args.segment_age)
     resume = store.open()
@@ -166,7 +167,7 @@ def _verify(args: argparse.Namespace) -> int:
     sys.stdout.write("\n".join(report.lines()) + "\n")
     sys.stdout.flush()
     if not report.ok:
-        raise RuntimeError(f"{args.directory}: {len(report.problems)} problem(s), listed above")
+        raise CommandFailed(f"{args.directory}: {len(report.problems)} problem(s), listed above")
     return 0
 
 
@@ -186,7 +187,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("pyarrow") is None:
-        raise ValueError(PYARROW_MISSING)
+        raise CommandFailed(PYARROW_MISSING)
     from fyrehose.journal.parquet import export_records
     from fyrehose.journal.progress import Progress
     from fyrehose.journal.store import JournalStore

@@ -18,11 +18,12 @@ import orjson
 
 from fyrehose.codec import MAX_SEQUENCE
 from fyrehose.durable import fsync_directory
+from fyrehose.errors import InputError
 
 FILE_NAME = "gaps.jsonl"
 
 
-class GapIndexError(ValueError):
+class GapIndexError(InputError):
     pass
 
 

@@ -18,6 +18,7 @@ import zlib
 from typing import NamedTuple
 
 from fyrehose.codec import MAX_PAYLOAD, MAX_SEQUENCE
+from fyrehose.errors import InputError
 
 HEADER = struct.Struct(">QqI")
 CHECKSUM = struct.Struct(">I")
@@ -56,7 +57,7 @@ class Scan(NamedTuple):
     stop: str | None
 
 
-class SegmentError(ValueError):
+class SegmentError(InputError):
     """A record that cannot be encoded, or a segment file that is not what it claims to be."""
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fyrehose.durable import DirectoryInUse, DirectoryLock, fsync_directory, replace_atomically
+from fyrehose.errors import CommandFailed
 from fyrehose.journal.gapindex import Gap, GapIndex, utc_iso
 from fyrehose.journal.reader import SEGMENTS_DIR, FileScan, list_segments, read_range, scan_segment
 from fyrehose.journal.retention import Retention, SegmentState, expired_segments
@@ -41,7 +42,7 @@ LOCK_NAME = "lock"
 PARQUET_DIR = "parquet"
 
 
-class StoreError(RuntimeError):
+class StoreError(CommandFailed):
     """A journal directory that cannot be used: locked by another journal, or damaged beyond a torn tail."""
 
 

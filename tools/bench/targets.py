@@ -3,12 +3,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fyrehose.errors import CommandFailed
+
 FYREHOSE = "fyrehose"
 REDIS = "redis"
 NATS = "nats"
 
 
-class BenchError(RuntimeError):
+class BenchError(CommandFailed):
     """A run cannot go on: a server would not start or install, a load generator failed."""
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from fyrehose.argtypes import positive_int, whole_seconds
+from fyrehose.errors import InputError
 
 MASTER_HELP = "Spark master URL (default local[*]; under spark-submit, the master given to spark-submit)"
 
@@ -142,7 +143,7 @@ def _generate(args: argparse.Namespace) -> int:
     from fyrehose.tools.pipeline.timerange import parse_time
 
     if args.out.exists() and any(args.out.iterdir()):
-        raise ValueError(f"{args.out} exists and is not empty")
+        raise InputError(f"{args.out} exists and is not empty")
     base = JournalSpec(messages=args.messages, start=parse_time(args.start), rate=args.rate,
                        subjects=args.subjects, raw_share=0.1 if args.subjects else 1.0, size=args.size,
                        seed=args.seed)

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fyrehose.envelope import Envelope, encode
+from fyrehose.errors import InputError
 from fyrehose.journal.gapindex import FILE_NAME as GAPS_FILE
 from fyrehose.journal.gapindex import Gap, encode_gap, utc_iso
 from fyrehose.journal.parquet import HOUR_US, ROWS_PER_GROUP, SCHEMA, file_name, partition_of
@@ -65,24 +66,24 @@ class JournalSpec:
 
     def check(self) -> None:
         if self.messages < 2:
-            raise ValueError("a generated journal needs at least 2 messages")
+            raise InputError("a generated journal needs at least 2 messages")
         if self.first_seq < 1 or self.rate <= 0 or self.size < 1 or self.segment_messages < 1:
-            raise ValueError("first_seq, rate, size and segment_messages must be positive")
+            raise InputError("first_seq, rate, size and segment_messages must be positive")
         if not 0 <= self.raw_share <= 1 or self.subjects < 0 or (self.subjects == 0 and self.raw_share < 1):
-            raise ValueError("raw_share must be within 0..1, and 1 when there are no subjects")
+            raise InputError("raw_share must be within 0..1, and 1 when there are no subjects")
         if not datetime(2001, 9, 10, tzinfo=UTC) <= self.start <= datetime(2286, 1, 1, tzinfo=UTC):
-            raise ValueError("start must lie between 2001-09-10 and 2286")
+            raise InputError("start must lie between 2001-09-10 and 2286")
         previous = self.first_seq
         for low, high in self.missing:
             if not previous < low <= high < self.last_seq:
-                raise ValueError(f"missing range {low}..{high} must be ordered, disjoint and inside the journal")
+                raise InputError(f"missing range {low}..{high} must be ordered, disjoint and inside the journal")
             previous = high + 1
         missing = set(self.missing)
         if any(gap not in missing for gap in self.unrecorded):
-            raise ValueError("unrecorded ranges must be among the missing ones")
+            raise InputError("unrecorded ranges must be among the missing ones")
         for seq in self.duplicates:
             if not self.first_seq <= seq <= self.last_seq or any(lo <= seq <= hi for lo, hi in self.missing):
-                raise ValueError(f"duplicate {seq} is not a sequence the journal holds")
+                raise InputError(f"duplicate {seq} is not a sequence the journal holds")
 
 
 @dataclass

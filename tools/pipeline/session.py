@@ -13,6 +13,8 @@ from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
+from fyrehose.errors import CommandFailed
+
 LOOPBACK = "127.0.0.1"
 DEFAULT_MASTER = "local[*]"
 SQL_CONF = {  # runtime settings: also applied to a session that is already running
@@ -23,7 +25,7 @@ SQL_CONF = {  # runtime settings: also applied to a session that is already runn
 START_CONF = {"spark.log.level": "FATAL", "spark.ui.showConsoleProgress": "false"}
 
 
-class PipelineError(RuntimeError):
+class PipelineError(CommandFailed):
     """A job failed for a reason the user can act on; the message is one line."""
 
 

@@ -13,11 +13,13 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+from fyrehose.errors import InputError
+
 _NUMBER = re.compile(r"\A[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\Z")
 MICROSECOND = timedelta(microseconds=1)
 
 
-class TimeFormatError(ValueError):
+class TimeFormatError(InputError):
     pass
 
 

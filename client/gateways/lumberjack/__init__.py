@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from fyrehose.argtypes import positive_int
+from fyrehose.argtypes import positive_int, publish_timeout
 from fyrehose.client import MAX_PUBLISH_TIMEOUT
-from fyrehose.gateways.options import publish_timeout
+from fyrehose.errors import InputError
 
 from .connection import DEFAULT_MAX_PENDING_BYTES
 from .events import DEFAULT_SUBJECT, DEFAULT_SUBJECT_FIELD
@@ -69,9 +69,9 @@ def run(args: argparse.Namespace) -> int:
     from .tls import server_context
 
     if bool(args.tls_cert) != bool(args.tls_key):
-        raise ValueError("--tls-cert and --tls-key go together")
+        raise InputError("--tls-cert and --tls-key go together")
     if args.tls_ca and not args.tls_cert:
-        raise ValueError("--tls-ca needs --tls-cert and --tls-key")
+        raise InputError("--tls-ca needs --tls-cert and --tls-key")
     rule = SubjectRule(args.subject_field, args.default_subject)
     listen = parse_hostport(args.listen)
     backbone = parse_hostport(args.backbone, 2323)

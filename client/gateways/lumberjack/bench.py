@@ -32,6 +32,7 @@ from pathlib import Path
 import orjson
 
 from fyrehose.client import Client
+from fyrehose.errors import CommandFailed
 from fyrehose.gateways.lumberjack.connection import CHUNK_EVENTS
 from fyrehose.gateways.lumberjack.events import SubjectRule, to_message
 from fyrehose.gateways.lumberjack.frames import (
@@ -70,7 +71,7 @@ def _lumberjack(port: int, events: list[dict], batch: int) -> float:
             while not any(seq == last for _, seq in decode_acks(received[:len(received) - len(received) % 6])):
                 chunk = sock.recv(4096)
                 if not chunk:
-                    raise RuntimeError("the gateway closed the connection")
+                    raise CommandFailed("the gateway closed the connection")
                 received += chunk
         return time.perf_counter() - began
 

@@ -20,6 +20,7 @@ import orjson
 
 from fyrehose.codec import MAX_PAYLOAD
 from fyrehose.envelope import MAX_SUBJECT, Envelope, check_subject, encode
+from fyrehose.errors import InputError
 
 from .frames import DataFrame, KeyValueData, LumberjackError
 
@@ -59,7 +60,7 @@ class SubjectRule:
 
     def __post_init__(self) -> None:
         if not self.field:
-            raise ValueError("the subject field name must not be empty")
+            raise InputError("the subject field name must not be empty")
         check_subject(self.default)
 
     def subject(self, event: dict) -> str:

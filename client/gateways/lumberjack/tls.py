@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ssl
 
+from fyrehose.errors import InputError
+
 
 def server_context(cert: str, key: str, ca: str | None = None) -> ssl.SSLContext:
     """TLS 1.2 or newer; with ``ca``, a client must present a certificate signed by it."""
@@ -18,11 +20,11 @@ def server_context(cert: str, key: str, ca: str | None = None) -> ssl.SSLContext
     try:
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:
-        raise ValueError(f"cannot load TLS certificate {cert!r} with key {key!r}: {exc}") from None
+        raise InputError(f"cannot load TLS certificate {cert!r} with key {key!r}: {exc}") from None
     if ca is not None:
         try:
             context.load_verify_locations(cafile=ca)
         except (OSError, ssl.SSLError) as exc:
-            raise ValueError(f"cannot load TLS CA file {ca!r}: {exc}") from None
+            raise InputError(f"cannot load TLS CA file {ca!r}: {exc}") from None
         context.verify_mode = ssl.CERT_REQUIRED
     return context
