@@ -2,17 +2,23 @@
 
 When the backbone's send buffer overflows, every subscriber misses the same
 DELIVERs and no journaling client holds them to answer a REQUEST.  The
-backbone still has them for a while: this log keeps the sequenced DELIVER
-datagrams (as the log entries :meth:`Backbone.take_log` hands out, no copy),
-oldest dropped first past ``max_bytes``, and returns the frames of a range.
+backbone still has them for a while: this log copies the sequenced DELIVER
+datagrams into one byte ring, oldest overwritten first, and returns the
+frames of a range.
+
+A byte ring and an index of plain integers, not the log entries themselves:
+64 MiB of one-message datagrams would be a million objects for Python's
+garbage collector to walk on every full collection, pauses of tens of
+milliseconds on the sequencing path; a copy into the ring is one memcpy per
+datagram.  The anonymous mapping costs memory only as it fills.
 
 Pure: entries in, frames out.
 """
 from __future__ import annotations
 
 import bisect
-from collections import deque
-from itertools import islice
+import mmap
+from array import array
 
 from fyrehose import codec
 from fyrehose.backbone.pushes import LogEntry
@@ -23,44 +29,86 @@ DEFAULT_BYTES = 64 << 20
 class RecentLog:
     def __init__(self, max_bytes: int = DEFAULT_BYTES) -> None:
         self.max_bytes = max_bytes
-        self.bytes = 0
-        self._firsts: deque[int] = deque()  # first sequence of each entry, ascending
-        self._entries: deque[LogEntry] = deque()
+        self.bytes = 0  # held, ring space skipped at a wrap included
+        self._ring = mmap.mmap(-1, max_bytes, flags=mmap.MAP_PRIVATE) if max_bytes else None
+        self._view = memoryview(self._ring) if self._ring is not None else memoryview(b"")
+        self._head = 0  # absolute position of the next byte written (grows without bound)
+        # one element per entry, oldest first, from index _oldest on: its first sequence, absolute start,
+        # length and frame step, in arrays of machine integers (nothing for the collector to traverse)
+        self._firsts = array("q")
+        self._starts = array("q")
+        self._lengths = array("q")
+        self._steps = array("q")
+        self._oldest = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._firsts) - self._oldest
 
     @property
     def first(self) -> int | None:
         """The oldest sequence still held."""
-        return self._firsts[0] if self._firsts else None
+        return self._firsts[self._oldest] if len(self) else None
 
     def add(self, entries: list[LogEntry]) -> None:
-        if not self.max_bytes:
+        capacity = self.max_bytes
+        if not capacity:
             return
+        view = self._view
+        starts = self._starts
         for entry in entries:
-            view = entry.view
-            self._firsts.append(int.from_bytes(view[3:codec.FRAME_HEADER], "big"))
-            self._entries.append(entry)
-            self.bytes += len(view)
-        while self.bytes > self.max_bytes and self._entries:
-            self.bytes -= len(self._entries.popleft().view)
-            self._firsts.popleft()
+            data = entry.view
+            size = len(data)
+            if size > capacity:  # cannot be held: forget the rest too, so what is held stays one unbroken range
+                self._oldest = len(starts)
+                continue
+            start = self._head
+            offset = start % capacity
+            if offset + size > capacity:  # never split: skip to the ring's start
+                start += capacity - offset
+                offset = 0
+            end = start + size
+            oldest = self._oldest
+            while oldest < len(starts) and end - starts[oldest] > capacity:  # overwritten from here on
+                oldest += 1
+            self._oldest = oldest
+            view[offset:offset + size] = data
+            self._firsts.append(int.from_bytes(data[3:codec.FRAME_HEADER], "big"))
+            self._starts.append(start)
+            self._lengths.append(size)
+            self._steps.append(entry.step)
+            self._head = end
+        if self._oldest > len(starts) // 2:  # drop the forgotten front now and then: amortized O(1)
+            for index in (self._firsts, starts, self._lengths, self._steps):
+                del index[:self._oldest]
+            self._oldest = 0
+        self.bytes = self._head - starts[self._oldest] if len(self) else 0
 
     def frames(self, from_seq: int, to_seq: int) -> list[tuple[int, memoryview]]:
-        """(sequence, DELIVER frame) for every held sequence in ``from_seq..to_seq``, ascending."""
+        """(sequence, DELIVER frame) for every held sequence in ``from_seq..to_seq``, ascending.
+
+        The frames are views of the ring: copy them before the next :meth:`add`.
+        """
         firsts = self._firsts
-        if not firsts or to_seq < firsts[0]:
+        oldest = self._oldest
+        if not len(self) or to_seq < firsts[oldest]:
             return []
-        index = max(0, bisect.bisect_right(firsts, from_seq) - 1)
+        begin = max(oldest, bisect.bisect_right(firsts, from_seq, lo=oldest) - 1)
+        capacity = self.max_bytes
         out = []
-        for first, entry in zip(islice(firsts, index, None), islice(self._entries, index, None), strict=True):
+        for index in range(begin, len(firsts)):
+            first = firsts[index]
             if first > to_seq:
                 break
-            for offset, frame in enumerate(entry.frames()):
-                seq = first + offset
+            start, length, step = self._starts[index], self._lengths[index], self._steps[index]
+            offset = start % capacity
+            region = self._view[offset:offset + length]
+            if step:
+                bounds = ((lo, lo + step) for lo in range(0, length, step))
+            else:
+                bounds = ((lo, hi) for lo, hi, _ in codec.scan(region, codec.DELIVER)[0])
+            for seq, (lo, hi) in enumerate(bounds, first):
                 if seq > to_seq:
                     break
                 if seq >= from_seq:
-                    out.append((seq, frame))
+                    out.append((seq, region[lo:hi]))
         return out
