@@ -52,7 +52,7 @@ def test_journal_help_shows_the_run_options_and_the_actions():
 @pytest.mark.parametrize("args", [
     ["journal"],
     ["journal", "--dir", "x", "--fsync", "sometimes"],
-    ["journal", "--dir", "x", "--retain", "5m"],
+    ["journal", "--dir", "x", "--retain", "5parsecs"],
     ["journal", "--dir", "x", "--segment-size", "10min"],
     ["journal", "--dir", "x", "--give-up", "0"],
     ["journal", "--dir", "x", "--backbone", "127.0.0.1:99999"],

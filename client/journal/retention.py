@@ -61,12 +61,10 @@ def parse_quantity(text: str) -> tuple[str, float]:
     ``15``, or ``15s``, ``1m30s``, ``12h``, ``7d``, ``500ms``: see
     :func:`fyrehose.argtypes.duration`), or with the units min and w.  Sizes
     take B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of
-    1024), in any letter case.  A number with a bare "m" (``5m``) is refused
-    as ambiguous here (minutes or megabytes?).
+    1024), in any letter case.  A bare "m" is minutes (``5m``), as in every
+    duration option; megabytes are MB or MiB.
     """
     match = _QUANTITY.fullmatch(text)
-    if match is not None and match.group(2).lower() == "m":
-        raise ValueError(f"{text!r}: 'm' is ambiguous; write min (minutes) or MB (megabytes)")
     seconds = _seconds(text)
     if seconds is not None:
         return "age", seconds
