@@ -36,8 +36,9 @@ with a number that now belongs to another message.
 from __future__ import annotations
 
 import socket
-import struct
+import sys
 import time
+from array import array
 from collections.abc import Iterable
 
 from fyrehose import codec
@@ -93,12 +94,16 @@ class SharedConfirmTable:
         if len(pairs) > self.margin:
             raise ValueError(f"{len(pairs)} tags at once exceed the margin of {self.margin}")
         self._cache.remember_many(source, pairs, now)
-        key = self._key(source)
-        stamp = int(now * 1_000_000)
-        words = []
-        for tag, seq in pairs:
-            words += (key, tag, seq, stamp)
-        data = struct.pack(f"<{len(words)}Q", *words)
+        count = len(pairs)
+        tags, seqs = zip(*pairs, strict=True)
+        words = array("Q", bytes(RECORD * count))  # the records' columns filled whole, not a record at a time
+        words[0::WORDS] = array("Q", [self._key(source)]) * count
+        words[1::WORDS] = array("Q", tags)
+        words[2::WORDS] = array("Q", seqs)
+        words[3::WORDS] = array("Q", [int(now * 1_000_000)]) * count
+        if sys.byteorder == "big":
+            words.byteswap()
+        data = words.tobytes()
         head = self._head[0]
         start = (head % self.slots) * RECORD
         first = min(len(data), len(self._records) - start)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import random
 import struct
+from array import array
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 
@@ -27,7 +28,16 @@ from fyrehose.backbone.clients import ClientTable
 from fyrehose.backbone.confirm_table import SharedConfirmTable
 from fyrehose.backbone.confirms import ConfirmCache
 from fyrehose.backbone.intake import AddressPolicy, KeepaliveIn, RequestIn, read_control
-from fyrehose.backbone.pushes import LogEntry, batch_parts, join_parts, stamp_uniform, uniform_step
+from fyrehose.backbone.pushes import (
+    LogEntry,
+    batch_parts,
+    confirm_block,
+    frame_tags,
+    join_parts,
+    stamp_uniform,
+    uniform_frames,
+    untagged,
+)
 from fyrehose.backbone.ratelimit import SourceRateLimiter
 from fyrehose.backbone.recent_log import DEFAULT_BYTES, RecentLog
 from fyrehose.backbone.sequence_counter import DEFAULT_BLOCK, SequenceCounter, SequenceExhausted
@@ -79,7 +89,7 @@ class Backbone:
         self.counters: Counter[str] = Counter()
         self._log: list[LogEntry] = []  # sequenced frames not yet handed out
         self._control: list[tuple[bytes | memoryview, Address]] = []
-        self._confirms: dict[Address, list[bytes]] = {}
+        self._confirms: dict[Address, list[bytes]] = {}  # source -> blocks of CONFIRM frames
         # last-resort re-delivery (docs/protocol.md): the backbone's own recent messages, for REQUESTs
         # that no journaling client can answer, or that come again because none answered in time
         self.recent = RecentLog(recent_bytes)
@@ -169,10 +179,15 @@ class Backbone:
 
     def push(self, datagram: bytes | bytearray | memoryview, source: Address, now: float) -> None:
         """Sequence the well-formed PUSH frames of a datagram (up to the first malformed one)."""
-        step = uniform_step(datagram)
+        step = uniform_frames(datagram)
         if step:
-            self._push_uniform(datagram, step)
-            return
+            if untagged(datagram, step):
+                self._push_uniform(datagram, step)
+                return
+            tags = frame_tags(datagram, step)
+            if 0 not in tags and len(set(tags)) == len(tags) and not self.confirmed.known(source, tags):
+                self._push_uniform_tagged(datagram, step, tags, source, now)
+                return
         spans, error = codec.scan(datagram, codec.PUSH)
         if error is not None:
             self._drop("malformed")
@@ -188,6 +203,22 @@ class Backbone:
             return
         buf = bytearray(datagram)
         stamp_uniform(buf, step, seq)
+        self.counters["pushes"] += count
+        self._log.append(LogEntry(memoryview(buf), count, step))
+
+    def _push_uniform_tagged(self, datagram: bytes | bytearray | memoryview, step: int, tags: array,
+                             source: Address, now: float) -> None:
+        """Fresh, distinct tags on frames of one size: sequenced, remembered and confirmed without a loop per frame."""
+        count = len(tags)
+        try:
+            seq = self.sequence.take(count)
+        except SequenceExhausted:
+            self._drop("sequence space exhausted")
+            return
+        buf = bytearray(datagram)
+        stamp_uniform(buf, step, seq)
+        self.confirmed.remember_many(source, list(zip(tags, range(seq, seq + count))), now)
+        self._confirms.setdefault(source, []).append(confirm_block(tags, seq))
         self.counters["pushes"] += count
         self._log.append(LogEntry(memoryview(buf), count, step))
 
@@ -304,13 +335,15 @@ class Backbone:
         sends = out.sends
         sends.extend(self._control)
         self._control = []
-        for source, frames in self._confirms.items():
+        size = codec.CONFIRM_SIZE
+        for source, blocks in self._confirms.items():  # each block: one or more CONFIRM frames back to back
             entry = self.clients.get(source)
             if entry is not None and entry.batches:
-                sends.extend((datagram, source) for datagram in codec.pack_greedy(frames))
+                sends.extend((datagram, source) for datagram in codec.pack_greedy(blocks))
             else:
-                sends.extend((frame, source) for frame in frames)
-            self.counters["confirms"] += len(frames)
+                sends.extend((block[start:start + size], source)
+                             for block in blocks for start in range(0, len(block), size))
+            self.counters["confirms"] += sum(map(len, blocks)) // size
         self._confirms = {}
         self.counters["datagrams out"] += len(sends)
         return out

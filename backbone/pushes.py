@@ -2,10 +2,11 @@
 
 This is the per-message hot path of every backbone mode, so it avoids a
 Python loop per frame where it can.  A datagram whose frames all have the same
-length and carry no tag (the common case of a publisher packing fixed-size
-messages) is validated and stamped with a handful of strided slice operations,
-which run in C; any other datagram takes the frame-by-frame path of
-:func:`fyrehose.codec.scan`.  Both paths give byte-identical results.
+length (the common case of a publisher packing fixed-size messages) is
+validated and stamped with a handful of strided slice operations, which run in
+C; so are its tags read and its CONFIRMs written when it carries tags; any
+other datagram takes the frame-by-frame path of :func:`fyrehose.codec.scan`.
+Both paths give byte-identical results.
 """
 from __future__ import annotations
 
@@ -20,11 +21,12 @@ _RUN = codec.MAX_DATAGRAM // codec.FRAME_HEADER + 1  # most frames one datagram 
 _PUSH_RUN = bytes([codec.PUSH]) * _RUN
 _DELIVER_RUN = bytes([codec.DELIVER]) * _RUN
 _ZERO_RUN = bytes(_RUN)
+_CONFIRM_RUN = bytes([codec.CONFIRM]) * _RUN
 _SWAP = sys.byteorder == "little"  # array('Q') is native; the wire is big endian
 
 
-def uniform_step(datagram: bytes | bytearray | memoryview) -> int:
-    """The frame size when ``datagram`` is only well-formed, untagged PUSH frames of one size; 0 otherwise.
+def uniform_frames(datagram: bytes | bytearray | memoryview) -> int:
+    """The frame size when ``datagram`` is only well-formed PUSH frames of one size (tagged or not); 0 otherwise.
 
     Frames of one size tile the datagram exactly, so checking every frame's type
     and LENGTH bytes at that stride proves what a frame-by-frame scan would.
@@ -43,11 +45,51 @@ def uniform_step(datagram: bytes | bytearray | memoryview) -> int:
         or datagram[2::step] != bytes((low,)) * count
     ):
         return 0
-    zeros = _ZERO_RUN[:count]
-    for offset in range(3, codec.FRAME_HEADER):
-        if datagram[offset::step] != zeros:
-            return 0
     return step
+
+
+def untagged(datagram: bytes | bytearray | memoryview, step: int) -> bool:
+    """Whether no frame of a uniform datagram (frames of ``step`` bytes) carries a tag."""
+    zeros = _ZERO_RUN[:len(datagram) // step]
+    return all(datagram[offset::step] == zeros for offset in range(3, codec.FRAME_HEADER))
+
+
+def uniform_step(datagram: bytes | bytearray | memoryview) -> int:
+    """The frame size when ``datagram`` is only well-formed, untagged PUSH frames of one size; 0 otherwise."""
+    step = uniform_frames(datagram)
+    return step if step and untagged(datagram, step) else 0
+
+
+def _u48_column(datagram: bytes | bytearray | memoryview, offset: int, step: int, count: int) -> array:
+    """The big-endian 6-byte field at ``offset`` of each of ``count`` frames of ``step`` bytes, as integers."""
+    raw = bytearray(8 * count)
+    for k in range(6):
+        raw[2 + k::8] = datagram[offset + k::step]
+    numbers = array("Q", raw)
+    if _SWAP:
+        numbers.byteswap()
+    return numbers
+
+
+def frame_tags(datagram: bytes | bytearray | memoryview, step: int) -> array:
+    """The tags of a uniform datagram's frames, in order."""
+    return _u48_column(datagram, 3, step, len(datagram) // step)
+
+
+def confirm_block(tags: array, first_seq: int) -> bytes:
+    """CONFIRM frames for ``tags`` numbered from ``first_seq`` on, back to back: what encode_confirms makes, in C."""
+    count = len(tags)
+    size = codec.CONFIRM_SIZE
+    out = bytearray(size * count)
+    out[0::size] = _CONFIRM_RUN[:count]
+    for column, values in ((1, tags), (7, array("Q", range(first_seq, first_seq + count)))):
+        if _SWAP:
+            values = array("Q", values)
+            values.byteswap()
+        raw = values.tobytes()
+        for k in range(6):
+            out[column + k::size] = raw[2 + k::8]
+    return bytes(out)
 
 
 def stamp_uniform(buf: bytearray, step: int, first_seq: int) -> None:

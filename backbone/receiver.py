@@ -32,7 +32,7 @@ from collections.abc import Callable
 from fyrehose import codec
 from fyrehose.backbone import records
 from fyrehose.backbone.intake import AddressPolicy, read_control
-from fyrehose.backbone.pushes import uniform_step
+from fyrehose.backbone.pushes import uniform_frames
 from fyrehose.backbone.ratelimit import SourceRateLimiter
 from fyrehose.backbone.rings import Doorbell, Ring
 from fyrehose.backbone.shared import CounterBlock, Words
@@ -108,7 +108,7 @@ def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake
                 continue
             data = view[:size]
             if size and data[0] == push_kind:
-                if not uniform_step(data):
+                if not uniform_frames(data):  # frames of one size, tagged or not, need no scan
                     spans, error = codec.scan(data, push_kind)
                     if error is not None:
                         counters["drop:malformed"] += 1

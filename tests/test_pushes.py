@@ -6,12 +6,24 @@ be the greedy, never-splitting packing of docs/protocol.md.
 """
 from __future__ import annotations
 
+from array import array
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fyrehose import codec
 from fyrehose.backbone.core import Backbone
-from fyrehose.backbone.pushes import LogEntry, batch_parts, join_parts, stamp_uniform, uniform_step
+from fyrehose.backbone.pushes import (
+    LogEntry,
+    batch_parts,
+    confirm_block,
+    frame_tags,
+    join_parts,
+    stamp_uniform,
+    uniform_frames,
+    uniform_step,
+    untagged,
+)
 
 FLAG_BATCH = codec.FLAG_BATCH
 
@@ -111,3 +123,59 @@ def test_backbone_delivers_a_uniform_datagram_like_single_frames():
         assert bb.counters["pushes"] == 50
     assert got["fast"] == got["slow"]
     assert [f.data for f in got["fast"][("10.0.0.1", 1)]] == payloads
+
+
+def reference_uniform_frames(datagram: bytes) -> int:
+    spans, error = codec.scan(datagram, codec.PUSH)
+    if error or not spans:
+        return 0
+    sizes = {end - start for start, end, _ in spans}
+    return sizes.pop() if len(sizes) == 1 else 0
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(push_datagrams(), st.binary(max_size=100)))
+def test_uniform_frames_and_their_tags_agree_with_a_frame_by_frame_scan(datagram):
+    step = uniform_frames(datagram)
+    assert step == reference_uniform_frames(datagram)
+    if step:
+        assert list(frame_tags(datagram, step)) == [tag for _, _, tag in codec.scan(datagram, codec.PUSH)[0]]
+        assert untagged(datagram, step) == (uniform_step(datagram) == step)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, (1 << 48) - 1), min_size=1, max_size=300), st.integers(1, (1 << 48) - 400))
+def test_confirm_block_is_what_encode_confirms_makes(tags, first):
+    pairs = [(tag, first + i) for i, tag in enumerate(tags)]
+    assert confirm_block(array("Q", tags), first) == b"".join(codec.encode_confirms(pairs))
+
+
+PUBLISHER = ("10.0.0.9", 9)
+BATCHING, PLAIN = ("10.0.0.1", 1), ("10.0.0.2", 2)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 40), st.integers(1, 120), st.integers(1, (1 << 48) - 200),
+       st.sampled_from([PUBLISHER, BATCHING, PLAIN]), st.booleans())
+def test_a_tagged_uniform_datagram_is_sequenced_confirmed_and_remembered_as_frame_by_frame(
+        size, count, first_tag, publisher, retry):
+    payloads = [bytes([(i * 5 + j) & 0xFF for j in range(size)]) for i in range(count)]
+    tags = [first_tag + i for i in range(count)]
+    datagram = b"".join(codec.encode_push(p, t) for p, t in zip(payloads, tags, strict=True))
+    results = []
+    for fast in (True, False):
+        bb = Backbone()
+        for addr, flags in ((BATCHING, FLAG_BATCH), (PLAIN, 0)):
+            bb.receive(codec.encode(codec.Keepalive(flags=flags)), addr, 0.0)
+        bb.flush(0.0)
+        if fast:
+            bb.receive(datagram, publisher, 0.0)
+        else:  # the frame-by-frame path, as a datagram that is not uniform takes it
+            bb._push_spans(datagram, codec.scan(datagram, codec.PUSH)[0], publisher, 0.0)
+        out = [(bytes(data), addr) for data, addr in bb.flush(0.0).sends]
+        if retry:  # the same datagram again: confirmed with the same numbers, sequenced nothing
+            bb.receive(datagram, publisher, 1.0)
+            out += [(bytes(data), addr) for data, addr in bb.flush(1.0).sends]
+        results.append((out, dict(bb.counters), [bb.confirmed.lookup(publisher, tag) for tag in tags]))
+    assert results[0] == results[1]
+    assert results[0][2] == list(range(1, count + 1))
