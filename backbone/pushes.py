@@ -10,7 +10,6 @@ Both paths give byte-identical results.
 """
 from __future__ import annotations
 
-import sys
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ _PUSH_RUN = bytes([codec.PUSH]) * _RUN
 _DELIVER_RUN = bytes([codec.DELIVER]) * _RUN
 _ZERO_RUN = bytes(_RUN)
 _CONFIRM_RUN = bytes([codec.CONFIRM]) * _RUN
-_SWAP = sys.byteorder == "little"  # array('Q') is native; the wire is big endian
 
 
 def uniform_frames(datagram: bytes | bytearray | memoryview) -> int:
@@ -60,20 +58,9 @@ def uniform_step(datagram: bytes | bytearray | memoryview) -> int:
     return step if step and untagged(datagram, step) else 0
 
 
-def _u48_column(datagram: bytes | bytearray | memoryview, offset: int, step: int, count: int) -> array:
-    """The big-endian 6-byte field at ``offset`` of each of ``count`` frames of ``step`` bytes, as integers."""
-    raw = bytearray(8 * count)
-    for k in range(6):
-        raw[2 + k::8] = datagram[offset + k::step]
-    numbers = array("Q", raw)
-    if _SWAP:
-        numbers.byteswap()
-    return numbers
-
-
 def frame_tags(datagram: bytes | bytearray | memoryview, step: int) -> array:
     """The tags of a uniform datagram's frames, in order."""
-    return _u48_column(datagram, 3, step, len(datagram) // step)
+    return codec.u48_column(datagram, 3, step, len(datagram) // step)
 
 
 def confirm_block(tags: array, first_seq: int) -> bytes:
@@ -83,10 +70,7 @@ def confirm_block(tags: array, first_seq: int) -> bytes:
     out = bytearray(size * count)
     out[0::size] = _CONFIRM_RUN[:count]
     for column, values in ((1, tags), (7, array("Q", range(first_seq, first_seq + count)))):
-        if _SWAP:
-            values = array("Q", values)
-            values.byteswap()
-        raw = values.tobytes()
+        raw = codec.u48_raw(values)
         for k in range(6):
             out[column + k::size] = raw[2 + k::8]
     return bytes(out)
@@ -96,10 +80,7 @@ def stamp_uniform(buf: bytearray, step: int, first_seq: int) -> None:
     """Turn ``len(buf) // step`` PUSH frames of ``step`` bytes into DELIVERs numbered from ``first_seq``."""
     count = len(buf) // step
     buf[0::step] = _DELIVER_RUN[:count]
-    numbers = array("Q", range(first_seq, first_seq + count))
-    if _SWAP:
-        numbers.byteswap()
-    raw = numbers.tobytes()
+    raw = codec.u48_raw(array("Q", range(first_seq, first_seq + count)))
     for k in range(6):  # the low 6 of each 8-byte big-endian number
         buf[3 + k::step] = raw[2 + k::8]
 

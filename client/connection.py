@@ -126,8 +126,9 @@ class BackboneConnection:
             return incoming
         try:
             if kind == codec.CONFIRM:
-                incoming.confirms = codec.decode_confirms(data)
-                incoming.published = self.publishes.confirm(incoming.confirms)
+                tags, seqs = codec.decode_confirm_columns(data)
+                incoming.confirms = list(zip(tags, seqs, strict=True))
+                incoming.published = self.publishes.confirm_columns(tags, seqs)
                 return incoming
             frames = codec.decode(data)
         except codec.ProtocolError:

@@ -11,12 +11,16 @@ the batch's deadline.
 
 A batch takes a contiguous range of tags, so a CONFIRM finds its message by
 one subtraction, and the CONFIRMs of one datagram, which come in runs of one
-batch, find their batch without a look-up per message.
+batch, find their batch without a look-up per message; a run of consecutive
+tags is taken with one slice assignment.  A batch of one payload repeated
+(a load generator's) is built as one block: the frame times the count, the
+tags written as a column of strided slices.
 """
 from __future__ import annotations
 
 import itertools
 import random
+from array import array
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +32,7 @@ from fyrehose import codec
 class _Batch:
     number: int
     first: int  # the tag of its first message; message i has tag first + i
-    frames: list[bytes]  # PUSH frames, kept to send again
+    frames: list[bytes] | bytes  # PUSH frames, kept to send again; or all of them back to back, of one size
     seqs: list[int]  # 0 until the message's CONFIRM arrived
     left: int  # messages still unconfirmed; -1 once given up
     deadline: float
@@ -71,13 +75,41 @@ class PendingPublishes:
         if first + count > codec.MAX_TAG:  # a batch's tags never wrap around
             first = 1
         self._next_tag = first + count
-        frames = codec.encode_pushes(payloads, range(first, first + count))
+        frames: list[bytes] | bytes
+        if count > 1 and payloads.count(payloads[0]) == count:
+            frames = _repeated(payloads[0], first, count)
+            step = len(frames) // count
+            per = max(1, codec.MAX_DATAGRAM // step) * step
+            datagrams = [frames[start:start + per] for start in range(0, len(frames), per)]
+        else:
+            frames = codec.encode_pushes(payloads, range(first, first + count))
+            datagrams = codec.pack_greedy(frames)
         number = next(self._numbers)
         self._batches[number] = _Batch(number, first, frames, [0] * count, count, now + timeout,
                                        now + self.retry, self.retry)
-        datagrams = codec.pack_greedy(frames)
         self.stats["push datagrams"] += len(datagrams)
         return number, datagrams
+
+    def confirm_columns(self, tags: array, seqs: array) -> list[Finished]:
+        """The tags and sequences of one CONFIRM datagram: a run of consecutive tags of one batch in one step."""
+        count = len(tags)
+        first = tags[0] if count else 0
+        batch = self._last
+        if batch is None or not 0 <= first - batch.first < len(batch.seqs):
+            batch = self._owner(first)
+        if batch is None or batch.left <= 0 or first - batch.first + count > len(batch.seqs) \
+                or tags != array("Q", range(first, first + count)):
+            return self.confirm(list(zip(tags, seqs, strict=True)))
+        start = first - batch.first
+        if any(batch.seqs[start:start + count]):  # some answer a retry: count them one by one
+            return self.confirm(list(zip(tags, seqs, strict=True)))
+        batch.seqs[start:start + count] = seqs
+        batch.left -= count
+        self._last = batch
+        if batch.left:
+            return []
+        del self._batches[batch.number]
+        return [Finished(batch.number, batch.seqs)]
 
     def confirm(self, pairs: list[tuple[int, int]]) -> list[Finished]:
         """(tag, sequence) pairs from the backbone's CONFIRMs: the batches they completed."""
@@ -120,7 +152,8 @@ class PendingPublishes:
                 finished.append(Finished(batch.number, None, batch.left))
                 batch.left = -1
             elif now >= batch.next_retry:
-                frames = [frame for frame, seq in zip(batch.frames, batch.seqs, strict=True) if not seq]
+                frames = [frame for frame, seq in zip(_frames(batch.frames, len(batch.seqs)), batch.seqs, strict=True)
+                          if not seq]
                 sends += codec.pack_greedy(frames)
                 self.stats["push retries"] += len(frames)
                 batch.retry = min(batch.retry * 2, self.max_retry)
@@ -138,3 +171,21 @@ class PendingPublishes:
         for batch in self._batches.values():
             deadline = min(deadline, batch.next_retry, batch.deadline)
         return deadline
+
+
+def _repeated(payload: bytes, first_tag: int, count: int) -> bytes:
+    """PUSH frames of ``payload`` tagged ``first_tag``, ``first_tag + 1``, ...: one frame repeated, then a tag column."""
+    frame = codec.encode_push(payload, first_tag)
+    step = len(frame)
+    block = bytearray(frame * count)
+    raw = codec.u48_raw(array("Q", range(first_tag, first_tag + count)))
+    for k in range(6):
+        block[3 + k::step] = raw[2 + k::8]
+    return bytes(block)
+
+
+def _frames(frames: list[bytes] | bytes, count: int) -> list[bytes]:
+    if isinstance(frames, list):
+        return frames
+    step = len(frames) // count
+    return [frames[start:start + step] for start in range(0, len(frames), step)]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from array import array
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -74,3 +75,36 @@ def test_large_batches_pack_full_datagrams():
     _, datagrams = publishes.start([payload] * 2000, 0.0, 5.0)
     per = codec.MAX_DATAGRAM // (codec.FRAME_HEADER + 64)
     assert [len(d) // (codec.FRAME_HEADER + 64) for d in datagrams] == [per, per, 2000 - 2 * per]
+
+
+@given(st.binary(max_size=300), st.integers(2, 1200))
+def test_a_repeated_payload_is_built_as_one_block_byte_for_byte_as_frame_by_frame(payload, count):
+    block = PendingPublishes(first_tag=77)
+    _, fast = block.start([payload] * count, 0.0, 5.0)
+    frames = codec.encode_pushes([payload] * count, range(77, 77 + count))
+    assert fast == codec.pack_greedy(frames)
+    # retries resend exactly the unconfirmed frames, cut from the block
+    confirmed = {tag for tag in range(77, 77 + count) if tag % 3}
+    block.confirm([(tag, tag) for tag in sorted(confirmed)])
+    resent, _ = block.poll(0.2)
+    assert tags_of(resent) == [tag for tag in range(77, 77 + count) if tag not in confirmed]
+
+
+@given(st.lists(st.integers(1, 60), min_size=1, max_size=4), st.integers(1, 4), st.randoms(use_true_random=False))
+def test_confirm_columns_agree_with_pair_by_pair_matching(sizes, chunks, rng):
+    fast, slow = PendingPublishes(first_tag=10), PendingPublishes(first_tag=10)
+    pairs = []
+    for size in sizes:
+        _, datagrams = fast.start([b"p"] * size, 0.0, 5.0)
+        slow.start([b"p"] * size, 0.0, 5.0)
+        pairs += [(tag, 1000 + tag) for tag in tags_of(datagrams)]
+    rng.shuffle(pairs)
+    pairs += pairs[:3]  # repeats
+    runs = [sorted(pairs[i::chunks]) for i in range(chunks)]  # CONFIRM datagrams, often runs of consecutive tags
+    got_fast, got_slow = [], []
+    for run in runs:
+        if run:
+            tags, seqs = array("Q", [t for t, _ in run]), array("Q", [s for _, s in run])
+            got_fast += fast.confirm_columns(tags, seqs)
+            got_slow += slow.confirm(run)
+    assert got_fast == got_slow and len(fast) == len(slow) == 0
