@@ -10,6 +10,7 @@ from the start position onwards comes out exactly once, either as a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from typing import NamedTuple
 
 
@@ -148,7 +149,8 @@ class SequenceTracker:
         end = first + len(payloads)
         self.next = end
         self.highest = end - 1
-        return list(map(Message, range(first, end), payloads))
+        # tuple.__new__ builds the same named tuples as Message(seq, data) without a Python call for each
+        return list(map(tuple.__new__, repeat(Message), zip(range(first, end), payloads)))
 
     def head(self, last_issued: int, now: float) -> None:
         """Learn the backbone's last issued sequence (from a KEEPALIVE-ACK) to notice lost tails."""

@@ -7,10 +7,15 @@ this subscriber) is the nearest at or below it.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from itertools import groupby
+from operator import itemgetter
 
 from fyrehose.loadtest.stamp import published_ns
 from fyrehose.loadtest.tally import RunTally
+
+_seq = itemgetter(0)
+_payload = itemgetter(1)
 
 
 def attribute(from_seq: int, to_seq: int, first_seqs: dict[int, int]) -> dict[int, int]:
@@ -41,7 +46,12 @@ class DeliveryAccount:
 
     ``phase_of`` maps a publish time (ns since the epoch) to a phase index, or
     None outside the run; messages without a load-test stamp are counted in
-    ``foreign`` and otherwise ignored.
+    ``foreign`` (once, on arrival) and otherwise ignored.
+
+    Arrivals and releases come in runs of messages with one payload: a batch
+    of ``--batch N`` is N copies of one stamp, so its phase and latency are
+    the same for every message, and the stamp is decoded once per run, not
+    once per message.
     """
 
     def __init__(self, phase_of: Callable[[int], int | None]) -> None:
@@ -50,34 +60,40 @@ class DeliveryAccount:
         self.first_seqs: dict[int, int] = {}
         self.foreign = 0
 
-    def _phase(self, payload: bytes) -> tuple[int | None, int | None]:
+    def arrived(self, messages: Iterable[tuple[int, bytes]], direct: bool) -> None:
+        """(sequence, payload)s that arrived for the first time: ``direct`` from the backbone, else re-delivered
+        by a peer."""
+        phase_of = self._phase_of
+        for payload, run in groupby(messages, _payload):
+            seqs = list(map(_seq, run))
+            published = published_ns(payload)
+            if published is None:
+                self.foreign += len(seqs)
+                continue
+            phase = phase_of(published)
+            if phase is None:
+                continue
+            tally = self.tally[phase]
+            if direct:
+                tally.direct += len(seqs)
+            else:
+                tally.recovered += len(seqs)
+            lowest = min(seqs)
+            first = self.first_seqs.get(phase)
+            if first is None or lowest < first:
+                self.first_seqs[phase] = lowest
+
+    def released(self, payload: bytes, count: int, now_ns: int) -> float | None:
+        """``count`` messages with ``payload`` reached the application in order; their publish-to-deliver latency
+        in ms (None if not ours), taken into the phase's histogram once per message."""
         published = published_ns(payload)
         if published is None:
-            self.foreign += 1
-            return None, None
-        return self._phase_of(published), published
-
-    def arrived(self, seq: int, payload: bytes, direct: bool) -> None:
-        """A sequence arrived for the first time: ``direct`` from the backbone, else re-delivered by a peer."""
-        phase, _ = self._phase(payload)
-        if phase is None:
-            return
-        tally = self.tally[phase]
-        if direct:
-            tally.direct += 1
-        else:
-            tally.recovered += 1
-        first = self.first_seqs.get(phase)
-        if first is None or seq < first:
-            self.first_seqs[phase] = seq
-
-    def released(self, payload: bytes, now_ns: int) -> float | None:
-        """A message reached the application in order; its publish-to-deliver latency in ms (None if not ours)."""
-        phase, published = self._phase(payload)
+            return None
+        phase = self._phase_of(published)
         if phase is None:
             return None
         latency = (now_ns - published) / 1e6
-        self.tally[phase].deliver_ms.add(latency)
+        self.tally[phase].deliver_ms.add(latency, count)
         return latency
 
     def lost(self, from_seq: int, to_seq: int) -> None:

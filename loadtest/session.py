@@ -9,6 +9,10 @@ the Client does not expose.
 """
 from __future__ import annotations
 
+from itertools import groupby
+from operator import itemgetter
+from typing import NamedTuple
+
 from fyrehose import codec
 from fyrehose.addresses import Address
 from fyrehose.connection import BackboneConnection
@@ -19,6 +23,22 @@ from fyrehose.tracker import Event, Lost
 
 KEEPALIVE_INTERVAL = 0.5
 FLAGS = codec.FLAG_BATCH | codec.FLAG_HEAD  # subscribes and journals: peers' gaps are served from it
+
+_seq = itemgetter(0)
+_data = itemgetter(1)
+
+
+class Delivery(NamedTuple):
+    """Messages released together with one payload (so one phase and one latency) and one origin.
+
+    A batch's messages share one payload, so a driver that reports runs
+    (``--batch``) pays the statistics' cost per event once per run.
+    """
+
+    recovered: bool  # a peer re-delivered them after a REQUEST, not the backbone
+    latency_ms: float
+    messages: int
+    size: int  # bytes, of all the messages
 
 
 class SubscriberSession:
@@ -34,7 +54,8 @@ class SubscriberSession:
         self.tracker = self.connection.track()
         self.journal = MemoryJournal(journal_bytes)
         self.stats = self.connection.stats
-        self.recovered: set[int] = set()  # sequences a peer re-delivered, until the driver reports them
+        self.recovered: set[int] = set()  # sequences a peer re-delivered, until they are released
+        self._losses = 0  # the tracker's count of lost sequences already accounted
 
     @property
     def acked(self) -> bool:
@@ -56,20 +77,55 @@ class SubscriberSession:
         The driver calls :meth:`forward_done` once it has served (or dropped) the FORWARD.
         """
         incoming = self.connection.receive(datagram, source, now)
-        direct = incoming.from_backbone
-        self.journal.add_many(incoming.stored)
-        arrived = self.account.arrived
-        for seq, payload in incoming.stored:
-            arrived(seq, payload, direct)
-        if not direct:
-            self.recovered.update(seq for seq, _ in incoming.stored)
+        stored = incoming.stored
+        if stored:
+            direct = incoming.from_backbone
+            self.journal.add_many(stored)
+            self.account.arrived(stored, direct)
+            if not direct:
+                self.recovered.update(map(_seq, stored))
         self._account(incoming.events)
         return incoming.events, (incoming.forwards[0] if incoming.forwards else None)
 
     def forward_done(self, forward: codec.Forward) -> None:
         self.connection.forward_done(forward)
 
+    def release(self, events: list[Event], now_ns: int) -> list[Delivery | Lost]:
+        """Take the latencies of the messages in ``events`` (released in order at ``now_ns``) into the tally.
+
+        Returns what to report, in order: each :class:`Lost`, and each run of
+        messages with one payload and one origin as a :class:`Delivery`;
+        messages without our stamp are left out.
+        """
+        report: list[Delivery | Lost] = []
+        recovered = self.recovered
+        released = self.account.released
+        for kind, group in groupby(events, type):
+            if kind is Lost:
+                report.extend(group)
+                continue
+            for payload, run in groupby(group, _data):
+                messages = list(run)
+                count = len(messages)
+                peers = 0
+                if recovered:
+                    hits = recovered.intersection(map(_seq, messages))
+                    recovered.difference_update(hits)
+                    peers = len(hits)
+                latency = released(payload, count, now_ns)
+                if latency is None:
+                    continue
+                if peers:
+                    report.append(Delivery(True, latency, peers, peers * len(payload)))
+                if count > peers:
+                    report.append(Delivery(False, latency, count - peers, (count - peers) * len(payload)))
+        return report
+
     def _account(self, events: list[Event]) -> None:
+        """Losses into the account; the tracker's counter spares a look at every message when there is none."""
+        if self.tracker.lost == self._losses:
+            return
+        self._losses = self.tracker.lost
         for event in events:
             if isinstance(event, Lost):
                 self.account.lost(event.from_seq, event.to_seq)

@@ -26,8 +26,9 @@ class Histogram:
     def total(self) -> int:
         return sum(self.counts.values())
 
-    def add(self, value_ms: float) -> None:
-        self.counts[bucket_ms(value_ms)] += 1
+    def add(self, value_ms: float, count: int = 1) -> None:
+        """``count`` samples of ``value_ms`` (a run of messages released together has one latency)."""
+        self.counts[bucket_ms(value_ms)] += count
 
     def merge(self, other: Histogram) -> None:
         self.counts.update(other.counts)

@@ -241,29 +241,21 @@ class Subscriber(User):
         """Each message's latency into the tally; to Locust, one DELIVER per message, or with ``--batch``
         one per run of messages released together (the statistics' own cost is per request)."""
         fire = self.environment.events.request.fire
-        now_ns = time.time_ns()
         batched = self.load.settings.batch > 0
-        run: dict[str, list[float]] = {}  # name -> [latency of its first message, messages, bytes]
-        for event in events:
-            if isinstance(event, Lost):
+        run: dict[str, list[float]] = {}  # name -> [latency of its first message, bytes]
+        for item in self.session.release(events, time.time_ns()):
+            if isinstance(item, Lost):
                 fire(request_type=DELIVER, name="lost", response_time=None, response_length=0,
-                     exception=MessagesLost(event), context={})
+                     exception=MessagesLost(item), context={})
                 continue
-            latency = self.session.account.released(event.data, now_ns)
-            recovered = event.seq in self.session.recovered
-            if recovered:
-                self.session.recovered.discard(event.seq)
-            if latency is None:
-                continue
-            name = "recovered" if recovered else "publish-to-deliver"
+            name = "recovered" if item.recovered else "publish-to-deliver"
             if not batched:
-                fire(request_type=DELIVER, name=name, response_time=latency, response_length=len(event.data),
-                     exception=None, context={})
+                for _ in range(item.messages):
+                    fire(request_type=DELIVER, name=name, response_time=item.latency_ms,
+                         response_length=item.size // item.messages, exception=None, context={})
                 continue
-            counts = run.setdefault(name, [latency, 0, 0])
-            counts[1] += 1
-            counts[2] += len(event.data)
-        for name, (latency, _messages, size) in run.items():
+            run.setdefault(name, [item.latency_ms, 0])[1] += item.size
+        for name, (latency, size) in run.items():
             fire(request_type=DELIVER, name=name, response_time=latency, response_length=size, exception=None,
                  context={})
 

@@ -9,6 +9,8 @@ import argparse
 import json
 import math
 import urllib.request
+from collections import Counter
+from itertools import groupby
 
 import pytest
 from hypothesis import given
@@ -24,7 +26,7 @@ from fyrehose.loadtest.prometheus import MetricsFormatError, parse_samples
 from fyrehose.loadtest.push_session import PushSession
 from fyrehose.loadtest.rates import MAX_WAIT, Pacer, Phase, RateSchedule, build_schedule
 from fyrehose.loadtest.results import LOSS_LIMIT, judge, judge_all, summarize
-from fyrehose.loadtest.session import SubscriberSession
+from fyrehose.loadtest.session import Delivery, SubscriberSession
 from fyrehose.loadtest.settings import PREFIX, LoadSettings, add_setting_arguments
 from fyrehose.loadtest.stamp import MIN_SIZE, published_ns, stamp
 from fyrehose.loadtest.tally import Histogram, PhaseTally, RunTally, bucket_ms
@@ -146,6 +148,15 @@ def test_histogram_percentiles_follow_locusts_definition(values, fraction):
     assert histogram.percentile(1.0) == max(buckets)
 
 
+@given(st.floats(0, 1e5), st.integers(1, 1000))
+def test_a_weighted_sample_is_that_many_samples(value, count):
+    weighted, repeated = Histogram(), Histogram()
+    weighted.add(value, count)
+    for _ in range(count):
+        repeated.add(value)
+    assert weighted == repeated
+
+
 def test_buckets_keep_two_significant_digits():
     assert [bucket_ms(v) for v in (0.347, 1.234, 12.4, 147, 3432, 58760, -1)] == [
         0.35, 1.2, 12, 150, 3400, 59000, 0]
@@ -209,13 +220,12 @@ def payload(phase, size=16):
 
 def test_the_account_sorts_arrivals_losses_and_latencies_by_phase():
     account = DeliveryAccount(phase_of)
-    for seq in range(1, 11):
-        account.arrived(seq, payload(0), direct=seq != 5)
-    for seq in range(11, 21):
-        account.arrived(seq, payload(1), direct=True)
-    account.arrived(99, b"not ours", direct=True)
+    account.arrived([(seq, payload(0)) for seq in range(1, 11) if seq != 5], direct=True)
+    account.arrived([(5, payload(0))], direct=False)
+    account.arrived([(seq, payload(1)) for seq in range(11, 21)], direct=True)
+    account.arrived([(99, b"not ours")], direct=True)
     account.lost(21, 22)  # above phase 1's first sequence: phase 1
-    assert account.released(payload(1), ANCHOR_NS + 10**9 + 1000 + 2_500_000) == pytest.approx(2.5)
+    assert account.released(payload(1), 1, ANCHOR_NS + 10**9 + 1000 + 2_500_000) == pytest.approx(2.5)
     snapshot = account.snapshot([(23, 25)])
     assert (snapshot[0].direct, snapshot[0].recovered, snapshot[0].expected) == (9, 1, 10)
     assert (snapshot[1].direct, snapshot[1].lost, snapshot[1].pending, snapshot[1].expected) == (10, 2, 3, 15)
@@ -307,6 +317,100 @@ def test_no_datagram_crashes_the_session(datagram, source):
     session.receive(datagram, source, 0.1)
     session.poll(0.2)
     session.snapshot()
+
+
+RELEASED_NS = ANCHOR_NS + 5 * 10**9
+PAYLOADS = [payload(0), payload(1), payload(1, size=40), stamp(ANCHOR_NS - 1, 16), b"not ours", b""]
+
+
+def per_message(arrivals, events, recovered):
+    """The account by definition, one message at a time: (tally, first sequences, foreign, report)."""
+    tally, first_seqs, foreign = RunTally(), {}, 0
+    for seq, data, direct in arrivals:
+        published = published_ns(data)
+        if published is None:
+            foreign += 1
+            continue
+        phase = phase_of(published)
+        if phase is None:
+            continue
+        if direct:
+            tally[phase].direct += 1
+        else:
+            tally[phase].recovered += 1
+        first_seqs[phase] = min(first_seqs.get(phase, seq), seq)
+    report = []
+    for event in events:
+        if isinstance(event, Lost):
+            for seq in range(event.from_seq, event.to_seq + 1):
+                for phase, count in attribute(seq, seq, first_seqs).items():
+                    tally[phase].lost += count
+            report.append(event)
+            continue
+        published = published_ns(event.data)
+        if published is None or phase_of(published) is None:
+            continue
+        latency = (RELEASED_NS - published) / 1e6
+        tally[phase_of(published)].deliver_ms.add(latency)
+        report.append((event.seq in recovered, latency, len(event.data)))
+    return tally, first_seqs, foreign, report
+
+
+def blocks(report):
+    """Each Lost, and the messages between them as a multiset of (recovered, latency, size)."""
+    out = [Counter()]
+    for item in report:
+        if isinstance(item, Lost):
+            out += [item, Counter()]
+        elif isinstance(item, Delivery):
+            assert item.size == item.messages * (item.size // item.messages)
+            out[-1][(item.recovered, item.latency_ms, item.size // item.messages)] += item.messages
+        else:
+            out[-1][item] += 1
+    return out
+
+
+@given(st.lists(st.tuples(st.sampled_from(PAYLOADS + [None]), st.integers(1, 6), st.booleans()), max_size=12))
+def test_runs_are_accounted_exactly_as_their_messages_one_by_one(segments):
+    """Runs of one payload spanning phases, losses between them, recovered and foreign messages."""
+    arrivals, events, seq = [], [], 100
+    for data, count, recovered in segments:
+        if data is None:  # a range given up
+            events.append(Lost(seq, seq + count - 1, "not recovered"))
+        else:
+            arrivals += [(s, data, not recovered) for s in range(seq, seq + count)]
+            events += [Message(s, data) for s in range(seq, seq + count)]
+        seq += count
+    recovered = {s for s, _, direct in arrivals if not direct}
+    session = acked_session()
+    account = session.account
+    for direct, chunk in groupby(arrivals, key=lambda arrival: arrival[2]):  # a datagram per origin
+        account.arrived([(s, data) for s, data, _ in chunk], direct)
+    session.recovered.update(recovered)
+    for event in events:
+        if isinstance(event, Lost):
+            account.lost(event.from_seq, event.to_seq)
+    report = session.release(events, RELEASED_NS)
+    tally, first_seqs, foreign, expected = per_message(arrivals, events, recovered)
+    assert account.tally == tally
+    assert (account.first_seqs, account.foreign) == (first_seqs, foreign)
+    assert blocks(report) == blocks(expected)
+    for origin in (False, True):  # with --batch, a DELIVER's time is its origin's first message's
+        firsts = [item[1] for item in expected if not isinstance(item, Lost) and item[0] == origin][:1]
+        assert [item.latency_ms for item in report if isinstance(item, Delivery) and item.recovered == origin][:1] == firsts
+    assert session.recovered == set()  # each recovered sequence is reported once
+
+
+def test_a_datagram_of_two_batches_is_two_runs():
+    session = acked_session()
+    frames = [(seq, payload(0)) for seq in (1, 2, 3)] + [(seq, payload(1)) for seq in (4, 5)]
+    events, _ = session.receive(deliver(*frames, (6, b"not ours")), BACKBONE, 0.1)
+    assert [event.seq for event in events] == [1, 2, 3, 4, 5, 6]
+    latency = [(RELEASED_NS - ANCHOR_NS - phase * 10**9 - 1000) / 1e6 for phase in (0, 1)]
+    assert session.release(events, RELEASED_NS) == [Delivery(False, latency[0], 3, 48), Delivery(False, latency[1], 2, 32)]
+    tally = session.snapshot()
+    assert (tally[0].direct, tally[0].deliver_ms.total, tally[1].direct, tally[1].deliver_ms.total) == (3, 3, 2, 2)
+    assert session.account.foreign == 1
 
 
 # ---------------------------------------------------------------- verdicts and the summary

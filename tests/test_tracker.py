@@ -204,5 +204,6 @@ def test_a_run_is_taken_whole_exactly_when_it_continues_the_stream(before, first
                 for event in one_by_one.deliver(seq, payload, 0.0)]
     if continues:
         assert events == expected and (whole.next, whole.holes) == (one_by_one.next, one_by_one.holes)
+        assert all(type(event) is Message for event in events)  # named tuples, as deliver() makes them
     else:
         assert events is None
