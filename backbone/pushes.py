@@ -17,33 +17,14 @@ from dataclasses import dataclass
 from fyrehose import codec
 
 _RUN = codec.MAX_DATAGRAM // codec.FRAME_HEADER + 1  # most frames one datagram can hold
-_PUSH_RUN = bytes([codec.PUSH]) * _RUN
 _DELIVER_RUN = bytes([codec.DELIVER]) * _RUN
 _ZERO_RUN = bytes(_RUN)
 _CONFIRM_RUN = bytes([codec.CONFIRM]) * _RUN
 
 
 def uniform_frames(datagram: bytes | bytearray | memoryview) -> int:
-    """The frame size when ``datagram`` is only well-formed PUSH frames of one size (tagged or not); 0 otherwise.
-
-    Frames of one size tile the datagram exactly, so checking every frame's type
-    and LENGTH bytes at that stride proves what a frame-by-frame scan would.
-    """
-    size = len(datagram)
-    if size < codec.FRAME_HEADER or datagram[0] != codec.PUSH:
-        return 0
-    high, low = datagram[1], datagram[2]
-    step = codec.FRAME_HEADER + ((high << 8) | low)
-    if step > codec.MAX_DATAGRAM or size % step:
-        return 0
-    count = size // step
-    if count > 1 and (
-        datagram[0::step] != _PUSH_RUN[:count]
-        or datagram[1::step] != bytes((high,)) * count
-        or datagram[2::step] != bytes((low,)) * count
-    ):
-        return 0
-    return step
+    """The frame size when ``datagram`` is only well-formed PUSH frames of one size (tagged or not); 0 otherwise."""
+    return codec.uniform_step(datagram, codec.PUSH)
 
 
 def untagged(datagram: bytes | bytearray | memoryview, step: int) -> bool:

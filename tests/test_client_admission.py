@@ -219,3 +219,24 @@ def _port_taken(port: int) -> bool:
         except OSError:
             return True
         return False
+
+
+@given(st.integers(0, 40), st.lists(st.integers(1, 3), min_size=1, max_size=40), st.integers(1, 1 << 40))
+def test_a_datagram_of_one_frame_size_is_taken_as_frame_by_frame(size, steps, first):
+    """The unscanned path for frames of one size agrees with one datagram per frame, gaps included."""
+    seqs = [first]
+    for step in steps[1:]:
+        seqs.append(seqs[-1] + step)  # a step above 1 leaves a hole
+    frames = [codec.encode_deliver(seq, bytes([seq & 0xFF]) * size) for seq in seqs]
+    packed, single = (BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH) for _ in range(2))
+    for connection in (packed, single):
+        connection.track(first)
+    got = packed.receive(b"".join(frames), BACKBONE, 0.0)
+    want_stored, want_events = [], []
+    for frame in frames:
+        incoming = single.receive(frame, BACKBONE, 0.0)
+        want_stored += incoming.stored
+        want_events += incoming.events
+    assert got.stored == want_stored and got.events == want_events
+    assert packed.tracker.next == single.tracker.next
+    assert packed.stats["delivered frames"] == single.stats["delivered frames"] == len(frames)

@@ -99,7 +99,7 @@ def test_a_pacer_offers_its_rate(rate, duration, busy):
             taken += 1
             t += busy / rate
         t += pacer.wait(t, rate) or 1e-9
-    assert abs(taken - rate * duration) <= 1
+    assert abs(taken - rate * duration) <= 1 + 1e-9  # +-1 message, up to float rounding of rate x duration
 
 
 def test_a_late_pacer_catches_up_only_its_slack():
