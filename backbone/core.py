@@ -186,7 +186,7 @@ class Backbone:
                 return
             tags = frame_tags(datagram, step)
             if 0 not in tags and len(set(tags)) == len(tags) and not self.confirmed.known(source, tags):
-                self._push_uniform_tagged(datagram, step, tags, source, now)
+                self._push_uniform(datagram, step, tags, source, now)
                 return
         spans, error = codec.scan(datagram, codec.PUSH)
         if error is not None:
@@ -194,7 +194,10 @@ class Backbone:
         if spans:
             self._push_spans(datagram, spans, source, now)
 
-    def _push_uniform(self, datagram: bytes | bytearray | memoryview, step: int) -> None:
+    def _push_uniform(self, datagram: bytes | bytearray | memoryview, step: int, tags: array | None = None,
+                      source: Address | None = None, now: float = 0.0) -> None:
+        """Frames of one size sequenced without a loop per frame; with ``tags`` (fresh, distinct, from
+        ``source``) also remembered and confirmed."""
         count = len(datagram) // step
         try:
             seq = self.sequence.take(count)
@@ -203,22 +206,9 @@ class Backbone:
             return
         buf = bytearray(datagram)
         stamp_uniform(buf, step, seq)
-        self.counters["pushes"] += count
-        self._log.append(LogEntry(memoryview(buf), count, step))
-
-    def _push_uniform_tagged(self, datagram: bytes | bytearray | memoryview, step: int, tags: array,
-                             source: Address, now: float) -> None:
-        """Fresh, distinct tags on frames of one size: sequenced, remembered and confirmed without a loop per frame."""
-        count = len(tags)
-        try:
-            seq = self.sequence.take(count)
-        except SequenceExhausted:
-            self._drop("sequence space exhausted")
-            return
-        buf = bytearray(datagram)
-        stamp_uniform(buf, step, seq)
-        self.confirmed.remember_many(source, list(zip(tags, range(seq, seq + count))), now)
-        self._confirms.setdefault(source, []).append(confirm_block(tags, seq))
+        if tags is not None and source is not None:
+            self.confirmed.remember_many(source, list(zip(tags, range(seq, seq + count))), now)
+            self._confirms.setdefault(source, []).append(confirm_block(tags, seq))
         self.counters["pushes"] += count
         self._log.append(LogEntry(memoryview(buf), count, step))
 

@@ -204,13 +204,7 @@ class BackboneConnection:
             return False
         header = codec.FRAME_HEADER
         payloads = [data[start + header:start + step] for start in range(0, len(data), step)]
-        messages = tracker.deliver_run(first, payloads)
-        if messages is None:
-            return False
-        incoming.stored.extend(zip(range(first, first + count), payloads))
-        incoming.events.extend(messages)
-        self.stats["delivered frames"] += count
-        return True
+        return self._take_run(first, payloads, tracker, incoming)
 
     def _deliver_run(self, data: bytes, spans: list[tuple[int, int, int]], tracker: SequenceTracker,
                      incoming: Incoming) -> bool:
@@ -221,11 +215,14 @@ class BackboneConnection:
                 range(first, first + count)):
             return False
         header = codec.FRAME_HEADER
-        payloads = [data[start + header:end] for start, end, _ in spans]
+        return self._take_run(first, [data[start + header:end] for start, end, _ in spans], tracker, incoming)
+
+    def _take_run(self, first: int, payloads: list[bytes], tracker: SequenceTracker, incoming: Incoming) -> bool:
+        """Hand the tracker DELIVERs ``first``, ``first + 1``, ...; False when they do not continue the stream."""
         messages = tracker.deliver_run(first, payloads)
         if messages is None:
             return False
-        incoming.stored.extend(zip(range(first, first + count), payloads))
+        incoming.stored.extend(zip(range(first, first + len(payloads)), payloads))
         incoming.events.extend(messages)
-        self.stats["delivered frames"] += count
+        self.stats["delivered frames"] += len(payloads)
         return True
