@@ -77,17 +77,19 @@ def test_large_batches_pack_full_datagrams():
     assert [len(d) // (codec.FRAME_HEADER + 64) for d in datagrams] == [per, per, 2000 - 2 * per]
 
 
-@given(st.binary(max_size=300), st.integers(2, 1200))
-def test_a_repeated_payload_is_built_as_one_block_byte_for_byte_as_frame_by_frame(payload, count):
+@given(st.integers(0, 300), st.integers(2, 1200), st.booleans(), st.randoms(use_true_random=False))
+def test_a_batch_of_one_payload_size_is_built_as_one_block_byte_for_byte_as_frame_by_frame(size, count, same, rng):
+    payloads = [rng.randbytes(size)] * count if same else [rng.randbytes(size) for _ in range(count)]
     block = PendingPublishes(first_tag=77)
-    _, fast = block.start([payload] * count, 0.0, 5.0)
-    frames = codec.encode_pushes([payload] * count, range(77, 77 + count))
+    _, fast = block.start(payloads, 0.0, 5.0)
+    frames = codec.encode_pushes(payloads, range(77, 77 + count))
     assert fast == codec.pack_greedy(frames)
     # retries resend exactly the unconfirmed frames, cut from the block
     confirmed = {tag for tag in range(77, 77 + count) if tag % 3}
     block.confirm([(tag, tag) for tag in sorted(confirmed)])
     resent, _ = block.poll(0.2)
-    assert tags_of(resent) == [tag for tag in range(77, 77 + count) if tag not in confirmed]
+    assert resent == codec.pack_greedy([frame for tag, frame in zip(range(77, 77 + count), frames, strict=True)
+                                        if tag not in confirmed])
 
 
 @given(st.lists(st.integers(1, 60), min_size=1, max_size=4), st.integers(1, 4), st.randoms(use_true_random=False))

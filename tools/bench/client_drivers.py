@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -37,13 +37,11 @@ class ClientSpec:
     callback: bool = False  # nats only: consume with a message callback instead of iterating
 
 
-def _chunks(spec: ClientSpec) -> Iterator[list[bytes]]:
-    payload = b"x" * spec.payload
-    left = spec.messages
-    while left > 0:
-        size = min(spec.batch, left)
-        yield [payload] * size
-        left -= size
+def _chunks(spec: ClientSpec) -> list[list[bytes]]:
+    """The batches to publish: distinct payloads (a counter, padded to the size), built before the clock starts."""
+    digits = min(spec.payload, 12)
+    payloads = [(b"%0*d" % (digits, i))[-digits:] + b"x" * (spec.payload - digits) for i in range(spec.messages)]
+    return [payloads[start:start + spec.batch] for start in range(0, spec.messages, spec.batch)]
 
 
 # ---------------------------------------------------------------- one publisher and one subscriber per system
@@ -52,9 +50,10 @@ def _chunks(spec: ClientSpec) -> Iterator[list[bytes]]:
 def _fyrehose_publish(spec: ClientSpec, ready: Callable[[], None]) -> None:
     from fyrehose import Client
 
+    chunks = _chunks(spec)
     with Client(spec.address, subscribe=False) as client:
         ready()
-        for chunk in _chunks(spec):
+        for chunk in chunks:
             client.publish_many(chunk)
 
 
@@ -79,11 +78,12 @@ def _fyrehose_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> tuple[in
 def _redis_publish(spec: ClientSpec, ready: Callable[[], None]) -> None:
     import redis
 
+    chunks = _chunks(spec)
     client = redis.Redis(host=spec.address[0], port=spec.address[1])
     try:
         client.ping()
         ready()
-        for chunk in _chunks(spec):
+        for chunk in chunks:
             pipe = client.pipeline(transaction=False)
             for payload in chunk:
                 pipe.publish(SUBJECT, payload)
@@ -117,11 +117,13 @@ def _redis_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> tuple[int, 
 def _nats_publish(spec: ClientSpec, ready: Callable[[], None]) -> None:
     import nats
 
+    chunks = _chunks(spec)
+
     async def main() -> None:
         client = await nats.connect(f"nats://{spec.address[0]}:{spec.address[1]}")
         try:
             ready()
-            for chunk in _chunks(spec):
+            for chunk in chunks:
                 for payload in chunk:
                     await client.publish(SUBJECT, payload)
                 await client.flush()
