@@ -240,3 +240,16 @@ def test_a_datagram_of_one_frame_size_is_taken_as_frame_by_frame(size, steps, fi
     assert got.stored == want_stored and got.events == want_events
     assert packed.tracker.next == single.tracker.next
     assert packed.stats["delivered frames"] == single.stats["delivered frames"] == len(frames)
+
+
+def test_a_repeated_forward_is_served_once_until_the_driver_is_done_with_it():
+    connection = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH)
+    forward = codec.encode(codec.Forward("127.0.0.1", 4000, 5, 9))
+    first = connection.receive(forward, BACKBONE, 0.0).forwards
+    assert first == [codec.Forward("127.0.0.1", 4000, 5, 9)]
+    assert connection.receive(forward, BACKBONE, 0.1).forwards == []  # a retried REQUEST: the answer is on its way
+    assert connection.stats["duplicate forwards"] == 1
+    connection.forward_done(first[0])
+    assert connection.receive(forward, BACKBONE, 0.2).forwards == first  # asked again later: served again
+    ignoring = BackboneConnection(BACKBONE, flags=codec.FLAG_NOJOURNAL, serves_forwards=False)
+    assert ignoring.receive(forward, BACKBONE, 0.0).forwards == [] and ignoring.stats["forwards ignored"] == 1
