@@ -7,6 +7,7 @@ import sys
 import textwrap
 from dataclasses import replace
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -253,3 +254,28 @@ def test_a_repeated_forward_is_served_once_until_the_driver_is_done_with_it():
     assert connection.receive(forward, BACKBONE, 0.2).forwards == first  # asked again later: served again
     ignoring = BackboneConnection(BACKBONE, flags=codec.FLAG_NOJOURNAL, serves_forwards=False)
     assert ignoring.receive(forward, BACKBONE, 0.0).forwards == [] and ignoring.stats["forwards ignored"] == 1
+
+
+@pytest.mark.parametrize(("module", "target", "argv", "worker"), [
+    ("fyrehose.gateways.bridge", "Bridge._fan_out_loop", ["gateway", "redis", "--listen", "127.0.0.1:0"],
+     "gateway fan-out"),
+    ("fyrehose.journal.service", "JournalService._maintain", ["journal", "--dir", "{tmp}"], "journal maintenance"),
+])
+def test_a_real_service_whose_worker_dies_exits_with_one_line(backbone_factory, tmp_path, module, target, argv, worker):
+    """The real commands, one of their workers (a greenlet, a thread) given a bug: never half-alive."""
+    backbone = backbone_factory()
+    owner, method = target.split(".")
+    command = argv[0]
+    argv = [arg.replace("{tmp}", str(tmp_path / "journal")) for arg in argv] + ["--backbone", backbone.address]
+    script = textwrap.dedent(f"""
+        import sys
+        import {module} as module
+        from fyrehose.cli import main
+        def broken(self, *args):
+            raise RuntimeError("a bug")
+        setattr(module.{owner}, {method!r}, broken)
+        sys.exit(main({argv!r}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 70, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"fyrehose {command}: error: thread {worker} died: RuntimeError: a bug"
