@@ -65,6 +65,8 @@ from fyrehose.subjects import check_pattern, is_literal
 from fyrehose.subscription import Subscription
 from fyrehose.tracker import Event, Lost, Message, SequenceTracker
 
+_CONFIRM = bytes([codec.CONFIRM])
+
 
 class MessageStore(Protocol):
     """Where a client keeps delivered messages to answer FORWARDs from."""
@@ -284,25 +286,30 @@ class Client:
     def _publish_window(self, payloads: list[bytes], timeout: float) -> list[int]:
         """One batch through the connection's :class:`~fyrehose.publishing.PendingPublishes`.
 
-        The receive thread matches the CONFIRMs; the session's timers (sending
-        unconfirmed messages again, giving up at ``timeout``) run in whichever
-        of the two threads comes first, so a publish finishes on time even when
-        called from the receive thread itself (a subscription's callback).
+        The receive thread matches the CONFIRMs and runs the session's timers
+        (sending unconfirmed messages again, giving up at ``timeout``); a
+        publish called from the receive thread itself (a subscription's
+        callback), or still waiting past its deadline, runs them here, so it
+        always ends on time.  Waiters only look at their own batch: many
+        concurrent publishes (a gateway's connections) cost no more each.
         """
         self._check_reachable()
         publishes = self.connection.publishes
         with self._lock:
             number, datagrams = publishes.start(payloads, time.monotonic(), timeout)
         self._send_to_backbone(datagrams)
+        deadline = time.monotonic() + timeout
+        on_reader = threading.current_thread() is self._reader
         with self._lock:
             while number not in self._published and not self._closed:
                 now = time.monotonic()
-                resends, expired = publishes.poll(now)
-                self._finish_publishes(expired)
-                self._send_to_backbone(resends)
-                if number in self._published:
-                    break
-                self._confirmed.wait(min(max(publishes.next_deadline() - now, 0.001), 0.1))
+                if on_reader or now >= deadline:  # nobody else runs the timers now: run them here
+                    resends, expired = publishes.poll(now)
+                    self._finish_publishes(expired)
+                    self._send_to_backbone(resends)
+                    if number in self._published:
+                        break
+                self._confirmed.wait(min(max(deadline - now, 0.001), 0.1))
             finished = self._published.pop(number, None)
             if finished is None:
                 publishes.cancel(number)
@@ -549,10 +556,13 @@ class Client:
     def _timers(self, now: float) -> None:
         self._session_timers(now)
         datagrams, events = self.connection.poll(now)
-        with self._lock:
-            resends, expired = self.connection.publishes.poll(now)
-            self._finish_publishes(expired)
-        self._send_to_backbone(datagrams + resends)
+        publishes = self.connection.publishes
+        if publishes:
+            with self._lock:
+                resends, expired = publishes.poll(now)
+                self._finish_publishes(expired)
+            datagrams += resends
+        self._send_to_backbone(datagrams)
         if events:
             self._emit(events)
 
@@ -565,9 +575,12 @@ class Client:
 
     def _handle(self, data: bytes, source: Address, now: float) -> None:
         """One datagram, whatever its bytes or sender, through the pure connection (docs/protocol.md)."""
-        with self._lock:  # publish() starts batches in the same session from other threads
+        if data[:1] == _CONFIRM:  # only a CONFIRM touches the publish state that publishing threads share
+            with self._lock:
+                incoming = self.connection.receive(data, source, now)
+                self._finish_publishes(incoming.published)
+        else:
             incoming = self.connection.receive(data, source, now)
-            self._finish_publishes(incoming.published)
         if incoming.stored and self.journal is not None:
             self.journal.add_many(incoming.stored)
         if incoming.events:

@@ -12,9 +12,9 @@ the batch's deadline.
 A batch takes a contiguous range of tags, so a CONFIRM finds its message by
 one subtraction, and the CONFIRMs of one datagram, which come in runs of one
 batch, find their batch without a look-up per message; a run of consecutive
-tags is taken with one slice assignment.  A batch of short payloads of
-one size is built as one block, column by column (strided slices), instead
-of a frame at a time.
+tags is taken with one slice assignment.  A batch of more messages than
+a frame has bytes, all of one size, is built as one block, column by column
+(strided slices), instead of a frame at a time.
 """
 from __future__ import annotations
 
@@ -53,9 +53,6 @@ class Finished:
         return self.seqs is not None
 
 
-COLUMN_COPY_MAX = 256  # payload bytes up to which a batch is built column by column
-
-
 class PendingPublishes:
     def __init__(self, *, retry: float = 0.2, max_retry: float = 1.0, stats: Counter[str] | None = None,
                  first_tag: int | None = None) -> None:
@@ -66,6 +63,7 @@ class PendingPublishes:
         self._numbers = itertools.count(1)
         self._batches: dict[int, _Batch] = {}
         self._last: _Batch | None = None  # the batch the previous CONFIRM belonged to
+        self._due = float("inf")  # no timer of any batch fires before this (it may be earlier than needed)
 
     def __len__(self) -> int:
         """Batches still waiting for CONFIRMs."""
@@ -79,7 +77,7 @@ class PendingPublishes:
             first = 1
         self._next_tag = first + count
         frames: list[bytes] | bytes
-        if count > 1 and len(payloads[0]) <= COLUMN_COPY_MAX and len(set(map(len, payloads))) == 1:
+        if len(payloads[0]) + codec.FRAME_HEADER <= count and len(set(map(len, payloads))) == 1:
             frames = _uniform_block(payloads, first)
             step = len(frames) // count
             per = max(1, codec.MAX_DATAGRAM // step) * step
@@ -90,6 +88,7 @@ class PendingPublishes:
         number = next(self._numbers)
         self._batches[number] = _Batch(number, first, frames, [0] * count, count, now + timeout,
                                        now + self.retry, self.retry)
+        self._due = min(self._due, now + min(self.retry, timeout))
         self.stats["push datagrams"] += len(datagrams)
         return number, datagrams
 
@@ -146,9 +145,14 @@ class PendingPublishes:
         return None
 
     def poll(self, now: float) -> tuple[list[bytes], list[Finished]]:
-        """Timers: the unconfirmed messages to send again, and the batches whose deadline passed."""
+        """Timers: the unconfirmed messages to send again, and the batches whose deadline passed.
+
+        Cheap when nothing is due (drivers call it for every datagram they receive).
+        """
         sends: list[bytes] = []
-        finished = []
+        finished: list[Finished] = []
+        if now < self._due:
+            return sends, finished
         for batch in list(self._batches.values()):
             if now >= batch.deadline:
                 del self._batches[batch.number]
@@ -161,6 +165,7 @@ class PendingPublishes:
                 self.stats["push retries"] += len(frames)
                 batch.retry = min(batch.retry * 2, self.max_retry)
                 batch.next_retry = now + batch.retry
+        self._due = self.next_deadline()
         return sends, finished
 
     def cancel(self, number: int) -> None:
@@ -180,8 +185,9 @@ def _uniform_block(payloads: Sequence[bytes], first_tag: int) -> bytes:
     """PUSH frames of equal-size ``payloads`` tagged ``first_tag``, ``first_tag + 1``, ...: built column by column.
 
     Each header byte, each tag byte and each payload byte position is one
-    strided copy over all frames, cheaper than a frame at a time while
-    payloads are short (up to COLUMN_COPY_MAX bytes, one copy per byte).
+    strided copy over all frames: cheaper than a frame at a time once the
+    batch has more frames than a frame has bytes (timeit: about 0.25 us per
+    strided copy, 0.3 us per frame built on its own).
     """
     count = len(payloads)
     size = len(payloads[0])
