@@ -8,7 +8,7 @@ rebuilding any frame.
 
 The multi-process backbone splits this work: receive workers classify
 datagrams with the same pure functions (:mod:`fyrehose.backbone.intake`,
-:func:`fyrehose.backbone.pushes.uniform_step`), and the sequencer applies the
+:func:`fyrehose.backbone.pushes.uniform_frames`), and the sequencer applies the
 accepted ones through :meth:`keepalive`, :meth:`request` and :meth:`push`, then
 takes the sequenced log (:meth:`take_log`) for its fan-out workers and sends
 only what :meth:`flush_control` returns.

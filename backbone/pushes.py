@@ -33,12 +33,6 @@ def untagged(datagram: bytes | bytearray | memoryview, step: int) -> bool:
     return all(datagram[offset::step] == zeros for offset in range(3, codec.FRAME_HEADER))
 
 
-def uniform_step(datagram: bytes | bytearray | memoryview) -> int:
-    """The frame size when ``datagram`` is only well-formed, untagged PUSH frames of one size; 0 otherwise."""
-    step = uniform_frames(datagram)
-    return step if step and untagged(datagram, step) else 0
-
-
 def frame_tags(datagram: bytes | bytearray | memoryview, step: int) -> array:
     """The tags of a uniform datagram's frames, in order."""
     return codec.u48_column(datagram, 3, step, len(datagram) // step)
@@ -50,10 +44,8 @@ def confirm_block(tags: array, first_seq: int) -> bytes:
     size = codec.CONFIRM_SIZE
     out = bytearray(size * count)
     out[0::size] = _CONFIRM_RUN[:count]
-    for column, values in ((1, tags), (7, array("Q", range(first_seq, first_seq + count)))):
-        raw = codec.u48_raw(values)
-        for k in range(6):
-            out[column + k::size] = raw[2 + k::8]
+    codec.put_u48_column(out, 1, size, tags)
+    codec.put_u48_column(out, 7, size, array("Q", range(first_seq, first_seq + count)))
     return bytes(out)
 
 
@@ -61,9 +53,7 @@ def stamp_uniform(buf: bytearray, step: int, first_seq: int) -> None:
     """Turn ``len(buf) // step`` PUSH frames of ``step`` bytes into DELIVERs numbered from ``first_seq``."""
     count = len(buf) // step
     buf[0::step] = _DELIVER_RUN[:count]
-    raw = codec.u48_raw(array("Q", range(first_seq, first_seq + count)))
-    for k in range(6):  # the low 6 of each 8-byte big-endian number
-        buf[3 + k::step] = raw[2 + k::8]
+    codec.put_u48_column(buf, 3, step, array("Q", range(first_seq, first_seq + count)))
 
 
 @dataclass(slots=True)

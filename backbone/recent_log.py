@@ -99,14 +99,9 @@ class RecentLog:
             first = firsts[index]
             if first > to_seq:
                 break
-            start, length, step = self._starts[index], self._lengths[index], self._steps[index]
-            offset = start % capacity
-            region = self._view[offset:offset + length]
-            if step:
-                bounds = ((lo, lo + step) for lo in range(0, length, step))
-            else:
-                bounds = ((lo, hi) for lo, hi, _ in codec.scan(region, codec.DELIVER)[0])
-            for seq, (lo, hi) in enumerate(bounds, first):
+            offset = self._starts[index] % capacity
+            region = self._view[offset:offset + self._lengths[index]]
+            for seq, (lo, hi) in enumerate(LogEntry(region, 0, self._steps[index]).frame_bounds(), first):
                 if seq > to_seq:
                     break
                 if seq >= from_seq:

@@ -243,12 +243,18 @@ def u48_column(data: bytes | bytearray | memoryview, offset: int, step: int, cou
     return numbers
 
 
-def u48_raw(numbers: array) -> bytes:
-    """``numbers`` as 8-byte big-endian words, whose last 6 bytes each are a u48 field: the inverse of u48_column."""
+def put_u48_column(buf: bytearray, offset: int, step: int, numbers: array) -> None:
+    """Write ``numbers`` as the big-endian 6-byte field at ``offset`` of consecutive records of ``step`` bytes.
+
+    The inverse of :func:`u48_column`: six strided copies, however many records.
+    """
     if _SWAP:
         numbers = array("Q", numbers)
         numbers.byteswap()
-    return numbers.tobytes()
+    raw = numbers.tobytes()
+    end = offset + step * len(numbers)
+    for k in range(6):  # the low 6 of each 8-byte big-endian number
+        buf[offset + k:end:step] = raw[2 + k::8]
 
 
 def decode_confirm_columns(datagram: bytes | bytearray | memoryview) -> tuple[array, array]:

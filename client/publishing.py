@@ -195,9 +195,7 @@ def _uniform_block(payloads: Sequence[bytes], first_tag: int) -> bytes:
     block = bytearray(step * count)
     for offset, value in enumerate((codec.PUSH, size >> 8, size & 0xFF)):
         block[offset::step] = bytes((value,)) * count
-    raw = codec.u48_raw(array("Q", range(first_tag, first_tag + count)))
-    for k in range(6):
-        block[3 + k::step] = raw[2 + k::8]
+    codec.put_u48_column(block, 3, step, array("Q", range(first_tag, first_tag + count)))
     data = b"".join(payloads)
     for k in range(size):
         block[codec.FRAME_HEADER + k::step] = data[k::size]
