@@ -139,7 +139,11 @@ class PushChannel:
         result = self._waiting[number] = gevent.event.AsyncResult()
         for datagram in datagrams:
             self._send(datagram)
-        return result.get()  # the pump wakes at least every 50 ms, in time for this batch's retry timer
+        # the pump finishes every batch by its timeout (it wakes at least every 50 ms); waiting longer
+        # than that means the pump is gone, and the batch counts as not confirmed rather than hanging the user
+        confirmed = result.wait(self.session.timeout + 1.0) is True
+        self._waiting.pop(number, None)
+        return confirmed
 
     def _send(self, datagram: bytes) -> None:
         try:
