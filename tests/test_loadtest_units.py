@@ -660,3 +660,18 @@ def test_a_batch_without_every_confirm_fails_at_its_timeout_and_late_confirms_ar
     assert session.poll(2.0)[1] == [Finished(number, None, 10)] and session.pending == 0
     for answer in _sequence(backbone, datagrams, 2.1):
         assert session.receive(answer, BACKBONE, 2.1) == []
+
+
+@given(st.lists(st.tuples(st.one_of(st.binary(max_size=120), st.builds(
+    lambda tags: b"".join(codec.encode_confirm(tag, 7) for tag in tags), st.lists(st.integers(1, 40), max_size=8))),
+    st.sampled_from([BACKBONE, PEER])), max_size=6))
+def test_no_datagram_crashes_the_publishing_session_and_a_strangers_confirm_finishes_nothing(datagrams):
+    session = PushSession(BACKBONE, timeout=2.0)
+    session.publishes._next_tag = 1  # tags 1..10: the forged CONFIRMs above name them
+    number, _ = session.publish([b"x"] * 10, 0.0)
+    finished = [done for datagram, source in datagrams for done in session.receive(datagram, source, 0.1)]
+    if all(source == PEER for _, source in datagrams):
+        assert finished == [] and session.pending == 1
+    assert all(done.batch == number for done in finished)
+    session.poll(5.0)
+    assert session.pending == 0  # given up at its timeout, whatever arrived
