@@ -4,6 +4,12 @@ The counter is pure.  Whoever drives it must persist ``reserved`` durably
 before any number up to it leaves the process; after a crash the next run
 starts above the last persisted reservation, so nothing issued is ever issued
 again (numbers reserved but never issued are skipped).
+
+Once half a block is issued the next block is reserved, while the numbers
+issued are still covered by the reservation before: a driver persists it in
+the background (fyrehose.backbone.statefile.ReservationWriter) and the loop
+that sends never waits for the disk, except for the very first reservation
+or when half a block goes out faster than one write.
 """
 from __future__ import annotations
 
@@ -37,8 +43,11 @@ class SequenceCounter:
         last = first + count - 1
         if last > MAX_SEQUENCE:
             raise SequenceExhausted(f"cannot issue {count} numbers after {self.last_issued}")
-        if last > self.reserved:
+        if last > self.reserved:  # beyond every reservation: these numbers wait for this one
             self.reserved = min(MAX_SEQUENCE, last + self.block)
+            self.unpersisted = True
+        elif self.reserved - last < self.block // 2:  # half the block issued: the next one, ahead of need
+            self.reserved = min(MAX_SEQUENCE, self.reserved + self.block)
             self.unpersisted = True
         self.next = last + 1
         return first

@@ -34,7 +34,7 @@ from fyrehose.backbone.confirm_table import SharedConfirmTable
 from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.rings import Doorbell, Ring
 from fyrehose.backbone.shared import CounterBlock, SequencerState, SubscriberTable, Words
-from fyrehose.backbone.statefile import SequenceStateFile
+from fyrehose.backbone.statefile import ReservationWriter, SequenceStateFile
 from fyrehose.backbone.udp import send_all
 
 READ_LIMIT = 1024  # records taken from one ring per round, so no receive worker starves the others
@@ -90,7 +90,7 @@ class Sequencer:
         self.state = state
         self.table = table
         self.counter_block = counter_block
-        self.state_file = state_file
+        self.reservations = ReservationWriter(state_file, backbone.sequence.reserved)
         self.stopping = stopping
         self.receiver_sockets = list(receiver_sockets)
         self.busy = busy
@@ -101,6 +101,12 @@ class Sequencer:
 
     def run(self) -> None:
         """Serve until stopped, then drain every ring before returning."""
+        try:
+            self._serve()
+        finally:
+            self.reservations.close()
+
+    def _serve(self) -> None:
         while True:
             if self._round(time.monotonic()):
                 continue
@@ -163,7 +169,8 @@ class Sequencer:
         clients = self._client_changes(now)
         out = backbone.flush_control(now)
         if out.reserve is not None:
-            self.state_file.write(out.reserve)
+            self.reservations.submit(out.reserve)
+        self.reservations.cover(backbone.sequence.last_issued)  # before a record or CONFIRM shows a number
         log = backbone.take_log()
         if clients is not None or log:
             self.state.last_issued = backbone.sequence.last_issued  # before any of these numbers is visible

@@ -16,7 +16,7 @@ import psutil
 from fyrehose.addresses import Address
 from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.metrics import Metric, MetricsServer, client_metrics, counter_metrics, process_metrics
-from fyrehose.backbone.statefile import SequenceStateFile
+from fyrehose.backbone.statefile import ReservationWriter, SequenceStateFile
 from fyrehose.backbone.stopping import StopRequest
 from fyrehose.backbone.udp import SOCKET_BUFFER, bind_udp, send_all
 from fyrehose.readiness import announce_ready
@@ -32,6 +32,7 @@ class SingleProcessBackbone:
                  metrics: Address | None = None, socket_buffer: int = SOCKET_BUFFER) -> None:
         self.backbone = backbone
         self.state = state
+        self.reservations = ReservationWriter(state, backbone.sequence.reserved)
         self.sock = bind_udp(listen, buffer_size=socket_buffer)
         self.address = self.sock.getsockname()
         self._stop = StopRequest()
@@ -82,13 +83,15 @@ class SingleProcessBackbone:
                     self._flush(now)
             self._flush(time.monotonic())
         finally:
+            self.reservations.close()
             self.state.write(backbone.sequence.last_issued)
             self._close()
 
     def _flush(self, now: float) -> None:
         out = self.backbone.flush(now)
         if out.reserve is not None:
-            self.state.write(out.reserve)
+            self.reservations.submit(out.reserve)
+        self.reservations.cover(self.backbone.sequence.last_issued)
         send_all(self.sock, out.sends, self.backbone.counters)
 
     def _close(self) -> None:

@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from fyrehose.backbone.statefile import SequenceStateFile, StateError
+from fyrehose.backbone.sequence_counter import SequenceCounter
+from fyrehose.backbone.statefile import ReservationWriter, SequenceStateFile, StateError
 
 MAX_SEQUENCE = (1 << 48) - 1
 
@@ -162,3 +163,50 @@ def test_the_users_database_is_written_with_the_same_durable_replacement(tmp_pat
     assert os.stat(tmp_path / "users.json").st_mode & 0o777 == 0o600
     assert os.listdir(tmp_path) == ["users.json"]
     assert AuthDatabase.load(tmp_path / "users.json").lookup("paul", "svc") is not None
+
+
+# ---------------------------------------------------------------- reservations persisted in the background
+
+
+def test_a_reservation_is_written_in_the_background_and_covered_before_use(tmp_path, opened):
+    state = opened(tmp_path)
+    state.open()
+    writer = ReservationWriter(state, durable=0)
+    try:
+        writer.cover(0)  # nothing issued: nothing to wait for
+        writer.submit(100)
+        writer.cover(100)  # returns once 100 is on disk
+        assert writer.durable == 100 and state.read() == 100
+        writer.submit(50)  # never lowers the mark
+        writer.submit(300)
+        with pytest.raises(StateError):
+            writer.cover(301)  # issued beyond every reservation: a bug, never sent
+    finally:
+        writer.close()
+    assert state.read() == 300  # what was submitted is written before close returns
+
+
+class BrokenDisk(SequenceStateFile):
+    def write(self, value: int) -> None:
+        raise OSError(28, "No space left on device")
+
+
+def test_a_failed_write_is_raised_where_the_numbers_wait_for_it(tmp_path):
+    writer = ReservationWriter(BrokenDisk(tmp_path), durable=10)
+    writer.cover(10)
+    writer.submit(20)
+    with pytest.raises(StateError, match="No space left on device"):
+        writer.cover(20)
+    with pytest.raises(StateError, match="No space left on device"):
+        writer.cover(5)  # and at every flush after: the backbone stops
+    writer.close()
+
+
+def test_the_next_block_is_reserved_while_half_of_this_one_is_still_unissued():
+    counter = SequenceCounter(reserved=0, block=100)
+    assert counter.take(1) == 1 and (counter.reserved, counter.unpersisted) == (101, True)  # waited for
+    counter.unpersisted = False
+    counter.take(50)  # last 51: half of 101 is still left
+    assert (counter.reserved, counter.unpersisted) == (101, False)
+    counter.take(1)  # last 52: the next block, while 52 is already covered by 101
+    assert (counter.reserved, counter.unpersisted) == (201, True) and counter.last_issued <= 101
