@@ -15,10 +15,12 @@ a probe per tag; the price is the replay at start (a fraction of a second for
 the default 131,072 records), paid only after a crash.
 
 Layout: word 0 counts the records ever written (the *head*); then ``slots``
-records of four little-endian 8-byte words: ``key`` (source IPv4 << 16 |
-port, plus 1), ``tag``, ``seq`` and ``stamp`` (microseconds of the monotonic
-clock, which every process of the host shares).  Record ``n`` lives in slot
-``n % slots``.
+records of five little-endian 8-byte words: ``key`` (source IPv4 << 16 |
+port, plus 1), ``tag``, ``count``, ``seq`` and ``stamp`` (microseconds of the
+monotonic clock, which every process of the host shares): tags ``tag`` ..
+``tag + count - 1`` got sequences ``seq`` ...  Record ``n`` lives in slot
+``n % slots``.  A datagram of consecutively tagged frames (a publisher's
+batch) is one record.
 
 One writer (the sequencer), and a crash may stop it anywhere: the records of
 a datagram are copied first and the head (an aligned 8-byte store) moves
@@ -45,10 +47,10 @@ from fyrehose import codec
 from fyrehose.addresses import Address
 from fyrehose.backbone.confirms import ConfirmCache
 
-WORDS = 4
+WORDS = 5
 RECORD = WORDS * 8
 HEADER = 8
-DEFAULT_SLOTS = 1 << 17  # 4 MiB
+DEFAULT_SLOTS = 1 << 17  # 5 MiB
 MAX_TAGS_PER_DATAGRAM = codec.MAX_DATAGRAM // codec.FRAME_HEADER + 1
 KEYS_CACHED = 4096
 
@@ -84,23 +86,24 @@ class SharedConfirmTable:
         return self._cache.known(source, tags)
 
     def remember(self, source: Address, tag: int, seq: int, now: float) -> None:
-        self.remember_many(source, [(tag, seq)], now)
+        self.remember_runs(source, [(tag, 1, seq)], now)
 
     def remember_many(self, source: Address, confirmed: Iterable[tuple[int, int]], now: float) -> None:
-        """Remember each (tag, sequence) of one datagram from ``source``: in the heap, then in the ring."""
-        pairs = list(confirmed)
-        if not pairs:
+        self.remember_runs(source, codec.pair_runs(confirmed), now)
+
+    def remember_runs(self, source: Address, runs: list[codec.Run], now: float) -> None:
+        """Remember one datagram's runs from ``source``: in the heap, then in the ring."""
+        count = len(runs)
+        if not count:
             return
-        if len(pairs) > self.margin:
-            raise ValueError(f"{len(pairs)} tags at once exceed the margin of {self.margin}")
-        self._cache.remember_many(source, pairs, now)
-        count = len(pairs)
-        tags, seqs = zip(*pairs, strict=True)
+        if count > self.margin:
+            raise ValueError(f"{count} runs at once exceed the margin of {self.margin}")
+        self._cache.remember_runs(source, runs, now)
         words = array("Q", bytes(RECORD * count))  # the records' columns filled whole, not a record at a time
         words[0::WORDS] = array("Q", [self._key(source)]) * count
-        words[1::WORDS] = array("Q", tags)
-        words[2::WORDS] = array("Q", seqs)
-        words[3::WORDS] = array("Q", [int(now * 1_000_000)]) * count
+        for column, values in enumerate(zip(*runs, strict=True), start=1):
+            words[column::WORDS] = array("Q", values)
+        words[4::WORDS] = array("Q", [int(now * 1_000_000)]) * count
         if sys.byteorder == "big":
             words.byteswap()
         data = words.tobytes()
@@ -110,7 +113,7 @@ class SharedConfirmTable:
         self._records[start:start + first] = data[:first]
         if first < len(data):  # wrapped around
             self._records[:len(data) - first] = data[first:]
-        self._head[0] = head + len(pairs)  # last: records at or past the head are never replayed
+        self._head[0] = head + count  # last: records at or past the head are never replayed
 
     def _key(self, source: Address) -> int:
         key = self._keys.get(source)
@@ -129,11 +132,13 @@ class SharedConfirmTable:
         words = self._records.cast("Q")
         for number in range(first, head):
             base = (number % self.slots) * WORDS
-            key, tag, seq, stamp = words[base:base + WORDS]
-            if stamp < horizon or not key or (published is not None and seq > published):
+            key, tag, count, seq, stamp = words[base:base + WORDS]
+            if published is not None:  # numbers past it were never published: their tags are not confirmed
+                count = min(count, published - seq + 1)
+            if stamp < horizon or not key or count < 1:
                 continue
             source = sources.get(key)
             if source is None:
                 packed = key - 1
                 source = sources[key] = (socket.inet_ntoa((packed >> 16).to_bytes(4, "big")), packed & 0xFFFF)
-            self._cache.remember(source, tag, seq, stamp / 1_000_000)
+            self._cache.remember_runs(source, [(tag, count, seq)], stamp / 1_000_000)

@@ -55,7 +55,8 @@ _ACK_PREFIX = bytes((codec.KEEPALIVE_ACK,))
 
 @dataclass(slots=True)
 class Outbox:
-    """What a driver must do, in order: persist ``reserve`` (when set), then send."""
+    """What a driver must do, in order: persist ``reserve`` (when set; in the background is fine), make sure every
+    number up to ``sequence.last_issued`` is durably reserved, then send."""
 
     reserve: int | None = None
     sends: list[tuple[bytes | memoryview, Address]] = field(default_factory=list)
@@ -184,8 +185,9 @@ class Backbone:
             if untagged(datagram, step):
                 self._push_uniform(datagram, step)
                 return
-            tags = frame_tags(datagram, step)
-            if 0 not in tags and len(set(tags)) == len(tags) and not self.confirmed.known(source, tags):
+            tags = frame_tags(datagram, step)  # a range (distinct, none 0) for a publisher's usual batch
+            if (isinstance(tags, range) or 0 not in tags and len(set(tags)) == len(tags)) \
+                    and not self.confirmed.known(source, tags):
                 self._push_uniform(datagram, step, tags, source, now)
                 return
         spans, error = codec.scan(datagram, codec.PUSH)
@@ -194,7 +196,7 @@ class Backbone:
         if spans:
             self._push_spans(datagram, spans, source, now)
 
-    def _push_uniform(self, datagram: bytes | bytearray | memoryview, step: int, tags: array | None = None,
+    def _push_uniform(self, datagram: bytes | bytearray | memoryview, step: int, tags: array | range | None = None,
                       source: Address | None = None, now: float = 0.0) -> None:
         """Frames of one size sequenced without a loop per frame; with ``tags`` (fresh, distinct, from
         ``source``) also remembered and confirmed."""
@@ -207,7 +209,8 @@ class Backbone:
         buf = bytearray(datagram)
         stamp_uniform(buf, step, seq)
         if tags is not None and source is not None:
-            self.confirmed.remember_many(source, list(zip(tags, range(seq, seq + count))), now)
+            runs = [(tags.start, count, seq)] if isinstance(tags, range) else codec.pair_runs(zip(tags, range(seq, seq + count)))
+            self.confirmed.remember_runs(source, runs, now)
             self._confirms.setdefault(source, []).append(confirm_block(tags, seq))
         self.counters["pushes"] += count
         self._log.append(LogEntry(memoryview(buf), count, step))
@@ -254,7 +257,7 @@ class Backbone:
             bounds.append((start, end))
             seq += 1
         if tagged:
-            confirmed.remember_many(source, tagged, now)
+            confirmed.remember_runs(source, codec.pair_runs(tagged), now)
             self._confirms.setdefault(source, []).extend(codec.encode_confirms(tagged))
         for tag in repeated:
             first = confirmed.lookup(source, tag)

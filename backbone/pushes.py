@@ -33,19 +33,26 @@ def untagged(datagram: bytes | bytearray | memoryview, step: int) -> bool:
     return all(datagram[offset::step] == zeros for offset in range(3, codec.FRAME_HEADER))
 
 
-def frame_tags(datagram: bytes | bytearray | memoryview, step: int) -> array:
-    """The tags of a uniform datagram's frames, in order."""
-    return codec.u48_column(datagram, 3, step, len(datagram) // step)
+def frame_tags(datagram: bytes | bytearray | memoryview, step: int) -> array | range:
+    """The tags of a uniform datagram's frames, in order: a range when they count up by one (a batch)."""
+    count = len(datagram) // step
+    first = codec.consecutive_u48(datagram, 3, step, count)
+    if first:
+        return range(first, first + count)
+    return codec.u48_column(datagram, 3, step, count)
 
 
-def confirm_block(tags: array, first_seq: int) -> bytes:
+def confirm_block(tags: array | range, first_seq: int) -> bytes:
     """CONFIRM frames for ``tags`` numbered from ``first_seq`` on, back to back: what encode_confirms makes, in C."""
     count = len(tags)
     size = codec.CONFIRM_SIZE
     out = bytearray(size * count)
     out[0::size] = _CONFIRM_RUN[:count]
-    codec.put_u48_column(out, 1, size, tags)
-    codec.put_u48_column(out, 7, size, array("Q", range(first_seq, first_seq + count)))
+    if isinstance(tags, range):  # a batch's consecutive tags
+        codec.put_consecutive_u48(out, 1, size, tags.start, count)
+    else:
+        codec.put_u48_column(out, 1, size, tags)
+    codec.put_consecutive_u48(out, 7, size, first_seq, count)
     return bytes(out)
 
 
@@ -53,7 +60,7 @@ def stamp_uniform(buf: bytearray, step: int, first_seq: int) -> None:
     """Turn ``len(buf) // step`` PUSH frames of ``step`` bytes into DELIVERs numbered from ``first_seq``."""
     count = len(buf) // step
     buf[0::step] = _DELIVER_RUN[:count]
-    codec.put_u48_column(buf, 3, step, array("Q", range(first_seq, first_seq + count)))
+    codec.put_consecutive_u48(buf, 3, step, first_seq, count)
 
 
 @dataclass(slots=True)

@@ -13,6 +13,7 @@ without ever crashing on them.
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import struct
@@ -257,22 +258,106 @@ def put_u48_column(buf: bytearray, offset: int, step: int, numbers: array) -> No
         buf[offset + k:end:step] = raw[2 + k::8]
 
 
+@functools.lru_cache(maxsize=32)
+def _counting(count: int) -> tuple[int, int]:
+    """For ``count`` big-endian 8-byte fields back to back: the integer with 1 in every field, and the one
+    holding 0, 1, ..., ``count - 1``."""
+    ones = int.from_bytes(b"\0\0\0\0\0\0\0\1" * count, "big")
+    ramp = int.from_bytes(b"".join(number.to_bytes(8, "big") for number in range(count)), "big")
+    return ones, ramp
+
+
+def consecutive_u64(first: int, count: int) -> bytes:
+    """``first``, ``first + 1``, ... (``count`` numbers) as big-endian 8-byte fields back to back.
+
+    One multiplication and one addition of big integers instead of a Python
+    step per number: a sequence or tag column of a 500-frame datagram in a
+    quarter of the time ``array(range(...))`` takes.
+    """
+    ones, ramp = _counting(count)
+    return (first * ones + ramp).to_bytes(8 * count, "big")
+
+
+def put_consecutive_u48(buf: bytearray, offset: int, step: int, first: int, count: int) -> None:
+    """Write ``first``, ``first + 1``, ... as the 6-byte field at ``offset`` of ``count`` records of ``step`` bytes."""
+    raw = consecutive_u64(first, count)
+    end = offset + step * count
+    for k in range(6):
+        buf[offset + k:end:step] = raw[2 + k::8]
+
+
+def consecutive_u48(data: bytes | bytearray | memoryview, offset: int, step: int, count: int) -> int:
+    """The first number when the 6-byte fields at ``offset`` of ``count`` records of ``step`` bytes count up by
+    one from it (tags of a batch, sequences of a datagram); 0 when they do not, or start at 0."""
+    if count < 1 or len(data) < step * count:
+        return 0
+    first = int.from_bytes(data[offset:offset + 6], "big")
+    if not first or first + count - 1 > MAX_SEQUENCE:
+        return 0
+    raw = consecutive_u64(first, count)
+    end = offset + step * count
+    for k in range(6):
+        if data[offset + k:end:step] != raw[2 + k::8]:
+            return 0
+    return first
+
+
 def decode_confirm_columns(datagram: bytes | bytearray | memoryview) -> tuple[array, array]:
     """The tags and the sequences of a datagram of packed CONFIRM frames; ``ProtocolError`` if any is not one."""
-    size = len(datagram)
-    if not size or size % CONFIRM_SIZE:
-        raise ProtocolError("bad size", f"{size} bytes is not a whole number of CONFIRM frames")
-    count = size // CONFIRM_SIZE
+    count = _confirm_count(datagram)
     tags = u48_column(datagram, 1, CONFIRM_SIZE, count)
     seqs = u48_column(datagram, 7, CONFIRM_SIZE, count)
-    if datagram[0::CONFIRM_SIZE] != _CONFIRM_TYPES[:count] or 0 in tags or 0 in seqs:
-        raise ProtocolError("bad value", "a packed CONFIRM datagram holds another frame or a zero tag or sequence")
+    if 0 in tags or 0 in seqs:
+        raise ProtocolError("bad value", "a packed CONFIRM datagram holds a zero tag or sequence")
     return tags, seqs
 
 
 def decode_confirms(datagram: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
     """The (tag, sequence) pairs of a datagram of packed CONFIRM frames; ``ProtocolError`` if any is not one."""
     return list(zip(*decode_confirm_columns(datagram)))
+
+
+Run = tuple[int, int, int]  # (first tag, count, first sequence): tags first.. got sequences first sequence..
+
+
+def decode_confirm_runs(datagram: bytes | bytearray | memoryview) -> list[Run]:
+    """A datagram of packed CONFIRM frames as runs; ``ProtocolError`` if any frame is not a CONFIRM.
+
+    The backbone numbers a batch's consecutive tags consecutively, so a
+    CONFIRM datagram is usually one run, recognised without a step per frame.
+    """
+    count = _confirm_count(datagram)
+    first_tag = consecutive_u48(datagram, 1, CONFIRM_SIZE, count)
+    first_seq = consecutive_u48(datagram, 7, CONFIRM_SIZE, count) if first_tag else 0
+    if first_seq:
+        return [(first_tag, count, first_seq)]
+    return pair_runs(zip(*decode_confirm_columns(datagram)))
+
+
+def pair_runs(pairs: Iterable[tuple[int, int]]) -> list[Run]:
+    """(tag, sequence) pairs as runs: consecutive tags with consecutive sequences join one run."""
+    runs: list[Run] = []
+    first = count = seq = 0
+    for tag, number in pairs:
+        if count and tag == first + count and number == seq + count:
+            count += 1
+            continue
+        if count:
+            runs.append((first, count, seq))
+        first, count, seq = tag, 1, number
+    if count:
+        runs.append((first, count, seq))
+    return runs
+
+
+def _confirm_count(datagram: bytes | bytearray | memoryview) -> int:
+    size = len(datagram)
+    if not size or size % CONFIRM_SIZE:
+        raise ProtocolError("bad size", f"{size} bytes is not a whole number of CONFIRM frames")
+    count = size // CONFIRM_SIZE
+    if datagram[0::CONFIRM_SIZE] != _CONFIRM_TYPES[:count]:
+        raise ProtocolError("bad value", "a packed CONFIRM datagram holds another frame")
+    return count
 
 
 def _encode_range(frame_type: int, addr: str, port: int, from_seq: int, to_seq: int) -> bytes:

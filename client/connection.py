@@ -12,7 +12,6 @@ network (tests/memnet.py).
 from __future__ import annotations
 
 import os
-from array import array
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 from fyrehose import codec
 from fyrehose.addresses import Address
 from fyrehose.admission import admit
+from fyrehose.frame_run import FrameRun
 from fyrehose.publishing import Finished, PendingPublishes
 from fyrehose.tracker import Event, SequenceTracker
 
@@ -32,8 +32,9 @@ class Incoming:
     """What one datagram asks of the driver, in the order it must be applied."""
 
     stored: list[tuple[int, bytes]] = field(default_factory=list)  # new DELIVERs (no duplicates), to store
+    runs: list[FrameRun] = field(default_factory=list)  # with whole_datagrams: in order, to store and release
     events: list[Event] = field(default_factory=list)  # ordered messages and losses, for subscriptions
-    confirms: list[tuple[int, int]] = field(default_factory=list)  # (tag, sequence) from CONFIRMs
+    confirms: list[codec.Run] = field(default_factory=list)  # (first tag, count, first sequence) from CONFIRMs
     published: list[Finished] = field(default_factory=list)  # publish batches those CONFIRMs completed
     forwards: list[codec.Forward] = field(default_factory=list)  # REQUESTs to answer from the store
     acked: bool = False  # a KEEPALIVE-ACK for one of our tokens arrived
@@ -52,12 +53,18 @@ class BackboneConnection:
     be requested again.  :attr:`publishes` matches the CONFIRMs to what this
     client published (``confirm_retry``: the first wait before a message is
     sent again); a driver runs its timers with ``publishes.poll``.
+    ``whole_datagrams``: a backbone datagram of frames of one size that
+    continues the stream goes out as one :class:`~fyrehose.frame_run.FrameRun`
+    in ``Incoming.runs`` (stored and released as it is) instead of as
+    messages, for a driver that accounts per datagram (the load test's
+    subscribers).
     """
 
     def __init__(self, backbone: Address, *, flags: int, keepalive_interval: float = 0.5,
                  serves_forwards: bool = True, tracker_options: dict[str, Any] | None = None,
                  token_source: Callable[[int], bytes] = os.urandom, stats: Counter[str] | None = None,
-                 vouch: Callable[[bytes], bool] | None = None, confirm_retry: float = 0.2) -> None:
+                 vouch: Callable[[bytes], bool] | None = None, confirm_retry: float = 0.2,
+                 whole_datagrams: bool = False) -> None:
         self.backbone = backbone
         self.flags = flags
         self.keepalive_interval = keepalive_interval
@@ -68,6 +75,7 @@ class BackboneConnection:
         self.last_ack: float | None = None
         self._token_source = token_source
         self._vouch = vouch
+        self.whole_datagrams = whole_datagrams  # in-order runs go out as FrameRuns, not messages
         self.publishes = PendingPublishes(retry=confirm_retry, stats=self.stats)
         self._tokens: deque[bytes] = deque(maxlen=TOKENS_REMEMBERED)
         self._next_keepalive = 0.0
@@ -127,9 +135,8 @@ class BackboneConnection:
             return incoming
         try:
             if kind == codec.CONFIRM:
-                tags, seqs = codec.decode_confirm_columns(data)
-                incoming.confirms = list(zip(tags, seqs, strict=True))
-                incoming.published = self.publishes.confirm_columns(tags, seqs)
+                incoming.confirms = codec.decode_confirm_runs(data)
+                incoming.published = self.publishes.confirm_runs(incoming.confirms)
                 return incoming
             frames = codec.decode(data)
         except codec.ProtocolError:
@@ -199,9 +206,15 @@ class BackboneConnection:
         if not step:
             return False
         count = len(data) // step
-        first = int.from_bytes(data[3:codec.FRAME_HEADER], "big")
-        if first < 1 or (count > 1 and codec.u48_column(data, 3, step, count) != array("Q", range(first, first + count))):
+        first = codec.consecutive_u48(data, 3, step, count)
+        if not first:
             return False
+        if self.whole_datagrams:
+            if not tracker.advance(first, count):
+                return False
+            incoming.runs.append(FrameRun(first, count, step, data))
+            self.stats["delivered frames"] += count
+            return True
         header = codec.FRAME_HEADER
         payloads = [data[start + header:start + step] for start in range(0, len(data), step)]
         return self._take_run(first, payloads, tracker, incoming)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import itertools
 import random
-from array import array
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -77,8 +76,10 @@ class PendingPublishes:
             first = 1
         self._next_tag = first + count
         frames: list[bytes] | bytes
-        if len(payloads[0]) + codec.FRAME_HEADER <= count and len(set(map(len, payloads))) == 1:
-            frames = _uniform_block(payloads, first)
+        datagrams: list[bytes]
+        repeated = count > 1 and payloads.count(payloads[0]) == count  # one payload many times: a frame, repeated
+        if repeated or len(payloads[0]) + codec.FRAME_HEADER <= count and len(set(map(len, payloads))) == 1:
+            frames = _repeated_block(payloads[0], count, first) if repeated else _uniform_block(payloads, first)
             step = len(frames) // count
             per = max(1, codec.MAX_DATAGRAM // step) * step
             datagrams = [frames[start:start + per] for start in range(0, len(frames), per)]
@@ -92,26 +93,29 @@ class PendingPublishes:
         self.stats["push datagrams"] += len(datagrams)
         return number, datagrams
 
-    def confirm_columns(self, tags: array, seqs: array) -> list[Finished]:
-        """The tags and sequences of one CONFIRM datagram: a run of consecutive tags of one batch in one step."""
-        count = len(tags)
-        first = tags[0] if count else 0
-        batch = self._last
-        if batch is None or not 0 <= first - batch.first < len(batch.seqs):
-            batch = self._owner(first)
-        if batch is None or batch.left <= 0 or first - batch.first + count > len(batch.seqs) \
-                or tags != array("Q", range(first, first + count)):
-            return self.confirm(list(zip(tags, seqs, strict=True)))
-        start = first - batch.first
-        if any(batch.seqs[start:start + count]):  # some answer a retry: count them one by one
-            return self.confirm(list(zip(tags, seqs, strict=True)))
-        batch.seqs[start:start + count] = seqs
-        batch.left -= count
-        self._last = batch
-        if batch.left:
-            return []
-        del self._batches[batch.number]
-        return [Finished(batch.number, batch.seqs)]
+    def confirm_runs(self, runs: list[codec.Run]) -> list[Finished]:
+        """One CONFIRM datagram as runs (:func:`fyrehose.codec.decode_confirm_runs`): the batches it completed.
+
+        A run of one batch's tags that answers no retry (the usual CONFIRM
+        datagram) is taken in one slice assignment.
+        """
+        finished: list[Finished] = []
+        for first, count, seq in runs:
+            batch = self._last
+            if batch is None or not 0 <= first - batch.first < len(batch.seqs):
+                batch = self._owner(first)
+            start = first - batch.first if batch is not None else 0
+            if batch is None or batch.left <= 0 or start + count > len(batch.seqs) \
+                    or any(batch.seqs[start:start + count]):  # some answer a retry: count them one by one
+                finished += self.confirm([(first + i, seq + i) for i in range(count)])
+                continue
+            batch.seqs[start:start + count] = range(seq, seq + count)
+            batch.left -= count
+            self._last = batch
+            if not batch.left:
+                del self._batches[batch.number]
+                finished.append(Finished(batch.number, batch.seqs))
+        return finished
 
     def confirm(self, pairs: list[tuple[int, int]]) -> list[Finished]:
         """(tag, sequence) pairs from the backbone's CONFIRMs: the batches they completed."""
@@ -195,10 +199,18 @@ def _uniform_block(payloads: Sequence[bytes], first_tag: int) -> bytes:
     block = bytearray(step * count)
     for offset, value in enumerate((codec.PUSH, size >> 8, size & 0xFF)):
         block[offset::step] = bytes((value,)) * count
-    codec.put_u48_column(block, 3, step, array("Q", range(first_tag, first_tag + count)))
+    codec.put_consecutive_u48(block, 3, step, first_tag, count)
     data = b"".join(payloads)
     for k in range(size):
         block[codec.FRAME_HEADER + k::step] = data[k::size]
+    return bytes(block)
+
+
+def _repeated_block(payload: bytes, count: int, first_tag: int) -> bytes:
+    """``count`` PUSH frames of one ``payload`` tagged ``first_tag``, ``first_tag + 1``, ...: the frame repeated,
+    then its tag column written whole."""
+    block = bytearray(codec.encode_push(payload, first_tag) * count)
+    codec.put_consecutive_u48(block, 3, codec.FRAME_HEADER + len(payload), first_tag, count)
     return bytes(block)
 
 

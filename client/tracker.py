@@ -141,16 +141,22 @@ class SequenceTracker:
         is not (a hole is open, or it starts elsewhere) the answer is None and
         the caller takes the DELIVERs one by one with :meth:`deliver`.
         """
+        if not self.advance(first, len(payloads)):
+            return None
+        # tuple.__new__ builds the same named tuples as Message(seq, data) without a Python call for each
+        return list(map(tuple.__new__, repeat(Message), zip(range(first, first + len(payloads)), payloads)))
+
+    def advance(self, first: int, count: int) -> bool:
+        """:meth:`deliver_run` for a caller that keeps the payloads itself: whether ``first`` .. ``first + count
+        - 1`` continued the stream exactly (and were taken as released), or nothing changed."""
         if self.next is None:
             self.next = first
             self.highest = first - 1
         if first != self.next or self._holes or self._buffer:
-            return None
-        end = first + len(payloads)
-        self.next = end
-        self.highest = end - 1
-        # tuple.__new__ builds the same named tuples as Message(seq, data) without a Python call for each
-        return list(map(tuple.__new__, repeat(Message), zip(range(first, end), payloads)))
+            return False
+        self.next = first + count
+        self.highest = first + count - 1
+        return True
 
     def head(self, last_issued: int, now: float) -> None:
         """Learn the backbone's last issued sequence (from a KEEPALIVE-ACK) to notice lost tails."""

@@ -63,32 +63,36 @@ class DeliveryAccount:
     def arrived(self, messages: Iterable[tuple[int, bytes]], direct: bool) -> None:
         """(sequence, payload)s that arrived for the first time: ``direct`` from the backbone, else re-delivered
         by a peer."""
-        phase_of = self._phase_of
         for payload, run in groupby(messages, _payload):
             seqs = list(map(_seq, run))
             published = published_ns(payload)
             if published is None:
                 self.foreign += len(seqs)
                 continue
-            phase = phase_of(published)
-            if phase is None:
-                continue
-            tally = self.tally[phase]
-            if direct:
-                tally.direct += len(seqs)
-            else:
-                tally.recovered += len(seqs)
-            lowest = min(seqs)
-            first = self.first_seqs.get(phase)
-            if first is None or lowest < first:
-                self.first_seqs[phase] = lowest
+            self.arrived_stamped(published, len(seqs), min(seqs), direct)
+
+    def arrived_stamped(self, published: int, count: int, lowest: int, direct: bool) -> None:
+        """``count`` messages stamped ``published``, the lowest numbered ``lowest``, arrived for the first time."""
+        phase = self._phase_of(published)
+        if phase is None:
+            return
+        tally = self.tally[phase]
+        if direct:
+            tally.direct += count
+        else:
+            tally.recovered += count
+        first = self.first_seqs.get(phase)
+        if first is None or lowest < first:
+            self.first_seqs[phase] = lowest
 
     def released(self, payload: bytes, count: int, now_ns: int) -> float | None:
         """``count`` messages with ``payload`` reached the application in order; their publish-to-deliver latency
         in ms (None if not ours), taken into the phase's histogram once per message."""
         published = published_ns(payload)
-        if published is None:
-            return None
+        return None if published is None else self.released_stamped(published, count, now_ns)
+
+    def released_stamped(self, published: int, count: int, now_ns: int) -> float | None:
+        """:meth:`released` for messages whose stamp was read already."""
         phase = self._phase_of(published)
         if phase is None:
             return None

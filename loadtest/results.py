@@ -149,7 +149,7 @@ def render(summary: dict, steps: list[dict]) -> str:
             + ("yes" if step["sustained"] else "no: " + "; ".join(step["reasons"]))
         )
     lines.append(
-        f"max sustained rate: {summary['max_sustained_rate']:g} msgs/s "
+        f"max sustained rate: {summary['max_sustained_rate']:.0f} msgs/s "
         f"(loss before recovery < {LOSS_LIMIT:.1%}, publish-to-confirm p99 < {summary['p99_threshold_ms']:g} ms)"
     )
     lines.append(

@@ -9,17 +9,19 @@ the Client does not expose.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from itertools import groupby
 from operator import itemgetter
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from fyrehose import codec
 from fyrehose.addresses import Address
 from fyrehose.connection import BackboneConnection
 from fyrehose.loadtest.account import DeliveryAccount
+from fyrehose.loadtest.stamp import run_stamps
 from fyrehose.loadtest.tally import RunTally
 from fyrehose.recent_messages import MemoryJournal
-from fyrehose.tracker import Event, Lost
+from fyrehose.tracker import Event, Lost, Message
 
 KEEPALIVE_INTERVAL = 0.5
 FLAGS = codec.FLAG_BATCH | codec.FLAG_HEAD  # subscribes and journals: peers' gaps are served from it
@@ -41,6 +43,17 @@ class Delivery(NamedTuple):
     size: int  # bytes, of all the messages
 
 
+class StampedRun(NamedTuple):
+    """A datagram's messages released in order, already accounted: (published_ns, count, lowest sequence) per
+    stretch with one stamp."""
+
+    stretches: list[tuple[int, int, int]]
+    size: int  # bytes of each payload
+
+
+Released = Event | StampedRun
+
+
 class SubscriberSession:
     """:class:`~fyrehose.connection.BackboneConnection` (the client's protocol state, as in
     :class:`fyrehose.Client`) plus the accounting of where each sequence came from."""
@@ -50,7 +63,7 @@ class SubscriberSession:
         self.backbone = backbone
         self.account = account
         self.connection = BackboneConnection(backbone, flags=FLAGS, keepalive_interval=KEEPALIVE_INTERVAL,
-                                             tracker_options={"give_up_after": give_up_after})
+                                             tracker_options={"give_up_after": give_up_after}, whole_datagrams=True)
         self.tracker = self.connection.track()
         self.journal = MemoryJournal(journal_bytes)
         self.stats = self.connection.stats
@@ -71,9 +84,11 @@ class SubscriberSession:
         self._account(events)
         return sends, events
 
-    def receive(self, datagram: bytes, source: Address, now: float) -> tuple[list[Event], codec.Forward | None]:
-        """One datagram: the events now released in order, and a FORWARD to serve (only from the backbone).
+    def receive(self, datagram: bytes, source: Address, now: float) -> tuple[list[Released], codec.Forward | None]:
+        """One datagram: what it released in order, and a FORWARD to serve (only from the backbone).
 
+        A datagram of the backbone's that continues the stream (the usual
+        case) is journaled and accounted whole, as a :class:`StampedRun`.
         The driver calls :meth:`forward_done` once it has served (or dropped) the FORWARD.
         """
         incoming = self.connection.receive(datagram, source, now)
@@ -85,12 +100,24 @@ class SubscriberSession:
             if not direct:
                 self.recovered.update(map(_seq, stored))
         self._account(incoming.events)
-        return incoming.events, (incoming.forwards[0] if incoming.forwards else None)
+        released: list[Released] = list(incoming.events)
+        for run in incoming.runs:
+            self.journal.add_run(run)
+            stretches = run_stamps(run)
+            if stretches is None:  # not only our stamped messages: message by message
+                messages = list(run.messages())
+                self.account.arrived(messages, True)
+                released.extend(Message(seq, payload) for seq, payload in messages)
+                continue
+            for published, count, lowest in stretches:
+                self.account.arrived_stamped(published, count, lowest, True)
+            released.append(StampedRun(stretches, run.step - codec.FRAME_HEADER))
+        return released, (incoming.forwards[0] if incoming.forwards else None)
 
     def forward_done(self, forward: codec.Forward) -> None:
         self.connection.forward_done(forward)
 
-    def release(self, events: list[Event], now_ns: int) -> list[Delivery | Lost]:
+    def release(self, events: list[Released], now_ns: int) -> list[Delivery | Lost]:
         """Take the latencies of the messages in ``events`` (released in order at ``now_ns``) into the tally.
 
         Returns what to report, in order: each :class:`Lost`, and each run of
@@ -103,6 +130,13 @@ class SubscriberSession:
         for kind, group in groupby(events, type):
             if kind is Lost:
                 report.extend(group)
+                continue
+            if kind is StampedRun:
+                for stamped in cast(Iterator[StampedRun], group):
+                    for published, count, _ in stamped.stretches:
+                        latency = self.account.released_stamped(published, count, now_ns)
+                        if latency is not None:
+                            report.append(Delivery(False, latency, count, count * stamped.size))
                 continue
             for payload, run in groupby(group, _data):
                 messages = list(run)

@@ -7,6 +7,12 @@ marker keeps other traffic on the same backbone out of the measurement.
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
+from itertools import groupby
+
+from fyrehose import codec
+from fyrehose.frame_run import FrameRun
 
 MARKER = b"FHLT"
 _STAMP = struct.Struct(">4sQ")
@@ -26,3 +32,42 @@ def published_ns(payload: bytes | memoryview) -> int | None:
         return None
     marker, value = _STAMP.unpack_from(payload)
     return value if marker == MARKER else None
+
+
+def run_stamps(run: FrameRun) -> list[tuple[int, int, int]] | None:
+    """The publish times of a run of frames, as (published_ns, count, lowest sequence) per stretch of frames
+    with one stamp (a ``--batch`` request is one); None unless every payload is a stamped one.
+
+    Reads the marker and the stamp column with strided slices: a datagram's
+    stamps for the cost of a few of its frames.
+    """
+    data, step, count = run.data, run.step, run.count
+    start = codec.FRAME_HEADER
+    if step - start < MIN_SIZE:
+        return None
+    for k, byte in enumerate(MARKER):
+        if data[start + k::step] != bytes((byte,)) * count:
+            return None
+    column = bytearray(8 * count)  # the stamps, big-endian, back to back
+    for k in range(8):
+        column[k::8] = data[start + len(MARKER) + k::step]
+    raw = bytes(column)
+    stretches = []
+    position = 0
+    while position < count:  # a datagram holds a batch or the ends of a few: a stretch each, found in C
+        field = raw[8 * position:8 * position + 8]
+        last = raw.rfind(field)
+        length = last // 8 - position + 1
+        if last % 8 or length < 1 or raw[8 * position:last + 8] != field * length:
+            break  # the stamp recurs apart: the rest frame by frame
+        stretches.append((int.from_bytes(field, "big"), length, run.first + position))
+        position += length
+    seq = run.first + position
+    stamps = array("Q", raw[8 * position:])
+    if sys.byteorder == "little":
+        stamps.byteswap()
+    for value, same in groupby(stamps):
+        length = sum(1 for _ in same)
+        stretches.append((value, length, seq))
+        seq += length
+    return stretches

@@ -134,7 +134,7 @@ class MemoryNetwork:
         incoming = client.connection.receive(datagram, source, self.now)
         client.store.update(incoming.stored)
         client.events.extend(incoming.events)
-        client.confirms.update(incoming.confirms)
+        client.confirms.update((tag + i, seq + i) for tag, count, seq in incoming.confirms for i in range(count))
         for forward in incoming.forwards:
             target = (forward.addr, forward.port)
             for seq in range(forward.from_seq, forward.to_seq + 1):

@@ -745,3 +745,44 @@ def test_frame_length_beyond_the_max_payload_is_refused_even_if_present(kind):
         codec.decode(too_long)
     spans, error = codec.scan(too_long, kind)
     assert spans == [] and error == "oversize"
+
+
+# ---------------------------------------------------------------- columns of consecutive numbers
+
+
+@MEDIUM
+@given(st.integers(0, U48), st.integers(1, 1200))
+def test_consecutive_numbers_are_the_numbers_one_by_one(first, count):
+    first = min(first, U48 - count + 1)
+    assert codec.consecutive_u64(first, count) == b"".join((first + i).to_bytes(8, "big") for i in range(count))
+
+
+@MEDIUM
+@given(st.integers(1, U48), st.integers(1, 300), st.integers(0, 8), st.integers(0, 30), st.data())
+def test_a_column_reads_as_consecutive_exactly_when_it_counts_up_by_one(first, count, offset, spare, data):
+    first = min(first, U48 - count + 1)
+    step = offset + 6 + spare
+    buf = bytearray(data.draw(st.binary(min_size=step * count, max_size=step * count)))
+    codec.put_consecutive_u48(buf, offset, step, first, count)
+    assert list(codec.u48_column(buf, offset, step, count)) == list(range(first, first + count))
+    assert codec.consecutive_u48(buf, offset, step, count) == first
+    record, byte = data.draw(st.integers(0, count - 1)), data.draw(st.integers(0, 5))
+    buf[record * step + offset + byte] ^= data.draw(st.integers(1, 255))
+    changed = list(codec.u48_column(buf, offset, step, count))
+    counts_up = changed[0] and changed == list(range(changed[0], changed[0] + count))
+    assert codec.consecutive_u48(buf, offset, step, count) == (changed[0] if counts_up else 0)
+
+
+@FAST
+@given(st.lists(confirms, min_size=1, max_size=40))
+def test_confirm_runs_hold_exactly_the_confirmed_pairs(frames):
+    datagram = codec.pack(frames)
+    runs = codec.decode_confirm_runs(datagram)
+    assert [(tag + i, seq + i) for tag, count, seq in runs for i in range(count)] == codec.decode_confirms(datagram)
+
+
+def test_a_batch_confirmed_in_one_datagram_is_one_run():
+    datagram = codec.pack([Confirm(tag, 1000 + tag) for tag in range(7, 507)])
+    assert codec.decode_confirm_runs(datagram) == [(7, 500, 1007)]
+    with pytest.raises(ProtocolError):
+        codec.decode_confirm_runs(datagram + b"\x01")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from fyrehose import Client, codec
 from fyrehose.backbone.confirm_table import SharedConfirmTable
-from fyrehose.backbone.confirms import ConfirmCache
+from fyrehose.backbone.confirms import ConfirmCache, pair_runs
 from fyrehose.process import wait_until
 from fyrehose.tracker import Lost, Message
 
@@ -87,9 +87,20 @@ def test_tags_of_numbers_never_published_are_not_replayed():
     assert [restarted.lookup(SOURCES[0], tag) for tag in (1, 2, 3, 4)] == [10, 11, None, None]
 
 
+def test_a_batch_is_one_record_and_a_restart_keeps_only_its_published_part():
+    region = memoryview(bytearray(SharedConfirmTable.region_size(64)))
+    first = table(64, region=region)
+    first.remember_runs(SOURCES[0], [(1000, 500, 1)], time.monotonic())  # one record for 500 tags
+    first.remember_runs(SOURCES[1], [(7, 10, 501)], time.monotonic())
+    assert first.lookup(SOURCES[0], 1499) == 500
+    restarted = SharedConfirmTable(region, 64, margin=4, published=505)  # 501..505 were published, not 506..
+    assert [restarted.lookup(SOURCES[0], tag) for tag in (1000, 1499)] == [1, 500]
+    assert [restarted.lookup(SOURCES[1], tag) for tag in (7, 11, 12)] == [501, 505, None]
+
+
 def test_a_datagram_cannot_outgrow_the_margin():
     with pytest.raises(ValueError):
-        table(64).remember_many(SOURCES[0], [(tag, tag) for tag in range(1, MARGIN + 2)], 0.0)
+        table(64).remember_many(SOURCES[0], [(2 * tag, tag) for tag in range(1, MARGIN + 2)], 0.0)  # a run each
 
 
 def _confirms(sock: socket.socket, seen: dict[int, set[int]], wait: float) -> None:
@@ -164,17 +175,42 @@ def test_a_retried_push_is_never_sequenced_twice_across_a_sequencer_kill_9(backb
 # ---------------------------------------------------------------- the heap cache both backbones use
 
 
-def test_the_cache_forgets_whole_datagrams_oldest_first_by_count_and_by_age():
-    cache = ConfirmCache(capacity=6, max_age=10.0)
-    cache.remember_many(SOURCES[0], [(1, 11), (2, 12), (3, 13)], 0.0)
-    cache.remember_many(SOURCES[1], [(1, 21), (2, 22), (3, 23)], 1.0)
-    assert len(cache) == 6 and cache.known(SOURCES[0], [9, 3]) and not cache.known(SOURCES[0], [4, 5])
+def test_the_cache_forgets_whole_datagrams_oldest_first_by_count_of_runs_and_by_age():
+    cache = ConfirmCache(capacity=3, max_age=10.0)
+    cache.remember_many(SOURCES[0], [(1, 11), (2, 12), (3, 13)], 0.0)  # a batch: one run
+    cache.remember_many(SOURCES[1], [(1, 21), (3, 22)], 1.0)  # two runs
+    assert len(cache) == 5 and cache.known(SOURCES[0], [9, 3]) and not cache.known(SOURCES[0], [4, 5])
+    assert cache.known(SOURCES[1], range(2, 4)) and not cache.known(SOURCES[1], range(4, 100))
     cache.remember_many(SOURCES[0], [(4, 14)], 2.0)  # over capacity: the oldest datagram goes whole
     assert [cache.lookup(SOURCES[0], tag) for tag in (1, 2, 3, 4)] == [None, None, None, 14]
-    assert cache.lookup(SOURCES[1], 2) == 22
+    assert [cache.lookup(SOURCES[1], tag) for tag in (1, 2, 3)] == [21, None, 22]
     cache.remember(SOURCES[2], 5, 35, 11.5)  # 10 s after the second datagram: it expired
-    assert cache.lookup(SOURCES[1], 2) is None and cache.lookup(SOURCES[0], 4) == 14
+    assert cache.lookup(SOURCES[1], 1) is None and cache.lookup(SOURCES[0], 4) == 14
     assert not cache.known(SOURCES[1], [1, 2, 3])
+
+
+def test_a_batch_of_any_size_is_one_run_and_is_found_by_any_of_its_tags():
+    cache = ConfirmCache(capacity=1, max_age=10.0)
+    cache.remember_runs(SOURCES[0], [(1000, 5000, 77)], 0.0)
+    assert [cache.lookup(SOURCES[0], tag) for tag in (999, 1000, 3500, 5999, 6000)] == [None, 77, 2577, 5076, None]
+    assert len(cache) == 5000
+
+
+def test_remembering_a_tag_again_splits_the_older_run_and_the_latest_wins():
+    cache = ConfirmCache(capacity=10, max_age=10.0)
+    cache.remember_runs(SOURCES[0], [(10, 10, 100)], 0.0)  # tags 10..19
+    cache.remember_runs(SOURCES[0], [(13, 2, 500)], 1.0)  # tags 13, 14 again
+    assert [cache.lookup(SOURCES[0], tag) for tag in range(9, 21)] == \
+        [None, 100, 101, 102, 500, 501, 105, 106, 107, 108, 109, None]
+    cache.remember_runs(SOURCES[0], [(99, 1, 1)], 10.0)  # the first datagram expires with both its pieces
+    assert [cache.lookup(SOURCES[0], tag) for tag in (10, 13, 15)] == [None, 500, None]
+
+
+@given(st.lists(st.tuples(st.integers(1, 30), st.integers(1, 1 << 40)), max_size=50))
+def test_runs_hold_exactly_the_pairs_they_were_made_of(pairs):
+    runs = pair_runs(pairs)
+    assert [(tag + i, seq + i) for tag, count, seq in runs for i in range(count)] == pairs
+    assert all(count >= 1 for _, count, _ in runs)
 
 
 @given(st.lists(st.tuples(st.sampled_from(SOURCES), st.lists(st.integers(1, 50), min_size=1, max_size=5)),

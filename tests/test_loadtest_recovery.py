@@ -12,11 +12,22 @@ import time
 
 from fyrehose import Client, Message
 from fyrehose.loadtest.account import DeliveryAccount
-from fyrehose.loadtest.session import SubscriberSession
+from fyrehose.loadtest.session import StampedRun, SubscriberSession
 from fyrehose.loadtest.stamp import stamp
 
 MESSAGES = 300
 DROP_EVERY = 4  # of the backbone's DELIVER datagrams, after the first
+
+
+def released_seqs(events) -> list[int]:
+    """The sequences released in order, whether message by message or as a whole datagram's run."""
+    seqs = []
+    for event in events:
+        if isinstance(event, Message):
+            seqs.append(event.seq)
+        elif isinstance(event, StampedRun):
+            seqs.extend(seq for _, count, lowest in event.stretches for seq in range(lowest, lowest + count))
+    return seqs
 
 
 def test_dropped_deliveries_are_recovered_from_a_peer_and_counted_as_such(backbone):
@@ -36,7 +47,7 @@ def test_dropped_deliveries_are_recovered_from_a_peer_and_counted_as_such(backbo
             while time.monotonic() < deadline and not until():
                 now = time.monotonic()
                 sends, events = session.poll(now)
-                released.extend(e for e in events if isinstance(e, Message))
+                released.extend(released_seqs(events))
                 for datagram in sends:
                     sock.sendto(datagram, backbone.addr)
                 sock.settimeout(max(min(session.deadline(), deadline) - now, 0.001))
@@ -50,7 +61,7 @@ def test_dropped_deliveries_are_recovered_from_a_peer_and_counted_as_such(backbo
                         dropped += 1
                         continue
                 events, forward = session.receive(datagram, source, time.monotonic())
-                released.extend(e for e in events if isinstance(e, Message))
+                released.extend(released_seqs(events))
                 assert forward is None  # the publisher does not journal and the peer holds everything
 
         pump(5.0, lambda: session.acked)
@@ -61,7 +72,7 @@ def test_dropped_deliveries_are_recovered_from_a_peer_and_counted_as_such(backbo
 
     tally = session.snapshot()[0]
     assert len(released) == MESSAGES
-    assert [m.seq for m in released] == list(range(released[0].seq, released[0].seq + MESSAGES))
+    assert released == list(range(released[0], released[0] + MESSAGES))
     assert dropped > 0 and session.stats["requests"] > 0
     assert tally.recovered >= dropped  # a dropped datagram may have held several frames
     assert tally.direct + tally.recovered == MESSAGES

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from fyrehose import codec
 from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.metrics import render
+from fyrehose.frame_run import FrameRun
 from fyrehose.loadtest.account import DeliveryAccount, attribute
 from fyrehose.loadtest.coordination import FINISH, TRUNCATE, Conductor
 from fyrehose.loadtest.prometheus import MetricsFormatError, parse_samples
@@ -28,7 +29,7 @@ from fyrehose.loadtest.rates import MAX_WAIT, Pacer, Phase, RateSchedule, build_
 from fyrehose.loadtest.results import LOSS_LIMIT, judge, judge_all, summarize
 from fyrehose.loadtest.session import Delivery, SubscriberSession
 from fyrehose.loadtest.settings import PREFIX, LoadSettings, add_setting_arguments
-from fyrehose.loadtest.stamp import MIN_SIZE, published_ns, stamp
+from fyrehose.loadtest.stamp import MIN_SIZE, published_ns, run_stamps, stamp
 from fyrehose.loadtest.tally import Histogram, PhaseTally, RunTally, bucket_ms
 from fyrehose.publishing import Finished
 from fyrehose.tracker import Lost, Message
@@ -675,3 +676,20 @@ def test_no_datagram_crashes_the_publishing_session_and_a_strangers_confirm_fini
     assert all(done.batch == number for done in finished)
     session.poll(5.0)
     assert session.pending == 0  # given up at its timeout, whatever arrived
+
+
+@given(st.lists(st.sampled_from([10**18, 10**18 + 1, 10**18 + 7, 5]), min_size=1, max_size=120), st.integers(1, 1000))
+def test_a_runs_stamps_are_read_whole_as_message_by_message(stamps, first):
+    payloads = [stamp(value, 20) for value in stamps]
+    data = b"".join(codec.encode_deliver(first + i, p) for i, p in enumerate(payloads))
+    stretches = run_stamps(FrameRun(first, len(payloads), codec.FRAME_HEADER + 20, data))
+    assert [(value, seq) for value, count, lowest in stretches for seq in range(lowest, lowest + count)] == \
+        [(published_ns(p), first + i) for i, p in enumerate(payloads)]
+    assert [(value, count) for value, count, _ in stretches] == \
+        [(value, len(list(same))) for value, same in groupby(stamps)]
+
+
+def test_a_run_with_a_payload_not_ours_has_no_stamps():
+    payloads = [stamp(7, 20)] * 3 + [b"x" * 20]
+    data = b"".join(codec.encode_deliver(1 + i, p) for i, p in enumerate(payloads))
+    assert run_stamps(FrameRun(1, 4, codec.FRAME_HEADER + 20, data)) is None

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import random
-from array import array
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -93,7 +92,7 @@ def test_a_batch_of_one_payload_size_is_built_as_one_block_byte_for_byte_as_fram
 
 
 @given(st.lists(st.integers(1, 60), min_size=1, max_size=4), st.integers(1, 4), st.randoms(use_true_random=False))
-def test_confirm_columns_agree_with_pair_by_pair_matching(sizes, chunks, rng):
+def test_confirm_runs_agree_with_pair_by_pair_matching(sizes, chunks, rng):
     fast, slow = PendingPublishes(first_tag=10), PendingPublishes(first_tag=10)
     pairs = []
     for size in sizes:
@@ -106,7 +105,6 @@ def test_confirm_columns_agree_with_pair_by_pair_matching(sizes, chunks, rng):
     got_fast, got_slow = [], []
     for run in runs:
         if run:
-            tags, seqs = array("Q", [t for t, _ in run]), array("Q", [s for _, s in run])
-            got_fast += fast.confirm_columns(tags, seqs)
+            got_fast += fast.confirm_runs(codec.pair_runs(run))
             got_slow += slow.confirm(run)
     assert got_fast == got_slow and len(fast) == len(slow) == 0

@@ -1,9 +1,11 @@
 """Fuzz target: a client's BackboneConnection takes any datagram from the backbone or a stranger and never raises.
 
-The first byte of the input picks the sender (even: the backbone, odd: a
-stranger), the rest is the datagram.  Invariants: nothing from a stranger is
-stored, acknowledged, confirmed or forwarded unless it re-delivers a hole the
-connection asked for; what is stored is what its events release, in order.
+The first byte of the input picks the sender (bit 0 clear: the backbone, set:
+a stranger) and whether the connection keeps whole datagrams as runs (bit 1:
+then no hole is open, so a run can be taken); the rest is the datagram.
+Invariants: nothing from a stranger is stored, acknowledged, confirmed or
+forwarded unless it re-delivers a hole the connection asked for; a run only
+continues the stream; what is stored is what its events release, in order.
 """
 from __future__ import annotations
 
@@ -28,23 +30,30 @@ SEEDS = [
     b"\x00" + codec.encode(codec.KeepaliveAck(token=(1).to_bytes(16, "big"), head=9)),
     b"\x00" + codec.encode_confirm(3, 4),
     b"\x01" + codec.encode(codec.Forward("127.0.0.1", 9, 1, 2)),
+    b"\x02" + codec.pack([codec.Deliver(seq, b"abc") for seq in range(1, 40)]),
+    b"\x03" + codec.pack([codec.Deliver(seq, b"abc") for seq in range(1, 40)]),
     b"\x00",
 ]
 
 
 def check(data: bytes) -> None:
     tokens = iter(range(1, 1 << 20))
-    connection = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH | codec.FLAG_HEAD,
+    whole = bool(data[:1] and data[0] & 2)
+    connection = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH | codec.FLAG_HEAD, whole_datagrams=whole,
                                     token_source=lambda size: next(tokens).to_bytes(size, "big"))
     tracker = connection.track(1)
     connection.poll(0.0)  # one KEEPALIVE: token 1 is outstanding
-    connection.receive(codec.encode_deliver(3, b"c"), BACKBONE, 0.0)  # a hole 1..2
-    connection.poll(1.0)  # ...REQUESTed
+    if not whole:
+        connection.receive(codec.encode_deliver(3, b"c"), BACKBONE, 0.0)  # a hole 1..2
+        connection.poll(1.0)  # ...REQUESTed
     source = STRANGER if data[:1] and data[0] & 1 else BACKBONE
     incoming = connection.receive(data[1:], source, 1.0)
     if source == STRANGER:
-        assert not (incoming.acked or incoming.confirms or incoming.forwards), "a stranger was obeyed"
+        assert not (incoming.acked or incoming.confirms or incoming.forwards or incoming.runs), "a stranger was obeyed"
         assert all(seq in (1, 2) for seq, _ in incoming.stored), "a stranger's DELIVER outside the asked hole"
+    for run in incoming.runs:
+        assert run.first == 1 and tracker.next == run.last + 1, "a run that does not continue the stream"
+        assert [frame.seq for frame in codec.decode(run.data)] == list(range(run.first, run.last + 1))
     released = [event.seq for event in incoming.events if isinstance(event, Message)]
     assert released == sorted(released), "events out of order"
     assert tracker.next is not None

@@ -1,0 +1,36 @@
+"""Consecutive DELIVER frames of one size, kept as the datagram that brought them.
+
+A BATCH subscriber's datagram from the backbone is usually hundreds of frames
+of one size whose sequence numbers continue the stream.  A subscriber that
+measures or journals rather than hands each message to an application (the
+load test's) keeps such a datagram whole: one object, one journal entry and
+one accounting step per datagram instead of per message.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from fyrehose import codec
+
+
+@dataclass(frozen=True, slots=True)
+class FrameRun:
+    first: int  # the sequence of the first frame; frame i is first + i
+    count: int
+    step: int  # bytes per frame, header included
+    data: bytes  # the frames back to back, as the backbone sent them
+
+    @property
+    def last(self) -> int:
+        return self.first + self.count - 1
+
+    def payload(self, seq: int) -> bytes:
+        start = (seq - self.first) * self.step
+        return self.data[start + codec.FRAME_HEADER:start + self.step]
+
+    def messages(self, from_seq: int | None = None, to_seq: int | None = None) -> Iterator[tuple[int, bytes]]:
+        """(sequence, payload) of the frames in ``from_seq..to_seq`` (all by default), ascending."""
+        low = self.first if from_seq is None else max(from_seq, self.first)
+        high = self.last if to_seq is None else min(to_seq, self.last)
+        return ((seq, self.payload(seq)) for seq in range(low, high + 1))
