@@ -7,25 +7,10 @@ import socket
 from collections import Counter
 
 from fyrehose.addresses import Address
+from fyrehose.sockets import enlarge_buffers
 
 SOCKET_BUFFER = 32 * 1024 * 1024
 _RETRYABLE = (errno.EAGAIN, errno.ENOBUFS)
-
-
-def enlarge_buffers(sock: socket.socket, size: int = SOCKET_BUFFER) -> None:
-    """Ask for big kernel buffers: bursts of 64 KiB datagrams overflow the defaults at once.
-
-    SO_*BUFFORCE passes net.core.[rw]mem_max when the process may (root); otherwise
-    the kernel caps the request at those sysctls (see docs/operations.md).
-    """
-    for force, plain in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, force, size)
-        except OSError:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, plain, size)
-            except OSError:
-                pass
 
 
 def bind_udp(addr: Address, reuse_port: bool = False, buffer_size: int = SOCKET_BUFFER) -> socket.socket:

@@ -60,6 +60,7 @@ from fyrehose.publishing import Finished
 from fyrehose.recent_messages import MemoryJournal
 from fyrehose.routing import SubjectRouter
 from fyrehose.sessions import DEFAULT_INTERVAL, SNAP_PREFIX, SUB_STOP_PREFIX, LocalSession, inbox
+from fyrehose.sockets import enlarge_buffers
 from fyrehose.subject_stream import InitialGate, SubjectMessage
 from fyrehose.subjects import check_pattern, is_literal
 from fyrehose.subscription import Subscription
@@ -76,6 +77,7 @@ class MessageStore(Protocol):
     def held(self, from_seq: int, to_seq: int) -> Iterable[tuple[int, bytes]]: ...
 
 
+RECEIVE_BUFFER = 8 << 20  # a second of a fast stream: what arrives while the application is busy waits here
 MAX_PUBLISH_TIMEOUT = 25.0  # below the backbone's 30 s memory of confirmed tags
 
 
@@ -158,10 +160,7 @@ class Client:
         self._forward_rate = forward_rate
 
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        except OSError:
-            pass
+        enlarge_buffers(self.sock, RECEIVE_BUFFER, (socket.SO_RCVBUF,))
         self.sock.bind(bind if bind is not None else (route_source(backbone), 0))
         self.address: Address = self.sock.getsockname()
 

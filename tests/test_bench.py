@@ -499,7 +499,8 @@ def test_client_mode_drives_each_python_client_end_to_end(tmp_path):
         (measured,) = result["rounds"]
         assert measured["received"] + measured["lost"] == 20000 and result["lost"] == 0  # loopback, no overload
         assert result["msgs_per_s"] > 0 and result["publish_per_s"] > 0
-        assert result["publish_cpu_us"] > 0 and result["iterate_cpu_us"] > 0 and result["server_cpu_us"] > 0
+        assert result["publish_cpu_us"] > 0 and result["iterate_cpu_us"] > 0
+        assert result["server_cpu_us"] >= 0  # the kernel counts a server's CPU in 10 ms ticks: 20,000 messages may be 0
     assert "fyrehose/fyrehose-single" not in doc["ratios"]
     if _installed(NATS):
         assert doc["ratios"]["fyrehose-single/nats"] > 0 and doc["ratios"]["fyrehose/nats-callback"] > 0

@@ -24,8 +24,9 @@ from multiprocessing.connection import Connection
 
 from fyrehose import codec
 from fyrehose.addresses import Address
-from fyrehose.backbone.udp import enlarge_buffers
+from fyrehose.backbone.udp import SOCKET_BUFFER
 from fyrehose.connection import BackboneConnection
+from fyrehose.sockets import enlarge_buffers
 from fyrehose.tools.bench import wire
 from fyrehose.tools.bench.offer_schedule import OfferSchedule
 from fyrehose.tools.bench.scanning import (
@@ -94,7 +95,7 @@ class _FyrehoseSender(_Sender):
     def __init__(self, spec: LoadSpec, batch: wire.Batch) -> None:
         super().__init__(spec, batch)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        enlarge_buffers(self.sock)
+        enlarge_buffers(self.sock, SOCKET_BUFFER)
         self.sock.connect(spec.address)  # a connected socket: no address to resolve per send
         self._send = self.sock.send
 
@@ -107,7 +108,7 @@ class _TcpSender(_Sender):
         super().__init__(spec, batch)
         self.sock = socket.create_connection(spec.address, timeout=HANDSHAKE_TIMEOUT)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        enlarge_buffers(self.sock)
+        enlarge_buffers(self.sock, SOCKET_BUFFER)
         self.handshake()
         self.sock.settimeout(None)
         self._sendall = self.sock.sendall
@@ -269,7 +270,7 @@ class _FyrehoseReceiver(_Receiver):
         # alone, without ordering, to measure the backbone rather than the subscriber's tracker
         self.connection = BackboneConnection(spec.address, flags=flags, keepalive_interval=KEEPALIVE_INTERVAL)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        enlarge_buffers(self.sock)
+        enlarge_buffers(self.sock, SOCKET_BUFFER)
         self.sock.bind((spec.address[0], 0))
         self._subscribe()
 
@@ -313,7 +314,7 @@ class _TcpReceiver(_Receiver):
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)
         self.sock = socket.create_connection(spec.address, timeout=HANDSHAKE_TIMEOUT)
-        enlarge_buffers(self.sock)
+        enlarge_buffers(self.sock, SOCKET_BUFFER)
         self.stream = self.make_stream(spec.payload_size)
         self.sock.sendall(self.subscribe_bytes())
         while not self.subscribed():
