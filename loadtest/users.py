@@ -29,6 +29,7 @@ from fyrehose.loadtest.stamp import stamp
 from fyrehose.loadtest.tally import RunTally
 from fyrehose.pacing import TokenBucket
 from fyrehose.publishing import Finished
+from fyrehose.sockets import enlarge_buffers
 from fyrehose.tracker import Event, Lost
 
 PUSH = "PUSH"
@@ -120,8 +121,7 @@ class PushChannel:
         self.backbone = backbone
         self.session = PushSession(backbone, timeout=timeout)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-            self.sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+        enlarge_buffers(self.sock, SOCKET_BUFFER)
         self.sock.bind((route_source(backbone), 0))
         self._waiting: dict[int, gevent.event.AsyncResult] = {}
         self._pump = gevent.spawn(self._run)
@@ -196,7 +196,7 @@ class Subscriber(User):
         self.session = SubscriberSession(self.backbone, DeliveryAccount(self.load.phase_of_ns),
                                          give_up_after=max(settings.drain, 0.5))
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+        enlarge_buffers(self.sock, SOCKET_BUFFER, (socket.SO_RCVBUF,))
         self.sock.bind(("0.0.0.0", 0))
         self.sock_address = self.sock.getsockname()
         self.forwards: gevent.queue.Queue = gevent.queue.Queue(maxsize=1024)
