@@ -100,14 +100,19 @@ class PendingPublishes:
         datagram) is taken in one slice assignment.
         """
         finished: list[Finished] = []
-        for first, count, seq in runs:
+        pending = list(reversed(runs))
+        while pending:
+            first, count, seq = pending.pop()
             batch = self._last
             if batch is None or not 0 <= first - batch.first < len(batch.seqs):
                 batch = self._owner(first)
             start = first - batch.first if batch is not None else 0
-            if batch is None or batch.left <= 0 or start + count > len(batch.seqs) \
-                    or any(batch.seqs[start:start + count]):  # some answer a retry: count them one by one
-                finished += self.confirm([(first + i, seq + i) for i in range(count)])
+            if batch is not None and start + count > len(batch.seqs):  # runs on into the next batch's tags
+                taken = len(batch.seqs) - start
+                pending.append((first + taken, count - taken, seq + taken))
+                count = taken
+            if batch is None or batch.left <= 0 or any(batch.seqs[start:start + count]):
+                finished += self.confirm([(first + i, seq + i) for i in range(count)])  # retries: one by one
                 continue
             batch.seqs[start:start + count] = range(seq, seq + count)
             batch.left -= count

@@ -108,3 +108,12 @@ def test_confirm_runs_agree_with_pair_by_pair_matching(sizes, chunks, rng):
             got_fast += fast.confirm_runs(codec.pair_runs(run))
             got_slow += slow.confirm(run)
     assert got_fast == got_slow and len(fast) == len(slow) == 0
+
+
+def test_a_confirm_run_across_two_batches_finishes_both_in_one_step():
+    publishes = PendingPublishes(first_tag=10)
+    first, _ = publishes.start([b"a"] * 5, 0.0, 5.0)  # tags 10..14
+    second, _ = publishes.start([b"b"] * 3, 0.0, 5.0)  # tags 15..17
+    finished = publishes.confirm_runs([(10, 8, 100)])  # both datagrams' CONFIRMs packed together
+    assert finished == [Finished(first, [100, 101, 102, 103, 104]), Finished(second, [105, 106, 107])]
+    assert publishes.stats["unmatched confirms"] == 0 and len(publishes) == 0
