@@ -252,9 +252,14 @@ def put_u48_column(buf: bytearray, offset: int, step: int, numbers: array) -> No
     if _SWAP:
         numbers = array("Q", numbers)
         numbers.byteswap()
-    raw = numbers.tobytes()
-    end = offset + step * len(numbers)
-    for k in range(6):  # the low 6 of each 8-byte big-endian number
+    _put_u48_fields(buf, offset, step, numbers.tobytes())
+
+
+def _put_u48_fields(buf: bytearray, offset: int, step: int, raw: bytes) -> None:
+    """The low 6 bytes of each big-endian 8-byte number in ``raw`` as the field at ``offset`` of consecutive
+    records of ``step`` bytes: six strided copies."""
+    end = offset + step * (len(raw) // 8)
+    for k in range(6):
         buf[offset + k:end:step] = raw[2 + k::8]
 
 
@@ -280,10 +285,7 @@ def consecutive_u64(first: int, count: int) -> bytes:
 
 def put_consecutive_u48(buf: bytearray, offset: int, step: int, first: int, count: int) -> None:
     """Write ``first``, ``first + 1``, ... as the 6-byte field at ``offset`` of ``count`` records of ``step`` bytes."""
-    raw = consecutive_u64(first, count)
-    end = offset + step * count
-    for k in range(6):
-        buf[offset + k:end:step] = raw[2 + k::8]
+    _put_u48_fields(buf, offset, step, consecutive_u64(first, count))
 
 
 def consecutive_u48(data: bytes | bytearray | memoryview, offset: int, step: int, count: int) -> int:
@@ -304,7 +306,10 @@ def consecutive_u48(data: bytes | bytearray | memoryview, offset: int, step: int
 
 def decode_confirm_columns(datagram: bytes | bytearray | memoryview) -> tuple[array, array]:
     """The tags and the sequences of a datagram of packed CONFIRM frames; ``ProtocolError`` if any is not one."""
-    count = _confirm_count(datagram)
+    return _confirm_columns(datagram, _confirm_count(datagram))
+
+
+def _confirm_columns(datagram: bytes | bytearray | memoryview, count: int) -> tuple[array, array]:
     tags = u48_column(datagram, 1, CONFIRM_SIZE, count)
     seqs = u48_column(datagram, 7, CONFIRM_SIZE, count)
     if 0 in tags or 0 in seqs:
@@ -331,7 +336,7 @@ def decode_confirm_runs(datagram: bytes | bytearray | memoryview) -> list[Run]:
     first_seq = consecutive_u48(datagram, 7, CONFIRM_SIZE, count) if first_tag else 0
     if first_seq:
         return [(first_tag, count, first_seq)]
-    return pair_runs(zip(*decode_confirm_columns(datagram)))
+    return pair_runs(zip(*_confirm_columns(datagram, count)))
 
 
 def pair_runs(pairs: Iterable[tuple[int, int]]) -> list[Run]:
