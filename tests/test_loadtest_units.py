@@ -320,6 +320,24 @@ def test_no_datagram_crashes_the_session(datagram, source):
     session.snapshot()
 
 
+@given(st.lists(st.tuples(st.integers(1, 40), st.lists(st.one_of(
+    st.binary(min_size=20, max_size=20),
+    st.builds(lambda ns, tail: stamp(ns, 12) + tail, st.integers(0, (1 << 64) - 1), st.binary(min_size=8, max_size=8)),
+), min_size=1, max_size=30)), min_size=1, max_size=6))
+def test_forged_whole_datagrams_from_the_backbones_address_are_accounted_never_crash(datagrams):
+    """Uniform DELIVER runs (what is taken whole) with any payloads, stamps or none, in any order."""
+    session = acked_session()
+    released = 0
+    for first, payloads in datagrams:
+        data = codec.pack([codec.Deliver(first + i, p) for i, p in enumerate(payloads)])
+        events, _ = session.receive(data, BACKBONE, 0.1)
+        released += sum(count for item in session.release(events, RELEASED_NS)
+                        if not isinstance(item, Lost) for count in [item.messages])
+    session.poll(5.0)
+    tally = session.snapshot()
+    assert released <= sum(phase.direct for phase in tally.values())  # nothing released that was not counted
+
+
 RELEASED_NS = ANCHOR_NS + 5 * 10**9
 PAYLOADS = [payload(0), payload(1), payload(1, size=40), stamp(ANCHOR_NS - 1, 16), b"not ours", b""]
 
