@@ -751,10 +751,13 @@ def test_frame_length_beyond_the_max_payload_is_refused_even_if_present(kind):
 
 
 @MEDIUM
-@given(st.integers(0, U48), st.integers(1, 1200))
-def test_consecutive_numbers_are_the_numbers_one_by_one(first, count):
+@given(st.one_of(st.integers(0, U48), st.integers(0, 8).map(lambda k: k * 65536 - 3)).filter(lambda n: n >= 0),
+       st.one_of(st.integers(1, 1200), st.sampled_from([65535, 65536, 65537, 140000])))
+def test_consecutive_columns_are_the_numbers_bytes_one_by_one(first, count):
+    """Around the low 16 bits' wrap (where the top bytes change) and past the table's cycles too."""
     first = min(first, U48 - count + 1)
-    assert codec.consecutive_u64(first, count) == b"".join((first + i).to_bytes(8, "big") for i in range(count))
+    raw = b"".join((first + i).to_bytes(6, "big") for i in range(count))
+    assert codec.consecutive_u48_columns(first, count) == [raw[k::6] for k in range(6)]
 
 
 @MEDIUM
