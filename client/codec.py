@@ -259,6 +259,7 @@ def put_u48_column(buf: bytearray, offset: int, step: int, numbers: array) -> No
 
 _HIGH_BYTES = bytes(number >> 8 for number in range(1 << 16)) * 2  # byte 4 of the u48 fields 0, 1, ... (cycle twice)
 _LOW_BYTES = bytes(number & 0xFF for number in range(1 << 16)) * 2  # byte 5 of them
+_FEW = 16  # fewer numbers than this are cheaper written and checked one at a time than as six columns
 
 
 def consecutive_u48_columns(first: int, count: int) -> list[bytes]:
@@ -272,13 +273,16 @@ def consecutive_u48_columns(first: int, count: int) -> list[bytes]:
     """
     low = first & 0xFFFF
     end = low + count
+    if end <= 1 << 16:  # the low 16 bits do not wrap: one top for all (the usual case)
+        top = (first >> 16).to_bytes(4, "big")
+        return [top[k:k + 1] * count for k in range(4)] + [_HIGH_BYTES[low:end], _LOW_BYTES[low:end]]
     if end <= len(_HIGH_BYTES):
         columns_45 = [_HIGH_BYTES[low:end], _LOW_BYTES[low:end]]
     else:  # more numbers than the table cycles through: only very large columns
         cycles = end // (1 << 16) + 1
         columns_45 = [(_HIGH_BYTES[:1 << 16] * cycles)[low:end], (_LOW_BYTES[:1 << 16] * cycles)[low:end]]
     stretches = []  # (top four bytes, how many numbers have them)
-    high, left, length = first >> 16, count, min(count, (1 << 16) - low)
+    high, left, length = first >> 16, count, (1 << 16) - low
     while left:
         stretches.append((high, length))
         high, left = high + 1, left - length
@@ -291,6 +295,10 @@ def consecutive_u48_columns(first: int, count: int) -> list[bytes]:
 def put_consecutive_u48(buf: bytearray, offset: int, step: int, first: int, count: int) -> None:
     """Write ``first``, ``first + 1``, ... as the 6-byte field at ``offset`` of ``count`` records of ``step`` bytes."""
     end = offset + step * count
+    if count < _FEW:
+        for at, number in zip(range(offset, end, step), range(first, first + count)):
+            buf[at:at + 6] = number.to_bytes(6, "big")
+        return
     for k, column in enumerate(consecutive_u48_columns(first, count)):
         buf[offset + k:end:step] = column
 
@@ -304,6 +312,11 @@ def consecutive_u48(data: bytes | bytearray | memoryview, offset: int, step: int
     if not first or first + count - 1 > MAX_SEQUENCE:
         return 0
     end = offset + step * count
+    if count < _FEW:
+        for at, number in zip(range(offset + step, end, step), range(first + 1, first + count)):
+            if data[at:at + 6] != number.to_bytes(6, "big"):
+                return 0
+        return first
     for k, column in enumerate(consecutive_u48_columns(first, count)):
         if data[offset + k:end:step] != column:
             return 0
