@@ -1,10 +1,11 @@
 """``fyrehose loadtest``: runs Locust against a backbone and writes the capacity results.
 
 The driver of the whole run: it starts a private backbone when none is given,
-samples the backbone's metrics, starts Locust (one process, or a master and K
-workers) on the locustfile of this package, waits, prints the capacity
-summary, and stops every process it started by its PID, also when
-interrupted.
+samples the backbone's metrics and the Locust processes' CPU, starts Locust
+(one process, or a master and K workers) on the locustfile of this package,
+waits, adds to the results which side ran out of CPU in each phase, prints
+the capacity summary, and stops every process it started by its PID, also
+when interrupted.
 """
 from __future__ import annotations
 
@@ -18,12 +19,18 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from fyrehose.durable import replace_atomically
 from fyrehose.errors import CommandFailed, InputError
 from fyrehose.loadtest.results import render
+from fyrehose.loadtest.saturation import Sample, annotate
 from fyrehose.loadtest.settings import LoadSettings, add_setting_arguments
 from fyrehose.process import ChildProcess
 from fyrehose.readiness import free_port
+
+if TYPE_CHECKING:
+    from fyrehose.loadtest.sampler import MetricsSampler
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 LOOPBACK = "127.0.0.1"
@@ -77,8 +84,14 @@ def _last_error(log: Path) -> str:
 
 
 def _read_results(out: Path) -> tuple[dict, list[dict]]:
+    """The summary and the phases Locust wrote, with each phase's load (CPU of both sides) added to the files."""
     summary = json.loads((out / "summary.json").read_text())
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines() if line]
+    metrics = out / "metrics.jsonl"
+    lines = metrics.read_text().splitlines() if metrics.exists() else []
+    annotate(summary, steps, [Sample.from_line(json.loads(line)) for line in lines if line])
+    replace_atomically(out / "steps.jsonl", "".join(json.dumps(step) + "\n" for step in steps).encode())
+    replace_atomically(out / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
     return summary, steps
 
 
@@ -146,11 +159,9 @@ def _run_processes(settings: LoadSettings, args: argparse.Namespace, out: Path) 
                 "--workers", "0", "--state-dir", state, "--metrics", f"{LOOPBACK}:{metrics_port}",
             ], out / "backbone.log", stack)
             _wait_for_backbone(settings.backbone, STARTUP_TIMEOUT, backbone)
-        if metrics_url:
-            stack.callback(MetricsSampler(metrics_url, out / "metrics.jsonl").start().stop)
-        else:
-            (out / "metrics.jsonl").touch()
-        master = _start_locust(settings, args, out, stack)
+        sampler = MetricsSampler(metrics_url, out / "metrics.jsonl").start()
+        stack.callback(sampler.stop)
+        master = _start_locust(settings, args, out, stack, sampler)
         stack.callback(_ignore_interrupts)  # runs first on the way out: a second Ctrl-C must not cut cleanup short
         if args.web:
             return _serve_web(master, args, out)
@@ -166,8 +177,10 @@ def _ignore_interrupts() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def _start_locust(settings: LoadSettings, args: argparse.Namespace, out: Path, stack: ExitStack) -> subprocess.Popen:
-    """Workers first (they retry until the master listens), so that cleanup stops the master before them."""
+def _start_locust(settings: LoadSettings, args: argparse.Namespace, out: Path, stack: ExitStack,
+                  sampler: MetricsSampler) -> subprocess.Popen:
+    """Workers first (they retry until the master listens), so that cleanup stops the master before them;
+    ``sampler`` samples the CPU of each."""
     locust = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
     master_args = [
         "--csv", str(out / "locust"), "--csv-full-history", "--html", str(out / "report.html"),
@@ -176,8 +189,9 @@ def _start_locust(settings: LoadSettings, args: argparse.Namespace, out: Path, s
     if args.workers:
         master_port = free_port(socket.SOCK_STREAM)
         for index in range(args.workers):
-            _start(locust + ["--worker", "--master-host", LOOPBACK, "--master-port", str(master_port)]
-                   + settings.to_locust_argv(), out / f"locust-worker-{index + 1}.log", stack)
+            worker = _start(locust + ["--worker", "--master-host", LOOPBACK, "--master-port", str(master_port)]
+                            + settings.to_locust_argv(), out / f"locust-worker-{index + 1}.log", stack)
+            sampler.watch(f"locust-worker-{index + 1}", worker.pid)
         master_args += ["--master", "--master-bind-host", LOOPBACK, "--master-bind-port", str(master_port),
                         "--expect-workers", str(args.workers), "--expect-workers-max-wait", str(int(STARTUP_TIMEOUT))]
     if args.web:
@@ -186,8 +200,10 @@ def _start_locust(settings: LoadSettings, args: argparse.Namespace, out: Path, s
         master_args += ["--headless"]
     # Locust writes its HTML report when interrupted (not on SIGTERM).  While an autostarted test runs in
     # web mode, the first interrupt only ends the test and leaves the UI up; the second one quits.
-    return _start(locust + master_args + settings.to_locust_argv(), out / "locust.log", stack,
-                  ((signal.SIGINT, 3.0), (signal.SIGINT, STOP_TIMEOUT)))
+    master = _start(locust + master_args + settings.to_locust_argv(), out / "locust.log", stack,
+                    ((signal.SIGINT, 3.0), (signal.SIGINT, STOP_TIMEOUT)))
+    sampler.watch("locust", master.pid)
+    return master
 
 
 def _serve_web(master: subprocess.Popen, args: argparse.Namespace, out: Path) -> bool:

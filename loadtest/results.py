@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fyrehose.loadtest.rates import Phase, RateSchedule
+from fyrehose.loadtest.saturation import PhaseLoad, describe, percent
 from fyrehose.loadtest.tally import PhaseTally, RunTally
 
 LOSS_LIMIT = 0.001  # < 0.1 %
@@ -139,19 +140,24 @@ def render(summary: dict, steps: list[dict]) -> str:
         f"fyrehose loadtest: {summary['shape']} shape, {summary['users']} publishers{batches}, "
         f"{summary['subscribers']} subscribers, backbone {summary['backbone']}",
         f"{'phase':<16} {'offered/s':>10} {'delivered/s':>12} {'loss before':>12} {'loss after':>11} "
-        f"{'p50 ms':>8} {'p99 ms':>8}  sustained",
+        f"{'p50 ms':>8} {'p99 ms':>8} {'cpu bb':>7} {'cpu gen':>7}  sustained",
     ]
     for step in steps:
+        load = step.get("load") or {}
         lines.append(
             f"{step['name']:<16} {step['offered_rate']:>10.0f} {step['delivered_rate']:>12.1f} "
             f"{step['loss_before_recovery']:>12.3%} {step['loss_after_recovery']:>11.3%} "
-            f"{_ms(step['p50_ms']):>8} {_ms(step['p99_ms']):>8}  "
+            f"{_ms(step['p50_ms']):>8} {_ms(step['p99_ms']):>8} "
+            f"{percent(load.get('backbone_busiest')):>7} {percent(load.get('generator_busiest')):>7}  "
             + ("yes" if step["sustained"] else "no: " + "; ".join(step["reasons"]))
         )
     lines.append(
         f"max sustained rate: {summary['max_sustained_rate']:.0f} msgs/s "
         f"(loss before recovery < {LOSS_LIMIT:.1%}, publish-to-confirm p99 < {summary['p99_threshold_ms']:g} ms)"
     )
+    broken, limit = summary.get("first_unsustained_phase"), summary.get("limit")
+    if broken and limit:
+        lines.append(f"at {broken['name']}, {describe(PhaseLoad(**limit))}")
     lines.append(
         f"publishes: {summary['requests']} requests ({summary['failures']} failed) carrying "
         f"{summary.get('messages', summary['requests'])} messages, p50 {_ms(summary['p50_ms'])} ms, "

@@ -1,9 +1,12 @@
-"""Samples the backbone's metrics endpoint once a second into metrics.jsonl, from a background thread.
+"""Samples the backbone's metrics endpoint and the load generator's CPU once a second into metrics.jsonl.
 
-One JSON object per line, ``{"t": unix_seconds, "metrics": {"name{labels}": value}}``,
-so the capacity report can line the backbone's counters (pushes, drops, CPU)
-up with Locust's per-second history.  A failed scrape is counted, not fatal:
-the load test goes on without that sample.
+One JSON object per line, ``{"t": unix_seconds, "metrics": {"name{labels}": value},
+"generator_cpu_seconds": {"locust": seconds, ...}}``, so the capacity report
+can line the backbone's counters (pushes, drops, CPU) up with Locust's
+per-second history, and tell which side ran out of CPU
+(:mod:`fyrehose.loadtest.saturation`).  Without a metrics URL (a backbone
+given by address only) ``metrics`` stays empty.  A failed scrape is counted,
+not fatal: the load test goes on without that sample.
 """
 from __future__ import annotations
 
@@ -13,25 +16,37 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
+
+from fyrehose.fatal import guarded
 from fyrehose.loadtest.prometheus import parse_samples
 
 SCRAPE_TIMEOUT = 2.0
 
 
 class MetricsSampler:
-    def __init__(self, url: str, path: Path, interval: float = 1.0) -> None:
+    def __init__(self, url: str | None, path: Path, interval: float = 1.0) -> None:
         self.url = url
         self.path = path
         self.interval = interval
         self.samples = 0
         self.errors = 0
         self.last_error: str | None = None
+        self._processes: dict[str, psutil.Process] = {}  # the load generator's, by name
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="metrics-sampler", daemon=True)
+        self._thread = threading.Thread(target=guarded(self._run, "metrics sampler"), name="metrics-sampler",
+                                        daemon=True)
 
     def start(self) -> MetricsSampler:
         self._thread.start()
         return self
+
+    def watch(self, name: str, pid: int) -> None:
+        """Sample the CPU seconds of process ``pid`` (a Locust process of this run) too, under ``name``."""
+        try:
+            self._processes = {**self._processes, name: psutil.Process(pid)}  # replaced whole: the thread reads it
+        except psutil.Error:
+            pass  # already gone: its CPU is not sampled
 
     def stop(self) -> None:
         self._stop.set()
@@ -42,13 +57,26 @@ class MetricsSampler:
         with open(self.path, "w") as out:
             while not self._stop.wait(max(next_sample - time.monotonic(), 0)):
                 next_sample += self.interval
-                try:
-                    with urllib.request.urlopen(self.url, timeout=SCRAPE_TIMEOUT) as response:
-                        samples = parse_samples(response.read().decode())
-                except (OSError, ValueError) as exc:
-                    self.errors += 1
-                    self.last_error = str(exc)
-                    continue
-                out.write(json.dumps({"t": time.time(), "metrics": samples}) + "\n")
+                samples: dict[str, float] = {}
+                if self.url:
+                    try:
+                        with urllib.request.urlopen(self.url, timeout=SCRAPE_TIMEOUT) as response:
+                            samples = parse_samples(response.read().decode())
+                    except (OSError, ValueError) as exc:
+                        self.errors += 1
+                        self.last_error = str(exc)
+                        continue
+                line = {"t": time.time(), "metrics": samples, "generator_cpu_seconds": self._cpu_seconds()}
+                out.write(json.dumps(line) + "\n")
                 out.flush()
                 self.samples += 1
+
+    def _cpu_seconds(self) -> dict[str, float]:
+        seconds = {}
+        for name, process in self._processes.items():
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue  # ended: left out from here on
+            seconds[name] = times.user + times.system
+        return seconds

@@ -84,6 +84,13 @@ def test_a_short_run_writes_every_result_and_loses_nothing(tmp_path):
     assert all(isinstance(sample["t"], float) for sample in samples)
     assert samples[-1]["metrics"]["fyrehose_pushes_total"] >= summary["requests"] - summary["failures"]
     assert "fyrehose backbone stopped" in (out / "backbone.log").read_text()  # stopped cleanly, by the command
+    # which side ran out of CPU: both sides sampled, the Locust process by the command itself
+    assert samples[-1]["generator_cpu_seconds"]["locust"] > 0
+    loads = [step["load"] for step in steps if step["load"]["saturated"] != "unknown"]
+    assert loads, steps  # 2 s phases, sampled every second
+    assert all(load["backbone_busiest"] >= 0 and load["generator_busiest"] >= 0 for load in loads)
+    assert all(load["backbone_us_per_message"] > 0 for load in loads)
+    assert summary["limit"] is None  # every step sustained
 
 
 def test_batched_publishers_count_requests_and_messages_and_lose_nothing(tmp_path, backbone_factory):
@@ -102,6 +109,11 @@ def test_batched_publishers_count_requests_and_messages_and_lose_nothing(tmp_pat
     step = read_jsonl(out / "steps.jsonl")[0]
     assert step["confirmed_rate"] == pytest.approx(2000, rel=0.2)  # messages, not requests (40/s)
     assert backbone.metric("fyrehose_pushes_total") >= summary["messages"]
+    # no metrics URL: the backbone's CPU is not known, the Locust processes' still is
+    samples = read_jsonl(out / "metrics.jsonl")
+    assert samples and all(sample["metrics"] == {} for sample in samples)
+    assert {"locust", "locust-worker-1"} <= set(samples[-1]["generator_cpu_seconds"])
+    assert step["load"]["backbone_busiest"] is None and step["load"]["backbone_us_per_message"] is None
 
 
 def test_distributed_run_against_a_given_backbone_stops_at_the_first_failed_step(tmp_path, backbone_factory):
@@ -124,6 +136,8 @@ def test_distributed_run_against_a_given_backbone_stops_at_the_first_failed_step
     assert read_jsonl(out / "metrics.jsonl")
     assert int(stats_rows(out)[("PUSH", "publish")]["Request Count"]) == summary["requests"]
     assert (out / "locust-worker-1.log").exists()
+    assert summary["limit"] == read_jsonl(out / "steps.jsonl")[0]["load"]  # the load of the step that broke
+    assert "at step 1, the limit: " in output
 
 
 @pytest.mark.parametrize("args", [

@@ -251,7 +251,7 @@ def _html(out: Path, result: dict, paths: dict[str, Path]) -> Path:
         page.table(["phase"] + [f"{name} (cores)" for name in processes],
                    [[s["name"]] + [s["cpu_cores"].get(name) for name in processes] for s in steps])
     else:
-        page.note("No CPU samples: metrics.jsonl was empty (a load test against --backbone without --metrics-url).")
+        page.note("No backbone CPU samples in metrics.jsonl (a load test against --backbone without --metrics-url).")
     page.note("Tables (Parquet, written by Spark): capacity_timeline.parquet (per second), capacity_steps.parquet, "
               "capacity_cpu.parquet, capacity_step_cpu.parquet, capacity_latency.parquet; capacity.json.")
     return page.write(out / "capacity.html")

@@ -1,0 +1,112 @@
+"""Which side of a load test ran out of CPU in each phase: the backbone, the load generator, both or neither.
+
+A capacity search finds the rate at which *something* stopped keeping up.
+Where the Locust processes share the cores with the backbone, that is often
+the load generator (its Python publishers and subscribers cost more per
+message than the backbone does), and the rate found is then the generator's,
+not the backbone's.  From the CPU counters sampled once a second (the
+backbone's processes from its metrics endpoint, the Locust processes from
+the operating system) this tells, per phase, how busy the busiest process of
+each side was, what a sequenced message cost the backbone, and so which side
+was the limit: a Python process runs on one core at most, and one busier
+than :data:`SATURATED` of it is at its limit already (a single event loop,
+Locust's gevent hub or the backbone's, then queues its work: its latency
+grows faster than its throughput; a Locust process that can go no faster
+measured 83-91 % here).
+
+Pure: samples and phase times in, figures out.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+SATURATED = 0.8  # share of one core from which a process is the limit
+BACKBONE_CPU = "fyrehose_process_cpu_seconds_total"
+SEQUENCED = "fyrehose_pushes_total"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One line of metrics.jsonl: CPU seconds so far of each backbone and each load-generator process."""
+
+    t: float  # unix seconds
+    backbone_cpu: dict[str, float]  # process label -> CPU seconds
+    sequenced: float | None  # messages the backbone sequenced so far
+    generator_cpu: dict[str, float]  # Locust process name -> CPU seconds
+
+    @classmethod
+    def from_line(cls, line: dict) -> Sample:
+        metrics = line.get("metrics") or {}
+        backbone = {key[len(BACKBONE_CPU):]: value for key, value in metrics.items() if key.startswith(BACKBONE_CPU)}
+        return cls(float(line["t"]), backbone, metrics.get(SEQUENCED), dict(line.get("generator_cpu_seconds") or {}))
+
+
+@dataclass(frozen=True)
+class PhaseLoad:
+    backbone_busiest: float | None  # share of one core of the busiest backbone process
+    generator_busiest: float | None  # the same for the busiest Locust process
+    backbone_us_per_message: float | None  # CPU of all the backbone's processes per message it sequenced
+    saturated: str  # "backbone", "load generator", "both", "neither", or "unknown" without the samples
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _busiest(first: dict[str, float], last: dict[str, float], seconds: float) -> float | None:
+    """The highest share of one core any process used between two samples (processes in both only)."""
+    shares = [(last[name] - first[name]) / seconds for name in first.keys() & last.keys()]
+    return max(shares) if shares else None
+
+
+def phase_load(samples: list[Sample], t_start: float, t_end: float) -> PhaseLoad:
+    """The load of the samples taken within ``t_start..t_end`` (the first and the last of them are compared)."""
+    inside = [sample for sample in samples if t_start <= sample.t <= t_end]
+    if len(inside) < 2 or inside[-1].t <= inside[0].t:
+        return PhaseLoad(None, None, None, "unknown")
+    first, last = inside[0], inside[-1]
+    seconds = last.t - first.t
+    backbone = _busiest(first.backbone_cpu, last.backbone_cpu, seconds)
+    generator = _busiest(first.generator_cpu, last.generator_cpu, seconds)
+    cost = None
+    if first.sequenced is not None and last.sequenced is not None and last.sequenced > first.sequenced \
+            and first.backbone_cpu.keys() & last.backbone_cpu.keys():
+        spent = sum(last.backbone_cpu[name] - first.backbone_cpu[name]
+                    for name in first.backbone_cpu.keys() & last.backbone_cpu.keys())
+        cost = spent / (last.sequenced - first.sequenced) * 1e6
+    return PhaseLoad(backbone, generator, cost, _verdict(backbone, generator))
+
+
+def _verdict(backbone: float | None, generator: float | None) -> str:
+    """A saturated side is named even when the other side's CPU is unknown (a remote backbone without metrics)."""
+    known = {side: share for side, share in (("backbone", backbone), ("load generator", generator)) if share is not None}
+    saturated = [side for side, share in known.items() if share >= SATURATED]
+    if len(saturated) == 2:
+        return "both"
+    if saturated:
+        return saturated[0]
+    return "neither" if len(known) == 2 else "unknown"
+
+
+def percent(share: float | None) -> str:
+    """A share of one core for the terminal: "35%", or "-" when not known."""
+    return "-" if share is None else f"{share:.0%}"
+
+
+def describe(load: PhaseLoad) -> str:
+    """One line for the terminal: which side was the limit, and the busiest process of each."""
+    limit = {"unknown": "not known (CPU samples missing)", "neither": "neither side saturated",
+             "both": "both sides saturated"}.get(load.saturated, f"the {load.saturated} saturated")
+    line = (f"the limit: {limit} (busiest backbone process {percent(load.backbone_busiest)} of a core, "
+            f"busiest Locust process {percent(load.generator_busiest)})")
+    if load.backbone_us_per_message is not None:
+        line += f"; the backbone spent {load.backbone_us_per_message:.2f} us of CPU per message"
+    return line
+
+
+def annotate(summary: dict, steps: list[dict], samples: list[Sample]) -> None:
+    """Each phase's load into its steps.jsonl line (``load``); into the summary (``limit``), the load of the
+    phase that ended the search (the first unsustained one), or None when every phase was sustained."""
+    for step in steps:
+        step["load"] = phase_load(samples, step["t_start"], step["t_end"]).as_dict()
+    broken = summary.get("first_unsustained_phase")
+    summary["limit"] = next((step["load"] for step in steps if broken and step["name"] == broken["name"]), None)

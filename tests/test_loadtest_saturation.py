@@ -1,0 +1,87 @@
+"""Which side of a load test saturated: from CPU samples to the verdict per phase."""
+from __future__ import annotations
+
+import pytest
+
+from fyrehose.loadtest.saturation import SATURATED, PhaseLoad, Sample, describe, phase_load
+
+BACKBONE = 'fyrehose_process_cpu_seconds_total{process="backbone"}'
+
+
+def line(t: float, backbone: float | None, sequenced: float | None, **generator: float) -> dict:
+    metrics = {}
+    if backbone is not None:
+        metrics[BACKBONE] = backbone
+    if sequenced is not None:
+        metrics["fyrehose_pushes_total"] = sequenced
+    return {"t": t, "metrics": metrics, "generator_cpu_seconds": generator}
+
+
+def samples(*lines: dict) -> list[Sample]:
+    return [Sample.from_line(item) for item in lines]
+
+
+def test_a_busy_load_generator_beside_an_idle_backbone_is_the_limit():
+    run = samples(line(100.0, 10.0, 1_000_000, locust=50.0), line(101.0, 10.3, 1_500_000, locust=50.5),
+                  line(105.0, 11.5, 3_500_000, locust=54.8))
+    load = phase_load(run, 100.0, 105.0)
+    assert load.backbone_busiest == pytest.approx(0.3)
+    assert load.generator_busiest == pytest.approx(0.96)
+    assert load.backbone_us_per_message == pytest.approx(1.5 / 2_500_000 * 1e6)
+    assert load.saturated == "load generator"
+    assert "the load generator saturated" in describe(load) and "96%" in describe(load) and "0.60 us" in describe(load)
+
+
+def test_the_busiest_process_of_each_side_counts_and_the_backbone_cost_sums_its_processes():
+    sequencer = 'fyrehose_process_cpu_seconds_total{process="sequencer"}'
+    first = line(0.0, 1.0, 0, **{"locust": 1.0, "locust-worker-1": 1.0})
+    last = line(10.0, 4.0, 10_000_000, **{"locust": 2.0, "locust-worker-1": 10.5})
+    first["metrics"][sequencer], last["metrics"][sequencer] = 0.0, 9.5
+    load = phase_load(samples(first, last), 0.0, 10.0)
+    assert load.backbone_busiest == pytest.approx(0.95)  # the sequencer, not the receive worker
+    assert load.generator_busiest == pytest.approx(0.95)  # the worker, not the master
+    assert load.backbone_us_per_message == pytest.approx((3.0 + 9.5) / 10_000_000 * 1e6)
+    assert load.saturated == "both"
+
+
+def test_only_the_samples_within_the_phase_count():
+    run = samples(line(0.0, 0.0, 0, locust=0.0), line(10.0, 1.0, 100, locust=1.0),
+                  line(11.0, 1.95, 200, locust=1.1), line(20.0, 1.95, 200, locust=1.1))
+    load = phase_load(run, 10.0, 11.0)
+    assert load.backbone_busiest == pytest.approx(0.95) and load.saturated == "backbone"
+
+
+@pytest.mark.parametrize("lines", [
+    [],
+    [line(5.0, 1.0, 10, locust=1.0)],  # one sample: no interval
+    [line(5.0, 1.0, 10, locust=1.0), line(5.0, 2.0, 20, locust=2.0)],  # no time between them
+])
+def test_too_few_samples_say_unknown_rather_than_guess(lines):
+    load = phase_load(samples(*lines), 0.0, 10.0)
+    assert load == PhaseLoad(None, None, None, "unknown")
+    assert "not known" in describe(load)
+
+
+def test_without_the_backbones_metrics_a_saturated_generator_is_still_named():
+    run = samples(line(0.0, None, None, locust=0.0), line(5.0, None, None, locust=4.9))
+    assert phase_load(run, 0.0, 5.0).saturated == "load generator"
+    idle = samples(line(0.0, None, None, locust=0.0), line(5.0, None, None, locust=1.0))
+    load = phase_load(idle, 0.0, 5.0)
+    assert load.saturated == "unknown" and load.backbone_us_per_message is None
+
+
+def test_neither_side_busy():
+    run = samples(line(0.0, 0.0, 0, locust=0.0), line(10.0, SATURATED * 10 - 0.5, 1000, locust=2.0))
+    load = phase_load(run, 0.0, 10.0)
+    assert load.saturated == "neither" and "neither side saturated" in describe(load)
+
+
+def test_a_process_that_appeared_or_went_away_during_the_phase_is_left_out():
+    first = line(0.0, 0.0, 0, locust=0.0)
+    last = line(10.0, 1.0, 1000, **{"locust": 1.0, "locust-worker-2": 9.9})
+    assert phase_load(samples(first, last), 0.0, 10.0).generator_busiest == pytest.approx(0.1)
+
+
+def test_a_counter_that_did_not_move_gives_no_cost_per_message():
+    run = samples(line(0.0, 0.0, 500, locust=0.0), line(10.0, 1.0, 500, locust=1.0))
+    assert phase_load(run, 0.0, 10.0).backbone_us_per_message is None
