@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from fyrehose.durable import replace_atomically
 from fyrehose.errors import CommandFailed, InputError
 from fyrehose.loadtest.results import render
-from fyrehose.loadtest.saturation import Sample, annotate
+from fyrehose.loadtest.saturation import annotate, read_samples
 from fyrehose.loadtest.settings import LoadSettings, add_setting_arguments
 from fyrehose.process import ChildProcess
 from fyrehose.readiness import free_port
@@ -89,7 +89,7 @@ def _read_results(out: Path) -> tuple[dict, list[dict]]:
     steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines() if line]
     metrics = out / "metrics.jsonl"
     lines = metrics.read_text().splitlines() if metrics.exists() else []
-    annotate(summary, steps, [Sample.from_line(json.loads(line)) for line in lines if line])
+    annotate(summary, steps, read_samples(lines))
     replace_atomically(out / "steps.jsonl", "".join(json.dumps(step) + "\n" for step in steps).encode())
     replace_atomically(out / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
     return summary, steps

@@ -18,6 +18,9 @@ Pure: samples and phase times in, figures out.
 """
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 SATURATED = 0.8  # share of one core from which a process is the limit
@@ -37,8 +40,29 @@ class Sample:
     @classmethod
     def from_line(cls, line: dict) -> Sample:
         metrics = line.get("metrics") or {}
-        backbone = {key[len(BACKBONE_CPU):]: value for key, value in metrics.items() if key.startswith(BACKBONE_CPU)}
-        return cls(float(line["t"]), backbone, metrics.get(SEQUENCED), dict(line.get("generator_cpu_seconds") or {}))
+        backbone = {key[len(BACKBONE_CPU):]: _number(value) for key, value in metrics.items()
+                    if key.startswith(BACKBONE_CPU)}
+        sequenced = metrics.get(SEQUENCED)
+        generator = {str(name): _number(value) for name, value in (line.get("generator_cpu_seconds") or {}).items()}
+        return cls(_number(line["t"]), backbone, None if sequenced is None else _number(sequenced), generator)
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"not a number: {value!r}")
+    return float(value)
+
+
+def read_samples(lines: Iterable[str]) -> list[Sample]:
+    """The samples of metrics.jsonl's lines; a line that is not one (cut short, edited) is left out."""
+    samples = []
+    for text in lines:
+        try:
+            line = json.loads(text)
+            samples.append(Sample.from_line(line))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            continue
+    return samples
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,13 @@
 """Which side of a load test saturated: from CPU samples to the verdict per phase."""
 from __future__ import annotations
 
-import pytest
+import json
 
-from fyrehose.loadtest.saturation import SATURATED, PhaseLoad, Sample, describe, phase_load
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fyrehose.loadtest.saturation import SATURATED, PhaseLoad, Sample, describe, phase_load, read_samples
 
 BACKBONE = 'fyrehose_process_cpu_seconds_total{process="backbone"}'
 
@@ -85,3 +89,23 @@ def test_a_process_that_appeared_or_went_away_during_the_phase_is_left_out():
 def test_a_counter_that_did_not_move_gives_no_cost_per_message():
     run = samples(line(0.0, 0.0, 500, locust=0.0), line(10.0, 1.0, 500, locust=1.0))
     assert phase_load(run, 0.0, 10.0).backbone_us_per_message is None
+
+
+def test_lines_that_are_not_samples_are_left_out():
+    good = json.dumps(line(1.0, 2.0, 3, locust=4.0))
+    lines = [good, good[:-5], "", "[]", "{}", '{"t": "soon"}', '{"t": 1, "metrics": [1]}',
+             '{"t": 1, "metrics": {"fyrehose_process_cpu_seconds_total": "x"}}', '{"t": NaN}',
+             '{"t": 2, "generator_cpu_seconds": {"locust": true}}', "\x00\xff", good]
+    assert read_samples(lines) == [Sample(1.0, {'{process="backbone"}': 2.0}, 3.0, {"locust": 4.0})] * 2
+
+
+@given(st.lists(st.one_of(st.text(max_size=80), st.builds(json.dumps, st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(
+        ["t", "metrics", "generator_cpu_seconds", BACKBONE, "locust", "fyrehose_pushes_total"]), inner, max_size=4),
+    max_leaves=12))), max_size=20))
+@settings(max_examples=300, deadline=None)
+def test_any_lines_read_without_crashing_and_phase_loads_follow(lines):
+    samples = read_samples(lines)
+    load = phase_load(samples, -1e300, 1e300)
+    assert load.saturated in {"backbone", "load generator", "both", "neither", "unknown"}
