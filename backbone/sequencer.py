@@ -187,6 +187,7 @@ class Sequencer:
         if out.sends:
             send_all(self.sock, out.sends, backbone.counters)
             self.counter_block.store(backbone.counters)
+        backbone.keep_recent()  # after the fan-out workers were rung and the answers sent
         return bool(order)
 
     def _append_record(self, count: int, step: int, body: bytes | memoryview) -> None:

@@ -93,6 +93,7 @@ class SingleProcessBackbone:
             self.reservations.submit(out.reserve)
         self.reservations.cover(self.backbone.sequence.last_issued)
         send_all(self.sock, out.sends, self.backbone.counters)
+        self.backbone.keep_recent()
 
     def _close(self) -> None:
         if self._metrics:
