@@ -19,6 +19,7 @@ from fyrehose import codec
 _RUN = codec.MAX_DATAGRAM // codec.FRAME_HEADER + 1  # most frames one datagram can hold
 _DELIVER_RUN = bytes([codec.DELIVER]) * _RUN
 _ZERO_RUN = bytes(_RUN)
+_ZERO_TAG = bytes(codec.FRAME_HEADER - 3)
 _CONFIRM_RUN = bytes([codec.CONFIRM]) * _RUN
 
 
@@ -29,6 +30,8 @@ def uniform_frames(datagram: bytes | bytearray | memoryview) -> int:
 
 def untagged(datagram: bytes | bytearray | memoryview, step: int) -> bool:
     """Whether no frame of a uniform datagram (frames of ``step`` bytes) carries a tag."""
+    if len(datagram) == step:  # one frame (the latency path at low rates): one comparison, not six
+        return datagram[3:codec.FRAME_HEADER] == _ZERO_TAG
     zeros = _ZERO_RUN[:len(datagram) // step]
     return all(datagram[offset::step] == zeros for offset in range(3, codec.FRAME_HEADER))
 
