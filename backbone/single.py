@@ -67,7 +67,7 @@ class SingleProcessBackbone:
                 poller.poll(IDLE_POLL_MS)
                 now = time.monotonic()
                 drained = 0
-                for _ in range(DRAIN_LIMIT):
+                for taken in range(DRAIN_LIMIT):
                     try:
                         data, source = recvfrom(RECV_SIZE)
                     except BlockingIOError:
@@ -79,6 +79,8 @@ class SingleProcessBackbone:
                     drained += len(data)
                     if drained >= DRAIN_BYTES:
                         break
+                    if not taken and not poller.poll(0):  # a datagram alone (an idle backbone): answer it now,
+                        break  # without the failing read that ends a drain (0.9 us against 2.8 here)
                 if backbone.pending():
                     self._flush(now)
             self._flush(time.monotonic())
