@@ -341,6 +341,8 @@ class Backbone:
         """The reservation to persist, then ACKs, FORWARDs and CONFIRMs (packed for BATCH clients); no DELIVERs."""
         self.keep_recent()  # a driver that never calls it still holds no more than one flush's frames
         out = Outbox()
+        if not (self._control or self._confirms or self._redeliveries or self.sequence.unpersisted):
+            return out  # the usual flush of a subscriber's-only traffic: nothing but DELIVERs
         if self._redeliveries and now is not None:
             self._redeliver(now)
         if self.sequence.unpersisted:
@@ -382,10 +384,13 @@ class Backbone:
                 for frame in entry.frames():
                     sends.extend((frame, addr) for addr in plain)
         if batch:
-            for parts in batch_parts(log, self.batch_bytes):
-                datagram = join_parts(parts)
-                sends.extend((datagram, addr) for addr in batch)
-        messages = sum(entry.count for entry in log)
+            if len(log) == 1 and len(log[0].view) <= self.batch_bytes:  # one datagram in, one out: as it is
+                sends.extend((log[0].view, addr) for addr in batch)
+            else:
+                for parts in batch_parts(log, self.batch_bytes):
+                    datagram = join_parts(parts)
+                    sends.extend((datagram, addr) for addr in batch)
+        messages = log[0].count if len(log) == 1 else sum(entry.count for entry in log)
         self.counters["delivered"] += messages * (len(plain) + len(batch))
         self.counters["datagrams out"] += len(sends)
         sends.extend(control)
