@@ -60,8 +60,8 @@ def read_samples(lines: Iterable[str]) -> list[Sample]:
         try:
             line = json.loads(text)
             samples.append(Sample.from_line(line))
-        except (ValueError, TypeError, KeyError, AttributeError):
-            continue
+        except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, RecursionError):
+            continue  # ArithmeticError: a number too large for a float; RecursionError: nesting too deep
     return samples
 
 

@@ -95,7 +95,8 @@ def test_lines_that_are_not_samples_are_left_out():
     good = json.dumps(line(1.0, 2.0, 3, locust=4.0))
     lines = [good, good[:-5], "", "[]", "{}", '{"t": "soon"}', '{"t": 1, "metrics": [1]}',
              '{"t": 1, "metrics": {"fyrehose_process_cpu_seconds_total": "x"}}', '{"t": NaN}',
-             '{"t": 2, "generator_cpu_seconds": {"locust": true}}', "\x00\xff", good]
+             '{"t": 2, "generator_cpu_seconds": {"locust": true}}', "\x00\xff", '{"t": ' + "9" * 400 + "}",
+             "[" * 100_000 + "]" * 100_000, good]
     assert read_samples(lines) == [Sample(1.0, {'{process="backbone"}': 2.0}, 3.0, {"locust": 4.0})] * 2
 
 
