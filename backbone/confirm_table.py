@@ -85,12 +85,6 @@ class SharedConfirmTable:
         """Whether any of ``tags`` from ``source`` is remembered."""
         return self._cache.known(source, tags)
 
-    def remember(self, source: Address, tag: int, seq: int, now: float) -> None:
-        self.remember_runs(source, [(tag, 1, seq)], now)
-
-    def remember_many(self, source: Address, confirmed: Iterable[tuple[int, int]], now: float) -> None:
-        self.remember_runs(source, codec.pair_runs(confirmed), now)
-
     def remember_runs(self, source: Address, runs: list[codec.Run], now: float) -> None:
         """Remember one datagram's runs from ``source``: in the heap, then in the ring."""
         count = len(runs)

@@ -14,11 +14,11 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fyrehose.addresses import Address
-from fyrehose.codec import Run, pair_runs
+from fyrehose.codec import Run
 
 
 @dataclass(slots=True, eq=False)
@@ -64,11 +64,7 @@ class _SourceSpans:
         if self.spans.get(span.first) is not span:
             return
         del self.spans[span.first]
-        firsts = self.firsts
-        if firsts[0] == span.first:
-            del firsts[0]
-        else:
-            del firsts[bisect_right(firsts, span.first) - 1]
+        del self.firsts[bisect_right(self.firsts, span.first) - 1]
 
     def clear_range(self, low: int, end: int) -> list[_Span]:
         """Forget tags ``low`` up to ``end`` (the latest remembering wins); the pieces split off to the right."""
@@ -114,13 +110,6 @@ class ConfirmCache:
         if not spans.overlaps(min(tags), max(tags)):
             return False
         return any(spans.find(tag) for tag in tags)
-
-    def remember(self, source: Address, tag: int, seq: int, now: float) -> None:
-        self.remember_runs(source, [(tag, 1, seq)], now)
-
-    def remember_many(self, source: Address, confirmed: Iterable[tuple[int, int]], now: float) -> None:
-        """Remember each (tag, sequence) of one datagram from ``source``."""
-        self.remember_runs(source, pair_runs(confirmed), now)
 
     def remember_runs(self, source: Address, runs: list[Run], now: float) -> None:
         """Remember one datagram's runs from ``source``; the oldest and the expired datagrams go."""

@@ -103,8 +103,7 @@ class ReservationWriter:
 
     def cover(self, value: int) -> None:
         """Return once every number up to ``value`` is durably reserved; StateError if it cannot be."""
-        if self._failure is not None:
-            raise StateError(f"cannot persist the sequence reservation in {self.state.directory}: {self._failure}")
+        self._raise_failure()
         if value <= self.durable:
             return
         with self._changed:
@@ -114,7 +113,11 @@ class ReservationWriter:
                 if not self._thread.is_alive():
                     raise StateError("the sequence reservation writer stopped")
                 self._changed.wait(0.1)
-        self.cover(value)  # raises the failure, if that is what ended the wait
+        self._raise_failure()  # the failure, if that is what ended the wait
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise StateError(f"cannot persist the sequence reservation in {self.state.directory}: {self._failure}")
 
     def close(self) -> None:
         """Finish the write under way (and any submitted) and stop the thread."""

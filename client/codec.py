@@ -273,14 +273,14 @@ def consecutive_u48_columns(first: int, count: int) -> list[bytes]:
     """
     low = first & 0xFFFF
     end = low + count
-    if end <= 1 << 16:  # the low 16 bits do not wrap: one top for all (the usual case)
-        top = (first >> 16).to_bytes(4, "big")
-        return [top[k:k + 1] * count for k in range(4)] + [_HIGH_BYTES[low:end], _LOW_BYTES[low:end]]
     if end <= len(_HIGH_BYTES):
         columns_45 = [_HIGH_BYTES[low:end], _LOW_BYTES[low:end]]
     else:  # more numbers than the table cycles through: only very large columns
         cycles = end // (1 << 16) + 1
         columns_45 = [(_HIGH_BYTES[:1 << 16] * cycles)[low:end], (_LOW_BYTES[:1 << 16] * cycles)[low:end]]
+    if end <= 1 << 16:  # the low 16 bits do not wrap: one top for all (the usual case)
+        top = (first >> 16).to_bytes(4, "big")
+        return [top[k:k + 1] * count for k in range(4)] + columns_45
     stretches = []  # (top four bytes, how many numbers have them)
     high, left, length = first >> 16, count, (1 << 16) - low
     while left:
@@ -323,11 +323,6 @@ def consecutive_u48(data: bytes | bytearray | memoryview, offset: int, step: int
     return first
 
 
-def decode_confirm_columns(datagram: bytes | bytearray | memoryview) -> tuple[array, array]:
-    """The tags and the sequences of a datagram of packed CONFIRM frames; ``ProtocolError`` if any is not one."""
-    return _confirm_columns(datagram, _confirm_count(datagram))
-
-
 def _confirm_columns(datagram: bytes | bytearray | memoryview, count: int) -> tuple[array, array]:
     tags = u48_column(datagram, 1, CONFIRM_SIZE, count)
     seqs = u48_column(datagram, 7, CONFIRM_SIZE, count)
@@ -338,7 +333,7 @@ def _confirm_columns(datagram: bytes | bytearray | memoryview, count: int) -> tu
 
 def decode_confirms(datagram: bytes | bytearray | memoryview) -> list[tuple[int, int]]:
     """The (tag, sequence) pairs of a datagram of packed CONFIRM frames; ``ProtocolError`` if any is not one."""
-    return list(zip(*decode_confirm_columns(datagram)))
+    return list(zip(*_confirm_columns(datagram, _confirm_count(datagram))))
 
 
 Run = tuple[int, int, int]  # (first tag, count, first sequence): tags first.. got sequences first sequence..

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from fyrehose import Client, codec
 from fyrehose.backbone.confirm_table import SharedConfirmTable
-from fyrehose.backbone.confirms import ConfirmCache, pair_runs
+from fyrehose.backbone.confirms import ConfirmCache
 from fyrehose.process import wait_until
 from fyrehose.tracker import Lost, Message
 
@@ -28,12 +28,17 @@ def table(slots: int = 1024, max_age: float = 30.0, region: memoryview | None = 
 MARGIN = 8
 
 
+def remember(confirmed: ConfirmCache | SharedConfirmTable, source, pairs, now: float) -> None:
+    """(tag, sequence) pairs of one datagram from ``source``, as the backbone hands them over: as runs."""
+    confirmed.remember_runs(source, codec.pair_runs(pairs), now)
+
+
 @given(st.lists(st.tuples(st.sampled_from(SOURCES), st.integers(1, codec.MAX_TAG), st.integers(1, 1 << 48)),
                 max_size=60))
 def test_what_was_just_remembered_is_found_and_the_latest_wins(operations):
     confirmed = table()
     for now, (source, tag, seq) in enumerate(operations):
-        confirmed.remember(source, tag, seq, float(now))
+        remember(confirmed, source, [(tag, seq)], float(now))
         assert confirmed.lookup(source, tag) == seq
     assert confirmed.lookup(("192.0.2.1", 1), 1) is None
 
@@ -48,7 +53,7 @@ def test_a_restarted_table_answers_what_the_ring_still_holds_after_wrapping(entr
     now = time.monotonic()
     for index in range(0, len(entries), per_datagram):
         for source, tag in entries[index:index + per_datagram]:
-            first.remember_many(source, [(tag, 1000 + entries.index((source, tag)))], now)
+            remember(first, source, [(tag, 1000 + entries.index((source, tag)))], now)
     restarted = table(slots, region=region)
     kept = entries[-(slots - MARGIN):]
     assert all(restarted.lookup(source, tag) == 1000 + entries.index((source, tag)) for source, tag in kept)
@@ -59,8 +64,8 @@ def test_a_restarted_table_answers_what_the_ring_still_holds_after_wrapping(entr
 def test_expired_records_are_not_replayed():
     region = memoryview(bytearray(SharedConfirmTable.region_size(64)))
     first = table(64, max_age=10.0, region=region)
-    first.remember(SOURCES[0], 1, 11, time.monotonic() - 60)
-    first.remember(SOURCES[1], 2, 22, time.monotonic())
+    remember(first, SOURCES[0], [(1, 11)], time.monotonic() - 60)
+    remember(first, SOURCES[1], [(2, 22)], time.monotonic())
     restarted = table(64, max_age=10.0, region=region)
     assert restarted.lookup(SOURCES[0], 1) is None
     assert restarted.lookup(SOURCES[1], 2) == 22
@@ -69,9 +74,9 @@ def test_expired_records_are_not_replayed():
 def test_records_past_the_head_are_never_replayed():
     region = memoryview(bytearray(SharedConfirmTable.region_size(64)))
     first = table(64, region=region)
-    first.remember_many(SOURCES[2], [(7, 70), (8, 80)], time.monotonic())
+    remember(first, SOURCES[2], [(7, 70), (8, 80)], time.monotonic())
     head = region.cast("Q")[0]
-    first.remember_many(SOURCES[2], [(9, 90)], time.monotonic())
+    remember(first, SOURCES[2], [(9, 90)], time.monotonic())
     region.cast("Q")[0] = head  # a writer killed after copying the record, before moving the head
     restarted = table(64, region=region)
     assert (restarted.lookup(SOURCES[2], 7), restarted.lookup(SOURCES[2], 8)) == (70, 80)
@@ -81,8 +86,8 @@ def test_records_past_the_head_are_never_replayed():
 def test_tags_of_numbers_never_published_are_not_replayed():
     region = memoryview(bytearray(SharedConfirmTable.region_size(64)))
     first = table(64, region=region)
-    first.remember_many(SOURCES[0], [(1, 10), (2, 11)], time.monotonic())
-    first.remember_many(SOURCES[0], [(3, 12), (4, 13)], time.monotonic())  # sequenced, then killed before publishing
+    remember(first, SOURCES[0], [(1, 10), (2, 11)], time.monotonic())
+    remember(first, SOURCES[0], [(3, 12), (4, 13)], time.monotonic())  # sequenced, then killed before publishing
     restarted = SharedConfirmTable(region, 64, margin=4, published=11)
     assert [restarted.lookup(SOURCES[0], tag) for tag in (1, 2, 3, 4)] == [10, 11, None, None]
 
@@ -100,7 +105,7 @@ def test_a_batch_is_one_record_and_a_restart_keeps_only_its_published_part():
 
 def test_a_datagram_cannot_outgrow_the_margin():
     with pytest.raises(ValueError):
-        table(64).remember_many(SOURCES[0], [(2 * tag, tag) for tag in range(1, MARGIN + 2)], 0.0)  # a run each
+        remember(table(64), SOURCES[0], [(2 * tag, tag) for tag in range(1, MARGIN + 2)], 0.0)  # a run each
 
 
 def _confirms(sock: socket.socket, seen: dict[int, set[int]], wait: float) -> None:
@@ -177,14 +182,14 @@ def test_a_retried_push_is_never_sequenced_twice_across_a_sequencer_kill_9(backb
 
 def test_the_cache_forgets_whole_datagrams_oldest_first_by_count_of_runs_and_by_age():
     cache = ConfirmCache(capacity=3, max_age=10.0)
-    cache.remember_many(SOURCES[0], [(1, 11), (2, 12), (3, 13)], 0.0)  # a batch: one run
-    cache.remember_many(SOURCES[1], [(1, 21), (3, 22)], 1.0)  # two runs
+    remember(cache, SOURCES[0], [(1, 11), (2, 12), (3, 13)], 0.0)  # a batch: one run
+    remember(cache, SOURCES[1], [(1, 21), (3, 22)], 1.0)  # two runs
     assert len(cache) == 5 and cache.known(SOURCES[0], [9, 3]) and not cache.known(SOURCES[0], [4, 5])
     assert cache.known(SOURCES[1], range(2, 4)) and not cache.known(SOURCES[1], range(4, 100))
-    cache.remember_many(SOURCES[0], [(4, 14)], 2.0)  # over capacity: the oldest datagram goes whole
+    remember(cache, SOURCES[0], [(4, 14)], 2.0)  # over capacity: the oldest datagram goes whole
     assert [cache.lookup(SOURCES[0], tag) for tag in (1, 2, 3, 4)] == [None, None, None, 14]
     assert [cache.lookup(SOURCES[1], tag) for tag in (1, 2, 3)] == [21, None, 22]
-    cache.remember(SOURCES[2], 5, 35, 11.5)  # 10 s after the second datagram: it expired
+    remember(cache, SOURCES[2], [(5, 35)], 11.5)  # 10 s after the second datagram: it expired
     assert cache.lookup(SOURCES[1], 1) is None and cache.lookup(SOURCES[0], 4) == 14
     assert not cache.known(SOURCES[1], [1, 2, 3])
 
@@ -208,7 +213,7 @@ def test_remembering_a_tag_again_splits_the_older_run_and_the_latest_wins():
 
 @given(st.lists(st.tuples(st.integers(1, 30), st.integers(1, 1 << 40)), max_size=50))
 def test_runs_hold_exactly_the_pairs_they_were_made_of(pairs):
-    runs = pair_runs(pairs)
+    runs = codec.pair_runs(pairs)
     assert [(tag + i, seq + i) for tag, count, seq in runs for i in range(count)] == pairs
     assert all(count >= 1 for _, count, _ in runs)
 
@@ -220,7 +225,7 @@ def test_the_cache_answers_the_latest_sequence_of_every_tag_it_still_holds(datag
     latest = {}
     for now, (source, tags) in enumerate(datagrams):
         pairs = [(tag, 1000 * now + index) for index, tag in enumerate(tags)]
-        cache.remember_many(source, pairs, float(now))
+        remember(cache, source, pairs, float(now))
         latest.update({(source, tag): seq for tag, seq in pairs})
     assert all(cache.lookup(source, tag) == seq for (source, tag), seq in latest.items())
     assert len(cache) == len(latest)
