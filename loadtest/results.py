@@ -140,7 +140,7 @@ def render(summary: dict, steps: list[dict]) -> str:
         f"fyrehose loadtest: {summary['shape']} shape, {summary['users']} publishers{batches}, "
         f"{summary['subscribers']} subscribers, backbone {summary['backbone']}",
         f"{'phase':<16} {'offered/s':>10} {'delivered/s':>12} {'loss before':>12} {'loss after':>11} "
-        f"{'p50 ms':>8} {'p99 ms':>8} {'cpu bb':>7} {'cpu gen':>7}  sustained",
+        f"{'p50 ms':>8} {'p99 ms':>8} {'cpu bb':>7} {'cpu gen':>7} {'cpu host':>8}  sustained",
     ]
     for step in steps:
         load = step.get("load") or {}
@@ -148,7 +148,8 @@ def render(summary: dict, steps: list[dict]) -> str:
             f"{step['name']:<16} {step['offered_rate']:>10.0f} {step['delivered_rate']:>12.1f} "
             f"{step['loss_before_recovery']:>12.3%} {step['loss_after_recovery']:>11.3%} "
             f"{_ms(step['p50_ms']):>8} {_ms(step['p99_ms']):>8} "
-            f"{percent(load.get('backbone_busiest')):>7} {percent(load.get('generator_busiest')):>7}  "
+            f"{percent(load.get('backbone_busiest')):>7} {percent(load.get('generator_busiest')):>7} "
+            f"{percent(load.get('host_busy')):>8}  "
             + ("yes" if step["sustained"] else "no: " + "; ".join(step["reasons"]))
         )
     lines.append(

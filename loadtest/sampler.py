@@ -1,12 +1,14 @@
-"""Samples the backbone's metrics endpoint and the load generator's CPU once a second into metrics.jsonl.
+"""Samples the backbone's metrics endpoint, the load generator's CPU and this host's CPU once a second into
+metrics.jsonl.
 
 One JSON object per line, ``{"t": unix_seconds, "metrics": {"name{labels}": value},
-"generator_cpu_seconds": {"locust": seconds, ...}}``, so the capacity report
-can line the backbone's counters (pushes, drops, CPU) up with Locust's
-per-second history, and tell which side ran out of CPU
-(:mod:`fyrehose.loadtest.saturation`).  Without a metrics URL (a backbone
-given by address only) ``metrics`` stays empty.  A failed scrape is counted,
-not fatal: the load test goes on without that sample.
+"generator_cpu_seconds": {"locust": seconds, ...}, "host_cpu_seconds": {"user": seconds, "idle": seconds,
+...}}``, so the capacity report can line the backbone's counters (pushes,
+drops, CPU) up with Locust's per-second history, and tell which side ran out
+of CPU, or that this host's cores did (:mod:`fyrehose.loadtest.saturation`).
+Without a metrics URL (a backbone given by address only) ``metrics`` stays
+empty.  A failed scrape is counted, not fatal: the load test goes on without
+that sample.
 """
 from __future__ import annotations
 
@@ -66,7 +68,8 @@ class MetricsSampler:
                         self.errors += 1
                         self.last_error = str(exc)
                         continue
-                line = {"t": time.time(), "metrics": samples, "generator_cpu_seconds": self._cpu_seconds()}
+                line = {"t": time.time(), "metrics": samples, "generator_cpu_seconds": self._cpu_seconds(),
+                        "host_cpu_seconds": psutil.cpu_times()._asdict()}
                 out.write(json.dumps(line) + "\n")
                 out.flush()
                 self.samples += 1

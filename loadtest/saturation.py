@@ -1,4 +1,5 @@
-"""Which side of a load test ran out of CPU in each phase: the backbone, the load generator, both or neither.
+"""Which side of a load test ran out of CPU in each phase: the backbone, the load generator, both, the host's
+cores, or none.
 
 A capacity search finds the rate at which *something* stopped keeping up.
 Where the Locust processes share the cores with the backbone, that is often
@@ -12,7 +13,10 @@ was the limit: a Python process runs on one core at most, and one busier
 than :data:`SATURATED` of it is at its limit already (a single event loop,
 Locust's gevent hub or the backbone's, then queues its work: its latency
 grows faster than its throughput; a Locust process that can go no faster
-measured 83-91 % here).
+measured 83-91 % here).  When no process is that busy but the host's cores
+are (:data:`HOST_SATURATED` of all its CPU time, the kernel's network
+processing included), the processes of both sides together used the machine
+up: the rate found is the host's, and the generator belongs on other hosts.
 
 Pure: samples and phase times in, figures out.
 """
@@ -23,19 +27,24 @@ import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from fyrehose.machine_cpu import busy_share
+
 SATURATED = 0.8  # share of one core from which a process is the limit
+HOST_SATURATED = 0.9  # share of all the host's CPU time from which its cores are the limit (as fyrehose bench judges)
 BACKBONE_CPU = "fyrehose_process_cpu_seconds_total"
 SEQUENCED = "fyrehose_pushes_total"
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One line of metrics.jsonl: CPU seconds so far of each backbone and each load-generator process."""
+    """One line of metrics.jsonl: CPU seconds so far of each backbone and each load-generator process, and of
+    the host."""
 
     t: float  # unix seconds
     backbone_cpu: dict[str, float]  # process label -> CPU seconds
     sequenced: float | None  # messages the backbone sequenced so far
     generator_cpu: dict[str, float]  # Locust process name -> CPU seconds
+    host_cpu: dict[str, float]  # psutil.cpu_times() field (user, idle, ...) -> seconds; empty in older files
 
     @classmethod
     def from_line(cls, line: dict) -> Sample:
@@ -44,7 +53,8 @@ class Sample:
                     if key.startswith(BACKBONE_CPU)}
         sequenced = metrics.get(SEQUENCED)
         generator = {str(name): _number(value) for name, value in (line.get("generator_cpu_seconds") or {}).items()}
-        return cls(_number(line["t"]), backbone, None if sequenced is None else _number(sequenced), generator)
+        host = {str(name): _number(value) for name, value in (line.get("host_cpu_seconds") or {}).items()}
+        return cls(_number(line["t"]), backbone, None if sequenced is None else _number(sequenced), generator, host)
 
 
 def _number(value: object) -> float:
@@ -70,7 +80,8 @@ class PhaseLoad:
     backbone_busiest: float | None  # share of one core of the busiest backbone process
     generator_busiest: float | None  # the same for the busiest Locust process
     backbone_us_per_message: float | None  # CPU of all the backbone's processes per message it sequenced
-    saturated: str  # "backbone", "load generator", "both", "neither", or "unknown" without the samples
+    saturated: str  # "backbone", "load generator", "both", "host", "neither", or "unknown" without the samples
+    host_busy: float | None = None  # share of all this host's CPU time that was busy (None: not sampled)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -97,17 +108,21 @@ def phase_load(samples: list[Sample], t_start: float, t_end: float) -> PhaseLoad
         spent = sum(last.backbone_cpu[name] - first.backbone_cpu[name]
                     for name in first.backbone_cpu.keys() & last.backbone_cpu.keys())
         cost = spent / (last.sequenced - first.sequenced) * 1e6
-    return PhaseLoad(backbone, generator, cost, _verdict(backbone, generator))
+    host = busy_share(first.host_cpu, last.host_cpu) if first.host_cpu and last.host_cpu else None
+    return PhaseLoad(backbone, generator, cost, _verdict(backbone, generator, host), host)
 
 
-def _verdict(backbone: float | None, generator: float | None) -> str:
-    """A saturated side is named even when the other side's CPU is unknown (a remote backbone without metrics)."""
+def _verdict(backbone: float | None, generator: float | None, host: float | None) -> str:
+    """A saturated process is named first, even when the other side's CPU is unknown (a remote backbone without
+    metrics); only when none is, a host whose cores were all busy."""
     known = {side: share for side, share in (("backbone", backbone), ("load generator", generator)) if share is not None}
     saturated = [side for side, share in known.items() if share >= SATURATED]
     if len(saturated) == 2:
         return "both"
     if saturated:
         return saturated[0]
+    if host is not None and host >= HOST_SATURATED:
+        return "host"
     return "neither" if len(known) == 2 else "unknown"
 
 
@@ -119,9 +134,11 @@ def percent(share: float | None) -> str:
 def describe(load: PhaseLoad) -> str:
     """One line for the terminal: which side was the limit, and the busiest process of each."""
     limit = {"unknown": "not known (CPU samples missing)", "neither": "neither side saturated",
-             "both": "both sides saturated"}.get(load.saturated, f"the {load.saturated} saturated")
+             "both": "both sides saturated",
+             "host": "this host's cores saturated"}.get(
+        load.saturated, f"the {load.saturated} saturated")
     line = (f"the limit: {limit} (busiest backbone process {percent(load.backbone_busiest)} of a core, "
-            f"busiest Locust process {percent(load.generator_busiest)})")
+            f"busiest Locust process {percent(load.generator_busiest)}, host {percent(load.host_busy)} busy)")
     if load.backbone_us_per_message is not None:
         line += f"; the backbone spent {load.backbone_us_per_message:.2f} us of CPU per message"
     return line

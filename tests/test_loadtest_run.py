@@ -90,6 +90,8 @@ def test_a_short_run_writes_every_result_and_loses_nothing(tmp_path):
     assert loads, steps  # 2 s phases, sampled every second
     assert all(load["backbone_busiest"] >= 0 and load["generator_busiest"] >= 0 for load in loads)
     assert all(load["backbone_us_per_message"] > 0 for load in loads)
+    assert all(0.0 <= load["host_busy"] <= 1.0 for load in loads)  # and the host's cores, from its CPU times
+    assert {"user", "system", "idle"} <= set(samples[-1]["host_cpu_seconds"])
     assert summary["limit"] is None  # every step sustained
 
 

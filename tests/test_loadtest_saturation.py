@@ -7,18 +7,36 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fyrehose.loadtest.saturation import SATURATED, PhaseLoad, Sample, describe, phase_load, read_samples
+from fyrehose.loadtest.saturation import (
+    HOST_SATURATED,
+    SATURATED,
+    PhaseLoad,
+    Sample,
+    describe,
+    phase_load,
+    read_samples,
+)
 
 BACKBONE = 'fyrehose_process_cpu_seconds_total{process="backbone"}'
 
 
-def line(t: float, backbone: float | None, sequenced: float | None, **generator: float) -> dict:
+def line(t: float, backbone: float | None, sequenced: float | None, host: dict | None = None,
+         **generator: float) -> dict:
     metrics = {}
     if backbone is not None:
         metrics[BACKBONE] = backbone
     if sequenced is not None:
         metrics["fyrehose_pushes_total"] = sequenced
-    return {"t": t, "metrics": metrics, "generator_cpu_seconds": generator}
+    found = {"t": t, "metrics": metrics, "generator_cpu_seconds": generator}
+    if host is not None:
+        found["host_cpu_seconds"] = host
+    return found
+
+
+def host(busy: float, idle: float) -> dict:
+    """psutil.cpu_times() fields of a host: ``busy`` seconds spread over user, system and softirq."""
+    return {"user": busy / 2, "system": busy / 4, "softirq": busy / 4, "idle": idle, "iowait": 0.0,
+            "guest": busy / 2}  # guest is counted in user already
 
 
 def samples(*lines: dict) -> list[Sample]:
@@ -80,6 +98,31 @@ def test_neither_side_busy():
     assert load.saturated == "neither" and "neither side saturated" in describe(load)
 
 
+def test_a_host_whose_cores_are_all_busy_is_the_limit_when_no_process_is():
+    # two cores for 10 s: the backbone at 45 % and two Locust workers at 70 % of a core, the kernel's softirq the rest
+    first = line(0.0, 0.0, 0, host=host(0.0, 0.0), **{"locust-worker-1": 0.0, "locust-worker-2": 0.0})
+    last = line(10.0, 4.5, 10_000_000, host=host(19.0, 1.0), **{"locust-worker-1": 7.0, "locust-worker-2": 7.0})
+    load = phase_load(samples(first, last), 0.0, 10.0)
+    assert load.host_busy == pytest.approx(0.95) and load.host_busy >= HOST_SATURATED
+    assert load.saturated == "host"
+    assert "this host's cores saturated" in describe(load) and "host 95% busy" in describe(load)
+
+
+def test_a_saturated_process_is_named_before_a_busy_host():
+    first = line(0.0, 0.0, 0, host=host(0.0, 0.0), locust=0.0)
+    last = line(10.0, 9.0, 10_000_000, host=host(19.5, 0.5), locust=9.0)
+    assert phase_load(samples(first, last), 0.0, 10.0).saturated == "both"
+
+
+def test_a_host_with_idle_cores_is_not_the_limit_and_older_files_without_its_times_still_judge():
+    first = line(0.0, 0.0, 0, host=host(0.0, 0.0), locust=0.0)
+    last = line(10.0, 4.0, 1000, host=host(12.0, 8.0), locust=6.0)
+    load = phase_load(samples(first, last), 0.0, 10.0)
+    assert load.host_busy == pytest.approx(0.6) and load.saturated == "neither"
+    older = phase_load(samples(line(0.0, 0.0, 0, locust=0.0), line(10.0, 4.0, 1000, locust=6.0)), 0.0, 10.0)
+    assert older.host_busy is None and older.saturated == "neither" and "host - busy" in describe(older)
+
+
 def test_a_process_that_appeared_or_went_away_during_the_phase_is_left_out():
     first = line(0.0, 0.0, 0, locust=0.0)
     last = line(10.0, 1.0, 1000, **{"locust": 1.0, "locust-worker-2": 9.9})
@@ -95,18 +138,20 @@ def test_lines_that_are_not_samples_are_left_out():
     good = json.dumps(line(1.0, 2.0, 3, locust=4.0))
     lines = [good, good[:-5], "", "[]", "{}", '{"t": "soon"}', '{"t": 1, "metrics": [1]}',
              '{"t": 1, "metrics": {"fyrehose_process_cpu_seconds_total": "x"}}', '{"t": NaN}',
-             '{"t": 2, "generator_cpu_seconds": {"locust": true}}', "\x00\xff", '{"t": ' + "9" * 400 + "}",
+             '{"t": 2, "generator_cpu_seconds": {"locust": true}}', '{"t": 2, "host_cpu_seconds": {"idle": "x"}}',
+             "\x00\xff", '{"t": ' + "9" * 400 + "}",
              "[" * 100_000 + "]" * 100_000, good]
-    assert read_samples(lines) == [Sample(1.0, {'{process="backbone"}': 2.0}, 3.0, {"locust": 4.0})] * 2
+    assert read_samples(lines) == [Sample(1.0, {'{process="backbone"}': 2.0}, 3.0, {"locust": 4.0}, {})] * 2
 
 
 @given(st.lists(st.one_of(st.text(max_size=80), st.builds(json.dumps, st.recursive(
     st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=10),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(
-        ["t", "metrics", "generator_cpu_seconds", BACKBONE, "locust", "fyrehose_pushes_total"]), inner, max_size=4),
+        ["t", "metrics", "generator_cpu_seconds", "host_cpu_seconds", BACKBONE, "locust", "fyrehose_pushes_total",
+         "idle", "user"]), inner, max_size=4),
     max_leaves=12))), max_size=20))
 @settings(max_examples=300, deadline=None)
 def test_any_lines_read_without_crashing_and_phase_loads_follow(lines):
     samples = read_samples(lines)
     load = phase_load(samples, -1e300, 1e300)
-    assert load.saturated in {"backbone", "load generator", "both", "neither", "unknown"}
+    assert load.saturated in {"backbone", "load generator", "both", "host", "neither", "unknown"}

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from fyrehose.machine_cpu import busy_share
 from fyrehose.tools.bench import stats
 from fyrehose.tools.bench.loadgen import LoadSpec, publisher_main, subscriber_main
 from fyrehose.tools.bench.search import RateSearch, StepOutcome
@@ -108,14 +109,6 @@ class _Child:
         self.conn.close()
 
 
-def _busy_percent(before, after) -> float:
-    """Share of all CPU time that was not idle between two ``psutil.cpu_times()`` readings."""
-    spent = {name: getattr(after, name) - getattr(before, name) for name in before._fields}
-    total = sum(spent[name] for name in before._fields if name not in ("guest", "guest_nice"))  # in user already
-    idle = spent["idle"] + spent.get("iowait", 0.0)
-    return 100.0 * (total - idle) / total if total > 0 else 0.0
-
-
 def _load_generators(children: list[_Child]) -> dict[str, psutil.Process]:
     found = {}
     for child in children:
@@ -194,7 +187,8 @@ class StepRunner:
             server.stop()
         wall = ended - began
         cpu = {name: 100.0 * (after[name] - before.get(name, 0.0)) / wall for name in after}
-        return self._result(rate, sent, received, cpu, _busy_percent(machine_before, machine_after))
+        machine_busy = 100.0 * busy_share(machine_before._asdict(), machine_after._asdict())
+        return self._result(rate, sent, received, cpu, machine_busy)
 
     def _spawn(self, name: str, main, spec: LoadSpec, children: list[_Child]) -> _Child:
         child = _Child(self.context, name, main, spec)
