@@ -28,6 +28,7 @@ from fyrehose.loadtest.tally import RunTally
 TALLY = "fyrehose:tally"
 TRUNCATE = "fyrehose:truncate"
 FINISH = "fyrehose:finish"
+LOCAL_NODE = "local"  # Locust's node id for the one process of a run without workers
 TALLY_INTERVAL = 1.0
 SETTLE = 0.5  # seconds after a phase ends and its last publish resolved, before its messages count
 LEAD_IN = 1.0  # seconds from Locust's test start to the first phase: users start (and subscribe) meanwhile
@@ -184,7 +185,7 @@ class Conductor:
             "users": settings.users,
             "subscribers": settings.subscribers,
             "batch": settings.batch,
-            "workers": settings.workers,
+            "workers": len(self.reports.keys() - {LOCAL_NODE}),  # those that reported, however they were started
             "rate": settings.rate,
             "duration_s": self.schedule.end,
             "backbone": settings.backbone,

@@ -17,6 +17,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from fyrehose.loadtest.coordination import (
     FINISH,
     LEAD_IN,
+    LOCAL_NODE,
     TALLY,
     TALLY_INTERVAL,
     TRUNCATE,
@@ -64,7 +65,7 @@ def _on_init(environment, runner, **_kwargs) -> None:
         conductor = Conductor(
             settings,
             broadcast=lambda kind, data: runner.send_message(kind, data),
-            expected_nodes=lambda: set(runner.clients.keys()) if isinstance(runner, MasterRunner) else {"local"},
+            expected_nodes=lambda: set(runner.clients.keys()) if isinstance(runner, MasterRunner) else {LOCAL_NODE},
         )
         environment.shape_class.conductor = conductor
         runner.register_message(TALLY, lambda environment, msg, **_: conductor.receive(msg.node_id, msg.data))

@@ -13,12 +13,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+import fyrehose.loadtest
 from fyrehose.process import ChildProcess
 
 from support import FYREHOSE, LOOPBACK, free_port, run_cli
@@ -68,7 +70,7 @@ def test_a_short_run_writes_every_result_and_loses_nothing(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert SUMMARY_FIELDS <= set(summary)
     assert (summary["shape"], summary["users"], summary["duration_s"]) == ("step", 2, 4)
-    assert summary["backbone"].startswith(LOOPBACK + ":") and summary["complete"]
+    assert summary["backbone"].startswith(LOOPBACK + ":") and summary["complete"] and summary["workers"] == 0
     assert summary["requests"] > 0 and summary["requests"] == int(rows[("PUSH", "publish")]["Request Count"])
     assert summary["messages_expected"] > 0
     assert summary["loss_after_recovery"] == 0 and summary["messages_lost_after_recovery"] == 0
@@ -140,6 +142,40 @@ def test_distributed_run_against_a_given_backbone_stops_at_the_first_failed_step
     assert (out / "locust-worker-1.log").exists()
     assert summary["limit"] == read_jsonl(out / "steps.jsonl")[0]["load"]  # the load of the step that broke
     assert "at step 1, the limit: " in output
+
+
+def test_the_documented_master_and_worker_commands_add_the_workers_up(tmp_path, backbone_factory):
+    """docs/loadtest.md's commands for a run across hosts, here on one: Locust's own master and workers, started
+    by hand with the same settings, judged by the master on every worker's tally."""
+    backbone = backbone_factory(workers=0)
+    locustfile = str(Path(fyrehose.loadtest.__file__).parent / "locustfile.py")
+    out = tmp_path / "out"
+    port = str(free_port())
+    settings = ["--fyrehose-backbone", backbone.address, "--fyrehose-batch", "20", "--fyrehose-shape", "step",
+                "--fyrehose-rate", "400", "--fyrehose-step-time", "2", "--fyrehose-duration", "4",
+                "--fyrehose-drain", "1"]
+    locust = [sys.executable, "-m", "locust", "-f", locustfile]
+    with ChildProcess(locust + ["--master", "--headless", "--expect-workers", "2", "--master-bind-host", LOOPBACK,
+                                "--master-bind-port", port, *settings, "--fyrehose-out", str(out)],
+                      tmp_path / "master.log") as master, \
+            ChildProcess(locust + ["--worker", "--master-host", LOOPBACK, "--master-port", port, *settings],
+                         tmp_path / "worker-1.log"), \
+            ChildProcess(locust + ["--worker", "--master-host", LOOPBACK, "--master-port", port, *settings],
+                         tmp_path / "worker-2.log"):
+        try:
+            code = master.proc.wait(RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == 0, master.output()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] and summary["workers"] == 2
+    assert summary["requests"] > 0 and summary["messages"] == 20 * summary["requests"]
+    assert summary["messages_expected"] >= 2 * summary["messages"]  # both subscribers, wherever they ran
+    assert summary["loss_after_recovery"] == 0
+    steps = read_jsonl(out / "steps.jsonl")
+    assert [step["offered_rate"] for step in steps] == [400, 800]
+    assert all(step["confirmed_rate"] == pytest.approx(step["offered_rate"], rel=0.25) for step in steps)
+    assert backbone.metric("fyrehose_pushes_total") >= summary["messages"]
 
 
 @pytest.mark.parametrize("args", [

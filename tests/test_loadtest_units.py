@@ -538,6 +538,7 @@ def test_the_conductor_stops_a_failing_step_drains_and_writes_the_results(tmp_pa
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["complete"] and summary["duration_s"] == pytest.approx(12.1)
     assert summary["max_sustained_rate"] == 0 and summary["backbone"] == settings.backbone
+    assert summary["workers"] == 2  # the workers that reported, whether or not the command started them
 
 
 def test_a_step_is_judged_only_after_its_slowest_publish_resolved(tmp_path):
