@@ -1,9 +1,9 @@
 """How busy the whole machine's CPUs were between two readings of its CPU-time counters.
 
 A process's own CPU seconds cannot tell that the cores ran out: on a small
-host the backbone, the load generators and the kernel's network processing
-(softirq, charged to no process of ours) share them.  The benchmark and the
-load test both judge "the machine saturated" from this one share.
+host the backbone, the load generators, anything else running and the
+kernel's network processing share them.  The benchmark and the load test
+both judge "the machine saturated" from this one share.
 """
 from __future__ import annotations
 

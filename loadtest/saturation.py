@@ -137,9 +137,8 @@ def percent(share: float | None) -> str:
 def describe(load: PhaseLoad) -> str:
     """One line for the terminal: which side was the limit, and the busiest process of each."""
     limit = {"unknown": "not known (CPU samples missing)", "neither": "neither side saturated",
-             "both": "both sides saturated",
-             "host": "this host's cores saturated"}.get(
-        load.saturated, f"the {load.saturated} saturated")
+             "both": "both sides saturated", "host": "this host's cores saturated"}.get(
+                 load.saturated, f"the {load.saturated} saturated")
     line = (f"the limit: {limit} (busiest backbone process {percent(load.backbone_busiest)} of a core, "
             f"busiest Locust process {percent(load.generator_busiest)}, host {percent(load.host_busy)} busy)")
     if load.backbone_us_per_message is not None:
