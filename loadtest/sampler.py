@@ -22,6 +22,7 @@ import psutil
 
 from fyrehose.fatal import guarded
 from fyrehose.loadtest.prometheus import parse_samples
+from fyrehose.machine_cpu import process_cpu_seconds
 
 SCRAPE_TIMEOUT = 2.0
 
@@ -68,18 +69,9 @@ class MetricsSampler:
                         self.errors += 1
                         self.last_error = str(exc)
                         continue
-                line = {"t": time.time(), "metrics": samples, "generator_cpu_seconds": self._cpu_seconds(),
+                line = {"t": time.time(), "metrics": samples,
+                        "generator_cpu_seconds": process_cpu_seconds(self._processes),  # an ended one left out
                         "host_cpu_seconds": psutil.cpu_times()._asdict()}
                 out.write(json.dumps(line) + "\n")
                 out.flush()
                 self.samples += 1
-
-    def _cpu_seconds(self) -> dict[str, float]:
-        seconds = {}
-        for name, process in self._processes.items():
-            try:
-                times = process.cpu_times()
-            except psutil.Error:
-                continue  # ended: left out from here on
-            seconds[name] = times.user + times.system
-        return seconds

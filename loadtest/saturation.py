@@ -106,10 +106,9 @@ def phase_load(samples: list[Sample], t_start: float, t_end: float) -> PhaseLoad
     backbone = _busiest(first.backbone_cpu, last.backbone_cpu, seconds)
     generator = _busiest(first.generator_cpu, last.generator_cpu, seconds)
     cost = None
-    if first.sequenced is not None and last.sequenced is not None and last.sequenced > first.sequenced \
-            and first.backbone_cpu.keys() & last.backbone_cpu.keys():
-        spent = sum(last.backbone_cpu[name] - first.backbone_cpu[name]
-                    for name in first.backbone_cpu.keys() & last.backbone_cpu.keys())
+    both = first.backbone_cpu.keys() & last.backbone_cpu.keys()  # backbone processes sampled at both ends
+    if first.sequenced is not None and last.sequenced is not None and last.sequenced > first.sequenced and both:
+        spent = sum(last.backbone_cpu[name] - first.backbone_cpu[name] for name in both)
         cost = spent / (last.sequenced - first.sequenced) * 1e6
     host = busy_share(first.host_cpu, last.host_cpu) if first.host_cpu and last.host_cpu else None
     return PhaseLoad(backbone, generator, cost, _verdict(backbone, generator, host), host)
@@ -130,7 +129,7 @@ def _verdict(backbone: float | None, generator: float | None, host: float | None
 
 
 def percent(share: float | None) -> str:
-    """A share of one core for the terminal: "35%", or "-" when not known."""
+    """A share (of one core, or of the whole host) for the terminal: "35%", or "-" when not known."""
     return "-" if share is None else f"{share:.0%}"
 
 

@@ -34,14 +34,20 @@ LOCUST_FILES = ["locust_stats.csv", "locust_stats_history.csv", "locust_failures
                 "report.html", "metrics.jsonl", "steps.jsonl", "summary.json"]
 
 
+def exit_status(child: ChildProcess) -> int:
+    """``child``'s exit status once it ends by itself, or -1 if it is still running after ``RUN_TIMEOUT`` (hung:
+    leaving its ``with`` block SIGTERMs it, which stops what it started)."""
+    try:
+        return child.proc.wait(RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return -1
+
+
 def loadtest(log: Path, *args: str) -> tuple[int, str]:
     """Run ``fyrehose loadtest`` to the end; its exit status and its output (stdout and stderr, in ``log``)."""
     with ChildProcess(FYREHOSE + ["loadtest", *args], log) as command:
-        try:
-            code = command.proc.wait(RUN_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            code = None  # hung: leaving the block SIGTERMs it, which stops what it started
-    return (code if code is not None else -1), command.output()
+        code = exit_status(command)
+    return code, command.output()
 
 
 def read_jsonl(path) -> list[dict]:
@@ -162,11 +168,7 @@ def test_the_documented_master_and_worker_commands_add_the_workers_up(tmp_path, 
                          tmp_path / "worker-1.log"), \
             ChildProcess(locust + ["--worker", "--master-host", LOOPBACK, "--master-port", port, *settings],
                          tmp_path / "worker-2.log"):
-        try:
-            code = master.proc.wait(RUN_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            code = None
-        assert code == 0, master.output()
+        assert exit_status(master) == 0, master.output()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] and summary["workers"] == 2
     assert summary["requests"] > 0 and summary["messages"] == 20 * summary["requests"]

@@ -1,10 +1,13 @@
 """The machine's busy share, as the benchmark and the load test both judge a host whose cores ran out."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import psutil
 import pytest
 
-from fyrehose.machine_cpu import busy_share
+from fyrehose.machine_cpu import busy_share, process_cpu_seconds
 
 
 def test_idle_and_iowait_are_idle_and_guest_time_is_not_counted_twice():
@@ -31,3 +34,11 @@ def test_real_readings_of_this_machine_give_a_share():
     sum(range(200_000))  # some time passes, some of it busy
     share = busy_share(before, psutil.cpu_times()._asdict())
     assert 0.0 <= share <= 1.0
+
+
+def test_each_process_reads_its_cpu_seconds_and_one_that_ended_is_left_out():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone = psutil.Process(child.pid)
+    child.wait(30)  # reaped: its PID no longer names it
+    seconds = process_cpu_seconds({"me": psutil.Process(), "gone": gone})
+    assert set(seconds) == {"me"} and seconds["me"] > 0

@@ -24,9 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
+from fyrehose.machine_cpu import process_cpu_seconds
 from fyrehose.tools.bench import stats
 from fyrehose.tools.bench.client_drivers import ClientSpec, publisher_main, subscriber_main
-from fyrehose.tools.bench.orchestra import _Child, _cpu_seconds
+from fyrehose.tools.bench.orchestra import _Child
 from fyrehose.tools.bench.servers import server_for
 from fyrehose.tools.bench.targets import NATS, REDIS, TARGETS, BenchError, Target
 
@@ -89,12 +90,12 @@ def measure(settings: ClientSettings, target: Target, binaries: dict[str, str], 
         children.append(publisher)
         publisher.expect("ready", time.monotonic() + READY_TIMEOUT)
         processes = server.processes()
-        before = _cpu_seconds(processes)
+        before = process_cpu_seconds(processes)
         publisher.conn.send(("start", 0.0, 0.0, 0.0))
         deadline = time.monotonic() + max(MIN_RESULT_TIMEOUT, settings.messages / SLOWEST_RATE)
         published = publisher.expect("result", deadline)
         iterated = subscriber.expect("result", deadline)
-        after = _cpu_seconds(processes)
+        after = process_cpu_seconds(processes)
         server_cpu = sum(seconds - before.get(name, 0.0) for name, seconds in after.items())
         if not server.alive():
             raise BenchError(f"the server exited during the step: {server.log_tail()}")

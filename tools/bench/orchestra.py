@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from fyrehose.machine_cpu import busy_share
+from fyrehose.machine_cpu import busy_share, process_cpu_seconds
 from fyrehose.tools.bench import stats
 from fyrehose.tools.bench.loadgen import LoadSpec, publisher_main, subscriber_main
 from fyrehose.tools.bench.search import RateSearch, StepOutcome
@@ -119,17 +119,6 @@ def _load_generators(children: list[_Child]) -> dict[str, psutil.Process]:
     return found
 
 
-def _cpu_seconds(processes: dict[str, psutil.Process]) -> dict[str, float]:
-    seconds = {}
-    for name, process in processes.items():
-        try:
-            times = process.cpu_times()
-        except psutil.Error:
-            continue
-        seconds[name] = times.user + times.system
-    return seconds
-
-
 class StepRunner:
     def __init__(self, settings: BenchSettings, binaries: dict[str, str], workdir: Path) -> None:
         self.settings = settings
@@ -172,10 +161,10 @@ class StepRunner:
             processes = server.processes()
             processes.update(_load_generators(children))
             time.sleep(max(0.0, start - time.monotonic()))
-            before, machine_before, began = _cpu_seconds(processes), psutil.cpu_times(), time.monotonic()
+            before, machine_before, began = process_cpu_seconds(processes), psutil.cpu_times(), time.monotonic()
             time.sleep(max(0.0, end - time.monotonic()))
             processes.update(server.processes())  # workers a multi-process backbone started meanwhile
-            after, machine_after, ended = _cpu_seconds(processes), psutil.cpu_times(), time.monotonic()
+            after, machine_after, ended = process_cpu_seconds(processes), psutil.cpu_times(), time.monotonic()
             results_by = time.monotonic() + settings.grace + RESULT_TIMEOUT
             sent = sum(child.expect("result", results_by)["sent"] for child in publishers)
             received = [child.expect("result", results_by) for child in subscribers]
