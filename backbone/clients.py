@@ -10,7 +10,7 @@ import random
 from dataclasses import dataclass
 
 from fyrehose.addresses import Address
-from fyrehose.codec import FLAG_BATCH, FLAG_NOJOURNAL, FLAG_NOSUBSCRIBE
+from fyrehose.codec import FLAG_BATCH, FLAG_MULTICAST, FLAG_NOJOURNAL, FLAG_NOSUBSCRIBE
 
 CLIENT_LIFETIME = 5.0
 
@@ -32,6 +32,11 @@ class ClientEntry:
     @property
     def batches(self) -> bool:
         return bool(self.flags & FLAG_BATCH)
+
+    @property
+    def unicast(self) -> bool:
+        """Whether DELIVERs go to this client's own address (it subscribes and has not joined the group)."""
+        return not self.flags & (FLAG_NOSUBSCRIBE | FLAG_MULTICAST)
 
 
 class ClientTable:
@@ -84,8 +89,9 @@ class ClientTable:
         """Live clients by kind, without mutating the table (safe from the metrics thread)."""
         live = [e for e in list(self._entries.values()) if e.expires > now]
         return {
-            "plain subscribers": sum(1 for e in live if e.subscribes and not e.batches),
-            "batch subscribers": sum(1 for e in live if e.subscribes and e.batches),
+            "plain subscribers": sum(1 for e in live if e.unicast and not e.batches),
+            "batch subscribers": sum(1 for e in live if e.unicast and e.batches),
+            "multicast subscribers": sum(1 for e in live if e.subscribes and not e.unicast),
             "journalers": sum(1 for e in live if e.journals),
             "clients": len(live),
         }
@@ -94,14 +100,14 @@ class ClientTable:
         if self._views is None:
             entries = self._entries.values()
             self._views = (
-                [e.addr for e in entries if e.subscribes and not e.batches],
-                [e.addr for e in entries if e.subscribes and e.batches],
+                [e.addr for e in entries if e.unicast and not e.batches],
+                [e.addr for e in entries if e.unicast and e.batches],
                 [e.addr for e in entries if e.journals],
             )
         return self._views
 
     def subscribers(self, now: float) -> tuple[list[Address], list[Address]]:
-        """(plain subscribers, BATCH subscribers) alive at ``now``."""
+        """(plain subscribers, BATCH subscribers) alive at ``now`` that get their DELIVERs unicast."""
         self.expire(now)
         plain, batch, _ = self._build_views()
         return plain, batch

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 
-from fyrehose.addresses import parse_hostport, parse_networks
+from fyrehose.addresses import parse_hostport, parse_networks, resolve_ipv4
+from fyrehose.backbone.multicast import DEFAULT_TTL, GroupOptions
 from fyrehose.backbone.recent_log import DEFAULT_BYTES as RECENT_BYTES
 from fyrehose.backbone.udp import SOCKET_BUFFER
 from fyrehose.codec import FRAME_HEADER, MAX_DATAGRAM
 from fyrehose.errors import InputError
+from fyrehose.multicast import parse_group
 
 DEFAULT_LISTEN = "127.0.0.1:2323"
 
@@ -41,6 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recent-bytes", type=int, default=RECENT_BYTES, metavar="BYTES",
                         help="the backbone's own log of recent messages, for REQUESTs no journaling client "
                              f"answers (last-resort re-delivery; default {RECENT_BYTES}, 0: off)")
+    parser.add_argument("--multicast", metavar="GROUP:PORT",
+                        help="also send every DELIVER datagram once to this IPv4 multicast group (e.g. "
+                             "239.255.0.1:2324); subscribers that joined it get no unicast DELIVERs "
+                             "(docs/operations.md, Multicast)")
+    parser.add_argument("--multicast-ttl", type=int, default=DEFAULT_TTL, metavar="N",
+                        help=f"hops the group's datagrams may cross (default {DEFAULT_TTL}: the local network)")
+    parser.add_argument("--multicast-interface", metavar="ADDR",
+                        help="address of the interface the group's datagrams leave from (default: the "
+                             "--listen address's interface)")
     parser.add_argument("--rate-limit", type=float, default=0, metavar="N",
                         help="datagrams/s accepted from each source IP, bursts of one second's worth; the rest "
                              "are dropped and counted (default 0: off; with R receive workers, a source "
@@ -79,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--fanout must be at least 1")
     if args.workers == 0 and args.fanout is not None:
         raise InputError("--fanout needs --workers 1 or more (with --workers 0 one process does everything)")
+    group = _group_options(args)
     if args.workers == "auto":
         from fyrehose.backbone.supervisor import auto_workers, default_sizes
 
@@ -91,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
         workers, fanout = default_sizes(workers=args.workers)
         options = Options(listen, workers, args.fanout or fanout, trusted, args.batch_bytes, args.max_clients, metrics,
-                          args.rate_limit, args.socket_buffer, args.recent_bytes)
+                          args.rate_limit, args.socket_buffer, args.recent_bytes, group)
         try:
             return run_multiprocess(options, state, reserved)
         finally:
@@ -103,7 +115,19 @@ def run(args: argparse.Namespace) -> int:
         client_capacity=args.max_clients,
         rate_limit=args.rate_limit,
         recent_bytes=args.recent_bytes,
+        multicast=group.group if group is not None else None,
     )
     from fyrehose.backbone.single import run_single
 
-    return run_single(backbone, listen, state, metrics, args.socket_buffer)
+    return run_single(backbone, listen, state, metrics, args.socket_buffer, group)
+
+
+def _group_options(args: argparse.Namespace) -> GroupOptions | None:
+    if args.multicast is None:
+        if args.multicast_interface is not None or args.multicast_ttl != DEFAULT_TTL:
+            raise InputError("--multicast-ttl and --multicast-interface need --multicast GROUP:PORT")
+        return None
+    if not 0 <= args.multicast_ttl <= 255:
+        raise InputError("--multicast-ttl must be between 0 and 255")
+    interface = resolve_ipv4(args.multicast_interface) if args.multicast_interface is not None else None
+    return GroupOptions(parse_group(args.multicast), args.multicast_ttl, interface)

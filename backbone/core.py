@@ -77,6 +77,7 @@ class Backbone:
         confirmed: ConfirmCache | SharedConfirmTable | None = None,
         recent_bytes: int = DEFAULT_BYTES,
         redeliver_rate: float = REDELIVER_RATE,
+        multicast: Address | None = None,
     ) -> None:
         self.sequence = SequenceCounter(reserved, reserve_block)
         self.clients = ClientTable(client_capacity)
@@ -84,6 +85,7 @@ class Backbone:
         self.confirmed = confirmed if confirmed is not None else ConfirmCache()
         self.policy = AddressPolicy(trusted_networks)
         self.batch_bytes = max(codec.FRAME_HEADER, min(batch_bytes, codec.MAX_DATAGRAM))
+        self.multicast = multicast  # the group every DELIVER datagram goes to once (--multicast), packed as for BATCH
         self.max_request_range = max_request_range
         self.rng = rng or random.Random()
         self.rate_limiter = SourceRateLimiter(rate_limit) if rate_limit else None  # datagrams/s per source IP
@@ -121,8 +123,13 @@ class Backbone:
         self.counters["drop:" + reason] += 1
 
     def keepalive(self, frame: KeepaliveIn, source: Address, now: float) -> None:
-        """Register an accepted KEEPALIVE and queue its ACK to ``source``."""
-        if not self.clients.refresh(frame.client, frame.flags, now):
+        """Register an accepted KEEPALIVE and queue its ACK to ``source``.
+
+        MULTICAST counts only where there is a group: a backbone without one
+        keeps unicasting to a client that asks for it.
+        """
+        flags = frame.flags if self.multicast is not None else frame.flags & ~codec.FLAG_MULTICAST
+        if not self.clients.refresh(frame.client, flags, now):
             self._drop("client table full")
             return
         self.counters["keepalives"] += 1
@@ -379,19 +386,23 @@ class Backbone:
         sends: list[tuple[bytes | memoryview, Address]] = []
         log = self.take_log()
         plain, batch = self.clients.subscribers(now)
+        group = self.multicast
         if plain:
             for entry in log:
                 for frame in entry.frames():
                     sends.extend((frame, addr) for addr in plain)
-        if batch:
+        if batch or group is not None:
             if len(log) == 1 and len(log[0].view) <= self.batch_bytes:  # one datagram in, one out: as it is
-                sends.extend((log[0].view, addr) for addr in batch)
+                packed: list[bytes | memoryview] = [log[0].view]
             else:
-                for parts in batch_parts(log, self.batch_bytes):
-                    datagram = join_parts(parts)
-                    sends.extend((datagram, addr) for addr in batch)
+                packed = [join_parts(parts) for parts in batch_parts(log, self.batch_bytes)]
+            if group is not None:  # one send serves every subscriber that joined the group
+                sends.extend((datagram, group) for datagram in packed)
+                self.counters["multicast datagrams"] += len(packed)
+            for datagram in packed:
+                sends.extend((datagram, addr) for addr in batch)
         messages = log[0].count if len(log) == 1 else sum(entry.count for entry in log)
-        self.counters["delivered"] += messages * (len(plain) + len(batch))
+        self.counters["delivered"] += messages * (len(plain) + len(batch) + (group is not None))
         self.counters["datagrams out"] += len(sends)
         sends.extend(control)
         out.sends = sends

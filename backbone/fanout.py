@@ -7,6 +7,10 @@ each subscriber.  BATCH subscribers get the frames packed greedily up to
 momentarily empty, so an idle backbone answers at once and a loaded one sends
 full datagrams.  Plain subscribers get one frame per datagram.
 
+With ``--multicast``, worker 0 also sends each datagram, packed as for
+BATCH subscribers, once to the group; subscribers that joined it (KEEPALIVE
+flag MULTICAST) get nothing unicast.
+
 Worker ``i`` of ``F`` serves the clients whose address hashes to ``i``: a
 client keeps its worker while the table changes around it, so it never gets
 a stretch of the log twice or not at all.  Table changes arrive in the log,
@@ -26,7 +30,7 @@ from fyrehose.backbone.pushes import LogEntry, batch_parts
 from fyrehose.backbone.rings import Doorbell, Ring
 from fyrehose.backbone.sendmmsg import Sender
 from fyrehose.backbone.shared import CounterBlock, SubscriberTable
-from fyrehose.codec import FLAG_BATCH, FLAG_NOSUBSCRIBE
+from fyrehose.codec import FLAG_BATCH, FLAG_MULTICAST, FLAG_NOSUBSCRIBE
 
 READ_LIMIT = 4096  # log records per round
 IDLE_WAIT = 0.2
@@ -43,7 +47,7 @@ def worker_of(addr: Address, workers: int) -> int:
 class FanOut:
     def __init__(self, index: int, workers: int, log: Ring, bell: Doorbell, table: SubscriberTable,
                  sock: socket.socket, counter_block: CounterBlock, batch_bytes: int,
-                 stopping: Callable[[], bool]) -> None:
+                 stopping: Callable[[], bool], group: Address | None = None) -> None:
         self.index = index
         self.workers = workers
         self.log = log
@@ -56,6 +60,8 @@ class FanOut:
         self._data_at = ctypes.addressof(ctypes.c_char.from_buffer(log.data))
         self._plain: list[int] = []
         self._batch: list[int] = []
+        self._group_address = group if index == 0 else None  # one worker sends the group its copy
+        self._group: int | None = None
         # Running workers follow the table in the log; a restarted one starts from the latest copy.
         self._use_clients(table.snapshot()[1])
 
@@ -80,10 +86,12 @@ class FanOut:
             sender.forget_destinations()  # nothing is queued between groups
         plain, batch = [], []
         for addr, flags in rows:
-            if flags & FLAG_NOSUBSCRIBE or worker_of(addr, self.workers) != self.index:
+            if flags & (FLAG_NOSUBSCRIBE | FLAG_MULTICAST) or worker_of(addr, self.workers) != self.index:
                 continue
             (batch if flags & FLAG_BATCH else plain).append(sender.destination(addr))
         self._plain, self._batch = plain, batch
+        if self._group_address is not None:
+            self._group = sender.destination(self._group_address)
 
     def _round(self) -> bool:
         spans, position = self.log.read(self.index, READ_LIMIT)
@@ -107,14 +115,17 @@ class FanOut:
         return True
 
     def _send(self, entries: list[LogEntry]) -> None:
-        plain, batch = self._plain, self._batch
-        if not entries or not (plain or batch):
+        plain, batch, group = self._plain, self._batch, self._group
+        if not entries or not (plain or batch or group is not None):
             return
         sender = self.sender
         before = sender.sent
-        if batch:
+        if batch or group is not None:
             for parts in batch_parts(entries, self.batch_bytes):
                 iovec = sender.iovec([(entry.address + lo, hi - lo) for entry, lo, hi in parts])
+                if group is not None:
+                    sender.add(group, iovec)
+                    self.counters["multicast datagrams"] += 1
                 for dest in batch:
                     sender.add(dest, iovec)
         if plain:
@@ -126,5 +137,5 @@ class FanOut:
                         sender.add(dest, iovec)
         sender.flush()
         counters = self.counters
-        counters["delivered"] += sum(entry.count for entry in entries) * (len(plain) + len(batch))
+        counters["delivered"] += sum(entry.count for entry in entries) * (len(plain) + len(batch) + (group is not None))
         counters["datagrams out"] += sender.sent - before

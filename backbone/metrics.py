@@ -78,6 +78,8 @@ _COUNTERS = {
                             "REQUESTs the backbone answered from its own recent log (no journaling client, or "
                             "the same hole asked again)"),
     "redelivered": ("fyrehose_redelivered_total", "DELIVER frames re-sent from the backbone's recent log"),
+    "multicast datagrams": ("fyrehose_multicast_datagrams_total",
+                            "DELIVER datagrams sent once to the multicast group (--multicast)"),
 }
 
 
@@ -115,6 +117,8 @@ def client_metrics(counts: dict[str, int], last_sequence: int) -> list[Metric]:
     return [
         ("fyrehose_subscribers", "gauge", "live subscribers",
          [({"batch": "no"}, counts["plain subscribers"]), ({"batch": "yes"}, counts["batch subscribers"])]),
+        ("fyrehose_multicast_subscribers", "gauge", "live subscribers that take DELIVERs from the multicast group",
+         [({}, counts.get("multicast subscribers", 0))]),
         ("fyrehose_journaling_clients", "gauge", "live clients that serve FORWARDs", [({}, counts["journalers"])]),
         ("fyrehose_clients", "gauge", "live clients (any flags)", [({}, counts["clients"])]),
         ("fyrehose_last_sequence", "gauge", "last sequence number issued", [({}, last_sequence)]),

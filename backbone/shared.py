@@ -31,7 +31,7 @@ from fyrehose.backbone.records import CLIENT_SIZE, unpack_clients
 # Every counter a backbone process keeps; keys of Backbone.counters and of the workers' own.
 COUNTER_NAMES = (
     "pushes", "delivered", "datagrams out", "keepalives", "requests", "forwards", "confirms",
-    "duplicate pushes", "redelivery requests", "redelivered",
+    "duplicate pushes", "redelivery requests", "redelivered", "multicast datagrams",
     "drop:malformed", "drop:oversize", "drop:unexpected type", "drop:foreign address",
     "drop:ring full", "drop:client table full", "drop:request beyond last sequence",
     "drop:no journaling client", "drop:sequence space exhausted", "drop:send error",
@@ -83,7 +83,7 @@ class CounterBlock:
 class SequencerState:
     """What survives a sequencer crash besides the client table: the last sequence issued, and gauges."""
 
-    GAUGES = ("plain subscribers", "batch subscribers", "journalers", "clients")
+    GAUGES = ("plain subscribers", "batch subscribers", "journalers", "clients", "multicast subscribers")
     SIZE = 8 * (1 + len(GAUGES))
 
     def __init__(self, buffer: memoryview) -> None:

@@ -16,6 +16,7 @@ import psutil
 from fyrehose.addresses import Address
 from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.metrics import Metric, MetricsServer, client_metrics, counter_metrics, process_metrics
+from fyrehose.backbone.multicast import GroupOptions, enable_group_sends
 from fyrehose.backbone.statefile import ReservationWriter, SequenceStateFile
 from fyrehose.backbone.stopping import StopRequest
 from fyrehose.backbone.udp import SOCKET_BUFFER, bind_udp, send_all
@@ -29,11 +30,18 @@ IDLE_POLL_MS = 500
 
 class SingleProcessBackbone:
     def __init__(self, backbone: Backbone, listen: Address, state: SequenceStateFile,
-                 metrics: Address | None = None, socket_buffer: int = SOCKET_BUFFER) -> None:
+                 metrics: Address | None = None, socket_buffer: int = SOCKET_BUFFER,
+                 group: GroupOptions | None = None) -> None:
         self.backbone = backbone
         self.state = state
         self.reservations = ReservationWriter(state, backbone.sequence.reserved)
         self.sock = bind_udp(listen, buffer_size=socket_buffer)
+        if group is not None:
+            try:
+                enable_group_sends(self.sock, group)  # the core's DELIVERs to the group go out of this socket
+            except BaseException:
+                self.sock.close()
+                raise
         self.address = self.sock.getsockname()
         self._stop = StopRequest()
         self._metrics = MetricsServer(metrics, self._collect) if metrics else None
@@ -106,8 +114,8 @@ class SingleProcessBackbone:
 
 
 def run_single(backbone: Backbone, listen: Address, state: SequenceStateFile, metrics: Address | None,
-               socket_buffer: int = SOCKET_BUFFER) -> int:
-    driver = SingleProcessBackbone(backbone, listen, state, metrics, socket_buffer)
+               socket_buffer: int = SOCKET_BUFFER, group: GroupOptions | None = None) -> int:
+    driver = SingleProcessBackbone(backbone, listen, state, metrics, socket_buffer, group)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: driver.stop())
     announce_ready("backbone", driver.address, f"single process, pid {os.getpid()}, "

@@ -40,6 +40,7 @@ from fyrehose.backbone.metrics import (
     restart_metrics,
     ring_metrics,
 )
+from fyrehose.backbone.multicast import GroupOptions, enable_group_sends
 from fyrehose.backbone.ratelimit import SourceRateLimiter
 from fyrehose.backbone.receiver import enable_arrival_times, run_receiver
 from fyrehose.backbone.recent_log import DEFAULT_BYTES as RECENT_BYTES
@@ -75,6 +76,7 @@ class Options:
     rate_limit: float = 0  # datagrams/s per source IP, enforced by each receive worker; 0: off
     socket_buffer: int = SOCKET_BUFFER  # SO_RCVBUF and SO_SNDBUF asked for each socket
     recent_bytes: int = RECENT_BYTES  # the sequencer's log of recent messages, for last-resort re-delivery
+    multicast: GroupOptions | None = None  # fan-out worker 0 also sends every DELIVER datagram to this group
 
 
 @dataclass
@@ -108,6 +110,8 @@ class Supervisor:
         if r > 1:
             for sock in self.sockets:
                 enable_arrival_times(sock)
+        if options.multicast is not None:
+            enable_group_sends(self.sockets[0], options.multicast)  # the socket every fan-out worker sends from
 
         self._memory = []  # keeps every mapping alive in the supervisor
         self.counter_blocks = [CounterBlock(self._map(CounterBlock.SIZE)) for _ in range(roles)]
@@ -168,6 +172,7 @@ class Supervisor:
                 trusted_networks=options.trusted_networks, batch_bytes=options.batch_bytes,
                 recent_bytes=options.recent_bytes,
                 client_capacity=options.max_clients,
+                multicast=options.multicast.group if options.multicast is not None else None,
             )
             Sequencer(backbone, [Ring(region) for region in self._input_regions],
                       Ring(self._log_region, options.fanout), self.sequencer_bell, self.fanout_bells,
@@ -179,7 +184,8 @@ class Supervisor:
         def body() -> None:
             workers = self.options.fanout
             FanOut(i, workers, Ring(self._log_region, workers), self.fanout_bells[i], self.table, self.sockets[0],
-                   self.counter_blocks[block], self.options.batch_bytes, self._stopper(block)).run()
+                   self.counter_blocks[block], self.options.batch_bytes, self._stopper(block),
+                   self.options.multicast.group if self.options.multicast is not None else None).run()
         return body
 
     def _child_main(self, worker: Worker) -> None:

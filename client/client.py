@@ -38,7 +38,9 @@ import itertools
 import os
 import queue
 import secrets
+import select
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -54,7 +56,9 @@ from fyrehose.envelope import Envelope, MsgType, Status
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, RequestTimeout
 from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of this module's API
 from fyrehose.fatal import guarded
+from fyrehose.group_socket import join_group
 from fyrehose.interest import LocalInterest
+from fyrehose.multicast import fallback_notice, parse_group
 from fyrehose.pacing import TokenBucket
 from fyrehose.publishing import Finished
 from fyrehose.recent_messages import MemoryJournal
@@ -78,6 +82,7 @@ class MessageStore(Protocol):
 
 
 RECEIVE_BUFFER = 8 << 20  # a second of a fast stream: what arrives while the application is busy waits here
+RECEIVE_ROUND = 64  # datagrams read from one socket before the other gets its turn (with multicast)
 MAX_PUBLISH_TIMEOUT = 25.0  # below the backbone's 30 s memory of confirmed tags
 
 
@@ -98,6 +103,12 @@ class Client:
     implies a session for ``auth.user``, signs what the client publishes and
     verifies what it receives; it needs ``subscribe=True`` because the trust
     exchange is answered in both directions.
+
+    ``multicast`` (``"GROUP:PORT"``, the backbone's ``--multicast``) joins the
+    backbone's group on the interface that routes to it and takes DELIVERs
+    from the group instead of unicast; if the group brings nothing while the
+    backbone sequences on, the client falls back to unicast by itself, says
+    so once on stderr and counts it (``stats["multicast fallbacks"]``).
     """
 
     def __init__(
@@ -119,6 +130,7 @@ class Client:
         user: str | None = None,
         auth: Credentials | None = None,
         session_interval: float = DEFAULT_INTERVAL,
+        multicast: str | Address | None = None,
     ) -> None:
         if isinstance(backbone, str):
             backbone = parse_hostport(backbone, 2323)
@@ -131,6 +143,7 @@ class Client:
             if user is not None and user != auth.user:
                 raise ValueError(f"user {user!r} differs from the credentials' user {auth.user!r}")
             user = auth.user
+        group = parse_group(multicast) if isinstance(multicast, str) else multicast
         self.session: LocalSession | None = LocalSession(user, session_interval) if user is not None else None
         self.auth: Authenticator | None = Authenticator(auth, self.session) if auth is not None else None  # type: ignore[arg-type]  # a LocalSession exists whenever auth is given (user comes from it)
         self.backbone: Address = backbone
@@ -156,13 +169,16 @@ class Client:
                                              serves_forwards=self.journal is not None,
                                              tracker_options=tracker_options, stats=self.stats,
                                              vouch=self.auth.vouches if self.auth is not None else None,
-                                             confirm_retry=confirm_retry)
+                                             confirm_retry=confirm_retry,
+                                             multicast=group is not None and subscribe)
         self._forward_rate = forward_rate
 
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         enlarge_buffers(self.sock, RECEIVE_BUFFER, (socket.SO_RCVBUF,))
         self.sock.bind(bind if bind is not None else (route_source(backbone), 0))
         self.address: Address = self.sock.getsockname()
+        self.group: Address | None = group if self.connection.group is not None else None
+        self._group_sock = join_group(group, backbone, RECEIVE_BUFFER) if self.group is not None else None  # type: ignore[arg-type]  # set with group
 
         self._closed = False
         self._lock = threading.Lock()
@@ -232,6 +248,8 @@ class Client:
             self._confirmed.notify_all()
         self._router.close_all()
         self.sock.close()
+        if self._group_sock is not None:
+            self._group_sock.close()
 
     @property
     def reachable(self) -> bool:
@@ -540,6 +558,9 @@ class Client:
         while not self._closed:
             now = time.monotonic()
             self._timers(now)
+            if self._group_sock is not None:
+                self._receive_both(min(max(connection.next_deadline() - time.monotonic(), 0.001), 0.1))
+                continue
             sock.settimeout(min(max(connection.next_deadline() - time.monotonic(), 0.001), 0.1))
             try:
                 data, source = sock.recvfrom(65536)
@@ -551,6 +572,37 @@ class Client:
                 self.stats["receive errors"] += 1
                 continue
             self._handle(data, source, time.monotonic())
+
+    def _receive_both(self, timeout: float) -> None:
+        """One round over the unicast and the group socket (multicast only): what each holds, in turn."""
+        group = self._group_sock
+        if group is None:
+            return
+        try:
+            ready, _, _ = select.select([self.sock, group], [], [], timeout)
+        except (OSError, ValueError):  # closed meanwhile
+            return
+        sock: socket.socket
+        for sock in ready:
+            for _ in range(RECEIVE_ROUND):
+                if self._closed or (sock is group and self._group_sock is None):
+                    return
+                try:
+                    data, source = sock.recvfrom(65536, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    if not self._closed:
+                        self.stats["receive errors"] += 1
+                    break
+                self._handle(data, source, time.monotonic(), sock is group)
+
+    def _leave_group(self) -> None:
+        """The connection fell back to unicast: leave the group and say so, once."""
+        if self._group_sock is not None and self.group is not None:
+            print(fallback_notice(self.group, self.backbone), file=sys.stderr, flush=True)
+            self._group_sock.close()
+            self._group_sock = None
 
     def _timers(self, now: float) -> None:
         self._session_timers(now)
@@ -572,9 +624,11 @@ class Client:
                 self._published[batch.batch] = batch
             self._confirmed.notify_all()
 
-    def _handle(self, data: bytes, source: Address, now: float) -> None:
+    def _handle(self, data: bytes, source: Address, now: float, from_group: bool = False) -> None:
         """One datagram, whatever its bytes or sender, through the pure connection (docs/protocol.md)."""
-        if data[:1] == _CONFIRM:  # only a CONFIRM touches the publish state that publishing threads share
+        if from_group:
+            incoming = self.connection.receive_group(data, source, now)
+        elif data[:1] == _CONFIRM:  # only a CONFIRM touches the publish state that publishing threads share
             with self._lock:
                 incoming = self.connection.receive(data, source, now)
                 self._finish_publishes(incoming.published)
@@ -586,6 +640,8 @@ class Client:
             self._emit(incoming.events)
         if incoming.acked:
             self._acked.set()
+        if incoming.fell_back:
+            self._leave_group()
         for forward in incoming.forwards:
             try:
                 self._forwards.put_nowait(forward)

@@ -33,6 +33,7 @@ FLAG_NOSUBSCRIBE = 0x1
 FLAG_NOJOURNAL = 0x2
 FLAG_BATCH = 0x4
 FLAG_HEAD = 0x8  # extension: the KEEPALIVE-ACK also carries the last sequence issued
+FLAG_MULTICAST = 0x10  # extension: this client takes DELIVERs from the backbone's multicast group, none unicast
 
 MAX_DATAGRAM = 65507  # largest IPv4 UDP payload
 FRAME_HEADER = 9  # type(1) length(2) sequence-or-tag(6)

@@ -21,6 +21,7 @@ from fyrehose import codec
 from fyrehose.addresses import Address
 from fyrehose.admission import admit
 from fyrehose.frame_run import FrameRun
+from fyrehose.multicast import FALLBACK_INTERVALS, GroupWatch
 from fyrehose.publishing import Finished, PendingPublishes
 from fyrehose.tracker import Event, SequenceTracker
 
@@ -39,6 +40,7 @@ class Incoming:
     forwards: list[codec.Forward] = field(default_factory=list)  # REQUESTs to answer from the store
     acked: bool = False  # a KEEPALIVE-ACK for one of our tokens arrived
     from_backbone: bool = False  # the datagram came from the backbone (not a peer's re-delivery)
+    fell_back: bool = False  # the multicast group went silent: unicast from now on (say so once, leave the group)
 
 
 class BackboneConnection:
@@ -58,15 +60,27 @@ class BackboneConnection:
     in ``Incoming.runs`` (stored and released as it is) instead of as
     messages, for a driver that accounts per datagram (the load test's
     subscribers).
+    ``multicast``: the driver joined the backbone's multicast group and feeds
+    its datagrams to :meth:`receive_group`; the KEEPALIVEs carry MULTICAST
+    until the group goes silent while HEAD advances for
+    ``multicast_fallback_after`` seconds (default: FALLBACK_INTERVALS
+    keepalive intervals), then the connection falls back to unicast
+    (:attr:`Incoming.fell_back`, counted as ``multicast fallbacks``).
     """
 
     def __init__(self, backbone: Address, *, flags: int, keepalive_interval: float = 0.5,
                  serves_forwards: bool = True, tracker_options: dict[str, Any] | None = None,
                  token_source: Callable[[int], bytes] = os.urandom, stats: Counter[str] | None = None,
                  vouch: Callable[[bytes], bool] | None = None, confirm_retry: float = 0.2,
-                 whole_datagrams: bool = False) -> None:
+                 whole_datagrams: bool = False, multicast: bool = False,
+                 multicast_fallback_after: float | None = None) -> None:
         self.backbone = backbone
         self.flags = flags
+        self.group: GroupWatch | None = None
+        if multicast and not flags & codec.FLAG_NOSUBSCRIBE:
+            self.flags |= codec.FLAG_MULTICAST
+            self.group = GroupWatch(multicast_fallback_after if multicast_fallback_after is not None
+                                    else FALLBACK_INTERVALS * keepalive_interval)
         self.keepalive_interval = keepalive_interval
         self.serves_forwards = serves_forwards
         self.tracker_options = tracker_options or {}
@@ -149,6 +163,8 @@ class BackboneConnection:
                 incoming.acked = True
                 if ack.head and self.tracker is not None:
                     self.tracker.head(ack.head, now)
+                if ack.head is not None and self.group is not None and self.group.head(ack.head, now):
+                    self._fall_back(now, incoming)
             else:
                 self.stats["unknown tokens"] += 1
         elif kind == codec.FORWARD:
@@ -163,6 +179,28 @@ class BackboneConnection:
                 self._queued_forwards.add(forward)
                 incoming.forwards.append(forward)
         return incoming
+
+    def receive_group(self, data: bytes, source: Address, now: float) -> Incoming:
+        """One datagram from the multicast group's socket: only the backbone's DELIVERs count (design §3)."""
+        if source != self.backbone:
+            self.stats["multicast from strangers"] += 1  # forged, or another sender on the group
+            return Incoming()
+        if not data or data[0] != codec.DELIVER:
+            self.stats["multicast non-DELIVERs"] += 1
+            return Incoming(from_backbone=True)
+        if self.group is not None:
+            last = _last_sequence(data)
+            if last:
+                self.group.datagram(last)
+        self.stats["multicast datagrams"] += 1
+        return self.receive(data, source, now)
+
+    def _fall_back(self, now: float, incoming: Incoming) -> None:
+        """Unicast from now on: a KEEPALIVE without MULTICAST at once, so the backbone resumes sending."""
+        self.flags &= ~codec.FLAG_MULTICAST
+        self._next_keepalive = now
+        self.stats["multicast fallbacks"] += 1
+        incoming.fell_back = True
 
     def forward_done(self, forward: codec.Forward) -> None:
         """The driver answered (or dropped) ``forward``: a later REQUEST for it is served again."""
@@ -239,3 +277,12 @@ class BackboneConnection:
         incoming.events.extend(messages)
         self.stats["delivered frames"] += len(payloads)
         return True
+
+
+def _last_sequence(data: bytes) -> int:
+    """The sequence of a DELIVER datagram's last well-formed frame (0: none)."""
+    step = codec.uniform_step(data, codec.DELIVER)
+    if step:
+        return int.from_bytes(data[len(data) - step + 3:len(data) - step + 9], "big")
+    spans, _ = codec.scan(data, codec.DELIVER)
+    return spans[-1][2] if spans else 0

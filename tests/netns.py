@@ -1,11 +1,13 @@
-"""A network namespace of the test's own whose loopback is shaped by a token bucket filter (tc tbf).
+"""Network namespaces of the test's own: a loopback shaped by a token bucket filter (tc tbf), or one
+where multicast may flow without ever touching the host's own namespace.
 
 Loopback in the test's normal namespace never fills a UDP send buffer: a
 datagram is handed to the receiver at once and stops counting against the
 sender.  Behind a tbf qdisc with a queue longer than the sender's buffer,
 datagrams wait in the queue while still charged to the sending socket, so a
 fast sender gets real EAGAIN from ``sendto`` (as on a slow NIC or a congested
-uplink).  Needs root and iproute2 (``ip``, ``tc``); the namespace is deleted
+uplink).  A multicast namespace keeps every group socket of a test
+away from the host's interfaces (TTL 1, interface set explicitly).  Needs root and iproute2 (``ip``, ``tc``); the namespace is deleted
 on exit, with every process still in it left to the caller to stop.
 """
 from __future__ import annotations
@@ -42,18 +44,20 @@ def _run(*args: str) -> None:
     subprocess.run(args, check=True, capture_output=True, timeout=30)
 
 
-class ShapedNamespace:
-    """``ip netns add`` with loopback up and ``tbf rate RATE burst BURST limit LIMIT`` on it."""
+class Namespace:
+    """``ip netns add`` with loopback up; subclasses add what their tests need in :meth:`configure`."""
 
-    def __init__(self, rate: str = "20mbit", burst: str = "64kb", limit: str = "64mb") -> None:
+    def __init__(self) -> None:
         self.name = f"fyrehose-test-{os.getpid()}-{time.monotonic_ns() % 1_000_000}"
-        self.qdisc = ["tbf", "rate", rate, "burst", burst, "limit", limit]
 
-    def __enter__(self) -> ShapedNamespace:
+    def configure(self) -> None:
+        """Shape the namespace after loopback is up (``ip -n NAME ...``)."""
+
+    def __enter__(self) -> Namespace:
         _run("ip", "netns", "add", self.name)
         try:
             _run("ip", "-n", self.name, "link", "set", "lo", "up")
-            _run("tc", "-n", self.name, "qdisc", "add", "dev", "lo", "root", *self.qdisc)
+            self.configure()
         except BaseException:
             self.__exit__()
             raise
@@ -76,3 +80,28 @@ class ShapedNamespace:
                 yield
             finally:
                 _setns(home.fileno())
+
+
+class ShapedNamespace(Namespace):
+    """``tbf rate RATE burst BURST limit LIMIT`` on the namespace's loopback."""
+
+    def __init__(self, rate: str = "20mbit", burst: str = "64kb", limit: str = "64mb") -> None:
+        super().__init__()
+        self.qdisc = ["tbf", "rate", rate, "burst", burst, "limit", limit]
+
+    def configure(self) -> None:
+        _run("tc", "-n", self.name, "qdisc", "add", "dev", "lo", "root", *self.qdisc)
+
+
+class MulticastNamespace(Namespace):
+    """Multicast kept inside: the group is routed on this namespace's loopback, and a veth pair
+    (``mc0`` 10.213.0.1/24, ``mc1`` 10.213.0.2/24) is a second interface that the group is not sent on."""
+
+    VETH = ("mc0", "10.213.0.1/24", "mc1", "10.213.0.2/24")
+
+    def configure(self) -> None:
+        first, first_net, second, second_net = self.VETH
+        _run("ip", "-n", self.name, "link", "add", first, "type", "veth", "peer", "name", second)
+        for device, network in ((first, first_net), (second, second_net)):
+            _run("ip", "-n", self.name, "addr", "add", network, "dev", device)
+            _run("ip", "-n", self.name, "link", "set", device, "up")
