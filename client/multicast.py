@@ -12,6 +12,7 @@ are holes below HEAD, which the tracker REQUESTs like any other loss.
 """
 from __future__ import annotations
 
+import argparse
 import ipaddress
 
 from fyrehose.addresses import Address, parse_hostport
@@ -33,6 +34,21 @@ def parse_group(text: str) -> Address:
     if port == 0:
         raise InputError(f"the multicast group {text!r} needs a port other than 0")
     return host, port
+
+
+def add_multicast_argument(parser: argparse.ArgumentParser) -> None:
+    """``--multicast GROUP:PORT``, for every command whose backbone client takes DELIVERs."""
+    parser.add_argument("--multicast", type=_group_argument, default=None, metavar="GROUP:PORT",
+                        help="take DELIVERs from the backbone's multicast group (its --multicast), joined on the "
+                             "interface that routes to the backbone; falls back to unicast by itself when the "
+                             "group brings nothing (docs/operations.md, Multicast)")
+
+
+def _group_argument(text: str) -> Address:
+    try:
+        return parse_group(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 class GroupWatch:

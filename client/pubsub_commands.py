@@ -9,6 +9,7 @@ from fyrehose.addresses import add_bind_argument
 from fyrehose.argtypes import positive_duration, publish_timeout
 from fyrehose.codec import MAX_PAYLOAD
 from fyrehose.errors import InputError
+from fyrehose.multicast import add_multicast_argument
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 EXIT_LOSS = 3
@@ -46,6 +47,7 @@ def add_sub_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--give-up", type=positive_duration, default=10.0, metavar="S",
                         help="report a gap as lost after S seconds of REQUESTs (default 10)")
     parser.add_argument("--no-journal", action="store_true", help="set NOJOURNAL: serve no FORWARDs")
+    add_multicast_argument(parser)
 
 
 def _lines(messages: list[str]):
@@ -82,7 +84,7 @@ def run_sub(args: argparse.Namespace) -> int:
     lost = 0
     received = 0
     with Client(args.backbone, journal=not args.no_journal, give_up_after=args.give_up,
-                bind=args.bind) as client:
+                bind=args.bind, multicast=args.multicast) as client:
         stream = client.subscribe(from_seq=args.from_seq, on_loss="yield")
         while args.count is None or received < args.count:
             wait = None if end is None else end - time.monotonic()

@@ -18,6 +18,7 @@ import time
 from fyrehose.addresses import add_bind_argument
 from fyrehose.argtypes import positive_int
 from fyrehose.auth_options import add_auth_arguments, credentials_from
+from fyrehose.multicast import add_multicast_argument
 from fyrehose.readiness import announce_ready
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
@@ -28,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE, metavar="HOST:PORT",
                         help=f"the backbone (default {DEFAULT_BACKBONE})")
     add_bind_argument(parser)
+    add_multicast_argument(parser)
     parser.add_argument("--max-bytes", type=positive_int, default=DEFAULT_MAX_BYTES, metavar="N",
                         help="memory bound for records (subject + value + 256 bytes each); the least recently "
                              f"used are evicted with drop/preempted (default {DEFAULT_MAX_BYTES})")
@@ -44,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     cache = Cache(args.max_bytes)
     with Client(args.backbone, user=args.user, auth=credentials, session_interval=args.session_interval,
-                bind=args.bind) as client:
+                bind=args.bind, multicast=args.multicast) as client:
         stream = client.subscribe(">", on_loss="yield", announce=False)
         client.interest.add("_SNAP.>")  # what it answers, announced so gateways know requests there have a responder
         client.interest.add("_SUB.>")

@@ -55,14 +55,14 @@ class Bridge:
 
     def __init__(self, backbone: str, route: Route, *, stats: Counter, publish_timeout: float = 5.0,
                  credentials: Credentials | None = None, session_interval: float = 2.0,
-                 bind: Address | None = None) -> None:
+                 bind: Address | None = None, multicast: Address | None = None) -> None:
         self.route = route
         self.stats = stats
         self.publish_timeout = publish_timeout
         self.position = 0  # the last sequence taken from the stream
         # NOJOURNAL: a gateway serves clients, not FORWARDs (journal nodes do), and keeps no history
         self.client = Client(backbone, journal=False, auth=credentials, session_interval=session_interval,
-                             bind=bind)
+                             bind=bind, multicast=multicast)
         self._stream = self.client.subscribe(">", on_loss="yield", max_queued=MAX_QUEUED, announce=False)
         self.interest = self.client.interest  # this gateway's clients' subscriptions, announced by the client
         self.table = InterestTable(subject_matcher)  # everyone's, from their announcements

@@ -12,6 +12,7 @@ import importlib
 
 from fyrehose.addresses import add_bind_argument
 from fyrehose.errors import CommandFailed
+from fyrehose.multicast import add_multicast_argument
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 
@@ -31,6 +32,9 @@ DEFAULTS = {
     "lumberjack": ("127.0.0.1:5044", "receive Lumberjack (Beats) log events"),
 }
 
+# Kinds whose backbone client only publishes (it takes no DELIVERs, so no multicast group either).
+PUBLISH_ONLY = {"lumberjack"}
+
 # Pseudo-kinds: commands under ``fyrehose gateway`` that are not servers and
 # take no --listen/--backbone of their own.
 TOOLS = {
@@ -49,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         sub.add_argument("--backbone", default=DEFAULT_BACKBONE, metavar="HOST:PORT",
                          help=f"the backbone (default {DEFAULT_BACKBONE})")
         add_bind_argument(sub)
+        if kind not in PUBLISH_ONLY:
+            add_multicast_argument(sub)
         _add_module_arguments(sub, module_name)
     for name, (module_name, help_text) in TOOLS.items():
         sub = kinds.add_parser(name, help=help_text, description=help_text)

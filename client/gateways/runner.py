@@ -35,7 +35,7 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
     listen = parse_hostport(args.listen)
     bridge = Bridge(args.backbone, route, stats=stats, publish_timeout=args.publish_timeout,
                     credentials=credentials_from(args), session_interval=args.session_interval,
-                    bind=args.bind)
+                    bind=args.bind, multicast=args.multicast)
     try:
         server = GatewayServer(listen, lambda connection: make_session(connection, bridge),
                                max_pending=args.max_pending, max_clients=args.max_clients, stats=stats)

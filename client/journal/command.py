@@ -16,6 +16,7 @@ from fyrehose.argtypes import positive_duration, positive_float, positive_int
 from fyrehose.errors import CommandFailed, InputError
 from fyrehose.journal.retention import parse_duration, parse_quantity, parse_size
 from fyrehose.journal.store import FSYNC_MODES
+from fyrehose.multicast import add_multicast_argument
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 PYARROW_MISSING = "Parquet output needs pyarrow: pip install 'fyrehose[journal]'"
@@ -52,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backbone", default=DEFAULT_BACKBONE, metavar="HOST:PORT",
                         help=f"the backbone (default {DEFAULT_BACKBONE})")
     add_bind_argument(parser)
+    add_multicast_argument(parser)
     parser.add_argument("--dir", type=Path, metavar="DIR", help="the journal directory (created if missing)")
     parser.add_argument("--fsync", choices=FSYNC_MODES, default="interval",
                         help="always: every written batch is fsynced before the next; interval: every "
@@ -143,7 +145,7 @@ def _run_journal(args: argparse.Namespace) -> int:
         announcement += f" (cut off a torn tail of {store.stats['truncated bytes']} bytes)"
     service = JournalService(store, backbone, start_seq=resume or args.from_seq, give_up_after=args.give_up,
                              forward_rate=args.forward_rate, retention=parse_retention(args.retain),
-                             parquet=not args.no_parquet, bind=args.bind)
+                             parquet=not args.no_parquet, bind=args.bind, multicast=args.multicast)
     try:
         service.run(stop, announcement)
         service.seal_and_export()

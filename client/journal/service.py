@@ -32,7 +32,7 @@ class JournalService:
     def __init__(self, store: JournalStore, backbone: Address | str, *, start_seq: int | None,
                  give_up_after: float = 15.0, forward_rate: float = 50_000, retention: Retention = KEEP_ALL,
                  parquet: bool = True, max_queued: int = 2_000_000, log: TextIO | None = None,
-                 bind: Address | None = None) -> None:
+                 bind: Address | None = None, multicast: Address | None = None) -> None:
         self.store = store
         self.backbone = backbone
         self.start_seq = start_seq
@@ -44,6 +44,7 @@ class JournalService:
         self.log = log if log is not None else sys.stderr
         self.forwarded = 0
         self.bind = bind
+        self.multicast = multicast
 
     def say(self, text: str) -> None:
         self.log.write(f"fyrehose journal: {text}\n")
@@ -56,7 +57,7 @@ class JournalService:
         backbone that cannot be reached is the only line a failed start prints.
         """
         client = Client(self.backbone, store=self.store, give_up_after=self.give_up_after,
-                        forward_rate=self.forward_rate, bind=self.bind)
+                        forward_rate=self.forward_rate, bind=self.bind, multicast=self.multicast)
         self.say(announcement)
         host, port = self.backbone
         announce_ready("journal", client.address, f"backbone {host}:{port}, directory {self.store.directory}")
