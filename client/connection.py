@@ -77,6 +77,8 @@ class BackboneConnection:
         self.backbone = backbone
         self.flags = flags
         self.group: GroupWatch | None = None
+        self._head: int | None = None  # the backbone's last HEAD
+        self._head_at_track: int | None = None  # the HEAD when tracking began: later messages are the stream's
         if multicast and not flags & codec.FLAG_NOSUBSCRIBE:
             self.flags |= codec.FLAG_MULTICAST
             self.group = GroupWatch(multicast_fallback_after if multicast_fallback_after is not None
@@ -101,6 +103,7 @@ class BackboneConnection:
         """Start ordering the stream (from ``from_seq``, or whatever arrives first); idempotent."""
         if self.tracker is None:
             self.tracker = SequenceTracker(from_seq, **self.tracker_options)
+            self._head_at_track = self._head
         return self.tracker
 
     def reachable(self, now: float, unreachable_after: float) -> bool:
@@ -161,10 +164,12 @@ class BackboneConnection:
             if isinstance(ack, codec.KeepaliveAck) and ack.token in self._tokens:
                 self.last_ack = now
                 incoming.acked = True
+                if ack.head is not None:
+                    self._head = ack.head
+                    if self.group is not None and self.group.head(ack.head, now):
+                        self._fall_back(now, incoming)
                 if ack.head and self.tracker is not None:
                     self.tracker.head(ack.head, now)
-                if ack.head is not None and self.group is not None and self.group.head(ack.head, now):
-                    self._fall_back(now, incoming)
             else:
                 self.stats["unknown tokens"] += 1
         elif kind == codec.FORWARD:
@@ -199,6 +204,12 @@ class BackboneConnection:
         """Unicast from now on: a KEEPALIVE without MULTICAST at once, so the backbone resumes sending."""
         self.flags &= ~codec.FLAG_MULTICAST
         self._next_keepalive = now
+        tracker, group = self.tracker, self.group
+        if tracker is not None and tracker.next is None and group is not None and group.high is not None:
+            # tracking began but the group never brought its first message: the stream starts after the
+            # HEAD of that moment, and the REQUESTs for what HEAD announces since fetch it all
+            start = self._head_at_track if self._head_at_track is not None else group.high
+            self.tracker = SequenceTracker(start + 1, **self.tracker_options)
         self.stats["multicast fallbacks"] += 1
         incoming.fell_back = True
 

@@ -357,3 +357,27 @@ def test_the_fallback_notice_names_the_group_the_backbone_and_where_to_look():
     line = fallback_notice(GROUP, BACKBONE)
     assert "239.255.0.1:2324" in line and "10.0.0.100:2323" in line and "IGMP" in line and "\n" not in line
 
+
+
+def test_a_stream_the_group_never_reached_starts_where_tracking_began_once_fallen_back():
+    clock = Clock()
+    conn = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH | codec.FLAG_HEAD, keepalive_interval=0.5,
+                              token_source=clock.token, multicast=True,
+                              tracker_options={"request_delay": 0.0, "head_delay": 0.0})
+    ack(conn, clock, 7)  # joined at HEAD 7
+    clock.now += 0.5
+    ack(conn, clock, 9)
+    conn.track()  # subscribed at HEAD 9: the stream is 10, 11, ...
+    sent_out: list[bytes] = []
+    while not conn.stats["multicast fallbacks"] and clock.now < T0 + 30:
+        clock.now += 0.5
+        incoming, datagrams = ack(conn, clock, int((clock.now - T0) * 10))
+        sent_out += datagrams
+    assert conn.stats["multicast fallbacks"] == 1 and conn.tracker.next == 10
+    head = int((clock.now - T0) * 10)
+    sent_out += conn.poll(clock.now)[0]
+    asked = {seq for d in sent_out if d[0] == codec.REQUEST for r in codec.decode(d)
+             for seq in range(r.from_seq, r.to_seq + 1)}
+    assert asked == set(range(10, head + 1))
+    events = conn.receive(codec.pack([Deliver(seq, b"u") for seq in range(10, head + 1)]), BACKBONE, clock.now).events
+    assert [e.seq for e in events] == list(range(10, head + 1))
