@@ -74,6 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="client mode: messages the publisher publishes (default 300000)")
     parser.add_argument("--batch", type=positive_int, default=1000, metavar="N",
                         help="client mode: messages per publish_many / pipeline / flush (default 1000)")
+    parser.add_argument("--multicast", action="store_true",
+                        help="unicast against multicast delivery (backbone --multicast) for 4, 8 and 16 "
+                             "subscribers: the backbone's CPU per message and msgs/s per subscriber, in a network "
+                             "namespace of its own (needs root and iproute2; docs/benchmarks.md)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
 
 
@@ -89,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
     from fyrehose.tools.bench.servers import PACKAGES, locate, version
     from fyrehose.tools.bench.targets import BenchError
 
+    if args.multicast:
+        from fyrehose.tools.bench.multicast import run_multicast
+
+        return run_multicast(args)
     client = args.mode == "client"
     try:
         if client:

@@ -19,6 +19,7 @@ import select
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -406,11 +407,13 @@ def receive(receiver: _Receiver, deadline: float) -> tuple[int, array.array]:
     return count, latencies
 
 
-def subscriber_main(conn: Connection, spec: LoadSpec) -> None:
+def subscriber_main(conn: Connection, spec: LoadSpec,
+                    receiver_class: Callable[[LoadSpec], _Receiver] | None = None) -> None:
+    """``receiver_class``: another way to receive ``spec.protocol`` (the multicast bench's group receiver)."""
     _leave_interrupts_to_the_orchestrator()
     receiver = None
     try:
-        receiver = _RECEIVERS[spec.protocol](spec)
+        receiver = (receiver_class or _RECEIVERS[spec.protocol])(spec)
         conn.send(("ready", os.getpid()))
         times = _await_start(conn, receiver.tick)
         if times is None:

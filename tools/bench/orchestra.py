@@ -16,7 +16,9 @@ import collections
 import multiprocessing
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import psutil
@@ -120,6 +122,8 @@ def _load_generators(children: list[_Child]) -> dict[str, psutil.Process]:
 
 
 class StepRunner:
+    subscriber_main: Callable[[Connection, LoadSpec], None] = staticmethod(subscriber_main)  # a subclass may swap it
+
     def __init__(self, settings: BenchSettings, binaries: dict[str, str], workdir: Path) -> None:
         self.settings = settings
         self.binaries = binaries
@@ -145,7 +149,7 @@ class StepRunner:
         children: list[_Child] = []
         try:
             subscriber_spec = LoadSpec(target.protocol, server.address, settings.payload, batch=target.batch)
-            subscribers = [self._spawn(f"subscriber-{n}", subscriber_main, subscriber_spec, children)
+            subscribers = [self._spawn(f"subscriber-{n}", self.subscriber_main, subscriber_spec, children)
                            for n in range(1, settings.subscribers + 1)]
             self._expect_all(subscribers, "ready")
             per_publisher = None if rate is None else rate / settings.publishers
