@@ -82,7 +82,7 @@ class MessageStore(Protocol):
 
 
 RECEIVE_BUFFER = 8 << 20  # a second of a fast stream: what arrives while the application is busy waits here
-RECEIVE_ROUND = 64  # datagrams read from one socket before the other gets its turn (with multicast)
+RECEIVE_ROUND = 64  # group datagrams read before the unicast socket gets its turn again (with multicast)
 MAX_PUBLISH_TIMEOUT = 25.0  # below the backbone's 30 s memory of confirmed tags
 
 
@@ -574,28 +574,45 @@ class Client:
             self._handle(data, source, time.monotonic())
 
     def _receive_both(self, timeout: float) -> None:
-        """One round over the unicast and the group socket (multicast only): what each holds, in turn."""
+        """One round over the unicast and the group socket (multicast only).
+
+        The group's socket is non-blocking and drained; the unicast one, which
+        then carries only control and repairs, gives one datagram per round, so
+        no read can wait (a gevent socket waits on EAGAIN instead of raising).
+        """
         group = self._group_sock
         if group is None:
             return
+        sock = self.sock
+        sock.settimeout(timeout)
         try:
-            ready, _, _ = select.select([self.sock, group], [], [], timeout)
+            ready, _, _ = select.select([sock, group], [], [], timeout)
         except (OSError, ValueError):  # closed meanwhile
             return
-        sock: socket.socket
-        for sock in ready:
-            for _ in range(RECEIVE_ROUND):
-                if self._closed or (sock is group and self._group_sock is None):
-                    return
-                try:
-                    data, source = sock.recvfrom(65536, socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    break
-                except OSError:
-                    if not self._closed:
-                        self.stats["receive errors"] += 1
-                    break
-                self._handle(data, source, time.monotonic(), sock is group)
+        if sock in ready:
+            try:
+                data, source = sock.recvfrom(65536)
+            except (TimeoutError, BlockingIOError):
+                pass
+            except OSError:
+                if not self._closed:
+                    self.stats["receive errors"] += 1
+            else:
+                self._handle(data, source, time.monotonic())
+        if group not in ready:
+            return
+        for _ in range(RECEIVE_ROUND):
+            if self._closed or self._group_sock is not group:
+                return
+            try:
+                data, source = group.recvfrom(65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                if not self._closed:
+                    self.stats["receive errors"] += 1
+                return
+            self._handle(data, source, time.monotonic(), True)
 
     def _leave_group(self) -> None:
         """The connection fell back to unicast: leave the group and say so, once."""

@@ -5,7 +5,8 @@ gets its own copy); binding the group address rather than 0.0.0.0 keeps
 unicast datagrams to that port out, and IP_MULTICAST_ALL off keeps out the
 groups other sockets on the host joined on the same port.  The group is
 joined on the interface whose address routes to the backbone: where the
-backbone's datagrams come from is where its group is routed.
+backbone's datagrams come from is where its group is routed.  The socket
+is non-blocking: a driver waits for it (select, poll, gevent) and drains it.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def join_group(group: Address, backbone: Address, buffer_size: int) -> socket.so
         membership = socket.inet_aton(group[0]) + socket.inet_aton(interface)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
         sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
+        sock.setblocking(False)  # drivers wait for it with select or gevent, then drain it
     except OSError as exc:
         sock.close()
         raise CommandFailed(f"cannot join multicast group {group[0]}:{group[1]} on {interface}: "

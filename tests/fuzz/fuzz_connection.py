@@ -2,9 +2,11 @@
 
 The first byte of the input picks the sender (bit 0 clear: the backbone, set:
 a stranger) and whether the connection keeps whole datagrams as runs (bit 1:
-then no hole is open, so a run can be taken); the rest is the datagram.
+then no hole is open, so a run can be taken) and whether the datagram came on the multicast
+group's socket (bit 2: the connection joined a group); the rest is the datagram.
 Invariants: nothing from a stranger is stored, acknowledged, confirmed or
-forwarded unless it re-delivers a hole the connection asked for; a run only
+forwarded unless it re-delivers a hole the connection asked for, and nothing
+from a stranger on the group counts at all; a run only
 continues the stream; what is stored is what its events release, in order.
 """
 from __future__ import annotations
@@ -32,6 +34,9 @@ SEEDS = [
     b"\x01" + codec.encode(codec.Forward("127.0.0.1", 9, 1, 2)),
     b"\x02" + codec.pack([codec.Deliver(seq, b"abc") for seq in range(1, 40)]),
     b"\x03" + codec.pack([codec.Deliver(seq, b"abc") for seq in range(1, 40)]),
+    b"\x04" + codec.pack([codec.Deliver(seq, b"abc") for seq in range(1, 40)]),
+    b"\x05" + codec.encode_deliver(1, b"forged"),
+    b"\x04" + codec.encode(codec.KeepaliveAck(token=(1).to_bytes(16, "big"), head=9)),
     b"\x00",
 ]
 
@@ -39,7 +44,9 @@ SEEDS = [
 def check(data: bytes) -> None:
     tokens = iter(range(1, 1 << 20))
     whole = bool(data[:1] and data[0] & 2)
+    group = bool(data[:1] and data[0] & 4)
     connection = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH | codec.FLAG_HEAD, whole_datagrams=whole,
+                                    multicast=group,
                                     token_source=lambda size: next(tokens).to_bytes(size, "big"))
     tracker = connection.track(1)
     connection.poll(0.0)  # one KEEPALIVE: token 1 is outstanding
@@ -47,7 +54,9 @@ def check(data: bytes) -> None:
         connection.receive(codec.encode_deliver(3, b"c"), BACKBONE, 0.0)  # a hole 1..2
         connection.poll(1.0)  # ...REQUESTed
     source = STRANGER if data[:1] and data[0] & 1 else BACKBONE
-    incoming = connection.receive(data[1:], source, 1.0)
+    incoming = (connection.receive_group if group else connection.receive)(data[1:], source, 1.0)
+    if group and (source == STRANGER or data[1:2] != bytes([codec.DELIVER])):
+        assert not (incoming.stored or incoming.events or incoming.acked), "the group took what only DELIVERs may"
     if source == STRANGER:
         assert not (incoming.acked or incoming.confirms or incoming.forwards or incoming.runs), "a stranger was obeyed"
         assert all(seq in (1, 2) for seq, _ in incoming.stored), "a stranger's DELIVER outside the asked hole"
