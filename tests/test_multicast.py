@@ -21,11 +21,12 @@ import time
 import pytest
 
 from fyrehose import Client, codec
-from fyrehose.process import wait_until
+from fyrehose.process import ChildProcess, wait_until
 from fyrehose.tracker import Message
 
+from gateway_support import RawNats
 from netns import MulticastNamespace, namespaces_available
-from support import FYREHOSE, BackboneProcess
+from support import FYREHOSE, BackboneProcess, workers_of
 
 pytestmark = pytest.mark.skipif(namespaces_available() is not None, reason=str(namespaces_available()))
 
@@ -241,3 +242,42 @@ def test_a_backbone_that_cannot_send_from_the_interface_says_so_in_one_line(name
     assert result.stderr.strip().splitlines() == [
         f"fyrehose backbone: error: cannot send to multicast group {MULTICAST} from 10.250.0.9: "
         "Cannot assign requested address"]
+
+
+def test_a_gateway_takes_the_group_for_its_clients(backbone, namespace, tmp_path):
+    gateway = ChildProcess(namespace.prefix + FYREHOSE + ["gateway", "nats", "--listen", "127.0.0.1:0", "--backbone",
+                                                          backbone.address, "--multicast", MULTICAST],
+                           tmp_path / "gateway.log")
+    try:
+        _, port = gateway.wait_ready(20)
+        wait_for_joined(backbone, 1)
+        nats = RawNats(("127.0.0.1", port))
+        nats.send(b'CONNECT {"verbose":false}\r\nSUB market.> 1\r\nPING\r\n')
+        assert nats.line() == b"PONG"
+        with Client(backbone.addr, subscribe=False) as publisher:
+            publisher.publish(b"42.5", subject="market.eurusd")
+        assert nats.line() == b"MSG market.eurusd 1 4" and nats.line() == b"42.5"
+        assert backbone.metric("fyrehose_multicast_subscribers") == 1
+    finally:
+        gateway.kill()
+
+
+def test_kill_9_of_the_fanout_worker_that_sends_the_group_is_survived(namespace, tmp_path):
+    backbone = BackboneProcess(tmp_path / "state", workers=2, prefix=namespace.prefix,
+                               extra=SEND_ON_LOOPBACK + ["--fanout", "2"]).start()
+    try:
+        with Client(backbone.addr, multicast=MULTICAST) as joined, Client(backbone.addr, subscribe=False) as publisher:
+            wait_for_joined(backbone, 1)
+            stream = joined.subscribe(on_loss="yield")
+            seqs = publisher.publish_many([b"before %d" % i for i in range(20)])
+            wait_until(lambda: "fh-fanout-0" in workers_of(backbone), 5, "fan-out worker 0 being named")
+            sender = workers_of(backbone)["fh-fanout-0"]
+            sender.kill()
+            wait_until(lambda: (now := workers_of(backbone).get("fh-fanout-0")) is not None and now.pid != sender.pid,
+                       10, "fan-out worker 0 being restarted")
+            seqs += publisher.publish_many([b"after %d" % i for i in range(20)])
+            got = take_through(stream, seqs[-1], 20)
+        assert [e.seq for e in got] == seqs and all(isinstance(e, Message) for e in got)
+        assert backbone.metric('fyrehose_worker_restarts_total{worker="fanout-0"}') == 1
+    finally:
+        backbone.kill()
