@@ -177,7 +177,7 @@ class Client:
         enlarge_buffers(self.sock, RECEIVE_BUFFER, (socket.SO_RCVBUF,))
         self.sock.bind(bind if bind is not None else (route_source(backbone), 0))
         self.address: Address = self.sock.getsockname()
-        self.group: Address | None = group if self.connection.group is not None else None
+        self.group: Address | None = group if self.connection.group_watch is not None else None
         self._group_sock = join_group(group, backbone, RECEIVE_BUFFER) if self.group is not None else None  # type: ignore[arg-type]  # set with group
 
         self._closed = False

@@ -60,9 +60,10 @@ class BackboneConnection:
     in ``Incoming.runs`` (stored and released as it is) instead of as
     messages, for a driver that accounts per datagram (the load test's
     subscribers).
-    ``multicast``: the driver joined the backbone's multicast group and feeds
-    its datagrams to :meth:`receive_group`; the KEEPALIVEs carry MULTICAST
-    until the group goes silent while HEAD advances for
+    ``multicast``: the driver joined the backbone's multicast group (see
+    :func:`fyrehose.group_socket.join_group`) and feeds what arrives there to
+    :meth:`receive_group`; the KEEPALIVEs carry MULTICAST (and HEAD) until
+    the group goes silent while HEAD advances for
     ``multicast_fallback_after`` seconds (default: FALLBACK_INTERVALS
     keepalive intervals), then the connection falls back to unicast
     (:attr:`Incoming.fell_back`, counted as ``multicast fallbacks``).
@@ -76,12 +77,12 @@ class BackboneConnection:
                  multicast_fallback_after: float | None = None) -> None:
         self.backbone = backbone
         self.flags = flags
-        self.group: GroupWatch | None = None
+        self.group_watch: GroupWatch | None = None
         self._head: int | None = None  # the backbone's last HEAD
         self._head_at_track: int | None = None  # the HEAD when tracking began: later messages are the stream's
         if multicast and not flags & codec.FLAG_NOSUBSCRIBE:
-            self.flags |= codec.FLAG_MULTICAST
-            self.group = GroupWatch(multicast_fallback_after if multicast_fallback_after is not None
+            self.flags |= codec.FLAG_MULTICAST | codec.FLAG_HEAD  # the fallback watches HEAD
+            self.group_watch = GroupWatch(multicast_fallback_after if multicast_fallback_after is not None
                                     else FALLBACK_INTERVALS * keepalive_interval)
         self.keepalive_interval = keepalive_interval
         self.serves_forwards = serves_forwards
@@ -166,7 +167,7 @@ class BackboneConnection:
                 incoming.acked = True
                 if ack.head is not None:
                     self._head = ack.head
-                    if self.group is not None and self.group.head(ack.head, now):
+                    if self.group_watch is not None and self.group_watch.head(ack.head, now):
                         self._fall_back(now, incoming)
                 if ack.head and self.tracker is not None:
                     self.tracker.head(ack.head, now)
@@ -193,10 +194,10 @@ class BackboneConnection:
         if not data or data[0] != codec.DELIVER:
             self.stats["multicast non-DELIVERs"] += 1
             return Incoming(from_backbone=True)
-        if self.group is not None:
+        if self.group_watch is not None:
             last = _last_sequence(data)
             if last:
-                self.group.datagram(last)
+                self.group_watch.datagram(last)
         self.stats["multicast datagrams"] += 1
         return self.receive(data, source, now)
 
@@ -204,7 +205,7 @@ class BackboneConnection:
         """Unicast from now on: a KEEPALIVE without MULTICAST at once, so the backbone resumes sending."""
         self.flags &= ~codec.FLAG_MULTICAST
         self._next_keepalive = now
-        tracker, group = self.tracker, self.group
+        tracker, group = self.tracker, self.group_watch
         if tracker is not None and tracker.next is None and group is not None and group.high is not None:
             # tracking began but the group never brought its first message: the stream starts after the
             # HEAD of that moment, and the REQUESTs for what HEAD announces since fetch it all

@@ -195,9 +195,11 @@ def test_a_joined_client_says_multicast_in_its_keepalives_and_a_publisher_never_
     conn = connection(clock)
     assert keepalive_flags(conn.poll(clock.now)[0]) == [codec.FLAG_BATCH | codec.FLAG_HEAD | codec.FLAG_MULTICAST]
     publisher = BackboneConnection(BACKBONE, flags=codec.FLAG_NOSUBSCRIBE, multicast=True)
-    assert publisher.group is None and not publisher.flags & codec.FLAG_MULTICAST
+    assert publisher.group_watch is None and not publisher.flags & codec.FLAG_MULTICAST
+    without_head = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH, multicast=True)
+    assert without_head.flags == codec.FLAG_BATCH | codec.FLAG_MULTICAST | codec.FLAG_HEAD  # the fallback needs HEAD
     plain = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH)
-    assert plain.group is None and plain.receive_group(codec.encode_deliver(1, b"x"), BACKBONE, T0).stored
+    assert plain.group_watch is None and plain.receive_group(codec.encode_deliver(1, b"x"), BACKBONE, T0).stored
 
 
 def test_group_datagrams_are_taken_in_order_like_unicast_ones():
@@ -247,7 +249,7 @@ def test_only_delivers_count_on_the_group_even_from_the_backbone(frame):
 def test_a_silent_group_while_head_advances_falls_back_once_and_loses_nothing():
     clock = Clock()
     conn = connection(clock, tracker_options={"request_delay": 0.0, "head_delay": 0.0})
-    after = conn.group.after
+    after = conn.group_watch.after
     assert after == 4 * 0.5
     assert not ack(conn, clock, 10)[0].fell_back  # sequenced before the join: not the group's
     group_deliver(conn, clock, 11, 2)
