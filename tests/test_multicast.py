@@ -281,3 +281,21 @@ def test_kill_9_of_the_fanout_worker_that_sends_the_group_is_survived(namespace,
         assert backbone.metric('fyrehose_worker_restarts_total{worker="fanout-0"}') == 1
     finally:
         backbone.kill()
+
+
+def test_a_journal_keeps_what_the_group_brought(backbone, namespace, tmp_path):
+    directory = tmp_path / "journal"
+    journal = ChildProcess(namespace.prefix + FYREHOSE + ["journal", "--backbone", backbone.address, "--dir",
+                                                          str(directory), "--multicast", MULTICAST, "--no-parquet"],
+                           tmp_path / "journal.log")
+    try:
+        journal.wait_ready(20)
+        wait_for_joined(backbone, 1)
+        with Client(backbone.addr, subscribe=False) as publisher:
+            seqs = publisher.publish_many([b"kept %d" % i for i in range(10)])
+        inspect = FYREHOSE + ["journal", "inspect", str(directory), "--records", f"{seqs[0]}..{seqs[-1]}"]
+        wait_until(lambda: subprocess.run(inspect, capture_output=True, text=True).stdout.count("kept") == 10, 10,
+                   "the journal holding all ten messages")
+        assert backbone.metric("fyrehose_multicast_datagrams_total") > 0
+    finally:
+        assert journal.stop(10) == 0
