@@ -2,7 +2,7 @@
 
 The group's datagrams leave from the backbone's own socket, so they carry the
 backbone's address and port, the only source a client accepts them from
-(design §3).  TTL and interface are set on that socket before any worker
+(docs/protocol.md, MULTICAST).  TTL and interface are set on that socket before any worker
 starts; IP_MULTICAST_LOOP stays on so that subscribers on the backbone's own
 host get the group as well.
 """

@@ -187,7 +187,7 @@ class BackboneConnection:
         return incoming
 
     def receive_group(self, data: bytes, source: Address, now: float) -> Incoming:
-        """One datagram from the multicast group's socket: only the backbone's DELIVERs count (design §3)."""
+        """One datagram from the multicast group's socket: only the backbone's DELIVERs count (docs/protocol.md)."""
         if source != self.backbone:
             self.stats["multicast from strangers"] += 1  # forged, or another sender on the group
             return Incoming()
