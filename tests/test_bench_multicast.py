@@ -95,3 +95,10 @@ def test_a_short_run_measures_both_modes_in_its_own_namespace_and_removes_it(tmp
     assert all(s["anomalies"].get("datagrams from strangers", 0) == 0 for s in doc["steps"])
     assert doc["scaling"] is not None and "multicast msgs/s" in done.stdout.decode()
 
+
+
+@pytest.mark.parametrize("args", [["client", "--multicast"], ["--multicast", "--targets", "redis"]])
+def test_what_the_multicast_bench_does_not_measure_is_refused_in_one_line(args):
+    done = run_cli("bench", *args)
+    err = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 1 and len(err) == 1 and "no client mode, no --targets" in err[0]

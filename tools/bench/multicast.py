@@ -232,6 +232,9 @@ def write_table(doc: dict, out: TextIO) -> None:
 
 
 def run_multicast(args: argparse.Namespace) -> int:
+    if args.mode != "servers" or args.targets:
+        raise BenchError("--multicast measures the backbone alone, 4, 8 and 16 subscribers: no client mode, "
+                         "no --targets")
     if os.environ.get(NAMESPACE_ENV):
         return _measure(args)
     return _in_own_namespace(args)
