@@ -234,9 +234,10 @@ def test_fyrehose_sub_takes_the_group(backbone, namespace):
     assert out.splitlines() == [f"{seq}\t{text}" for seq, text in zip(seqs, ["one", "two", "three"])]
 
 
-def test_a_backbone_that_cannot_send_from_the_interface_says_so_in_one_line(namespace, tmp_path):
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_backbone_that_cannot_send_from_the_interface_says_so_in_one_line(namespace, tmp_path, workers):
     result = subprocess.run(namespace.prefix + FYREHOSE + [
-        "backbone", "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "state"),
+        "backbone", "--listen", "127.0.0.1:0", "--workers", workers, "--state-dir", str(tmp_path / "state"),
         "--multicast", MULTICAST, "--multicast-interface", "10.250.0.9"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
