@@ -36,15 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gevent import monkey
-
-    monkey.patch_all()
     from fyrehose.gateways.runner import run_gateway
 
     stats: Counter = Counter()
     routes = MarlinRoutes()
     return run_gateway(args, "marlin", stats, routes.route,
-                       lambda connection, bridge: MarlinSession(connection, routes, bridge, stats))
+                       lambda connection, bridge: MarlinSession(connection, routes, bridge, stats),
+                       wants=routes.wants)
 
 
 class MarlinRoutes:
@@ -68,6 +66,10 @@ class MarlinRoutes:
             subject = channel_to_subject_or_none(channel)
             if subject is not None:
                 session.bridge.interest.remove(subject)
+
+    def wants(self, subject: str) -> bool:
+        """Whether a message on ``subject`` may reach a client here (the bridge opens no other)."""
+        return subject_to_channel(subject) in self.channels
 
     def route(self, seq: int, message: Envelope) -> None:
         channel = subject_to_channel(message.subject)

@@ -67,9 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gevent import monkey
-
-    monkey.patch_all()
     from fyrehose.addresses import parse_hostport
     from fyrehose.gateways.runner import run_gateway
 
@@ -79,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     server_id = "FYREHOSE" + os.urandom(8).hex().upper()
     return run_gateway(args, "nats", stats, routes.route,
                        lambda connection, bridge: NatsSession(
-                           connection, routes, bridge, stats, server_id=server_id, host=host, port=port))
+                           connection, routes, bridge, stats, server_id=server_id, host=host, port=port),
+                       wants=routes.wants)
 
 
 @dataclass(eq=False)
@@ -102,13 +100,27 @@ class NatsRoutes:
     def __init__(self, stats: Counter) -> None:
         self.index: SubjectIndex[NatsSubscription] = SubjectIndex()
         self.stats = stats
+        self._looked_up: tuple[str, list[NatsSubscription]] = ("", [])  # the last subject wants() looked up
 
-    def route(self, seq: int, message: Envelope) -> None:
+    def wants(self, subject: str) -> bool:
+        """Whether a message on ``subject`` reaches a subscription here (the bridge opens no other).
+
+        The lookup is kept for :meth:`route`, which the bridge calls right after (without yielding) for
+        the same subject.
+        """
         try:
-            subscriptions = self.index.lookup(message.subject)
+            subscriptions = self.index.lookup(subject)
         except EnvelopeError:  # a subject some raw publisher made up
             self.stats["bad subjects skipped"] += 1
+            return False
+        self._looked_up = (subject, subscriptions)
+        return bool(subscriptions)
+
+    def route(self, seq: int, message: Envelope) -> None:
+        if self._looked_up[0] != message.subject and not self.wants(message.subject):
             return
+        subscriptions = self._looked_up[1]
+        self._looked_up = ("", [])  # good for one route only: subscriptions change between messages
         if not subscriptions:
             return
         subject = message.subject.encode()

@@ -46,16 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gevent import monkey
-
-    monkey.patch_all()
     from fyrehose.gateways.runner import run_gateway
 
     stats: Counter = Counter()
     routes = RedisRoutes()
     return run_gateway(args, "redis", stats, routes.route,
                        lambda connection, bridge: RedisSession(
-                           connection, routes, bridge, stats, request_timeout=args.request_timeout))
+                           connection, routes, bridge, stats, request_timeout=args.request_timeout),
+                       wants=routes.wants)
 
 
 class RedisRoutes:
@@ -100,6 +98,10 @@ class RedisRoutes:
             if matches(channel):
                 count += len(sessions)
         return count
+
+    def wants(self, subject: str) -> bool:
+        """Whether a message on ``subject`` may reach a client here (the bridge opens no other)."""
+        return bool(self.patterns) or subject_to_channel(subject) in self.channels
 
     def route(self, seq: int, message: Envelope) -> None:
         channel = subject_to_channel(message.subject)

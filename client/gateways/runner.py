@@ -1,8 +1,7 @@
 """Runs one gateway process: the bridge to the backbone, the TCP server, and a clean stop on SIGTERM.
 
-Import this only after ``gevent.monkey.patch_all()`` (:func:`patch`): the
-backbone client uses threads, which must become greenlets of the server's
-event loop.
+Everything runs on one gevent loop without monkey patching: the bridge's
+link to the backbone is a gevent driver of the pure session.
 """
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from gevent.event import Event
 
 from fyrehose.addresses import parse_hostport
 from fyrehose.auth_options import credentials_from
-from fyrehose.gateways.bridge import Bridge, Route
+from fyrehose.gateways.bridge import Bridge, Route, Wants
 from fyrehose.gateways.tcp import Connection, GatewayServer, Session
 from fyrehose.readiness import announce_ready
 
@@ -28,14 +27,14 @@ SessionMaker = Callable[[Connection, Bridge], Session]
 
 
 def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,
-                make_session: SessionMaker) -> int:
+                make_session: SessionMaker, wants: Wants | None = None) -> int:
     """Serve until SIGTERM or SIGINT; print the listening address once ready."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s fyrehose {kind} gateway: %(message)s")
     listen = parse_hostport(args.listen)
     bridge = Bridge(args.backbone, route, stats=stats, publish_timeout=args.publish_timeout,
                     credentials=credentials_from(args), session_interval=args.session_interval,
-                    bind=args.bind)
+                    bind=args.bind, wants=wants)
     try:
         server = GatewayServer(listen, lambda connection: make_session(connection, bridge),
                                max_pending=args.max_pending, max_clients=args.max_clients, stats=stats)
@@ -46,7 +45,7 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
     stop = Event()
     for signum in (signal.SIGTERM, signal.SIGINT):  # before the readiness line: a stop right after it is clean
         gevent.signal_handler(signum, stop.set)
-    session = f", session {bridge.client.session.name}" if bridge.client.session is not None else ""
+    session = f", session {bridge.session.name}" if bridge.session is not None else ""
     announce_ready(f"gateway {kind}", server.address, f"backbone {args.backbone}{session}")
     stop.wait()
     server.stop()
