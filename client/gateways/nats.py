@@ -123,21 +123,56 @@ class NatsRoutes:
         self._looked_up = ("", [])  # good for one route only: subscriptions change between messages
         if not subscriptions:
             return
-        subject = message.subject.encode()
-        reply = message.reply.encode() if message.reply else None
-        headers = message.headers
-        if headers is None and (message.type != MsgType.UPDATE or message.status != Status.OK):
-            headers = proto.header_block([("Fyrehose-Type", message.type.name),
-                                          ("Fyrehose-Status", message.status.name)])
+        frames = MessageFrames(message)
         groups: dict[str, list[NatsSubscription]] = {}
         for subscription in subscriptions:
             if subscription.queue is None:
-                subscription.session.deliver(seq, subscription, subject, reply, message.data, headers)
+                subscription.session.deliver(seq, subscription, frames)
             else:
                 groups.setdefault(subscription.queue, []).append(subscription)
         for members in groups.values():  # a queue group: one member, chosen at random
             chosen = random.choice(members)
-            chosen.session.deliver(seq, chosen, subject, reply, message.data, headers)
+            chosen.session.deliver(seq, chosen, frames)
+
+
+class MessageFrames:
+    """One message's MSG and HMSG frames, built once for every subscription that gets it.
+
+    Everything but the subscription's ``sid`` (prepared once per
+    subscription) is the same for all of them: the part before the sid and
+    the part after it are built on first use and each frame is one join.
+    """
+
+    __slots__ = ("message", "_head", "_msg_tail", "_hmsg_tail", "headers")
+
+    def __init__(self, message: Envelope) -> None:
+        self.message = message
+        headers = message.headers
+        if headers is None and (message.type != MsgType.UPDATE or message.status != Status.OK):
+            headers = proto.header_block([("Fyrehose-Type", message.type.name),
+                                          ("Fyrehose-Status", message.status.name)])
+        self.headers = headers
+        self._head = b""
+        self._msg_tail = b""
+        self._hmsg_tail = b""
+
+    def frame(self, sid: bytes, with_headers: bool) -> bytes:
+        """The frame for subscription ``sid``: HMSG when the client takes headers and the message has some."""
+        if with_headers and self.headers is not None:
+            if not self._hmsg_tail:
+                self._hmsg_tail = proto.hmsg_tail(self._reply(), self.headers, self.message.data)
+            return b"".join((b"H", self._subject_head(), sid, self._hmsg_tail))
+        if not self._msg_tail:
+            self._msg_tail = proto.msg_tail(self._reply(), self.message.data)
+        return b"".join((self._subject_head(), sid, self._msg_tail))
+
+    def _subject_head(self) -> bytes:
+        if not self._head:
+            self._head = b"MSG " + self.message.subject.encode() + b" "
+        return self._head
+
+    def _reply(self) -> bytes | None:
+        return self.message.reply.encode() if self.message.reply else None
 
 
 class NatsSession:
@@ -219,12 +254,8 @@ class NatsSession:
             self.bridge.interest.remove(subscription.subject)
         self.subscriptions.clear()
 
-    def deliver(self, seq: int, subscription: NatsSubscription, subject: bytes, reply: bytes | None,
-                data: bytes, headers: bytes | None) -> None:
-        if headers is not None and self.headers:
-            frame = proto.hmsg(subject, subscription.sid_bytes, reply, headers, data)
-        else:
-            frame = proto.msg(subject, subscription.sid_bytes, reply, data)
+    def deliver(self, seq: int, subscription: NatsSubscription, frames: MessageFrames) -> None:
+        frame: bytes | None = frames.frame(subscription.sid_bytes, self.headers)
         if self.echo is not None:
             try:
                 frame = self.echo.offer(seq, frame)

@@ -104,20 +104,39 @@ class RedisRoutes:
         return bool(self.patterns) or subject_to_channel(subject) in self.channels
 
     def route(self, seq: int, message: Envelope) -> None:
+        """Queue the message on every matching subscription; each distinct frame is built once."""
         channel = subject_to_channel(message.subject)
-        tail = None
+        tail = b""
         sessions = self.channels.get(channel)
         if sessions:
             tail = resp.bulk(channel) + resp.bulk(message.data)
+            frames = _Frames(3, MESSAGE_HEAD, tail)
             for session in list(sessions):
-                session.deliver(MESSAGE_HEAD, tail)
+                session.deliver(frames.get(session.resp3))
         for pattern, (matches, sessions) in list(self.patterns.items()):
             if sessions and matches(channel):
-                if tail is None:
+                if not tail:
                     tail = resp.bulk(channel) + resp.bulk(message.data)
-                head = PMESSAGE_HEAD + resp.bulk(pattern)
+                frames = _Frames(4, PMESSAGE_HEAD + resp.bulk(pattern), tail)
                 for session in list(sessions):
-                    session.deliver(head, tail, count=4)
+                    session.deliver(frames.get(session.resp3))
+
+
+class _Frames:
+    """A pub/sub message's frame in RESP2 (an array) and RESP3 (a push), each built on first use."""
+
+    __slots__ = ("count", "body", "built")
+
+    def __init__(self, count: int, head: bytes, tail: bytes) -> None:
+        self.count = count
+        self.body = head + tail
+        self.built: list[bytes] = [b"", b""]
+
+    def get(self, resp3: bool) -> bytes:
+        frame = self.built[resp3]
+        if not frame:
+            frame = self.built[resp3] = (b">%d\r\n" if resp3 else b"*%d\r\n") % self.count + self.body
+        return frame
 
 
 MESSAGE_HEAD = resp.bulk(b"message")
@@ -181,9 +200,9 @@ class RedisSession:
         self.channels.clear()
         self.patterns.clear()
 
-    def deliver(self, head: bytes, tail: bytes, count: int = 3) -> None:
-        """Queue one pub/sub message: a push in RESP3, an array in RESP2."""
-        self.connection.send((b">%d\r\n" if self.resp3 else b"*%d\r\n") % count + head + tail)
+    def deliver(self, frame: bytes) -> None:
+        """Queue one pub/sub message, framed for this client's protocol version."""
+        self.connection.send(frame)
         self.stats["delivered"] += 1
 
     # ------------------------------------------------------------ publishing
