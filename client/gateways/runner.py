@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import socket
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -15,10 +16,11 @@ from collections.abc import Callable
 import gevent
 from gevent.event import Event
 
-from fyrehose.addresses import parse_hostport
+from fyrehose.addresses import Address, parse_hostport
 from fyrehose.auth_options import credentials_from
 from fyrehose.gateways.bridge import Bridge, Route, Wants
 from fyrehose.gateways.tcp import Connection, GatewayServer, Session
+from fyrehose.gateways.workers import reuse_port_listener, run_workers
 from fyrehose.readiness import announce_ready
 
 log = logging.getLogger("fyrehose.gateway")
@@ -29,9 +31,12 @@ SessionMaker = Callable[[Connection, Bridge], Session]
 def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,
                 make_session: SessionMaker, wants: Wants | None = None) -> int:
     """Serve until SIGTERM or SIGINT; print the listening address once ready."""
+    if args.workers > 1:
+        return run_workers(args, kind)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s fyrehose {kind} gateway: %(message)s")
-    listen = parse_hostport(args.listen)
+    host, port = parse_hostport(args.listen)
+    listen: Address | socket.socket = reuse_port_listener(host, port) if args.reuse_port else (host, port)
     bridge = Bridge(args.backbone, route, stats=stats, publish_timeout=args.publish_timeout,
                     credentials=credentials_from(args), session_interval=args.session_interval,
                     bind=args.bind, wants=wants)
@@ -41,6 +46,8 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
         server.start()
     except BaseException:
         bridge.close()
+        if isinstance(listen, socket.socket):
+            listen.close()
         raise
     stop = Event()
     for signum in (signal.SIGTERM, signal.SIGINT):  # before the readiness line: a stop right after it is clean
