@@ -27,6 +27,7 @@ from fyrehose.gateways import resp
 from fyrehose.gateways.channels import ChannelError, channel_to_subject, channel_to_subject_or_none, subject_to_channel
 from fyrehose.gateways.options import add_server_arguments
 from fyrehose.gateways.redis_glob import Matcher, compile_pattern
+from fyrehose.gateways.resp_hiredis import HiredisCommandParser
 from fyrehose.gateways.sizes import checked
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ class RedisSession:
         self.stats = stats
         self.request_timeout = request_timeout
         self.id = next(self._ids)
-        self.parser = resp.CommandParser(max_bulk=MAX_COMMAND_BULK)
+        self.parser = HiredisCommandParser(max_bulk=MAX_COMMAND_BULK)
         self.resp3 = False
         self.name: bytes | None = None
         self.channels: dict[bytes, None] = {}
