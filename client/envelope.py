@@ -33,6 +33,7 @@ as damaged (None), so a receiver never matches a wildcard coming off the wire.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 import struct
 from dataclasses import dataclass
@@ -106,7 +107,18 @@ def check_subject(subject: str, *, wildcards: bool = False) -> bytes:
 
     Tokens are non-empty and hold no whitespace; ``*`` and ``>`` are wildcards,
     allowed only in subscription patterns (``>`` only as the last token).
+    Subjects without wildcards are remembered (a bounded cache): a gateway
+    checks the same few subjects several times per message.
     """
+    return _checked(subject, wildcards) if wildcards else _checked_subject(subject)
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_subject(subject: str) -> bytes:
+    return _checked(subject, False)
+
+
+def _checked(subject: str, wildcards: bool) -> bytes:
     raw = subject.encode("utf-8")
     if not raw or len(raw) > MAX_SUBJECT:
         raise EnvelopeError(f"subject must be 1..{MAX_SUBJECT} bytes")

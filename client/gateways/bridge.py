@@ -61,6 +61,7 @@ Wants = Callable[[str], bool]
 YIELD_EVERY = 64
 EXPIRE_EVERY = 1.0  # seconds between sweeps of silent owners out of the interest table
 SESSION_PREFIX = "_SESSION."
+MAX_COUNTS_REMEMBERED = 4096  # subjects whose deployment-wide subscriber count is kept between announcements
 
 
 def _everything(subject: str) -> bool:
@@ -90,6 +91,7 @@ class Bridge:
         self._inbox_prefix = self.subjects.inbox_prefix
         self._verifies = self.subjects.auth is not None
         self._waiters: dict[str, AsyncResult] = {}  # inbox -> where its answer goes
+        self._elsewhere: dict[str, int] = {}  # subject -> subscribers_elsewhere, until the table changes
         self._next_expiry = 0.0
         self._taken = 0
         self.link = BackboneLink(backbone, self.subjects, self._take, stats=stats,
@@ -104,8 +106,17 @@ class Bridge:
         return {f"auth {name}": count for name, count in auth.stats.items()} if auth is not None else {}
 
     def subscribers_elsewhere(self, subject: str) -> int:
-        """Subscriptions matching ``subject`` announced by every other gateway and client of the deployment."""
-        return self.table.count(subject, exclude=self.interest.owner)
+        """Subscriptions matching ``subject`` announced by every other gateway and client of the deployment.
+
+        Remembered per subject until the next announcement or expiry changes the table (every
+        PUBLISH of a Redis client and every NATS request asks).
+        """
+        count = self._elsewhere.get(subject)
+        if count is None:
+            if len(self._elsewhere) >= MAX_COUNTS_REMEMBERED:
+                self._elsewhere.clear()
+            count = self._elsewhere[subject] = self.table.count(subject, exclude=self.interest.owner)
+        return count
 
     def publish(self, messages: list[Envelope]) -> list[int]:
         """Publish; the sequence numbers once the backbone confirmed every message.
@@ -195,6 +206,7 @@ class Bridge:
             if now >= self._next_expiry:
                 self.table.expire(now)
                 self._next_expiry = now + EXPIRE_EVERY
+            self._elsewhere.clear()
             return
         waiter = self._waiters.get(subject)
         if waiter is not None and not waiter.ready():
