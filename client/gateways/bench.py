@@ -72,6 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="payload size for redis-benchmark and the nats.js bench (default 64)")
     parser.add_argument("--gateway-workers", type=positive_int, default=1, metavar="N",
                         help="processes per gateway (gateway KIND --workers N; default 1)")
+    parser.add_argument("--stages", action="store_true",
+                        help="only time each pure stage of a gateway offline (us of CPU per message) and exit")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
 
 
@@ -80,6 +82,12 @@ def run(args: argparse.Namespace) -> int:
 
     import orjson
 
+    if args.stages:
+        from fyrehose.gateways import bench_stages
+
+        figures = bench_stages.stages()
+        print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode() if args.json else bench_stages.table(figures))
+        return 0
     targets = [name.strip() for name in args.targets.split(",") if name.strip()]
     unknown = sorted(set(targets) - set(TARGETS))
     if unknown or not targets:
