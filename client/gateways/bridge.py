@@ -128,6 +128,22 @@ class Bridge:
         self.stats["published"] += len(seqs)
         return seqs
 
+    def publish_nowait(self, messages: list[Envelope]) -> AsyncResult:
+        """Publish without waiting: the result gets the sequence numbers once confirmed, or the error.
+
+        For clients promised no confirmation (NATS PUB without ``verbose``):
+        their connection keeps reading while the backbone confirms.  Raises
+        PayloadTooLarge, or a FyrehoseError when the backbone is unreachable.
+        """
+        seal = self.subjects.seal
+        result = self.link.submit([seal(message) for message in messages])
+        result.rawlink(self._count_published)
+        return result
+
+    def _count_published(self, result: AsyncResult) -> None:
+        if result.successful():
+            self.stats["published"] += len(result.value)
+
     def snapshot(self, subject: str, timeout: float) -> Envelope | None:
         """The cache's answer to ``_SNAP.<subject>``, under ``subject``; None when no cache answered in time.
 

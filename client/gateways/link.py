@@ -139,6 +139,13 @@ class BackboneLink:
         Raises BackboneUnreachable or PublishTimeout (the messages may or may
         not have been published) or FyrehoseError when the gateway closes.
         """
+        return self.submit(payloads).get()
+
+    def submit(self, payloads: list[bytes]) -> AsyncResult:
+        """Publish without waiting: the result gets the sequence numbers, or the error :meth:`publish` raises.
+
+        BackboneUnreachable and a closed gateway are raised at once.
+        """
         if self._closed:
             raise FyrehoseError("gateway closed")
         if not self.reachable:
@@ -149,7 +156,7 @@ class BackboneLink:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             gevent.get_hub().loop.run_callback(self._flush)
-        return waiter.result.get()
+        return waiter.result
 
     def _flush(self) -> None:
         """One batch for everything queued in this turn of the loop: one run of tags, shared CONFIRMs."""

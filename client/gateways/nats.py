@@ -38,7 +38,7 @@ import argparse
 import itertools
 import os
 import random
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -51,11 +51,14 @@ from fyrehose.gateways.sizes import checked
 from fyrehose.subjects import SubjectIndex, check_pattern, match
 
 if TYPE_CHECKING:
+    from gevent.event import AsyncResult
+
     from fyrehose.gateways.bridge import Bridge
     from fyrehose.gateways.tcp import Connection
 
 SERVER_VERSION = "2.10.0"  # the nats-server release whose client protocol this gateway follows
 MAX_SUBSCRIPTIONS = 65536  # per client
+MAX_IN_FLIGHT = 16384  # PUBs of one client submitted and not yet confirmed before its reading pauses
 NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"  # the status-only header block nats-server answers with
 # the largest payload that fits one backbone message whatever its subject and reply subject
 # (an HPUB's size counts its header block too, which the envelope prefixes with 4 bytes of length)
@@ -193,6 +196,8 @@ class NatsSession:
         self.no_responders = False
         self.echo: EchoFilter | None = None  # set when the client asked not to get its own messages
         self.subscriptions: dict[str, NatsSubscription] = {}
+        self._inflight: deque[tuple[AsyncResult, int]] = deque()  # submitted PUB batches, oldest first
+        self._inflight_messages = 0
         connection.send(proto.info({
             "server_id": server_id,
             "server_name": "fyrehose-nats-gateway",
@@ -233,10 +238,16 @@ class NatsSession:
                     return
                 replies.append(proto.error(result.message))
                 continue
-            if batch:  # what was published before this operation is confirmed first
+            if batch:  # what was published before this operation is confirmed (or, pipelined, submitted) first
                 if not self._send(replies, batch):
                     return
                 replies, batch = [], []
+            if isinstance(operation, proto.Ping) and self._inflight:  # a PONG follows every earlier PUB's confirmation
+                if replies:
+                    self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # no slot is waiting here
+                    replies = []
+                if not self._drain():
+                    return
             answer = self._execute(operation)
             if isinstance(answer, _Refusal):
                 self._fatal(replies, batch, answer.message)
@@ -296,7 +307,17 @@ class NatsSession:
                         for subscription in self.subscriptions.values() if match(subscription.subject, reply))
 
     def _send(self, replies: list[bytes | None], batch: list[tuple[int | None, Envelope]]) -> bool:
-        """Publish the batch, then send the replies; False when the connection had to end."""
+        """Publish the batch, then send the replies; False when the connection had to end.
+
+        A client promised no answer to a PUB (not ``verbose``, and taking its
+        own messages) does not wait for the confirmation: its batch is
+        submitted and its connection keeps reading, at most
+        ``MAX_IN_FLIGHT`` messages ahead of the backbone's confirmations.
+        """
+        if batch and not self.verbose and self.echo is None:
+            if not self._submit([message for _, message in batch]):
+                return False
+            batch = []
         if batch:
             failure = self._publish_batch([message for _, message in batch])
             for index, _ in batch:
@@ -310,6 +331,46 @@ class NatsSession:
         if replies:
             self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
         return True
+
+    def _submit(self, messages: list[Envelope]) -> bool:
+        """Publish without waiting for the confirmation; False when the connection had to end."""
+        try:
+            result = self.bridge.publish_nowait(messages)
+        except Exception as exc:
+            self._publish_failed(len(messages), str(exc))
+            return False
+        self._inflight.append((result, len(messages)))
+        self._inflight_messages += len(messages)
+        result.rawlink(self._confirmed)
+        while self._inflight_messages > MAX_IN_FLIGHT:  # back-pressure: stop reading until the backbone catches up
+            self._inflight[0][0].wait()
+            self._forget_confirmed()
+            if self.connection.closing is not None:
+                return False
+        return True
+
+    def _confirmed(self, result: AsyncResult) -> None:
+        if not result.successful():
+            count = next((count for each, count in self._inflight if each is result), 0)
+            self._publish_failed(count, str(result.exception))
+        self._forget_confirmed()
+
+    def _forget_confirmed(self) -> None:
+        inflight = self._inflight
+        while inflight and inflight[0][0].ready():
+            _, count = inflight.popleft()
+            self._inflight_messages -= count
+
+    def _drain(self) -> bool:
+        """Wait for every submitted PUB's confirmation; False when one failed (the connection is ending)."""
+        for result, _ in list(self._inflight):
+            result.wait()
+        self._forget_confirmed()
+        return self.connection.closing is None
+
+    def _publish_failed(self, count: int, reason: str) -> None:
+        self.stats["publish failures"] += count
+        self.connection.close("publish failed", proto.error(f"Publish Failed: {reason}"))
 
     def _publish_batch(self, messages: list[Envelope]) -> str | None:
         """Publish and wait for the confirmation; why it failed, or None."""
