@@ -98,3 +98,12 @@ def test_no_thread_is_started(module_backbone):
         assert bridge.publish([Envelope("bridge.alone", b"x")])
     finally:
         bridge.close()
+
+
+def test_an_empty_publish_is_answered_at_once(module_backbone):
+    bridge, stats = _bridge(module_backbone, [])
+    try:
+        assert bridge.publish([]) == []
+        assert stats["publish batches"] == 0
+    finally:
+        bridge.close()

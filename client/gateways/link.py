@@ -152,6 +152,9 @@ class BackboneLink:
             host, port = self.backbone
             raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} for {self.unreachable_after:g} s")
         waiter = _Waiter(payloads)
+        if not payloads:
+            waiter.result.set([])
+            return waiter.result
         self._outbox.append(waiter)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -167,7 +170,12 @@ class BackboneLink:
                 waiter.result.set_exception(FyrehoseError("gateway closed while publishing"))
             return
         payloads = waiters[0].payloads if len(waiters) == 1 else [p for w in waiters for p in w.payloads]
-        number, datagrams = self.publishes.start(payloads, time.monotonic(), self.publish_timeout)
+        try:
+            number, datagrams = self.publishes.start(payloads, time.monotonic(), self.publish_timeout)
+        except Exception as exc:  # noqa: BLE001 - every waiter hears it; a callback has nobody else to tell
+            for waiter in waiters:
+                waiter.result.set_exception(exc)
+            return
         self._batches[number] = waiters
         self.stats["publish batches"] += 1
         for datagram in datagrams:
