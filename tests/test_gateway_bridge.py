@@ -95,6 +95,7 @@ def test_no_thread_is_started(module_backbone):
     bridge, _ = _bridge(module_backbone, [])
     try:
         assert threading.active_count() == before
+        assert bridge.reachable
         assert bridge.publish([Envelope("bridge.alone", b"x")])
     finally:
         bridge.close()

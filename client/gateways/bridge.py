@@ -100,6 +100,11 @@ class Bridge:
     def close(self) -> None:
         self.link.close()
 
+    @property
+    def reachable(self) -> bool:
+        """Whether the backbone answered a KEEPALIVE within the last 5 s (a health check's answer)."""
+        return self.link.reachable
+
     def auth_counts(self) -> dict[str, int]:
         """What verification dropped and accepted (empty without credentials)."""
         auth = self.subjects.auth
