@@ -63,10 +63,13 @@ class RedisRoutes:
     def __init__(self) -> None:
         self.channels: dict[bytes, dict[RedisSession, None]] = {}
         self.patterns: dict[bytes, tuple[Matcher, dict[RedisSession, None]]] = {}
+        self.subjects: set[str] = set()  # the subjects of the channels in ``channels``, for ``wants``
 
     def subscribe(self, channel: bytes, session: RedisSession) -> None:
-        self.channels.setdefault(channel, {})[session] = None
         subject = channel_to_subject_or_none(channel)
+        if channel not in self.channels and subject is not None:
+            self.subjects.add(subject)
+        self.channels.setdefault(channel, {})[session] = None
         if subject is not None:  # a channel without a subject receives nothing: no interest to announce
             session.bridge.interest.add(subject)
 
@@ -74,9 +77,10 @@ class RedisRoutes:
         sessions = self.channels.get(channel)
         if sessions is not None and session in sessions:
             del sessions[session]
+            subject = channel_to_subject_or_none(channel)
             if not sessions:
                 del self.channels[channel]
-            subject = channel_to_subject_or_none(channel)
+                self.subjects.discard(subject)  # type: ignore[arg-type]  # None was never added
             if subject is not None:
                 session.bridge.interest.remove(subject)
 
@@ -102,7 +106,7 @@ class RedisRoutes:
 
     def wants(self, subject: str) -> bool:
         """Whether a message on ``subject`` may reach a client here (the bridge opens no other)."""
-        return bool(self.patterns) or subject_to_channel(subject) in self.channels
+        return subject in self.subjects or bool(self.patterns)
 
     def route(self, seq: int, message: Envelope) -> None:
         """Queue the message on every matching subscription; each distinct frame is built once."""
