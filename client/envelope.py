@@ -85,6 +85,11 @@ class Status(enum.IntEnum):
     PREEMPTED = 15
 
 
+_TYPES = tuple(MsgType)  # by value: the values count up from 0, so decoding indexes instead of calling the enum
+_STATUSES = tuple(Status)
+assert all(index == value for values in (_TYPES, _STATUSES) for index, value in enumerate(values))
+
+
 class EnvelopeError(ValueError):
     """An envelope that cannot be built (bad subject, oversize field)."""
 
@@ -222,8 +227,8 @@ def decode(payload: bytes) -> Envelope | None:
         check_subject(subject)  # a wildcard or empty token on the wire is damage, not a subject
         if reply is not None:
             check_subject(reply)
-        return Envelope(subject, bytes(payload[offset:]), MsgType(kind), Status(status), reply, session, seqno, digest,
-                        headers)
+        return Envelope(subject, bytes(payload[offset:]), _TYPES[kind], _STATUSES[status], reply, session, seqno,
+                        digest, headers)
     except (struct.error, IndexError, UnicodeDecodeError, ValueError):
         return None
 
