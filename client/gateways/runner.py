@@ -31,12 +31,12 @@ SessionMaker = Callable[[Connection, Bridge], Session]
 def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,
                 make_session: SessionMaker, wants: Wants | None = None) -> int:
     """Serve until SIGTERM or SIGINT; print the listening address once ready."""
-    if args.workers > 1:
+    if getattr(args, "workers", 1) > 1:  # kinds without --workers (command.WORKER_KINDS) run as one process
         return run_workers(args, kind)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s fyrehose {kind} gateway: %(message)s")
     host, port = parse_hostport(args.listen)
-    listen: Address | socket.socket = reuse_port_listener(host, port) if args.reuse_port else (host, port)
+    listen: Address | socket.socket = reuse_port_listener(host, port) if getattr(args, "reuse_port", False) else (host, port)
     bridge = Bridge(args.backbone, route, stats=stats, publish_timeout=args.publish_timeout,
                     credentials=credentials_from(args), session_interval=args.session_interval,
                     bind=args.bind, wants=wants)
