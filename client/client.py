@@ -34,10 +34,8 @@ it also signs every envelope it sends and drops, and counts in
 """
 from __future__ import annotations
 
-import itertools
 import os
 import queue
-import secrets
 import select
 import socket
 import sys
@@ -57,14 +55,14 @@ from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, 
 from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of this module's API
 from fyrehose.fatal import guarded
 from fyrehose.group_socket import join_group
-from fyrehose.interest import LocalInterest
 from fyrehose.multicast import fallback_notice, parse_group
 from fyrehose.pacing import TokenBucket
 from fyrehose.publishing import Finished
 from fyrehose.recent_messages import MemoryJournal
 from fyrehose.routing import SubjectRouter
-from fyrehose.sessions import DEFAULT_INTERVAL, SNAP_PREFIX, SUB_STOP_PREFIX, LocalSession, inbox
+from fyrehose.sessions import DEFAULT_INTERVAL, SNAP_PREFIX, SUB_STOP_PREFIX, LocalSession
 from fyrehose.sockets import enlarge_buffers
+from fyrehose.subject_session import SubjectSession
 from fyrehose.subject_stream import InitialGate, SubjectMessage
 from fyrehose.subjects import check_pattern, is_literal
 from fyrehose.subscription import Subscription
@@ -137,15 +135,14 @@ class Client:
         backbone = (resolve_ipv4(backbone[0]), backbone[1])  # sources compare as IP literals
         if not 0 < keepalive_interval <= 1.0:
             raise ValueError("keepalive_interval must be in (0, 1] seconds (seeds/000 client rule 1)")
-        if auth is not None:
-            if not subscribe:
-                raise ValueError("auth needs subscribe=True: the trust exchange is answered both ways")
-            if user is not None and user != auth.user:
-                raise ValueError(f"user {user!r} differs from the credentials' user {auth.user!r}")
-            user = auth.user
+        if auth is not None and not subscribe:
+            raise ValueError("auth needs subscribe=True: the trust exchange is answered both ways")
+        self.stats: Counter[str] = Counter()
+        self.subjects = SubjectSession(user=user, credentials=auth, interval=session_interval, stats=self.stats)
+        self.session: LocalSession | None = self.subjects.session
+        self.auth: Authenticator | None = self.subjects.auth
+        self.interest = self.subjects.interest  # announced on _INTEREST.ANNOUNCE
         group = parse_group(multicast) if isinstance(multicast, str) else multicast
-        self.session: LocalSession | None = LocalSession(user, session_interval) if user is not None else None
-        self.auth: Authenticator | None = Authenticator(auth, self.session) if auth is not None else None  # type: ignore[arg-type]  # a LocalSession exists whenever auth is given (user comes from it)
         self.backbone: Address = backbone
         self.subscribing = subscribe
         self.journaling = journal and (subscribe or store is not None) and journal_bytes > 0
@@ -158,7 +155,6 @@ class Client:
             self.flags |= codec.FLAG_BATCH
         self.keepalive_interval = keepalive_interval
         self.unreachable_after = unreachable_after
-        self.stats: Counter[str] = Counter()
         if store is not None and self.journaling:
             self.journal: MessageStore | None = store
         else:
@@ -190,13 +186,8 @@ class Client:
         self._pack_size = 0
         self._pack_lock = threading.Lock()
         # subject routing, shared by the receive thread and subscribe/request callers
-        self._router = SubjectRouter(self._new_inbox, self._send_start)
-        self._inbox_owner = self.session.name if self.session is not None else secrets.token_hex(8)
-        self._inbox_numbers = itertools.count(1)
-        self.interest = LocalInterest(self._inbox_owner, session_interval)  # announced on _INTEREST.ANNOUNCE
+        self._router = SubjectRouter(self.subjects.new_inbox, self._send_start)
         self._announced: dict[Subscription, str] = {}  # subscription -> the pattern it added to self.interest
-        self._next_heartbeat = float("inf")
-        self._next_auth_expiry = 0.0
         if self.auth is not None:  # the trust exchange needs the stream before any subscription
             self.connection.track()
 
@@ -210,9 +201,8 @@ class Client:
             self.close()
             host, port = backbone
             raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} within {unreachable_after:g} s")
-        if self.session is not None:
-            self._send_unconfirmed(self._finish(self.session.hello(_wall_us())))
-            self._next_heartbeat = time.monotonic() + self.session.interval
+        for payload in self.subjects.start(time.monotonic(), _wall_us()):
+            self._send_unconfirmed(payload)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -226,11 +216,9 @@ class Client:
         if self._closed:
             return
         self.flush()
-        leave = self.interest.leave()
-        if leave is not None and self.reachable:
-            self._send_unconfirmed(self._seal(leave))
-        if self.session is not None and self.reachable:
-            self._send_unconfirmed(self._finish(self.session.bye()))
+        if self.reachable:
+            for payload in self.subjects.goodbye():
+                self._send_unconfirmed(payload)
         self._closed = True
         try:  # stop deliveries and FORWARDs now rather than after the 5 s lifetime
             goodbye = codec.Keepalive(flags=codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL, token=os.urandom(16))
@@ -378,26 +366,12 @@ class Client:
     def _payload(self, item: bytes | Envelope, subject: str | None, type: MsgType, status: Status,
                  reply: str | None) -> bytes:
         if isinstance(item, Envelope):
-            return self._seal(item)
+            return self.subjects.seal(item)
         if subject is None:
             if type != MsgType.UPDATE or status != Status.OK or reply is not None:
                 raise ValueError("type, status and reply need a subject")
             return bytes(item)
-        return self._seal(Envelope(subject, bytes(item), MsgType(type), Status(status), reply))
-
-    def _seal(self, outgoing: Envelope) -> bytes:
-        """The envelope's bytes, stamped with this client's session (if any) and signed (with auth)."""
-        if self.session is not None:
-            outgoing = self.session.stamp(outgoing)
-        return self._finish(outgoing)
-
-    def _finish(self, stamped: Envelope) -> bytes:
-        if self.auth is not None:
-            stamped = self.auth.sign(stamped)
-        payload = envelope.encode(stamped)
-        if len(payload) > codec.MAX_PAYLOAD:
-            raise codec.PayloadTooLarge(len(payload))
-        return payload
+        return self.subjects.seal(Envelope(subject, bytes(item), MsgType(type), Status(status), reply))
 
     def _send_unconfirmed(self, payload: bytes) -> None:
         """One PUSH now, without CONFIRM: control messages whose loss a later retry or heartbeat covers."""
@@ -458,7 +432,7 @@ class Client:
         if announced is not None:
             self.interest.remove(announced)
         if stopped is not None:
-            self._send_unconfirmed(self._seal(Envelope(SUB_STOP_PREFIX + stopped)))
+            self._send_unconfirmed(self.subjects.seal(Envelope(SUB_STOP_PREFIX + stopped)))
         subscription._close()
 
     def request(self, subject: str, data: bytes = b"", *, timeout: float = 2.0, retry: float | None = None,
@@ -478,10 +452,10 @@ class Client:
         deadline = time.monotonic() + timeout
         try:
             while True:
-                reply = self._new_inbox()
+                reply = self.subjects.new_inbox()
                 inboxes.append(reply)
                 self._router.add_waiter(reply, answers)
-                self._send_unconfirmed(self._seal(Envelope(subject, bytes(data), type, reply=reply)))
+                self._send_unconfirmed(self.subjects.seal(Envelope(subject, bytes(data), type, reply=reply)))
                 remaining = deadline - time.monotonic()
                 try:
                     return answers.get(timeout=max(0.0, min(remaining, retry or remaining)))
@@ -497,12 +471,9 @@ class Client:
         answer = self.request(SNAP_PREFIX + subject, timeout=timeout, retry=retry)
         return SubjectMessage(answer.seq, replace(answer.envelope, subject=subject))
 
-    def _new_inbox(self) -> str:
-        return inbox(self._inbox_owner, str(next(self._inbox_numbers)))
-
     def _send_start(self, start: Envelope) -> None:
         """Send (again) the START of a gated subscription; the router calls it with the route lock held."""
-        self._send_unconfirmed(self._seal(start))
+        self._send_unconfirmed(self.subjects.seal(start))
 
     def _emit(self, events: list[Event]) -> None:
         if self.auth is None and not self._router.wants_envelopes and not any(type(e) is Lost for e in events):
@@ -519,29 +490,16 @@ class Client:
         """One message in sequence order: authenticate it, then hand it to the subscriptions it matches."""
         opened: Envelope | None = None
         if envelope.is_envelope(message.data) and (self.auth is not None or self._router.wants_envelopes):
-            opened = envelope.decode(message.data)
-            if opened is None:
-                self.stats["damaged envelopes"] += 1
-                if self.auth is not None:
-                    return
-            elif self.auth is not None:
-                check = self.auth.check(opened, _wall_us())
-                for answer in check.answers:
-                    self._send_unconfirmed(envelope.encode(answer))
-                if not check.accepted:
-                    self.stats["refused"] += 1
-                    return
+            opened, accepted, answers = self.subjects.open(message.data, _wall_us())
+            for answer in answers:
+                self._send_unconfirmed(answer)
+            if not accepted:
+                return
         self._router.route(message, opened)
 
     def _session_timers(self, now: float) -> None:
-        if self.session is not None and now >= self._next_heartbeat:
-            self._send_unconfirmed(self._finish(self.session.heartbeat(_wall_us())))
-            self._next_heartbeat = now + self.session.interval
-        if self.auth is not None and now >= self._next_auth_expiry:
-            self.auth.expire(_wall_us())
-            self._next_auth_expiry = now + 1.0
-        if self.interest.due(now):
-            self._send_unconfirmed(self._seal(self.interest.announcement(now)))
+        for payload in self.subjects.timers(now, _wall_us()):
+            self._send_unconfirmed(payload)
         timed_out = self._router.gate_timers(now)
         if timed_out:
             self.stats["initial timeouts"] += timed_out

@@ -33,6 +33,7 @@ as damaged (None), so a receiver never matches a wildcard coming off the wire.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 import struct
 from dataclasses import dataclass
@@ -84,6 +85,11 @@ class Status(enum.IntEnum):
     PREEMPTED = 15
 
 
+_TYPES = tuple(MsgType)  # by value: the values count up from 0, so decoding indexes instead of calling the enum
+_STATUSES = tuple(Status)
+assert all(index == value for values in (_TYPES, _STATUSES) for index, value in enumerate(values))
+
+
 class EnvelopeError(ValueError):
     """An envelope that cannot be built (bad subject, oversize field)."""
 
@@ -106,7 +112,18 @@ def check_subject(subject: str, *, wildcards: bool = False) -> bytes:
 
     Tokens are non-empty and hold no whitespace; ``*`` and ``>`` are wildcards,
     allowed only in subscription patterns (``>`` only as the last token).
+    Subjects without wildcards are remembered (a bounded cache): a gateway
+    checks the same few subjects several times per message.
     """
+    return _checked(subject, wildcards) if wildcards else _checked_subject(subject)
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_subject(subject: str) -> bytes:
+    return _checked(subject, False)
+
+
+def _checked(subject: str, wildcards: bool) -> bytes:
     raw = subject.encode("utf-8")
     if not raw or len(raw) > MAX_SUBJECT:
         raise EnvelopeError(f"subject must be 1..{MAX_SUBJECT} bytes")
@@ -210,8 +227,8 @@ def decode(payload: bytes) -> Envelope | None:
         check_subject(subject)  # a wildcard or empty token on the wire is damage, not a subject
         if reply is not None:
             check_subject(reply)
-        return Envelope(subject, bytes(payload[offset:]), MsgType(kind), Status(status), reply, session, seqno, digest,
-                        headers)
+        return Envelope(subject, bytes(payload[offset:]), _TYPES[kind], _STATUSES[status], reply, session, seqno,
+                        digest, headers)
     except (struct.error, IndexError, UnicodeDecodeError, ValueError):
         return None
 

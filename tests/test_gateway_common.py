@@ -289,15 +289,26 @@ def test_bench_command_reports_every_target_it_was_given():
     assert report["machine"]["cores"] >= 1 and report["subscribers"] == 4
 
 
-def test_bench_command_runs_redis_benchmark_against_the_server_and_the_gateway():
+def test_bench_command_runs_the_users_tools_against_each_server_and_gateway():
+    """redis-benchmark at -P 1 and -P 16 and nats.js's bench.js, both sides per round; only the shape is checked."""
     import json
 
     result = run_cli("gateway", "bench", "--messages", "200", "--runs", "2", "--targets",
-                     "redis-server,redis-gateway", "--redis-benchmark-requests", "2000", "--json", timeout=180)
+                     "redis-server,redis-gateway,nats-server,nats-gateway", "--redis-benchmark-requests", "2000",
+                     "--nats-bench-count", "2000", "--json", timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
-    section = json.loads(result.stdout)["redis_benchmark_publish"]
-    assert section["requests"] == 2000 and section["clients"] == 50 and section["pipeline"] == 16
-    results = section["results"]
-    assert all(len(results[target]["runs_requests_per_s"]) == 2 and results[target]["median_requests_per_s"] > 0
-               for target in ("redis-server", "redis-gateway"))
-    assert len(results["runs_ratio_gateway_to_server"]) == 2 and results["median_ratio_gateway_to_server"] > 0
+    tools = json.loads(result.stdout)["tools"]
+    assert tools["size"] == 64 and tools["redis_benchmark_clients"] == 50
+    assert set(tools["results"]) == {"redis-benchmark -P 1", "redis-benchmark -P 16", "nats.js bench --pub --sub"}
+    for name, section in tools["results"].items():
+        server, gateway = ("nats-server", "nats-gateway") if name.startswith("nats") else ("redis-server",
+                                                                                           "redis-gateway")
+        assert set(section["targets"]) == {server, gateway}
+        for target in (server, gateway):
+            result_of = section["targets"][target]
+            assert len(result_of["runs"]) == 2
+            assert 0 < result_of["rate"]["min"] <= result_of["rate"]["median"] <= result_of["rate"]["max"]
+            assert result_of["cpu_us_per_message"]["median"] >= 0  # clock ticks: a short run may show none
+        assert section["ratio_gateway_to_server"]["median"] > 0
+        if name.startswith("redis"):
+            assert section["targets"][gateway]["p50_ms"]["median"] > 0

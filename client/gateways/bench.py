@@ -11,12 +11,15 @@ connections; the figure is messages/s per subscriber, from the first publish
 until every subscriber has every message.  Targets run alternately (the
 order reverses every run) and the median of ``--runs`` runs is reported.
 
-With redis-server or the Redis gateway among the targets, each run also
-drives both with ``redis-benchmark`` (Debian redis-tools), unmodified:
-``PUBLISH`` to a channel without subscribers, ``--redis-benchmark-requests``
-requests over 50 connections pipelining 16 (its own figure is requests/s;
-through the gateway each reply waits for the backbone's confirmation).  The
-ratio gateway/redis-server is computed per run, in the same run.
+Each round also runs the tools users already trust, unmodified, against
+the server and against its gateway (:mod:`fyrehose.gateways.bench_tools`):
+``redis-benchmark -c 50`` ``PUBLISH`` at pipeline 1 and 16 when redis-server
+and the Redis gateway are both targets, and the npm ``nats`` package's own
+``examples/bench.js --pub --sub`` when nats-server and the NATS gateway are;
+with ``--tool-size`` byte payloads (default 64).  The ratio gateway/server
+is taken per round, in the same round; min, median and max over the rounds
+are reported, with the gateways' CPU per message.  ``--gateway-workers N``
+runs each gateway as N processes on its port (``--workers N``).
 
 The benchmark starts everything it measures itself, on loopback: a
 ``--workers 0`` backbone, the three gateways, redis-server and nats-server
@@ -25,15 +28,11 @@ The benchmark starts everything it measures itself, on loopback: a
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
-import io
 import os
 import platform
-import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,14 +41,14 @@ from pathlib import Path
 
 from fyrehose.argtypes import positive_duration, positive_int
 from fyrehose.errors import CommandFailed, InputError
+from fyrehose.gateways import bench_tools
+from fyrehose.gateways.bench_tools import binary
 from fyrehose.process import FYREHOSE, ChildProcess, wait_until
 from fyrehose.readiness import free_port
 
 TARGETS = ("redis-server", "redis-gateway", "nats-server", "nats-gateway", "marlin-gateway")
 LOOPBACK = "127.0.0.1"
 BATCH = 500
-REDIS_BENCHMARK_CLIENTS = 50
-REDIS_BENCHMARK_PIPELINE = 16
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +66,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="give up on a run after S seconds (default 120)")
     parser.add_argument("--redis-benchmark-requests", type=positive_int, default=100000, metavar="N",
                         help="PUBLISH requests per redis-benchmark run (default 100000)")
+    parser.add_argument("--nats-bench-count", type=positive_int, default=200000, metavar="N",
+                        help="messages per nats.js bench.js run (default 200000)")
+    parser.add_argument("--tool-size", type=positive_int, default=64, metavar="BYTES",
+                        help="payload size for redis-benchmark and the nats.js bench (default 64)")
+    parser.add_argument("--gateway-workers", type=positive_int, default=1, metavar="N",
+                        help="processes per gateway (gateway KIND --workers N; default 1)")
+    parser.add_argument("--stages", action="store_true",
+                        help="only time each pure stage of a gateway offline (us of CPU per message) and exit")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
 
 
@@ -75,15 +82,21 @@ def run(args: argparse.Namespace) -> int:
 
     import orjson
 
+    if args.stages:
+        from fyrehose.gateways import bench_stages
+
+        figures = bench_stages.stages()
+        print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode() if args.json else bench_stages.table(figures))
+        return 0
     targets = [name.strip() for name in args.targets.split(",") if name.strip()]
     unknown = sorted(set(targets) - set(TARGETS))
     if unknown or not targets:
         raise InputError(f"unknown targets {', '.join(unknown) or '(none)'}; choose from {', '.join(TARGETS)}")
+    tools = [tool for tool in bench_tools.TOOLS if tool.server in targets and tool.gateway in targets]
     with tempfile.TemporaryDirectory(prefix="fyrehose-gateway-bench-") as scratch, Processes(Path(scratch)) as procs:
-        addresses = procs.start(targets)
+        addresses = procs.start(targets, args.gateway_workers)
         results: dict[str, list[float]] = {target: [] for target in targets}
-        redis_targets = [target for target in targets if target in ("redis-server", "redis-gateway")]
-        benchmark: dict[str, list[float]] = {target: [] for target in redis_targets}
+        tool_runs: dict[str, dict[str, list[dict]]] = {tool.name: {tool.server: [], tool.gateway: []} for tool in tools}
         for number in range(args.runs):
             order = targets if number % 2 == 0 else targets[::-1]
             for target in order:
@@ -91,30 +104,29 @@ def run(args: argparse.Namespace) -> int:
                 results[target].append(rate)
                 print(f"run {number + 1}/{args.runs} {target}: {rate:,.0f} msgs/s per subscriber",
                       file=sys.stderr, flush=True)
-            for target in redis_targets if number % 2 == 0 else redis_targets[::-1]:
-                rate = redis_benchmark_publish(addresses[target], args.redis_benchmark_requests, args.size,
-                                               args.timeout)
-                benchmark[target].append(rate)
-                print(f"run {number + 1}/{args.runs} redis-benchmark PUBLISH {target}: {rate:,.0f} requests/s",
-                      file=sys.stderr, flush=True)
+            for tool in tools:
+                pair = (tool.server, tool.gateway) if number % 2 == 0 else (tool.gateway, tool.server)
+                count = args.nats_bench_count if tool.server == "nats-server" else args.redis_benchmark_requests
+                for target in pair:
+                    run = bench_tools.measure(tool, target, addresses[target], procs.pids.get(target), count,
+                                              args.tool_size, args.timeout)
+                    tool_runs[tool.name][target].append(run)
+                    print(f"run {number + 1}/{args.runs} {tool.name} {target}: {run['rate']:,.0f} {tool.unit}",
+                          file=sys.stderr, flush=True)
     report = {
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "messages": args.messages, "size": args.size, "subscribers": args.subscribers, "runs": args.runs,
+        "gateway_workers": args.gateway_workers,
         "results": {target: {"median_msgs_per_s": statistics.median(rates),
                              "median_deliveries_per_s": statistics.median(rates) * args.subscribers,
                              "runs_msgs_per_s": rates}
                     for target, rates in results.items()},
     }
-    if benchmark:
-        section: dict = {target: {"median_requests_per_s": statistics.median(rates), "runs_requests_per_s": rates}
-                         for target, rates in benchmark.items()}
-        if len(benchmark) == 2:
-            ratios = [gateway / server for gateway, server in zip(benchmark["redis-gateway"], benchmark["redis-server"])]
-            section["median_ratio_gateway_to_server"] = statistics.median(ratios)
-            section["runs_ratio_gateway_to_server"] = ratios
-        report["redis_benchmark_publish"] = {"requests": args.redis_benchmark_requests,
-                                             "clients": REDIS_BENCHMARK_CLIENTS,
-                                             "pipeline": REDIS_BENCHMARK_PIPELINE, "results": section}
+    if tools:
+        report["tools"] = {"size": args.tool_size, "redis_benchmark_requests": args.redis_benchmark_requests,
+                           "redis_benchmark_clients": bench_tools.REDIS_BENCHMARK_CLIENTS,
+                           "nats_bench_count": args.nats_bench_count,
+                           "results": {tool.name: bench_tools.summary(tool, tool_runs[tool.name]) for tool in tools}}
     if args.json:
         print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     else:
@@ -128,16 +140,11 @@ def table(report: dict) -> str:
              f"{'target':<16}{'msgs/s per subscriber':>24}{'deliveries/s':>16}"]
     for target, result in report["results"].items():
         lines.append(f"{target:<16}{result['median_msgs_per_s']:>24,.0f}{result['median_deliveries_per_s']:>16,.0f}")
-    benchmark = report.get("redis_benchmark_publish")
-    if benchmark:
-        lines.append(f"redis-benchmark PUBLISH, {benchmark['requests']} requests, {benchmark['clients']} clients, "
-                     f"pipeline {benchmark['pipeline']}, median of {report['runs']} runs")
-        for target in ("redis-server", "redis-gateway"):
-            if target in benchmark["results"]:
-                lines.append(f"{target:<16}{benchmark['results'][target]['median_requests_per_s']:>24,.0f} requests/s")
-        if "median_ratio_gateway_to_server" in benchmark["results"]:
-            lines.append(f"gateway/server, median of per-run ratios: "
-                         f"{benchmark['results']['median_ratio_gateway_to_server']:.2f}")
+    tools = report.get("tools")
+    if tools:
+        lines.append(f"tools, {tools['size']}-byte payloads, {report['runs']} rounds, "
+                     f"{report['gateway_workers']} process(es) per gateway:")
+        lines.extend(bench_tools.table(tools["results"]))
     return "\n".join(lines)
 
 
@@ -149,6 +156,7 @@ class Processes:
 
     scratch: Path
     started: list[ChildProcess] = field(default_factory=list)
+    pids: dict[str, int] = field(default_factory=dict)  # target -> its process, for its CPU seconds
 
     def __enter__(self) -> Processes:
         return self
@@ -157,16 +165,17 @@ class Processes:
         for process in self.started:
             process.kill()
 
-    def start(self, targets: list[str]) -> dict[str, tuple[str, int]]:
+    def start(self, targets: list[str], gateway_workers: int = 1) -> dict[str, tuple[str, int]]:
         addresses: dict[str, tuple[str, int]] = {}
         if "redis-server" in targets:
             port = free_port(socket.SOCK_STREAM)
-            self._spawn([_binary("redis-server"), "--port", str(port), "--bind", LOOPBACK, "--save", "",
-                         "--appendonly", "no", "--dir", str(self.scratch)])
+            self.pids["redis-server"] = self._spawn([binary("redis-server"), "--port", str(port), "--bind", LOOPBACK,
+                                                     "--save", "", "--appendonly", "no",
+                                                     "--dir", str(self.scratch)]).pid
             addresses["redis-server"] = (LOOPBACK, port)
         if "nats-server" in targets:
             port = free_port(socket.SOCK_STREAM)
-            self._spawn([_binary("nats-server"), "-a", LOOPBACK, "-p", str(port)])
+            self.pids["nats-server"] = self._spawn([binary("nats-server"), "-a", LOOPBACK, "-p", str(port)]).pid
             addresses["nats-server"] = (LOOPBACK, port)
         gateways = [target for target in targets if target.endswith("-gateway")]
         if gateways:
@@ -175,8 +184,11 @@ class Processes:
                                     "--state-dir", str(self.scratch / "backbone")]).wait_ready(30)
             for target in gateways:
                 kind = target.removesuffix("-gateway")
-                process = self._spawn(FYREHOSE + ["gateway", kind, "--listen", f"{LOOPBACK}:0", "--backbone", backbone])
-                addresses[target] = process.wait_ready(30)
+                workers = ["--workers", str(gateway_workers)] if gateway_workers > 1 else []
+                process = self._spawn(FYREHOSE + ["gateway", kind, "--listen", f"{LOOPBACK}:0", "--backbone", backbone]
+                                      + workers)
+                addresses[target] = process.wait_ready(30 + 10 * gateway_workers)
+                self.pids[target] = process.pid
         for target, address in addresses.items():
             wait_until(functools.partial(_accepts, address), 30,
                        f"{target} accepting connections on {address[0]}:{address[1]}", interval=0.1)
@@ -188,13 +200,6 @@ class Processes:
         return process
 
 
-def _binary(name: str) -> str:
-    found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin:/sbin")
-    if found is None:
-        raise CommandFailed(f"{name} is not installed (Debian package {name}, see tools/test-packages.txt)")
-    return found
-
-
 def _accepts(address: tuple[str, int]) -> bool:
     try:
         with socket.create_connection(address, timeout=1):
@@ -204,19 +209,6 @@ def _accepts(address: tuple[str, int]) -> bool:
 
 
 # ---------------------------------------------------------------- one measurement
-
-def redis_benchmark_publish(address: tuple[str, int], requests: int, size: int, timeout: float) -> float:
-    """Requests/s of redis-benchmark's PUBLISH against ``address`` (its own CSV figure)."""
-    host, port = address
-    command = [_binary("redis-benchmark"), "-h", host, "-p", str(port), "-n", str(requests),
-               "-c", str(REDIS_BENCHMARK_CLIENTS), "-P", str(REDIS_BENCHMARK_PIPELINE), "--csv",
-               "PUBLISH", "bench.redis-benchmark", "x" * size]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    rows = list(csv.reader(io.StringIO(result.stdout)))
-    if result.returncode != 0 or len(rows) < 2 or rows[0][:2] != ["test", "rps"]:
-        raise CommandFailed(f"redis-benchmark failed (exit {result.returncode}): {result.stderr.strip()[-200:]}")
-    return float(rows[1][1])
-
 
 async def measure(target: str, address: tuple[str, int], args: argparse.Namespace, channel: str) -> float:
     """Messages/s per subscriber for one run against one target."""

@@ -11,6 +11,7 @@ import argparse
 import importlib
 
 from fyrehose.addresses import add_bind_argument
+from fyrehose.argtypes import positive_int
 from fyrehose.errors import CommandFailed
 from fyrehose.multicast import add_multicast_argument
 
@@ -34,6 +35,8 @@ DEFAULTS = {
 
 # Kinds whose backbone client only publishes (it takes no DELIVERs, so no multicast group either).
 PUBLISH_ONLY = {"lumberjack"}
+# Kinds served by the common gevent runner, which can run as several processes on one port.
+WORKER_KINDS = ("redis", "nats", "marlin")
 
 # Pseudo-kinds: commands under ``fyrehose gateway`` that are not servers and
 # take no --listen/--backbone of their own.
@@ -55,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_bind_argument(sub)
         if kind not in PUBLISH_ONLY:
             add_multicast_argument(sub)
+        if kind in WORKER_KINDS:
+            sub.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                             help="gateway processes sharing the port with SO_REUSEPORT, each with its own "
+                                  "backbone session (default 1)")
+            sub.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for each worker
         _add_module_arguments(sub, module_name)
     for name, (module_name, help_text) in TOOLS.items():
         sub = kinds.add_parser(name, help=help_text, description=help_text)

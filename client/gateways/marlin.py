@@ -36,15 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gevent import monkey
-
-    monkey.patch_all()
     from fyrehose.gateways.runner import run_gateway
 
     stats: Counter = Counter()
     routes = MarlinRoutes()
     return run_gateway(args, "marlin", stats, routes.route,
-                       lambda connection, bridge: MarlinSession(connection, routes, bridge, stats))
+                       lambda connection, bridge: MarlinSession(connection, routes, bridge, stats),
+                       wants=routes.wants)
 
 
 class MarlinRoutes:
@@ -52,10 +50,13 @@ class MarlinRoutes:
 
     def __init__(self) -> None:
         self.channels: dict[bytes, dict[MarlinSession, None]] = {}
+        self.subjects: set[str] = set()  # the subjects of the channels in ``channels``, for ``wants``
 
     def subscribe(self, channel: bytes, session: MarlinSession) -> None:
-        self.channels.setdefault(channel, {})[session] = None
         subject = channel_to_subject_or_none(channel)
+        if channel not in self.channels and subject is not None:
+            self.subjects.add(subject)
+        self.channels.setdefault(channel, {})[session] = None
         if subject is not None:  # announced, so other gateways count this subscriber
             session.bridge.interest.add(subject)
 
@@ -63,11 +64,16 @@ class MarlinRoutes:
         sessions = self.channels.get(channel)
         if sessions is not None and session in sessions:
             del sessions[session]
+            subject = channel_to_subject_or_none(channel)
             if not sessions:
                 del self.channels[channel]
-            subject = channel_to_subject_or_none(channel)
+                self.subjects.discard(subject)  # type: ignore[arg-type]  # None was never added
             if subject is not None:
                 session.bridge.interest.remove(subject)
+
+    def wants(self, subject: str) -> bool:
+        """Whether a message on ``subject`` may reach a client here (the bridge opens no other)."""
+        return subject in self.subjects
 
     def route(self, seq: int, message: Envelope) -> None:
         channel = subject_to_channel(message.subject)

@@ -38,7 +38,7 @@ import argparse
 import itertools
 import os
 import random
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -51,11 +51,14 @@ from fyrehose.gateways.sizes import checked
 from fyrehose.subjects import SubjectIndex, check_pattern, match
 
 if TYPE_CHECKING:
+    from gevent.event import AsyncResult
+
     from fyrehose.gateways.bridge import Bridge
     from fyrehose.gateways.tcp import Connection
 
 SERVER_VERSION = "2.10.0"  # the nats-server release whose client protocol this gateway follows
 MAX_SUBSCRIPTIONS = 65536  # per client
+MAX_IN_FLIGHT = 16384  # PUBs of one client submitted and not yet confirmed before its reading pauses
 NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"  # the status-only header block nats-server answers with
 # the largest payload that fits one backbone message whatever its subject and reply subject
 # (an HPUB's size counts its header block too, which the envelope prefixes with 4 bytes of length)
@@ -67,9 +70,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gevent import monkey
-
-    monkey.patch_all()
     from fyrehose.addresses import parse_hostport
     from fyrehose.gateways.runner import run_gateway
 
@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     server_id = "FYREHOSE" + os.urandom(8).hex().upper()
     return run_gateway(args, "nats", stats, routes.route,
                        lambda connection, bridge: NatsSession(
-                           connection, routes, bridge, stats, server_id=server_id, host=host, port=port))
+                           connection, routes, bridge, stats, server_id=server_id, host=host, port=port),
+                       wants=routes.wants)
 
 
 @dataclass(eq=False)
@@ -102,30 +103,79 @@ class NatsRoutes:
     def __init__(self, stats: Counter) -> None:
         self.index: SubjectIndex[NatsSubscription] = SubjectIndex()
         self.stats = stats
+        self._looked_up: tuple[str, list[NatsSubscription]] = ("", [])  # the last subject wants() looked up
 
-    def route(self, seq: int, message: Envelope) -> None:
+    def wants(self, subject: str) -> bool:
+        """Whether a message on ``subject`` reaches a subscription here (the bridge opens no other).
+
+        The lookup is kept for :meth:`route`, which the bridge calls right after (without yielding) for
+        the same subject.
+        """
         try:
-            subscriptions = self.index.lookup(message.subject)
+            subscriptions = self.index.lookup(subject)
         except EnvelopeError:  # a subject some raw publisher made up
             self.stats["bad subjects skipped"] += 1
+            return False
+        self._looked_up = (subject, subscriptions)
+        return bool(subscriptions)
+
+    def route(self, seq: int, message: Envelope) -> None:
+        if self._looked_up[0] != message.subject and not self.wants(message.subject):
             return
+        subscriptions = self._looked_up[1]
+        self._looked_up = ("", [])  # good for one route only: subscriptions change between messages
         if not subscriptions:
             return
-        subject = message.subject.encode()
-        reply = message.reply.encode() if message.reply else None
-        headers = message.headers
-        if headers is None and (message.type != MsgType.UPDATE or message.status != Status.OK):
-            headers = proto.header_block([("Fyrehose-Type", message.type.name),
-                                          ("Fyrehose-Status", message.status.name)])
+        frames = MessageFrames(message)
         groups: dict[str, list[NatsSubscription]] = {}
         for subscription in subscriptions:
             if subscription.queue is None:
-                subscription.session.deliver(seq, subscription, subject, reply, message.data, headers)
+                subscription.session.deliver(seq, subscription, frames)
             else:
                 groups.setdefault(subscription.queue, []).append(subscription)
         for members in groups.values():  # a queue group: one member, chosen at random
             chosen = random.choice(members)
-            chosen.session.deliver(seq, chosen, subject, reply, message.data, headers)
+            chosen.session.deliver(seq, chosen, frames)
+
+
+class MessageFrames:
+    """One message's MSG and HMSG frames, built once for every subscription that gets it.
+
+    Everything but the subscription's ``sid`` (prepared once per
+    subscription) is the same for all of them: the part before the sid and
+    the part after it are built on first use and each frame is one join.
+    """
+
+    __slots__ = ("message", "_head", "_msg_tail", "_hmsg_tail", "headers")
+
+    def __init__(self, message: Envelope) -> None:
+        self.message = message
+        headers = message.headers
+        if headers is None and (message.type != MsgType.UPDATE or message.status != Status.OK):
+            headers = proto.header_block([("Fyrehose-Type", message.type.name),
+                                          ("Fyrehose-Status", message.status.name)])
+        self.headers = headers
+        self._head = b""
+        self._msg_tail = b""
+        self._hmsg_tail = b""
+
+    def frame(self, sid: bytes, with_headers: bool) -> bytes:
+        """The frame for subscription ``sid``: HMSG when the client takes headers and the message has some."""
+        if with_headers and self.headers is not None:
+            if not self._hmsg_tail:
+                self._hmsg_tail = proto.hmsg_tail(self._reply(), self.headers, self.message.data)
+            return b"".join((b"H", self._subject_head(), sid, self._hmsg_tail))
+        if not self._msg_tail:
+            self._msg_tail = proto.msg_tail(self._reply(), self.message.data)
+        return b"".join((self._subject_head(), sid, self._msg_tail))
+
+    def _subject_head(self) -> bytes:
+        if not self._head:
+            self._head = b"MSG " + self.message.subject.encode() + b" "
+        return self._head
+
+    def _reply(self) -> bytes | None:
+        return self.message.reply.encode() if self.message.reply else None
 
 
 class NatsSession:
@@ -146,6 +196,8 @@ class NatsSession:
         self.no_responders = False
         self.echo: EchoFilter | None = None  # set when the client asked not to get its own messages
         self.subscriptions: dict[str, NatsSubscription] = {}
+        self._inflight: deque[tuple[AsyncResult, int]] = deque()  # submitted PUB batches, oldest first
+        self._inflight_messages = 0
         connection.send(proto.info({
             "server_id": server_id,
             "server_name": "fyrehose-nats-gateway",
@@ -186,10 +238,16 @@ class NatsSession:
                     return
                 replies.append(proto.error(result.message))
                 continue
-            if batch:  # what was published before this operation is confirmed first
+            if batch:  # what was published before this operation is confirmed (or, pipelined, submitted) first
                 if not self._send(replies, batch):
                     return
                 replies, batch = [], []
+            if isinstance(operation, proto.Ping) and self._inflight:  # a PONG follows every earlier PUB's confirmation
+                if replies:
+                    self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # no slot is waiting here
+                    replies = []
+                if not self._drain():
+                    return
             answer = self._execute(operation)
             if isinstance(answer, _Refusal):
                 self._fatal(replies, batch, answer.message)
@@ -207,12 +265,8 @@ class NatsSession:
             self.bridge.interest.remove(subscription.subject)
         self.subscriptions.clear()
 
-    def deliver(self, seq: int, subscription: NatsSubscription, subject: bytes, reply: bytes | None,
-                data: bytes, headers: bytes | None) -> None:
-        if headers is not None and self.headers:
-            frame = proto.hmsg(subject, subscription.sid_bytes, reply, headers, data)
-        else:
-            frame = proto.msg(subject, subscription.sid_bytes, reply, data)
+    def deliver(self, seq: int, subscription: NatsSubscription, frames: MessageFrames) -> None:
+        frame: bytes | None = frames.frame(subscription.sid_bytes, self.headers)
         if self.echo is not None:
             try:
                 frame = self.echo.offer(seq, frame)
@@ -253,7 +307,17 @@ class NatsSession:
                         for subscription in self.subscriptions.values() if match(subscription.subject, reply))
 
     def _send(self, replies: list[bytes | None], batch: list[tuple[int | None, Envelope]]) -> bool:
-        """Publish the batch, then send the replies; False when the connection had to end."""
+        """Publish the batch, then send the replies; False when the connection had to end.
+
+        A client promised no answer to a PUB (not ``verbose``, and taking its
+        own messages) does not wait for the confirmation: its batch is
+        submitted and its connection keeps reading, at most
+        ``MAX_IN_FLIGHT`` messages ahead of the backbone's confirmations.
+        """
+        if batch and not self.verbose and self.echo is None:
+            if not self._submit([message for _, message in batch]):
+                return False
+            batch = []
         if batch:
             failure = self._publish_batch([message for _, message in batch])
             for index, _ in batch:
@@ -267,6 +331,46 @@ class NatsSession:
         if replies:
             self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
         return True
+
+    def _submit(self, messages: list[Envelope]) -> bool:
+        """Publish without waiting for the confirmation; False when the connection had to end."""
+        try:
+            result = self.bridge.publish_nowait(messages)
+        except Exception as exc:
+            self._publish_failed(len(messages), str(exc))
+            return False
+        self._inflight.append((result, len(messages)))
+        self._inflight_messages += len(messages)
+        result.rawlink(self._confirmed)
+        while self._inflight_messages > MAX_IN_FLIGHT:  # back-pressure: stop reading until the backbone catches up
+            self._inflight[0][0].wait()
+            self._forget_confirmed()
+            if self.connection.closing is not None:
+                return False
+        return True
+
+    def _confirmed(self, result: AsyncResult) -> None:
+        if not result.successful():
+            count = next((count for each, count in self._inflight if each is result), 0)
+            self._publish_failed(count, str(result.exception))
+        self._forget_confirmed()
+
+    def _forget_confirmed(self) -> None:
+        inflight = self._inflight
+        while inflight and inflight[0][0].ready():
+            _, count = inflight.popleft()
+            self._inflight_messages -= count
+
+    def _drain(self) -> bool:
+        """Wait for every submitted PUB's confirmation; False when one failed (the connection is ending)."""
+        for result, _ in list(self._inflight):
+            result.wait()
+        self._forget_confirmed()
+        return self.connection.closing is None
+
+    def _publish_failed(self, count: int, reason: str) -> None:
+        self.stats["publish failures"] += count
+        self.connection.close("publish failed", proto.error(f"Publish Failed: {reason}"))
 
     def _publish_batch(self, messages: list[Envelope]) -> str | None:
         """Publish and wait for the confirmation; why it failed, or None."""

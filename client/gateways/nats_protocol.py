@@ -183,17 +183,27 @@ def error(message: str) -> bytes:
 
 
 def msg(subject: bytes, sid: bytes, reply: bytes | None, payload: bytes) -> bytes:
-    if reply:
-        return b"MSG %s %s %s %d\r\n%s\r\n" % (subject, sid, reply, len(payload), payload)
-    return b"MSG %s %s %d\r\n%s\r\n" % (subject, sid, len(payload), payload)
+    return b"MSG " + subject + b" " + sid + msg_tail(reply, payload)
 
 
 def hmsg(subject: bytes, sid: bytes, reply: bytes | None, headers: bytes, payload: bytes) -> bytes:
     """A message with a header block (``NATS/1.0\\r\\nName: value\\r\\n\\r\\n``)."""
+    return b"HMSG " + subject + b" " + sid + hmsg_tail(reply, headers, payload)
+
+
+def msg_tail(reply: bytes | None, payload: bytes) -> bytes:
+    """What follows the sid in a MSG: :func:`msg` is ``b"MSG " + subject + b" " + sid + msg_tail(...)``."""
+    if reply:
+        return b" %s %d\r\n%s\r\n" % (reply, len(payload), payload)
+    return b" %d\r\n%s\r\n" % (len(payload), payload)
+
+
+def hmsg_tail(reply: bytes | None, headers: bytes, payload: bytes) -> bytes:
+    """What follows the sid in an HMSG (see :func:`msg_tail`)."""
     size = len(headers) + len(payload)
     if reply:
-        return b"HMSG %s %s %s %d %d\r\n%s%s\r\n" % (subject, sid, reply, len(headers), size, headers, payload)
-    return b"HMSG %s %s %d %d\r\n%s%s\r\n" % (subject, sid, len(headers), size, headers, payload)
+        return b" %s %d %d\r\n%s%s\r\n" % (reply, len(headers), size, headers, payload)
+    return b" %d %d\r\n%s%s\r\n" % (len(headers), size, headers, payload)
 
 
 def header_block(fields: list[tuple[str, str]]) -> bytes:

@@ -27,6 +27,7 @@ from fyrehose.gateways import resp
 from fyrehose.gateways.channels import ChannelError, channel_to_subject, channel_to_subject_or_none, subject_to_channel
 from fyrehose.gateways.options import add_server_arguments
 from fyrehose.gateways.redis_glob import Matcher, compile_pattern
+from fyrehose.gateways.resp_hiredis import HiredisCommandParser
 from fyrehose.gateways.sizes import checked
 
 if TYPE_CHECKING:
@@ -46,16 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gevent import monkey
-
-    monkey.patch_all()
     from fyrehose.gateways.runner import run_gateway
 
     stats: Counter = Counter()
     routes = RedisRoutes()
     return run_gateway(args, "redis", stats, routes.route,
                        lambda connection, bridge: RedisSession(
-                           connection, routes, bridge, stats, request_timeout=args.request_timeout))
+                           connection, routes, bridge, stats, request_timeout=args.request_timeout),
+                       wants=routes.wants)
 
 
 class RedisRoutes:
@@ -64,10 +63,13 @@ class RedisRoutes:
     def __init__(self) -> None:
         self.channels: dict[bytes, dict[RedisSession, None]] = {}
         self.patterns: dict[bytes, tuple[Matcher, dict[RedisSession, None]]] = {}
+        self.subjects: set[str] = set()  # the subjects of the channels in ``channels``, for ``wants``
 
     def subscribe(self, channel: bytes, session: RedisSession) -> None:
-        self.channels.setdefault(channel, {})[session] = None
         subject = channel_to_subject_or_none(channel)
+        if channel not in self.channels and subject is not None:
+            self.subjects.add(subject)
+        self.channels.setdefault(channel, {})[session] = None
         if subject is not None:  # a channel without a subject receives nothing: no interest to announce
             session.bridge.interest.add(subject)
 
@@ -75,9 +77,10 @@ class RedisRoutes:
         sessions = self.channels.get(channel)
         if sessions is not None and session in sessions:
             del sessions[session]
+            subject = channel_to_subject_or_none(channel)
             if not sessions:
                 del self.channels[channel]
-            subject = channel_to_subject_or_none(channel)
+                self.subjects.discard(subject)  # type: ignore[arg-type]  # None was never added
             if subject is not None:
                 session.bridge.interest.remove(subject)
 
@@ -101,21 +104,44 @@ class RedisRoutes:
                 count += len(sessions)
         return count
 
+    def wants(self, subject: str) -> bool:
+        """Whether a message on ``subject`` may reach a client here (the bridge opens no other)."""
+        return subject in self.subjects or bool(self.patterns)
+
     def route(self, seq: int, message: Envelope) -> None:
+        """Queue the message on every matching subscription; each distinct frame is built once."""
         channel = subject_to_channel(message.subject)
-        tail = None
+        tail = b""
         sessions = self.channels.get(channel)
         if sessions:
             tail = resp.bulk(channel) + resp.bulk(message.data)
+            frames = _Frames(3, MESSAGE_HEAD, tail)
             for session in list(sessions):
-                session.deliver(MESSAGE_HEAD, tail)
+                session.deliver(frames.get(session.resp3))
         for pattern, (matches, sessions) in list(self.patterns.items()):
             if sessions and matches(channel):
-                if tail is None:
+                if not tail:
                     tail = resp.bulk(channel) + resp.bulk(message.data)
-                head = PMESSAGE_HEAD + resp.bulk(pattern)
+                frames = _Frames(4, PMESSAGE_HEAD + resp.bulk(pattern), tail)
                 for session in list(sessions):
-                    session.deliver(head, tail, count=4)
+                    session.deliver(frames.get(session.resp3))
+
+
+class _Frames:
+    """A pub/sub message's frame in RESP2 (an array) and RESP3 (a push), each built on first use."""
+
+    __slots__ = ("count", "body", "built")
+
+    def __init__(self, count: int, head: bytes, tail: bytes) -> None:
+        self.count = count
+        self.body = head + tail
+        self.built: list[bytes] = [b"", b""]
+
+    def get(self, resp3: bool) -> bytes:
+        frame = self.built[resp3]
+        if not frame:
+            frame = self.built[resp3] = (b">%d\r\n" if resp3 else b"*%d\r\n") % self.count + self.body
+        return frame
 
 
 MESSAGE_HEAD = resp.bulk(b"message")
@@ -135,7 +161,7 @@ class RedisSession:
         self.stats = stats
         self.request_timeout = request_timeout
         self.id = next(self._ids)
-        self.parser = resp.CommandParser(max_bulk=MAX_COMMAND_BULK)
+        self.parser = HiredisCommandParser(max_bulk=MAX_COMMAND_BULK)
         self.resp3 = False
         self.name: bytes | None = None
         self.channels: dict[bytes, None] = {}
@@ -179,9 +205,9 @@ class RedisSession:
         self.channels.clear()
         self.patterns.clear()
 
-    def deliver(self, head: bytes, tail: bytes, count: int = 3) -> None:
-        """Queue one pub/sub message: a push in RESP3, an array in RESP2."""
-        self.connection.send((b">%d\r\n" if self.resp3 else b"*%d\r\n") % count + head + tail)
+    def deliver(self, frame: bytes) -> None:
+        """Queue one pub/sub message, framed for this client's protocol version."""
+        self.connection.send(frame)
         self.stats["delivered"] += 1
 
     # ------------------------------------------------------------ publishing

@@ -88,8 +88,7 @@ class CommandParser(StreamParser[Command, RespError]):
             end = self._pos + self._bulk
             if len(buffer) < end + 2:
                 return None
-            if buffer[end:end + 2] != b"\r\n":
-                raise Malformed("Protocol error: expected CRLF after bulk string")
+            # the two bytes after a bulk string are skipped unread, as redis-server (and hiredis) skip them
             self._args.append(bytes(buffer[self._pos:end]))
             self._pos = end + 2
             self._bulk = None

@@ -1,14 +1,14 @@
 """Runs one gateway process: the bridge to the backbone, the TCP server, and a clean stop on SIGTERM.
 
-Import this only after ``gevent.monkey.patch_all()`` (:func:`patch`): the
-backbone client uses threads, which must become greenlets of the server's
-event loop.
+Everything runs on one gevent loop without monkey patching: the bridge's
+link to the backbone is a gevent driver of the pure session.
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import signal
+import socket
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -16,10 +16,11 @@ from collections.abc import Callable
 import gevent
 from gevent.event import Event
 
-from fyrehose.addresses import parse_hostport
+from fyrehose.addresses import Address, parse_hostport
 from fyrehose.auth_options import credentials_from
-from fyrehose.gateways.bridge import Bridge, Route
+from fyrehose.gateways.bridge import Bridge, Route, Wants
 from fyrehose.gateways.tcp import Connection, GatewayServer, Session
+from fyrehose.gateways.workers import reuse_port_listener, run_workers
 from fyrehose.readiness import announce_ready
 
 log = logging.getLogger("fyrehose.gateway")
@@ -28,25 +29,30 @@ SessionMaker = Callable[[Connection, Bridge], Session]
 
 
 def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,
-                make_session: SessionMaker) -> int:
+                make_session: SessionMaker, wants: Wants | None = None) -> int:
     """Serve until SIGTERM or SIGINT; print the listening address once ready."""
+    if getattr(args, "workers", 1) > 1:  # kinds without --workers (command.WORKER_KINDS) run as one process
+        return run_workers(args, kind)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s fyrehose {kind} gateway: %(message)s")
-    listen = parse_hostport(args.listen)
+    host, port = parse_hostport(args.listen)
+    listen: Address | socket.socket = reuse_port_listener(host, port) if getattr(args, "reuse_port", False) else (host, port)
     bridge = Bridge(args.backbone, route, stats=stats, publish_timeout=args.publish_timeout,
                     credentials=credentials_from(args), session_interval=args.session_interval,
-                    bind=args.bind, multicast=args.multicast)
+                    bind=args.bind, wants=wants, multicast=args.multicast)
     try:
         server = GatewayServer(listen, lambda connection: make_session(connection, bridge),
                                max_pending=args.max_pending, max_clients=args.max_clients, stats=stats)
         server.start()
     except BaseException:
         bridge.close()
+        if isinstance(listen, socket.socket):
+            listen.close()
         raise
     stop = Event()
     for signum in (signal.SIGTERM, signal.SIGINT):  # before the readiness line: a stop right after it is clean
         gevent.signal_handler(signum, stop.set)
-    session = f", session {bridge.client.session.name}" if bridge.client.session is not None else ""
+    session = f", session {bridge.session.name}" if bridge.session is not None else ""
     announce_ready(f"gateway {kind}", server.address, f"backbone {args.backbone}{session}")
     stop.wait()
     server.stop()

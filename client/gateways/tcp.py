@@ -152,7 +152,7 @@ SessionFactory = Callable[[Connection], Session]
 class GatewayServer:
     """Accepts clients on ``listen`` and runs one session per client."""
 
-    def __init__(self, listen: Address, make_session: SessionFactory, *, max_pending: int,
+    def __init__(self, listen: Address | socket.socket, make_session: SessionFactory, *, max_pending: int,
                  max_clients: int, stats: Counter) -> None:
         self.make_session = make_session
         self.max_pending = max_pending

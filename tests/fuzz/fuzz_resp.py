@@ -11,6 +11,7 @@ from streams import check_incremental  # noqa: E402
 
 with instrumented():
     from fyrehose.gateways.resp import CommandParser
+    from fyrehose.gateways.resp_hiredis import HiredisCommandParser
 
 SEEDS = [
     b"*2\r\n$9\r\nSUBSCRIBE\r\n$3\r\nfoo\r\n",
@@ -23,6 +24,11 @@ SEEDS = [
 
 def check(data: bytes) -> None:
     check_incremental(lambda: CommandParser(max_bulk=1 << 16, max_args=64), lambda p, d: p.feed(d), data)
+    half = len(data) // 2
+    for chunks in ([data], [data[:half], data[half:]]):  # the hiredis path agrees with the pure parser
+        pure, fast = CommandParser(max_bulk=1 << 16, max_args=64), HiredisCommandParser(max_bulk=1 << 16, max_args=64)
+        assert [item for chunk in chunks for item in fast.feed(chunk)] == [
+            item for chunk in chunks for item in pure.feed(chunk)], data
 
 
 if __name__ == "__main__":

@@ -41,8 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "nats-py), one publisher and one subscriber, messages/s end to end")
     parser.add_argument("--targets", type=_targets, metavar="LIST",
                         help="comma-separated, measured in this order each round: fyrehose (multi-process backbone), "
-                             "fyrehose-single (--workers 0), redis, nats, and fyrehose-nobatch / "
-                             f"fyrehose-single-nobatch for subscribers without BATCH (default {DEFAULT_TARGETS}); "
+                             "fyrehose-single (--workers 0), redis, nats, fyrehose-nobatch / "
+                             "fyrehose-single-nobatch for subscribers without BATCH, and redis-gateway / "
+                             "nats-gateway (-2: two processes) for the gateways on a single-process backbone "
+                             f"(default {DEFAULT_TARGETS}); "
                              f"client mode: the same without the nobatch ones, plus nats-callback (nats-py "
                              f"consuming with a callback) (default {DEFAULT_CLIENT_TARGETS})")
     parser.add_argument("--publishers", type=positive_int, default=1, metavar="N",

@@ -159,6 +159,10 @@ def server_for(target: Target, binaries: dict[str, str], workdir: Path, workers:
                fanout: int | None) -> ServerProcess:
     """A server for one step (not started), in a fresh directory under ``workdir``."""
     workdir.mkdir(parents=True)
+    if target.gateway is not None:
+        from fyrehose.tools.bench.gateway_stack import GatewayStack  # it builds on this module
+
+        return GatewayStack(target, workdir)
     if target.protocol == FYREHOSE:
         port = free_port(socket.SOCK_DGRAM)
         if not target.multiprocess:

@@ -20,6 +20,8 @@ class Target:
     protocol: str  # FYREHOSE, REDIS or NATS: which server and which load generators
     multiprocess: bool = False  # fyrehose only: --workers R (--fanout F) instead of --workers 0
     batch: bool = True  # fyrehose only: subscribers set the BATCH flag (several DELIVERs per datagram)
+    gateway: str | None = None  # redis/nats: served by ``fyrehose gateway KIND`` on a backbone, not the server
+    gateway_workers: int = 1  # processes of that gateway (--workers)
 
 
 TARGETS = {
@@ -31,12 +33,18 @@ TARGETS = {
         Target("fyrehose-single-nobatch", FYREHOSE, batch=False),
         Target("redis", REDIS),
         Target("nats", NATS),
+        Target("redis-gateway", REDIS, gateway="redis"),
+        Target("nats-gateway", NATS, gateway="nats"),
+        Target("redis-gateway-2", REDIS, gateway="redis", gateway_workers=2),
+        Target("nats-gateway-2", NATS, gateway="nats", gateway_workers=2),
     )
 }
 DEFAULT_TARGETS = "fyrehose,fyrehose-single,redis,nats"
 
 # (target, baseline): ratios reported when both ran, each from rounds measured side by side
-RATIOS = (("fyrehose", "fyrehose-single"), ("fyrehose-nobatch", "fyrehose-single-nobatch"))
+RATIOS = (("fyrehose", "fyrehose-single"), ("fyrehose-nobatch", "fyrehose-single-nobatch"),
+          ("redis-gateway", "redis"), ("nats-gateway", "nats"),
+          ("redis-gateway-2", "redis"), ("nats-gateway-2", "nats"))
 
 
 def parse_targets(text: str) -> list[Target]:

@@ -1,0 +1,178 @@
+"""The tools Redis and NATS users already trust, pointed at a server and at its gateway in the same run.
+
+``redis-benchmark`` (Debian redis-tools) runs ``PUBLISH`` with 50 clients at
+pipeline 1 and at pipeline 16; its own CSV gives requests/s and the latency
+percentiles.  The npm ``nats`` package's own ``examples/bench.js --pub --sub``
+(installed by ``tools/bootstrap --test`` into tools/node) gives the pub/sub
+messages/s it prints as ``pubsub``.  Each is run unmodified against the
+server and against the gateway alternately, once per round, and the gateway
+processes' CPU seconds during each run are divided by the messages it
+carried: the CPU per message that the cost model in docs/gateways.md
+projects from.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import statistics
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from fyrehose.errors import CommandFailed
+
+REDIS_BENCHMARK_CLIENTS = 50
+NODE_MODULES = Path(__file__).resolve().parents[2] / "tools" / "node" / "node_modules"
+NATS_BENCH = NODE_MODULES / "nats" / "examples" / "bench.js"
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    rate: float  # the tool's own figure: requests/s or msgs/s
+    messages: int  # messages the target carried (for CPU per message)
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One unmodified third-party benchmark, against a server and the gateway that stands in for it."""
+
+    name: str
+    server: str
+    gateway: str
+    unit: str
+    run: Callable[[tuple[str, int], int, int, float], ToolResult]  # (address, count, payload size, timeout)
+
+
+def binary(name: str) -> str:
+    found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin:/sbin")
+    if found is None:
+        raise CommandFailed(f"{name} is not installed (Debian package {name}, see tools/test-packages.txt)")
+    return found
+
+
+def redis_benchmark(pipeline: int) -> Callable[[tuple[str, int], int, int, float], ToolResult]:
+    def run(address: tuple[str, int], requests: int, size: int, timeout: float) -> ToolResult:
+        host, port = address
+        command = [binary("redis-benchmark"), "-h", host, "-p", str(port), "-n", str(requests),
+                   "-c", str(REDIS_BENCHMARK_CLIENTS), "-P", str(pipeline), "--csv",
+                   "PUBLISH", "bench.redis-benchmark", "x" * size]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        rows = list(csv.reader(io.StringIO(result.stdout)))
+        if result.returncode != 0 or len(rows) < 2 or rows[0][:2] != ["test", "rps"]:
+            raise CommandFailed(f"redis-benchmark failed (exit {result.returncode}): {result.stderr.strip()[-200:]}")
+        row = dict(zip(rows[0], rows[1]))
+        return ToolResult(float(row["rps"]), requests, _number(row.get("p50_latency_ms")),
+                          _number(row.get("p99_latency_ms")))
+
+    return run
+
+
+def nats_bench(address: tuple[str, int], count: int, size: int, timeout: float) -> ToolResult:
+    """nats.js's ``examples/bench.js --pub --sub``: its ``pubsub`` figure (published plus received msgs/s)."""
+    node = shutil.which("node")
+    if node is None or not NATS_BENCH.is_file():
+        raise CommandFailed(f"node and {NATS_BENCH} are needed for the NATS bench (run tools/bootstrap --test)")
+    host, port = address
+    command = [node, str(NATS_BENCH), "--server", f"{host}:{port}", "--pub", "--sub", "--count", str(count),
+               "--payload", str(size), "--json"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                            env=dict(os.environ, NODE_PATH=str(NODE_MODULES)))
+    try:
+        metrics = {metric["name"]: metric for metric in json.loads(result.stdout)}
+        pubsub = metrics["pubsub"]
+        return ToolResult(pubsub["msgs"] / (pubsub["duration"] / 1000), count)
+    except (ValueError, KeyError, TypeError, ZeroDivisionError):
+        raise CommandFailed(f"nats bench.js failed (exit {result.returncode}): "
+                            f"{(result.stderr or result.stdout).strip()[-200:]}") from None
+
+
+TOOLS = (
+    Tool("redis-benchmark -P 1", "redis-server", "redis-gateway", "requests/s", redis_benchmark(1)),
+    Tool("redis-benchmark -P 16", "redis-server", "redis-gateway", "requests/s", redis_benchmark(16)),
+    Tool("nats.js bench --pub --sub", "nats-server", "nats-gateway", "msgs/s", nats_bench),
+)
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds of a process and its children (the workers of a multi-process gateway)."""
+    try:
+        process = psutil.Process(pid)
+        processes = [process, *process.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for each in processes:
+        try:
+            times = each.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def measure(tool: Tool, target: str, address: tuple[str, int], pid: int | None, count: int, size: int,
+            timeout: float) -> dict:
+    """One run of ``tool`` against ``target``: its figure, and the CPU per message of the target when we started it."""
+    before = process_cpu(pid) if pid is not None else 0.0
+    result = tool.run(address, count, size, timeout)
+    run: dict = {"rate": result.rate, "p50_ms": result.p50_ms, "p99_ms": result.p99_ms}
+    if pid is not None:
+        run["cpu_us_per_message"] = (process_cpu(pid) - before) / result.messages * 1e6
+    return run
+
+
+def summary(tool: Tool, runs: dict[str, list[dict]]) -> dict:
+    """min/median/max of each target's figure, and of the per-round ratio gateway/server."""
+    section: dict = {"unit": tool.unit, "targets": {}}
+    for target, target_runs in runs.items():
+        section["targets"][target] = {
+            "rate": _spread([run["rate"] for run in target_runs]),
+            "p50_ms": _spread([run["p50_ms"] for run in target_runs if run["p50_ms"] is not None]),
+            "p99_ms": _spread([run["p99_ms"] for run in target_runs if run["p99_ms"] is not None]),
+            "cpu_us_per_message": _spread([run["cpu_us_per_message"] for run in target_runs
+                                           if "cpu_us_per_message" in run]),
+            "runs": target_runs,
+        }
+    if tool.server in runs and tool.gateway in runs:
+        section["ratio_gateway_to_server"] = _spread(
+            [gateway["rate"] / server["rate"] for gateway, server in zip(runs[tool.gateway], runs[tool.server])])
+    return section
+
+
+def table(sections: dict[str, dict]) -> list[str]:
+    lines = []
+    for name, section in sections.items():
+        lines.append(f"{name} ({section['unit']}; min / median / max over rounds)")
+        for target, result in section["targets"].items():
+            rate = result["rate"]
+            line = f"  {target:<15}{rate['min']:>13,.0f}{rate['median']:>13,.0f}{rate['max']:>13,.0f}"
+            if result["p50_ms"]:
+                line += f"   p50 {result['p50_ms']['median']:.2f} ms  p99 {result['p99_ms']['median']:.2f} ms"
+            if result["cpu_us_per_message"]:
+                line += f"   {result['cpu_us_per_message']['median']:.1f} us CPU/msg"
+            lines.append(line)
+        ratio = section.get("ratio_gateway_to_server")
+        if ratio:
+            lines.append(f"  gateway/server {ratio['min']:>9.3f}{ratio['median']:>13.3f}{ratio['max']:>13.3f}")
+    return lines
+
+
+def _spread(values: list[float]) -> dict | None:
+    if not values:
+        return None
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None

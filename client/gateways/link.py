@@ -1,0 +1,287 @@
+"""A gateway's gevent driver of the pure backbone session: one UDP socket, one receive greenlet, no threads.
+
+:class:`~fyrehose.connection.BackboneConnection` (keepalives, ordering, gap
+REQUESTs, confirmed publishes) and :class:`~fyrehose.subject_session.SubjectSession`
+(session, signing, trust exchange, interest announcements) decide
+everything; this module only moves their datagrams through a gevent socket
+and runs their timers, as the load test's sessions are driven.  Nothing is
+monkey-patched: waits are gevent events on the gateway's one loop.
+
+Publishes from every TCP client of the gateway share datagrams.  A client's
+:meth:`BackboneLink.publish` queues its messages and waits; once every
+greenlet that had input in this turn of the loop has queued its own, one
+callback starts a single :class:`~fyrehose.publishing.PendingPublishes`
+batch for all of them, so one CONFIRM datagram answers many clients.  Each
+waiter gets the sequence numbers of its own messages, in its own order, once
+all of them are confirmed (or an error once the batch's deadline passed).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket as stdlib_socket
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import gevent
+from gevent import socket
+from gevent.event import AsyncResult, Event
+
+from fyrehose import codec
+from fyrehose.addresses import Address, parse_hostport, resolve_ipv4, route_source
+from fyrehose.connection import BackboneConnection, Incoming
+from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout
+from fyrehose.fatal import guarded
+from fyrehose.group_socket import join_group
+from fyrehose.multicast import fallback_notice
+from fyrehose.publishing import Finished
+from fyrehose.sockets import enlarge_buffers
+from fyrehose.subject_session import SubjectSession
+from fyrehose.tracker import Event as StreamEvent
+
+log = logging.getLogger("fyrehose.gateway")
+
+FLAGS = codec.FLAG_HEAD | codec.FLAG_BATCH | codec.FLAG_NOJOURNAL  # a gateway serves clients, not FORWARDs
+KEEPALIVE_INTERVAL = 0.5
+UNREACHABLE_AFTER = 5.0
+RECEIVE_BUFFER = 8 << 20
+TIMER_PERIOD = 0.02  # the longest the session's timers wait while datagrams keep arriving
+TRACKER_OPTIONS = {"request_delay": 0.02, "give_up_after": 10.0}
+YIELD_EVERY = 16  # datagrams taken in a row before the clients' greenlets get a turn
+
+EventsHandler = Callable[[list[StreamEvent]], None]
+
+
+@dataclass(slots=True)
+class _Waiter:
+    payloads: list[bytes]
+    result: AsyncResult = field(default_factory=AsyncResult)
+
+
+def wall_us() -> int:
+    """Wall-clock microseconds: the time heartbeats and the trust exchange carry."""
+    return time.time_ns() // 1000
+
+
+class BackboneLink:
+    """One gateway process's session with the backbone, subscribed to the whole stream."""
+
+    def __init__(self, backbone: str, subjects: SubjectSession, on_events: EventsHandler, *, stats: Counter,
+                 publish_timeout: float = 5.0, bind: Address | None = None,
+                 unreachable_after: float = UNREACHABLE_AFTER, multicast: Address | None = None) -> None:
+        host, port = parse_hostport(backbone, 2323)
+        self.backbone: Address = (resolve_ipv4(host), port)  # sources compare as IP literals
+        self.subjects = subjects
+        self.on_events = on_events
+        self.stats = stats
+        self.publish_timeout = publish_timeout
+        self.unreachable_after = unreachable_after
+        auth = subjects.auth
+        self.connection = BackboneConnection(self.backbone, flags=FLAGS, keepalive_interval=KEEPALIVE_INTERVAL,
+                                             serves_forwards=False, tracker_options=TRACKER_OPTIONS, stats=stats,
+                                             vouch=auth.vouches if auth is not None else None,
+                                             multicast=multicast is not None)
+        self.connection.track()
+        self.publishes = self.connection.publishes
+        self.sock = socket.socket(stdlib_socket.AF_INET, stdlib_socket.SOCK_DGRAM)
+        enlarge_buffers(self.sock, RECEIVE_BUFFER)
+        self.sock.bind(bind if bind is not None else (route_source(self.backbone), 0))
+        self._closed = False
+        self._acked = Event()
+        self._outbox: list[_Waiter] = []  # publishes queued in this turn of the loop
+        self._flush_scheduled = False
+        self._batches: dict[int, list[_Waiter]] = {}  # batch number -> its waiters, in payload order
+        self._next_timers = 0.0
+        self._receiver = gevent.spawn(guarded(self._receive_loop, "gateway backbone receive"))
+        self.group = multicast
+        self._group_sock: socket.socket | None = None
+        self._group_receiver: gevent.Greenlet | None = None
+        if multicast is not None:  # the group's DELIVERs, read by a greenlet of their own
+            joined = join_group(multicast, self.backbone, RECEIVE_BUFFER)
+            self._group_sock = socket.socket(stdlib_socket.AF_INET, stdlib_socket.SOCK_DGRAM, fileno=joined.detach())
+            self._group_receiver = gevent.spawn(guarded(self._group_loop, "gateway multicast receive"))
+        if not self._acked.wait(unreachable_after):
+            self.close()
+            raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} within {unreachable_after:g} s")
+        self.send_unconfirmed(subjects.start(time.monotonic(), wall_us()))
+
+    @property
+    def reachable(self) -> bool:
+        return self.connection.reachable(time.monotonic(), self.unreachable_after)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        if self.reachable:
+            self.send_unconfirmed(self.subjects.goodbye())
+        self._closed = True
+        try:  # stop deliveries now rather than after the backbone's 5 s lifetime
+            goodbye = codec.Keepalive(flags=codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL, token=os.urandom(codec.TOKEN_SIZE))
+            self.sock.sendto(codec.encode(goodbye), self.backbone)
+        except OSError:
+            pass
+        if self._receiver is not gevent.getcurrent():
+            self._receiver.join(2 * TIMER_PERIOD + 0.2)  # it sees _closed within its longest wait
+        self._leave_group()
+        for waiters in self._batches.values():
+            for waiter in waiters:
+                waiter.result.set_exception(FyrehoseError("gateway closed while publishing"))
+        self._batches.clear()
+        self.sock.close()
+
+    # ------------------------------------------------------------ sending
+
+    def send_unconfirmed(self, payloads: list[bytes]) -> None:
+        """PUSH without CONFIRM: control messages whose loss a later one repairs."""
+        for payload in payloads:
+            self._send(codec.encode_push(payload))
+
+    def _send(self, datagram: bytes) -> None:
+        try:
+            self.sock.sendto(datagram, self.backbone)
+        except OSError:  # a send buffer that stayed full: lost like a dropped datagram, sent again on a timer
+            self.stats["send errors"] += 1
+
+    def publish(self, payloads: list[bytes]) -> list[int]:
+        """Publish and wait; the sequence numbers once the backbone confirmed every message.
+
+        Raises BackboneUnreachable or PublishTimeout (the messages may or may
+        not have been published) or FyrehoseError when the gateway closes.
+        """
+        return self.submit(payloads).get()
+
+    def submit(self, payloads: list[bytes]) -> AsyncResult:
+        """Publish without waiting: the result gets the sequence numbers, or the error :meth:`publish` raises.
+
+        BackboneUnreachable and a closed gateway are raised at once.
+        """
+        if self._closed:
+            raise FyrehoseError("gateway closed")
+        if not self.reachable:
+            host, port = self.backbone
+            raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} for {self.unreachable_after:g} s")
+        waiter = _Waiter(payloads)
+        if not payloads:
+            waiter.result.set([])
+            return waiter.result
+        self._outbox.append(waiter)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            gevent.get_hub().loop.run_callback(self._flush)
+        return waiter.result
+
+    def _flush(self) -> None:
+        """One batch for everything queued in this turn of the loop: one run of tags, shared CONFIRMs."""
+        self._flush_scheduled = False
+        waiters, self._outbox = self._outbox, []
+        if self._closed:
+            for waiter in waiters:
+                waiter.result.set_exception(FyrehoseError("gateway closed while publishing"))
+            return
+        payloads = waiters[0].payloads if len(waiters) == 1 else [p for w in waiters for p in w.payloads]
+        try:
+            number, datagrams = self.publishes.start(payloads, time.monotonic(), self.publish_timeout)
+        except Exception as exc:  # noqa: BLE001 - every waiter hears it; a callback has nobody else to tell
+            for waiter in waiters:
+                waiter.result.set_exception(exc)
+            return
+        self._batches[number] = waiters
+        self.stats["publish batches"] += 1
+        for datagram in datagrams:
+            self._send(datagram)
+
+    def _finish(self, finished: list[Finished]) -> None:
+        for batch in finished:
+            waiters = self._batches.pop(batch.batch, None)
+            if waiters is None:
+                continue
+            if batch.seqs is not None:
+                start = 0
+                for waiter in waiters:
+                    end = start + len(waiter.payloads)
+                    waiter.result.set(batch.seqs[start:end])
+                    start = end
+                continue
+            for waiter in waiters:
+                waiter.result.set_exception(PublishTimeout(
+                    f"{len(waiter.payloads)} messages unconfirmed after {self.publish_timeout:g} s "
+                    f"({batch.unconfirmed} of the gateway's batch of {sum(len(w.payloads) for w in waiters)}); "
+                    "they may or may not have been published"))
+
+    # ------------------------------------------------------------ receiving
+
+    def _receive_loop(self) -> None:
+        sock = self.sock
+        connection = self.connection
+        taken = 0
+        while not self._closed:
+            taken += 1
+            if taken % YIELD_EVERY == 0:  # a busy socket never blocks: let the writers and publishers run
+                gevent.sleep(0)
+            now = time.monotonic()
+            if now >= self._next_timers:
+                self._timers(now)
+                self._next_timers = min(connection.next_deadline(), now + TIMER_PERIOD)
+            sock.settimeout(min(max(self._next_timers - time.monotonic(), 0.001), 0.1))
+            try:
+                data, source = sock.recvfrom(65536)
+            except (TimeoutError, BlockingIOError, socket.timeout):
+                continue
+            except OSError:
+                if self._closed:
+                    return
+                self.stats["receive errors"] += 1
+                continue
+            self._apply(connection.receive(data, source, time.monotonic()))
+
+    def _apply(self, incoming: Incoming) -> None:
+        if incoming.published:
+            self._finish(incoming.published)
+        if incoming.acked:
+            self._acked.set()
+        if incoming.events:
+            self.on_events(incoming.events)
+        if incoming.fell_back:
+            print(fallback_notice(self.group, self.backbone), file=sys.stderr, flush=True)  # type: ignore[arg-type]  # only a joined link falls back
+            self._leave_group()
+
+    def _group_loop(self) -> None:
+        """The group's DELIVERs, admitted only from the backbone's address, until the link leaves the group."""
+        group = self._group_sock
+        connection = self.connection
+        taken = 0
+        while group is not None and self._group_sock is group and not self._closed:
+            taken += 1
+            if taken % YIELD_EVERY == 0:
+                gevent.sleep(0)
+            try:
+                data, source = group.recvfrom(65536)
+            except OSError:
+                if self._closed or self._group_sock is not group:
+                    return
+                self.stats["receive errors"] += 1
+                continue
+            self._apply(connection.receive_group(data, source, time.monotonic()))
+
+    def _leave_group(self) -> None:
+        group, self._group_sock = self._group_sock, None
+        if group is None:
+            return
+        receiver = self._group_receiver
+        if receiver is not None and receiver is not gevent.getcurrent():
+            receiver.kill(block=False)
+        group.close()
+
+    def _timers(self, now: float) -> None:
+        self.send_unconfirmed(self.subjects.timers(now, wall_us()))
+        datagrams, events = self.connection.poll(now)
+        resends, expired = self.publishes.poll(now)
+        for datagram in datagrams + resends:
+            self._send(datagram)
+        if expired:
+            self._finish(expired)
+        if events:
+            self.on_events(events)
