@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import ssl
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -28,8 +29,8 @@ SessionMaker = Callable[[Connection, Bridge], Session]
 
 
 def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,
-                make_session: SessionMaker) -> int:
-    """Serve until SIGTERM or SIGINT; print the listening address once ready."""
+                make_session: SessionMaker, *, ssl_context: ssl.SSLContext | None = None) -> int:
+    """Serve until SIGTERM or SIGINT; print the listening address once ready (``ssl_context``: TLS clients)."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s fyrehose {kind} gateway: %(message)s")
     listen = parse_hostport(args.listen)
@@ -38,7 +39,8 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
                     bind=args.bind)
     try:
         server = GatewayServer(listen, lambda connection: make_session(connection, bridge),
-                               max_pending=args.max_pending, max_clients=args.max_clients, stats=stats)
+                               max_pending=args.max_pending, max_clients=args.max_clients, stats=stats,
+                               ssl_context=ssl_context)
         server.start()
     except BaseException:
         bridge.close()

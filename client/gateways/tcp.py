@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
@@ -153,11 +154,12 @@ class GatewayServer:
     """Accepts clients on ``listen`` and runs one session per client."""
 
     def __init__(self, listen: Address, make_session: SessionFactory, *, max_pending: int,
-                 max_clients: int, stats: Counter) -> None:
+                 max_clients: int, stats: Counter, ssl_context: ssl.SSLContext | None = None) -> None:
         self.make_session = make_session
         self.max_pending = max_pending
         self.stats = stats
-        self.server = StreamServer(listen, self._handle, spawn=Pool(max_clients))
+        tls = {"ssl_context": ssl_context} if ssl_context is not None else {}  # the handshake runs in the client's greenlet
+        self.server = StreamServer(listen, self._handle, spawn=Pool(max_clients), **tls)
 
     @property
     def address(self) -> Address:

@@ -1,0 +1,94 @@
+"""What every connection of one HTTP gateway shares: the routes from the stream, limits, counters.
+
+The backbone stream reaches two kinds of local subscribers: RESP sessions
+over WebSocket (the Redis gateway's own :class:`~fyrehose.gateways.redis.RedisRoutes`,
+so channels, patterns and receiver counts mean exactly what they mean on the
+Redis gateway) and Server-Sent Event streams, indexed by subject pattern.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fyrehose.auth import Credentials
+from fyrehose.backbone.metrics import Metric, render
+from fyrehose.envelope import Envelope
+from fyrehose.gateways.channels import subject_to_channel
+from fyrehose.gateways.http.websocket import StreamMark
+from fyrehose.gateways.redis import RedisRoutes
+from fyrehose.subjects import SubjectIndex
+
+if TYPE_CHECKING:
+    from fyrehose.gateways.bridge import Bridge
+    from fyrehose.gateways.http.stream import EventStream
+
+DEFAULT_MAX_MESSAGE = 1 << 20
+DEFAULT_MAX_HEAD = 16 << 10  # request line and headers together
+
+
+@dataclass
+class HttpSettings:
+    """The limits and policies of one gateway (from its command line)."""
+
+    backbone: str
+    max_message: int = DEFAULT_MAX_MESSAGE
+    max_head: int = DEFAULT_MAX_HEAD
+    allow_origins: tuple[str, ...] = ()  # besides the page's own origin; "*" allows any
+    request_timeout: float = 1.0
+    tls: bool = False
+    credentials: Credentials | None = None
+    backfill_limit: int = 100_000  # messages a reconnecting SSE client may ask for
+    backfill_timeout: float = 10.0
+
+
+@dataclass
+class HttpGateway:
+    settings: HttpSettings
+    stats: Counter = field(default_factory=Counter)
+    redis_routes: RedisRoutes = field(default_factory=RedisRoutes)
+    streams: SubjectIndex = field(default_factory=SubjectIndex)
+    mark: StreamMark = field(default_factory=StreamMark)
+    bridge: Bridge | None = None
+
+    def route(self, seq: int, message: Envelope) -> None:
+        """Hand one message of the ordered stream to every local subscriber it matches."""
+        self.mark.seq = seq
+        try:
+            self.redis_routes.route(seq, message)
+        finally:
+            self.mark.seq = 0
+        if self.streams:
+            for stream in self.streams.lookup(message.subject):
+                stream.deliver(seq, message)
+
+    def add_stream(self, stream: EventStream) -> None:
+        self.streams.add(stream.pattern, stream)
+        if self.bridge is not None:
+            self.bridge.interest.add(stream.pattern)
+
+    def remove_stream(self, stream: EventStream) -> None:
+        if self.streams.discard(stream.pattern, stream) and self.bridge is not None:
+            self.bridge.interest.remove(stream.pattern)
+
+    def receivers(self, subject: str) -> int:
+        """Deliveries a message on ``subject`` makes in the whole deployment, counted as Redis counts them."""
+        local = self.redis_routes.receivers(subject_to_channel(subject)) + len(self.streams.lookup(subject))
+        elsewhere = self.bridge.subscribers_elsewhere(subject) if self.bridge is not None else 0
+        return local + elsewhere
+
+    def healthy(self) -> bool:
+        return self.bridge is not None and self.bridge.client.reachable
+
+    def metrics_text(self) -> bytes:
+        """The gateway's counters in the Prometheus text format."""
+        metrics: list[Metric] = [
+            ("fyrehose_gateway_up", "gauge", "1 while the backbone answers the gateway's keepalives",
+             [({"kind": "http"}, 1 if self.healthy() else 0)]),
+            ("fyrehose_gateway_position", "gauge", "the last backbone sequence the gateway routed",
+             [({"kind": "http"}, self.bridge.position if self.bridge is not None else 0)]),
+        ]
+        for name, count in sorted(self.stats.items()):
+            metric = "fyrehose_gateway_" + "".join(c if c.isalnum() else "_" for c in name) + "_total"
+            metrics.append((metric, "counter", f"gateway counter: {name}", [({"kind": "http"}, count)]))
+        return render(metrics).encode()
