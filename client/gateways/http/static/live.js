@@ -86,10 +86,13 @@ function globFor(pattern) {
     token === "*" || token === ">" ? "*" : token.replace(/[\\*?[\]]/g, (c) => "\\" + c)).join(".");
 }
 
+// Internal subjects (first token starting with "_": interest announcements, cache requests)
+// are shown only to a pattern that names them, as a wildcard first token skips them.
 function matcherFor(pattern) {
   const wanted = pattern.split(".");
   return (subject) => {
     const tokens = subject.split(".");
+    if (tokens[0].startsWith("_") && !wanted[0].startsWith("_")) return false;
     for (let i = 0; i < wanted.length; i++) {
       if (wanted[i] === ">") return tokens.length > i;
       if (i >= tokens.length || (wanted[i] !== "*" && wanted[i] !== tokens[i])) return false;
@@ -241,6 +244,11 @@ function drawChart() {
       points += 1;
     });
     ctx.stroke();
+    const latest = state.history[state.history.length - 1];  // the newest second, as a dot
+    ctx.fillStyle = COLORS[index % COLORS.length];
+    ctx.beginPath();
+    ctx.arc(width - 4, height - 2 - (height - 4) * (latest.get(subject) || 0) / max, 3, 0, 2 * Math.PI);
+    ctx.fill();
   });
   ctx.fillStyle = "#9fb3c8";
   ctx.fillText(`${max} msgs/s`, 4, 12);
