@@ -52,10 +52,10 @@ def tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    context = tls_context(args.tls_cert, args.tls_key)
     from gevent import monkey
 
-    monkey.patch_all()
+    monkey.patch_all()  # first: the TLS context must be made from gevent's ssl module
+    context = tls_context(args.tls_cert, args.tls_key)
     from fyrehose.gateways.http.session import HttpSession
     from fyrehose.gateways.runner import run_gateway
 

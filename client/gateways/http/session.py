@@ -109,6 +109,9 @@ class HttpSession:
                 return
             if isinstance(event, h11.Request):
                 self._request, self._body, self._body_size = event, [], 0
+                if _head_size(event) > self.gateway.settings.max_head:  # h11 bounds only what is still incomplete
+                    self._fail(431, f"request line and headers over {self.gateway.settings.max_head} bytes")
+                    return
                 length = _header(event, b"content-length")
                 if length is not None and length.isdigit() and int(length) > self.gateway.settings.max_message:
                     self._fail(413, f"body over {self.gateway.settings.max_message} bytes")
@@ -146,7 +149,7 @@ class HttpSession:
         if close:
             fields.append(("connection", "close"))
         out = self.http.send(h11.Response(status_code=status, headers=fields, reason=_reason(status)))
-        if body and self._request is not None and self._request.method != b"HEAD":
+        if body and (self._request is None or self._request.method != b"HEAD"):
             out += self.http.send(h11.Data(data=body))
         out += self.http.send(h11.EndOfMessage())
         self.connection.send(out)
@@ -281,6 +284,11 @@ class HttpSession:
         host = (_header(request, b"host") or b"").decode("latin-1")
         scheme = "https" if self.gateway.settings.tls else "http"
         return bool(host) and origin.lower() == f"{scheme}://{host}".lower()
+
+
+def _head_size(request: h11.Request) -> int:
+    """The request line and headers' size as sent (give or take whitespace h11 removed)."""
+    return len(request.method) + len(request.target) + 11 + sum(len(k) + len(v) + 4 for k, v in request.headers)
 
 
 def _reason(status: int) -> bytes:

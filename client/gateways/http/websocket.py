@@ -5,8 +5,11 @@ client's socket (the gateway's bounded :class:`~fyrehose.gateways.tcp.Connection
 and a handler of whole messages: it answers pings, completes the closing
 handshake, closes with 1009 a message over ``max_message`` bytes (before
 buffering more of it) and with wsproto's own code (1002, 1007) a malformed
-frame.  A client that stops reading is closed with 1008 by the connection's
-slow-consumer rule, through :meth:`WebSocketEndpoint.farewell`.
+frame.  A client that stops reading is closed with 1008 once its unread
+output would pass ``max_pending``: the close frame is queued behind what the
+client has not read yet (a little room is kept for it), so a client that
+reads again within the connection's close grace period receives everything
+up to the close and learns why; one that never does is hung up on.
 
 :class:`RespMessages` is what a :class:`~fyrehose.gateways.redis.RedisSession`
 writes to instead of a TCP connection: every RESP value the session sends
@@ -18,6 +21,7 @@ clients skip attributes they do not know).
 """
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -31,8 +35,11 @@ from fyrehose.gateways.http.resp_values import split_values
 if TYPE_CHECKING:
     from fyrehose.gateways.tcp import Connection
 
+log = logging.getLogger("fyrehose.gateway")
+
 NORMAL, PROTOCOL_ERROR, POLICY_VIOLATION, MESSAGE_TOO_BIG = 1000, 1002, 1008, 1009
 MAX_REASON = 120  # a close frame's payload is at most 125 bytes: the code and a short reason
+CLOSE_HEADROOM = 256  # output kept free below --max-pending for the 1008 close frame
 
 MessageHandler = Callable[[bytes], None]
 
@@ -93,8 +100,21 @@ class WebSocketEndpoint:
 
     def send(self, message: bytes) -> None:
         """Queue one binary message (dropped once the closing handshake began)."""
-        if self._ws.state is ConnectionState.OPEN:
-            self.connection.send(self._ws.send(BytesMessage(data=message)))
+        if self._ws.state is not ConnectionState.OPEN:
+            return
+        frame = self._ws.send(BytesMessage(data=message))
+        connection = self.connection
+        if connection.pending + len(frame) > connection.max_pending - CLOSE_HEADROOM:
+            self._slow_consumer(f"more than {connection.max_pending - CLOSE_HEADROOM} bytes unread")
+            return
+        connection.send(frame)
+
+    def _slow_consumer(self, detail: str) -> None:
+        """Close with 1008 behind what is queued: a client that reads again within the grace period hears why."""
+        reason = f"slow consumer: {detail}"
+        self.stats["slow consumers"] += 1
+        log.warning("%s disconnected: %s", self.connection.peer, reason)
+        self.close(POLICY_VIOLATION, reason)
 
     def close(self, code: int, reason: str) -> None:
         """Send our close frame (or answer theirs) and hang up once it is written."""
