@@ -39,6 +39,7 @@ log = logging.getLogger("fyrehose.gateway")
 
 NORMAL, PROTOCOL_ERROR, POLICY_VIOLATION, MESSAGE_TOO_BIG = 1000, 1002, 1008, 1009
 MAX_REASON = 120  # a close frame's payload is at most 125 bytes: the code and a short reason
+UNSENDABLE = frozenset({1005, 1006, 1015})  # codes that report, never travel (RFC 6455 7.4.1)
 CLOSE_HEADROOM = 256  # output kept free below --max-pending for the 1008 close frame
 
 MessageHandler = Callable[[bytes], None]
@@ -120,7 +121,9 @@ class WebSocketEndpoint:
         """Send our close frame (or answer theirs) and hang up once it is written."""
         reason = _short(reason)
         if self._ws.state in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
-            self.connection.send(self._ws.send(CloseConnection(code=code, reason=reason)))
+            # a close without a status (1005) is answered by a close without one: no code, no reason
+            sent = CloseConnection(code=code, reason=reason if code not in UNSENDABLE else "")
+            self.connection.send(self._ws.send(sent))
         self.connection.close(f"websocket closed {code}: {reason}")
 
     def farewell(self, reason: str) -> bytes:
