@@ -314,3 +314,16 @@ def test_allow_origin_option(module_backbone, tmp_path):
         assert _upgrade(anyone.port, "Origin: https://other.example").startswith(b"HTTP/1.1 101 ")
     finally:
         anyone.stop()
+
+
+def test_bench_reports_websocket_and_sse_subscribers():
+    """The figures come from this command; here only its shape is checked, never a rate."""
+    from support import run_cli
+
+    result = run_cli("gateway", "bench", "--messages", "300", "--runs", "1", "--targets",
+                     "websocket-gateway,sse-gateway", "--json", timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert set(report["results"]) == {"websocket-gateway", "sse-gateway"} and report["subscribers"] == 4
+    assert all(len(item["runs_msgs_per_s"]) == 1 and item["median_msgs_per_s"] > 0
+               for item in report["results"].values())

@@ -17,8 +17,10 @@ from collections import Counter
 from fyrehose.argtypes import positive_duration, positive_int
 from fyrehose.auth_options import credentials_from
 from fyrehose.errors import CommandFailed
-from fyrehose.gateways.http.gateway import DEFAULT_MAX_HEAD, DEFAULT_MAX_MESSAGE, HttpGateway, HttpSettings
 from fyrehose.gateways.options import add_server_arguments
+
+DEFAULT_MAX_MESSAGE = 1 << 20
+DEFAULT_MAX_HEAD = 16 << 10  # request line and headers together
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     monkey.patch_all()  # first: the TLS context must be made from gevent's ssl module
     context = tls_context(args.tls_cert, args.tls_key)
+    from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
     from fyrehose.gateways.http.session import HttpSession
     from fyrehose.gateways.runner import run_gateway
 

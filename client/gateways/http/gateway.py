@@ -15,6 +15,7 @@ from fyrehose.auth import Credentials
 from fyrehose.backbone.metrics import Metric, render
 from fyrehose.envelope import Envelope
 from fyrehose.gateways.channels import subject_to_channel
+from fyrehose.gateways.http import DEFAULT_MAX_HEAD, DEFAULT_MAX_MESSAGE
 from fyrehose.gateways.http.websocket import StreamMark
 from fyrehose.gateways.redis import RedisRoutes
 from fyrehose.subjects import SubjectIndex
@@ -22,10 +23,6 @@ from fyrehose.subjects import SubjectIndex
 if TYPE_CHECKING:
     from fyrehose.gateways.bridge import Bridge
     from fyrehose.gateways.http.stream import EventStream
-
-DEFAULT_MAX_MESSAGE = 1 << 20
-DEFAULT_MAX_HEAD = 16 << 10  # request line and headers together
-
 
 @dataclass
 class HttpSettings:
