@@ -199,6 +199,26 @@ def test_sse_last_event_id_backfills_what_was_missed(http_gateway):
                     + b"id: %d\nevent: http.backfill.x\ndata: live\n\n" % live)
 
 
+def test_receiver_counts_include_every_local_subscriber(http_gateway):
+    """HTTP and RESP publishes count RESP subscriptions and SSE streams alike, as Redis counts its clients."""
+    reader = SseReader(f"{base_url(http_gateway)}/v1/stream/count.%2A")
+    try:
+        reader.read_until(b": stream count.*\n\n")
+        assert publish(http_gateway, "count.a", b"x")["receivers"] == 1
+
+        async def run() -> bytes:
+            url = f"ws://{LOOPBACK}:{http_gateway.port}/resp"
+            async with websockets.connect(url) as sub, websockets.connect(url) as pub:
+                await sub.send(b"PSUBSCRIBE count.*\r\n")
+                await recv(sub)
+                await pub.send(b"PUBLISH count.a y\r\n")
+                return await recv(pub)
+
+        assert asyncio.run(run()) == b":2\r\n"
+    finally:
+        reader.close()
+
+
 def test_sse_refuses_a_bad_pattern(http_gateway):
     assert status_of(f"{base_url(http_gateway)}/v1/stream/a.%3E.b")[0] == 400
 

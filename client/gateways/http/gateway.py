@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from fyrehose.auth import Credentials
 from fyrehose.backbone.metrics import Metric, render
 from fyrehose.envelope import Envelope
-from fyrehose.gateways.channels import subject_to_channel
+from fyrehose.gateways.channels import channel_to_subject_or_none, subject_to_channel
 from fyrehose.gateways.http import DEFAULT_MAX_HEAD, DEFAULT_MAX_MESSAGE
 from fyrehose.gateways.http.websocket import StreamMark
 from fyrehose.gateways.redis import RedisRoutes
@@ -39,14 +39,31 @@ class HttpSettings:
     backfill_timeout: float = 10.0
 
 
+class StreamCountingRoutes(RedisRoutes):
+    """The Redis gateway's routes, whose receiver count (a RESP ``PUBLISH``'s reply) includes the SSE streams."""
+
+    def __init__(self, streams: SubjectIndex) -> None:
+        super().__init__()
+        self.streams = streams
+
+    def receivers(self, channel: bytes) -> int:
+        count = super().receivers(channel)
+        subject = channel_to_subject_or_none(channel)
+        if self.streams and subject is not None:
+            count += len(self.streams.lookup(subject))
+        return count
+
+
 @dataclass
 class HttpGateway:
     settings: HttpSettings
     stats: Counter = field(default_factory=Counter)
-    redis_routes: RedisRoutes = field(default_factory=RedisRoutes)
     streams: SubjectIndex = field(default_factory=SubjectIndex)
     mark: StreamMark = field(default_factory=StreamMark)
     bridge: Bridge | None = None
+
+    def __post_init__(self) -> None:
+        self.redis_routes = StreamCountingRoutes(self.streams)
 
     def route(self, seq: int, message: Envelope) -> None:
         """Hand one message of the ordered stream to every local subscriber it matches."""
@@ -70,7 +87,7 @@ class HttpGateway:
 
     def receivers(self, subject: str) -> int:
         """Deliveries a message on ``subject`` makes in the whole deployment, counted as Redis counts them."""
-        local = self.redis_routes.receivers(subject_to_channel(subject)) + len(self.streams.lookup(subject))
+        local = self.redis_routes.receivers(subject_to_channel(subject))
         elsewhere = self.bridge.subscribers_elsewhere(subject) if self.bridge is not None else 0
         return local + elsewhere
 
