@@ -14,6 +14,9 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from fyrehose import Client
+from fyrehose.envelope import Envelope
+
 from gateway_support import GatewayProcess
 from support import LOOPBACK
 
@@ -95,3 +98,23 @@ def test_live_view_filters_by_the_typed_pattern(browser, http_gateway):
     wait.until(lambda d: "browser.a.b" in d.find_element(By.ID, "messages").text, "the matching message did not appear")
     assert browser.find_element(By.ID, "total").text == "1"
     assert "browser.a.c" not in browser.find_element(By.ID, "messages").text
+
+
+def test_live_view_counts_a_burst_exactly(browser, http_gateway, module_backbone):
+    """A burst much faster than the page redraws: every message is counted, per subject too."""
+    wait = WebDriverWait(browser, 60)
+    browser.get(f"http://{LOOPBACK}:{http_gateway.port}/")
+    pattern = browser.find_element(By.ID, "pattern")
+    pattern.clear()
+    pattern.send_keys("burst.>")
+    browser.find_element(By.ID, "subscribe").click()
+    wait.until(lambda d: "subscribed to burst.>" in d.find_element(By.ID, "status").text, "the page did not subscribe")
+    with Client(module_backbone.address, subscribe=False) as publisher:
+        for start in range(0, 10_000, 1000):
+            publisher.publish_many([Envelope(f"burst.s{i % 10}", b"%d" % i) for i in range(start, start + 1000)])
+    wait.until(lambda d: d.find_element(By.ID, "total").text == "10000",
+               "the page did not count all 10,000 messages")
+    rows = [row.find_elements(By.TAG_NAME, "td") for row in browser.find_elements(By.CSS_SELECTOR, "#last tbody tr")]
+    assert sorted((cells[0].text, cells[1].text) for cells in rows) == [(f"burst.s{n}", "1000") for n in range(10)]
+    assert browser.find_element(By.ID, "status").get_attribute("data-state") == "open"
+
