@@ -291,6 +291,41 @@ def test_http_publish_reaches_websocket_and_sse_in_one_order(http_gateway):
     assert got == [b"*3\r\n$7\r\nmessage\r\n$8\r\nws.order\r\n$%d\r\n%d\r\n" % (len(str(i)), i) for i in range(50)]
 
 
+def test_one_order_with_the_redis_gateway(http_gateway, module_backbone, tmp_path):
+    """Publishes through the Redis gateway and over HTTP interleave in one order, the same for every subscriber."""
+    import redis
+
+    redis_gateway = GatewayProcess("redis", module_backbone.address, tmp_path).start()
+    try:
+        tcp = redis.Redis(host=LOOPBACK, port=redis_gateway.port, socket_timeout=10)
+        pubsub = tcp.pubsub()
+        pubsub.subscribe("mixed.order")
+        assert pubsub.get_message(timeout=10)["type"] == "subscribe"
+
+        async def run() -> list[bytes]:
+            async with websockets.connect(f"ws://{LOOPBACK}:{http_gateway.port}/resp") as ws:
+                await ws.send(b"SUBSCRIBE mixed.order\r\n")
+                await recv(ws)
+                for i in range(40):
+                    if i % 2:
+                        await asyncio.to_thread(tcp.publish, "mixed.order", b"redis-%d" % i)
+                    else:
+                        await asyncio.to_thread(publish, http_gateway, "mixed.order", b"http-%d" % i)
+                return [(await recv(ws)).rsplit(b"\r\n", 2)[-2] for _ in range(40)]
+
+        over_websocket = asyncio.run(run())
+        over_tcp = []
+        while len(over_tcp) < 40:
+            message = pubsub.get_message(timeout=10)
+            assert message is not None, over_tcp
+            over_tcp.append(message["data"])
+        assert over_websocket == over_tcp == [(b"redis-%d" if i % 2 else b"http-%d") % i for i in range(40)]
+        pubsub.close()
+        tcp.close()
+    finally:
+        redis_gateway.kill()
+
+
 def test_the_npm_ws_client_unmodified(http_gateway):
     assert run_node("ws_resp_client.js", http_gateway.port).strip() == "ok"
 

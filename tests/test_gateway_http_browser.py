@@ -118,3 +118,25 @@ def test_live_view_counts_a_burst_exactly(browser, http_gateway, module_backbone
     assert sorted((cells[0].text, cells[1].text) for cells in rows) == [(f"burst.s{n}", "1000") for n in range(10)]
     assert browser.find_element(By.ID, "status").get_attribute("data-state") == "open"
 
+
+
+def test_the_browsers_event_source_reads_the_stream(browser, http_gateway):
+    """Chromium's own EventSource on /v1/stream: text as it is, binary as base64 said in the event type."""
+    wait = WebDriverWait(browser, 20)
+    browser.get(f"http://{LOOPBACK}:{http_gateway.port}/healthz")
+    browser.execute_script("""
+        window.got = [];
+        const source = new EventSource('/v1/stream/es.%3E');
+        const keep = (event) => window.got.push([event.type, event.lastEventId, event.data]);
+        source.addEventListener('es.text', keep);
+        source.addEventListener('es.bin base64', keep);
+        source.onopen = () => { window.opened = true; };
+    """)
+    wait.until(lambda d: d.execute_script("return window.opened === true"), "EventSource did not open")
+    publish(http_gateway, "es.text", "caf\u00e9\nline two".encode())
+    publish(http_gateway, "es.bin", bytes(range(8)))
+    wait.until(lambda d: len(d.execute_script("return window.got")) == 2, "EventSource did not get both events")
+    (text_type, text_id, text), (bin_type, bin_id, data) = browser.execute_script("return window.got")
+    assert (text_type, text) == ("es.text", "caf\u00e9\nline two")
+    assert (bin_type, data) == ("es.bin base64", "AAECAwQFBgc=")
+    assert 0 < int(text_id) < int(bin_id)

@@ -89,3 +89,18 @@ def test_last_event_id_is_a_sequence_or_nothing():
     assert sse.parse_last_event_id(b" 42 ") == 42
     for bad in (None, b"", b"0", b"-1", b"4x", b"\xff", "٣".encode()):
         assert sse.parse_last_event_id(bad) is None
+
+
+def test_the_live_views_files_are_package_data():
+    """`pip install .` ships them: they are read through importlib.resources, and setup.cfg names them."""
+    import configparser
+    from importlib import resources
+    from pathlib import Path
+
+    from fyrehose.gateways.http.session import STATIC_FILES
+
+    for name, _ in STATIC_FILES.values():
+        assert resources.files("fyrehose.gateways.http").joinpath("static", name).read_bytes()
+    config = configparser.ConfigParser()
+    config.read(Path(__file__).resolve().parent.parent / "setup.cfg")
+    assert config["options.package_data"]["fyrehose.gateways.http"].strip() == "static/*"
