@@ -176,6 +176,29 @@ def test_a_slow_reader_is_closed_with_1008(small_gateway, module_backbone):
     still_serving(small_gateway)
 
 
+def test_a_slow_sse_reader_is_disconnected_and_the_others_keep_receiving(small_gateway, module_backbone):
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.settimeout(10)
+    stalled.connect((LOOPBACK, small_gateway.port))
+    stalled.sendall(b"GET /v1/stream/slow.sse HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert stalled.recv(4096).startswith(b"HTTP/1.1 200 OK\r\n")
+    before = small_gateway.log_text().count("slow consumer")
+    with websockets.sync.client.connect(f"ws://{LOOPBACK}:{small_gateway.port}/resp", open_timeout=10) as healthy:
+        healthy.send(b"SUBSCRIBE slow.sse\r\n")
+        healthy.recv(timeout=10)
+        payload = b"y" * 20000
+        with Client(module_backbone.address, subscribe=False) as publisher:
+            for _ in range(100):
+                publisher.publish_many([payload] * 10, subject="slow.sse")
+                for _ in range(10):
+                    assert healthy.recv(timeout=10).endswith(payload + b"\r\n")
+    assert wait_until(lambda: small_gateway.log_text().count("slow consumer") > before, timeout=15)
+    assert "Traceback" not in small_gateway.log_text() and "route" not in small_gateway.log_text()
+    stalled.close()
+    still_serving(small_gateway)
+
+
 def test_tls_serves_https_and_wss(module_backbone, tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),

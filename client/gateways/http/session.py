@@ -116,6 +116,9 @@ class HttpSession:
                 if length is not None and length.isdigit() and int(length) > self.gateway.settings.max_message:
                     self._fail(413, f"body over {self.gateway.settings.max_message} bytes")
                     return
+                if self.http.they_are_waiting_for_100_continue:  # curl's Expect: the body is welcome
+                    self.connection.send(self.http.send(h11.InformationalResponse(status_code=100, headers=[],
+                                                                                  reason=b"Continue")))
             elif isinstance(event, h11.Data):
                 self._body_size += len(event.data)
                 if self._body_size > self.gateway.settings.max_message:

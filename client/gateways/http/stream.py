@@ -57,6 +57,8 @@ class EventStream:
             self._backfill.kill(block=False)
 
     def deliver(self, seq: int, message: Envelope) -> None:
+        if self.connection.closing is not None:  # the response may be finished already: nothing more to frame
+            return
         if self._held is not None:
             self._held.append((seq, message))
             self._held_bytes += len(message.data) + len(message.subject)
@@ -107,4 +109,5 @@ class EventStream:
             client.close()
 
     def _send(self, data: bytes) -> None:
-        self.connection.send(self.write(data))
+        if self.connection.closing is None:
+            self.connection.send(self.write(data))
