@@ -102,7 +102,14 @@ class HttpGateway:
             ("fyrehose_gateway_position", "gauge", "the last backbone sequence the gateway routed",
              [({"kind": "http"}, self.bridge.position if self.bridge is not None else 0)]),
         ]
+        responses = []
         for name, count in sorted(self.stats.items()):
+            if name.startswith("http ") and name[5:].isdigit():
+                responses.append(({"kind": "http", "status": name[5:]}, count))
+                continue
             metric = "fyrehose_gateway_" + "".join(c if c.isalnum() else "_" for c in name) + "_total"
             metrics.append((metric, "counter", f"gateway counter: {name}", [({"kind": "http"}, count)]))
+        if responses:
+            metrics.append(("fyrehose_gateway_http_responses_total", "counter", "HTTP responses by status",
+                            responses))
         return render(metrics).encode()
