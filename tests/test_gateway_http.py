@@ -101,6 +101,13 @@ def test_last_value_from_the_cache(http_gateway, module_backbone, tmp_path):
         assert wait_until(lambda: status_of("-H", f"If-None-Match: {fields['etag']}", url) == (200, b"102"),
                           timeout=15)
 
+        async def get_over_websocket() -> list[bytes]:
+            async with websockets.connect(f"ws://{LOOPBACK}:{http_gateway.port}/resp") as ws:
+                await ws.send(b"GET http.prices.acme\r\nGET http.prices.none\r\n")
+                return [await recv(ws), await recv(ws)]
+
+        assert asyncio.run(get_over_websocket()) == [b"$3\r\n102\r\n", b"$-1\r\n"]  # as the Redis gateway answers
+
 
 def test_metrics_and_health(http_gateway):
     code, body = status_of(f"{base_url(http_gateway)}/healthz")
