@@ -272,7 +272,7 @@ class HttpSession:
         endpoint = WebSocketEndpoint(self.connection, max_message=self.gateway.settings.max_message, stats=self.stats)
         query = urlsplit(request.target.decode("ascii", "replace")).query
         wants_seq = "seq" in query.split("&") or "seq=1" in query.split("&")
-        self.resp = RedisSession(RespMessages(endpoint, self.gateway.mark if wants_seq else None),  # type: ignore[arg-type]  # RespMessages is the connection a session writes to
+        self.resp = RedisSession(RespMessages(endpoint, self.gateway.mark, with_seq=wants_seq),  # type: ignore[arg-type]  # RespMessages is the connection a session writes to
                                  self.gateway.redis_routes, self.bridge, self.stats,
                                  request_timeout=self.gateway.settings.request_timeout)
         endpoint.on_message = self.resp.receive

@@ -136,15 +136,16 @@ class WebSocketEndpoint:
 class RespMessages:
     """A Redis session's connection over a WebSocket: one binary message per RESP value."""
 
-    def __init__(self, endpoint: WebSocketEndpoint, mark: StreamMark | None) -> None:
+    def __init__(self, endpoint: WebSocketEndpoint, mark: StreamMark, *, with_seq: bool = False) -> None:
         self.endpoint = endpoint
         self.peer = endpoint.connection.peer
-        self.mark = mark  # set when the client asked for each message's sequence
+        self.mark = mark
+        self.with_seq = with_seq  # the client asked for each message's sequence
 
     def send(self, data: bytes) -> None:
-        mark = self.mark
-        if mark is not None and mark.seq:
-            self.endpoint.send(b"|1\r\n+seq\r\n:%d\r\n" % mark.seq + data)  # a push is one value
+        seq = self.mark.seq
+        if seq:  # sent while routing: exactly one push, nothing to cut
+            self.endpoint.send(b"|1\r\n+seq\r\n:%d\r\n" % seq + data if self.with_seq else data)
             return
         for value in split_values(data):
             self.endpoint.send(value)
