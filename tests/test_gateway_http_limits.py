@@ -75,6 +75,23 @@ def test_malformed_http_is_400_and_a_close(small_gateway, request_bytes):
     still_serving(small_gateway)
 
 
+def test_slow_and_idle_clients_are_timed_out(module_backbone, tmp_path):
+    gateway = GatewayProcess("http", module_backbone.address, tmp_path, ["--idle-timeout", "1"]).start()
+    try:
+        partial = exchange(gateway.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n", timeout=20)
+        assert partial.startswith(b"HTTP/1.1 408 ") and b"connection: close\r\n" in partial, partial
+        slow_body = exchange(gateway.port, b"POST /v1/publish/a.b HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\nabc",
+                             timeout=20)
+        assert slow_body.startswith(b"HTTP/1.1 408 "), slow_body
+        kept_alive = exchange(gateway.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", timeout=20)
+        assert kept_alive.startswith(b"HTTP/1.1 200 OK\r\n") and kept_alive.endswith(b"ok\n")  # then a quiet close
+        with socket.create_connection(gateway.address, timeout=20) as silent:
+            assert silent.recv(100) == b""  # closed without a word
+        still_serving(gateway)
+    finally:
+        gateway.stop()
+
+
 def test_bodies_over_the_limit_are_413(small_gateway):
     reply = exchange(small_gateway.port, b"POST /v1/publish/a.b HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 413 "), reply

@@ -21,6 +21,7 @@ from fyrehose.gateways.options import add_server_arguments
 
 DEFAULT_MAX_MESSAGE = 1 << 20
 DEFAULT_MAX_HEAD = 16 << 10  # request line and headers together
+DEFAULT_IDLE_TIMEOUT = 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"closes with 1009, a larger body gets 413 (default {DEFAULT_MAX_MESSAGE})")
     parser.add_argument("--max-header", type=positive_int, default=DEFAULT_MAX_HEAD, metavar="BYTES",
                         help=f"longest request line and headers together; more gets 431 (default {DEFAULT_MAX_HEAD})")
+    parser.add_argument("--idle-timeout", type=positive_duration, default=DEFAULT_IDLE_TIMEOUT, metavar="S",
+                        help="a request must arrive whole within S seconds of the connection or the previous "
+                             f"response (408, or a quiet close when nothing was sent) (default {DEFAULT_IDLE_TIMEOUT:g})")
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                         help="also accept WebSocket upgrades from pages of ORIGIN (scheme://host:port; "
                              "repeatable; '*' for any); by default only the gateway's own pages")
@@ -65,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     stats: Counter = Counter()
     settings = HttpSettings(backbone=args.backbone, max_message=args.max_message, max_head=args.max_header,
                             allow_origins=tuple(args.allow_origin), request_timeout=args.request_timeout,
+                            idle_timeout=args.idle_timeout,
                             tls=context is not None, credentials=credentials_from(args))
     gateway = HttpGateway(settings, stats)
 

@@ -15,7 +15,7 @@ from fyrehose.auth import Credentials
 from fyrehose.backbone.metrics import Metric, render
 from fyrehose.envelope import Envelope
 from fyrehose.gateways.channels import channel_to_subject_or_none, subject_to_channel
-from fyrehose.gateways.http import DEFAULT_MAX_HEAD, DEFAULT_MAX_MESSAGE
+from fyrehose.gateways.http import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_HEAD, DEFAULT_MAX_MESSAGE
 from fyrehose.gateways.http.websocket import StreamMark
 from fyrehose.gateways.redis import RedisRoutes
 from fyrehose.subjects import SubjectIndex
@@ -33,6 +33,7 @@ class HttpSettings:
     max_head: int = DEFAULT_MAX_HEAD
     allow_origins: tuple[str, ...] = ()  # besides the page's own origin; "*" allows any
     request_timeout: float = 1.0
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT  # for each whole request, and between requests
     tls: bool = False
     credentials: Credentials | None = None
     backfill_limit: int = 100_000  # messages a reconnecting SSE client may ask for

@@ -18,6 +18,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 from urllib.parse import unquote_to_bytes, urlsplit
 
+import gevent
 import h11
 from wsproto.utilities import generate_accept_token
 
@@ -67,6 +68,8 @@ class HttpSession:
         self._request: h11.Request | None = None
         self._body: list[bytes] = []
         self._body_size = 0
+        self._timer: gevent.Greenlet | None = None
+        self._start_timer()
 
     # ------------------------------------------------------------ the driver's interface
 
@@ -90,6 +93,7 @@ class HttpSession:
         return b""
 
     def closed(self) -> None:
+        self._stop_timer()
         if self.resp is not None:
             self.resp.closed()
         if self.stream is not None:
@@ -126,6 +130,7 @@ class HttpSession:
                     return
                 self._body.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
+                self._stop_timer()
                 self._dispatch()
                 if self.websocket is not None or self.stream is not None or self.connection.closing is not None:
                     return
@@ -133,9 +138,28 @@ class HttpSession:
                     self.connection.close("request done")
                     return
                 self.http.start_next_cycle()
+                self._start_timer()
             elif isinstance(event, h11.ConnectionClosed):
                 self.connection.close("client closed")
                 return
+
+    def _start_timer(self) -> None:
+        """The next request must have arrived whole within the idle timeout (slow or silent clients)."""
+        self._timer = gevent.spawn_later(self.gateway.settings.idle_timeout, self._timed_out)
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.kill(block=False)
+            self._timer = None
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        if self.connection.closing is None and self.websocket is None and self.stream is None:
+            self.stats["http idle timeouts"] += 1
+            if self.http.their_state is h11.IDLE and not self.http.trailing_data[0]:
+                self.connection.close(f"idle for {self.gateway.settings.idle_timeout:g} s")  # nothing was asked
+            else:
+                self._fail(408, f"no complete request within {self.gateway.settings.idle_timeout:g} s")
 
     def _fail(self, status: int, message: str) -> None:
         """Answer a request that cannot be served (or followed) with ``status``, then hang up."""
