@@ -13,7 +13,8 @@ from fyrehose.gateways.http.resp_values import split_values
 # ---------------------------------------------------------------- RESP values
 
 _scalars = st.one_of(
-    st.text(alphabet=st.characters(blacklist_characters="\r\n"), max_size=20).map(resp.simple),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"),
+            max_size=20).map(resp.simple),
     st.text(max_size=20).map(lambda text: resp.error("ERR " + text)),
     st.integers(-(2**63), 2**63 - 1).map(resp.integer),
     st.binary(max_size=64).map(resp.bulk),
