@@ -206,6 +206,30 @@ def test_sse_last_event_id_backfills_what_was_missed(http_gateway):
                     + b"id: %d\nevent: http.backfill.x\ndata: live\n\n" % live)
 
 
+def test_sse_backfill_on_a_gateway_that_has_routed_nothing_yet(module_backbone, tmp_path):
+    """After a gateway restart its position is unknown: the backfill runs until it meets the live stream."""
+    from fyrehose import Client
+    from fyrehose.envelope import Envelope
+
+    with Client(module_backbone.address, subscribe=False) as publisher:
+        seqs = publisher.publish_many([Envelope("restart.x", b"before %d" % i) for i in range(3)])
+    fresh = GatewayProcess("http", module_backbone.address, tmp_path).start()
+    try:
+        reader = SseReader(f"{base_url(fresh)}/v1/stream/restart.%3E", f"Last-Event-ID: {seqs[0]}")
+        try:
+            reader.read_until(b"data: before 2\n\n")
+            live = publish(fresh, "restart.x", b"live")["seq"]
+            data = reader.read_until(b"data: live\n\n")
+        finally:
+            reader.close()
+        assert data == (b": stream restart.>\n\n"
+                        + b"id: %d\nevent: restart.x\ndata: before 1\n\n" % seqs[1]
+                        + b"id: %d\nevent: restart.x\ndata: before 2\n\n" % seqs[2]
+                        + b"id: %d\nevent: restart.x\ndata: live\n\n" % live)
+    finally:
+        fresh.stop()
+
+
 def test_receiver_counts_include_every_local_subscriber(http_gateway):
     """HTTP and RESP publishes count RESP subscriptions and SSE streams alike, as Redis counts its clients."""
     reader = SseReader(f"{base_url(http_gateway)}/v1/stream/count.%2A")
