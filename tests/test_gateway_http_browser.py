@@ -140,3 +140,12 @@ def test_the_browsers_event_source_reads_the_stream(browser, http_gateway):
     assert (text_type, text) == ("es.text", "caf\u00e9\nline two")
     assert (bin_type, data) == ("es.bin base64", "AAECAwQFBgc=")
     assert 0 < int(text_id) < int(bin_id)
+
+
+def test_the_page_cost_command_measures_the_live_view():
+    """The figure comes from this command; here only its shape is checked, never a time."""
+    from fyrehose.gateways.http import page_cost
+
+    report = page_cost.measure(messages=2000, runs=1)
+    assert report["messages"] == 2000 and len(report["runs_us_per_message"]) == 1
+    assert report["median_us_per_message"] > 0 and report["median_chart_redraw_ms"] >= 0

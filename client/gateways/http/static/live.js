@@ -73,8 +73,10 @@ function parse(bytes, pos) {
   }
 }
 
+const lenient = new TextDecoder();  // one decoder for every subject and kind: made once, not per message
+
 function text(bytes) {
-  return new TextDecoder().decode(bytes);
+  return lenient.decode(bytes);
 }
 
 // ---------------------------------------------------------------- patterns
