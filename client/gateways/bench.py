@@ -6,7 +6,8 @@ nats-server and the NATS gateway, and an asyncio client built on
 :mod:`fyrehose.gateways.marlin_protocol` for the Marlin gateway (which has no
 peer server).  One publisher connection sends ``--messages`` messages as fast
 as its client allows (Redis: pipelines of 500 PUBLISH; NATS: buffered PUB;
-Marlin: written in batches of 500) to ``--subscribers`` subscriber
+Marlin: written in batches of 500; WebSocket and SSE: see
+:mod:`fyrehose.gateways.http.bench`) to ``--subscribers`` subscriber
 connections; the figure is messages/s per subscriber, from the first publish
 until every subscriber has every message.  Targets run alternately (the
 order reverses every run) and the median of ``--runs`` runs is reported.
@@ -43,10 +44,12 @@ from fyrehose.argtypes import positive_duration, positive_int
 from fyrehose.errors import CommandFailed, InputError
 from fyrehose.gateways import bench_tools
 from fyrehose.gateways.bench_tools import binary
+from fyrehose.gateways.command import WORKER_KINDS
+from fyrehose.gateways.http import bench as http_bench
 from fyrehose.process import FYREHOSE, ChildProcess, wait_until
 from fyrehose.readiness import free_port
 
-TARGETS = ("redis-server", "redis-gateway", "nats-server", "nats-gateway", "marlin-gateway")
+TARGETS = ("redis-server", "redis-gateway", "nats-server", "nats-gateway", "marlin-gateway", *http_bench.TARGETS)
 LOOPBACK = "127.0.0.1"
 BATCH = 500
 
@@ -183,8 +186,8 @@ class Processes:
             self._spawn(FYREHOSE + ["backbone", "--listen", backbone, "--workers", "0",
                                     "--state-dir", str(self.scratch / "backbone")]).wait_ready(30)
             for target in gateways:
-                kind = target.removesuffix("-gateway")
-                workers = ["--workers", str(gateway_workers)] if gateway_workers > 1 else []
+                kind = http_bench.TARGETS.get(target, target.removesuffix("-gateway"))
+                workers = ["--workers", str(gateway_workers)] if gateway_workers > 1 and kind in WORKER_KINDS else []
                 process = self._spawn(FYREHOSE + ["gateway", kind, "--listen", f"{LOOPBACK}:0", "--backbone", backbone]
                                       + workers)
                 addresses[target] = process.wait_ready(30 + 10 * gateway_workers)
@@ -214,7 +217,7 @@ async def measure(target: str, address: tuple[str, int], args: argparse.Namespac
     """Messages/s per subscriber for one run against one target."""
     import asyncio
 
-    drive = {"redis": _redis, "nats": _nats, "marlin": _marlin}[target.split("-")[0]]
+    drive = http_bench.DRIVERS.get(target) or {"redis": _redis, "nats": _nats, "marlin": _marlin}[target.split("-")[0]]
     payload = os.urandom(args.size // 2 + 1).hex()[:args.size].encode()
     elapsed = await asyncio.wait_for(drive(address, args.messages, args.subscribers, channel, payload),
                                      args.timeout)

@@ -23,6 +23,7 @@ KINDS = {
     "nats": "fyrehose.gateways.nats",
     "marlin": "fyrehose.gateways.marlin",
     "lumberjack": "fyrehose.gateways.lumberjack",
+    "http": "fyrehose.gateways.http",
 }
 
 # kind -> (default --listen, one-line help)
@@ -31,6 +32,7 @@ DEFAULTS = {
     "nats": ("127.0.0.1:4222", "serve NATS clients (the NATS client protocol)"),
     "marlin": ("127.0.0.1:7070", "serve Marlin channel clients (seeds/003)"),
     "lumberjack": ("127.0.0.1:5044", "receive Lumberjack (Beats) log events"),
+    "http": ("127.0.0.1:8080", "serve HTTP, Server-Sent Events and RESP over WebSocket, and a live view"),
 }
 
 # Kinds whose backbone client only publishes (it takes no DELIVERs, so no multicast group either).

@@ -9,6 +9,7 @@ import argparse
 import logging
 import signal
 import socket
+import ssl
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -29,8 +30,9 @@ SessionMaker = Callable[[Connection, Bridge], Session]
 
 
 def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,
-                make_session: SessionMaker, wants: Wants | None = None) -> int:
-    """Serve until SIGTERM or SIGINT; print the listening address once ready."""
+                make_session: SessionMaker, wants: Wants | None = None, *,
+                ssl_context: ssl.SSLContext | None = None) -> int:
+    """Serve until SIGTERM or SIGINT; print the listening address once ready (``ssl_context``: TLS clients)."""
     if getattr(args, "workers", 1) > 1:  # kinds without --workers (command.WORKER_KINDS) run as one process
         return run_workers(args, kind)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -42,7 +44,8 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
                     bind=args.bind, wants=wants, multicast=args.multicast)
     try:
         server = GatewayServer(listen, lambda connection: make_session(connection, bridge),
-                               max_pending=args.max_pending, max_clients=args.max_clients, stats=stats)
+                               max_pending=args.max_pending, max_clients=args.max_clients, stats=stats,
+                               ssl_context=ssl_context)
         server.start()
     except BaseException:
         bridge.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
@@ -30,6 +31,7 @@ log = logging.getLogger("fyrehose.gateway")
 
 READ_SIZE = 256 << 10  # larger reads make larger batches of confirmed publishes
 CLOSE_GRACE = 5.0  # seconds a closing connection gets to flush its output
+TLS_HANDSHAKE_TIMEOUT = 10.0  # seconds a client gets to complete the TLS handshake
 
 
 class Session(Protocol):
@@ -153,10 +155,11 @@ class GatewayServer:
     """Accepts clients on ``listen`` and runs one session per client."""
 
     def __init__(self, listen: Address | socket.socket, make_session: SessionFactory, *, max_pending: int,
-                 max_clients: int, stats: Counter) -> None:
+                 max_clients: int, stats: Counter, ssl_context: ssl.SSLContext | None = None) -> None:
         self.make_session = make_session
         self.max_pending = max_pending
         self.stats = stats
+        self.ssl_context = ssl_context
         self.server = StreamServer(listen, self._handle, spawn=Pool(max_clients))
 
     @property
@@ -172,6 +175,15 @@ class GatewayServer:
 
     def _handle(self, sock: socket.socket, peer: Address) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.ssl_context is not None:
+            try:
+                sock.settimeout(TLS_HANDSHAKE_TIMEOUT)
+                sock = self.ssl_context.wrap_socket(sock, server_side=True)
+                sock.settimeout(None)
+            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+                self.stats["tls handshake failures"] += 1
+                log.info("%s:%s: TLS handshake failed: %s", peer[0], peer[1], exc)
+                return
         connection = Connection(sock, peer, self.max_pending, self.stats)
         self.stats["connections"] += 1
         session = None

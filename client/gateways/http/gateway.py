@@ -1,0 +1,120 @@
+"""What every connection of one HTTP gateway shares: the routes from the stream, limits, counters.
+
+The backbone stream reaches two kinds of local subscribers: RESP sessions
+over WebSocket (the Redis gateway's own :class:`~fyrehose.gateways.redis.RedisRoutes`,
+so channels, patterns and receiver counts mean exactly what they mean on the
+Redis gateway) and Server-Sent Event streams, indexed by subject pattern.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fyrehose.auth import Credentials
+from fyrehose.backbone.metrics import Metric, render
+from fyrehose.envelope import Envelope
+from fyrehose.gateways.channels import channel_to_subject_or_none, subject_to_channel
+from fyrehose.gateways.http import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_HEAD, DEFAULT_MAX_MESSAGE
+from fyrehose.gateways.http.websocket import StreamMark
+from fyrehose.gateways.redis import RedisRoutes
+from fyrehose.subjects import SubjectIndex
+
+if TYPE_CHECKING:
+    from fyrehose.gateways.bridge import Bridge
+    from fyrehose.gateways.http.stream import EventStream
+
+@dataclass
+class HttpSettings:
+    """The limits and policies of one gateway (from its command line)."""
+
+    backbone: str
+    max_message: int = DEFAULT_MAX_MESSAGE
+    max_head: int = DEFAULT_MAX_HEAD
+    allow_origins: tuple[str, ...] = ()  # besides the page's own origin; "*" allows any
+    request_timeout: float = 1.0
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT  # for each whole request, and between requests
+    tls: bool = False
+    credentials: Credentials | None = None
+    backfill_limit: int = 100_000  # messages a reconnecting SSE client may ask for
+    backfill_timeout: float = 10.0
+
+
+class StreamCountingRoutes(RedisRoutes):
+    """The Redis gateway's routes, whose receiver count (a RESP ``PUBLISH``'s reply) includes the SSE streams."""
+
+    def __init__(self, streams: SubjectIndex) -> None:
+        super().__init__()
+        self.streams = streams
+
+    def receivers(self, channel: bytes) -> int:
+        count = super().receivers(channel)
+        subject = channel_to_subject_or_none(channel)
+        if self.streams and subject is not None:
+            count += len(self.streams.lookup(subject))
+        return count
+
+
+@dataclass
+class HttpGateway:
+    settings: HttpSettings
+    stats: Counter = field(default_factory=Counter)
+    streams: SubjectIndex = field(default_factory=SubjectIndex)
+    mark: StreamMark = field(default_factory=StreamMark)
+    bridge: Bridge | None = None
+
+    def __post_init__(self) -> None:
+        self.redis_routes = StreamCountingRoutes(self.streams)
+
+    def route(self, seq: int, message: Envelope) -> None:
+        """Hand one message of the ordered stream to every local subscriber it matches."""
+        self.mark.seq = seq
+        try:
+            self.redis_routes.route(seq, message)
+        finally:
+            self.mark.seq = 0
+        if self.streams:
+            for stream in self.streams.lookup(message.subject):
+                stream.deliver(seq, message)
+
+    def wants(self, subject: str) -> bool:
+        """Whether a message on ``subject`` may reach a RESP client or an SSE stream here."""
+        return self.redis_routes.wants(subject) or bool(self.streams.lookup(subject))
+
+    def add_stream(self, stream: EventStream) -> None:
+        self.streams.add(stream.pattern, stream)
+        if self.bridge is not None:
+            self.bridge.interest.add(stream.pattern)
+
+    def remove_stream(self, stream: EventStream) -> None:
+        if self.streams.discard(stream.pattern, stream) and self.bridge is not None:
+            self.bridge.interest.remove(stream.pattern)
+
+    def receivers(self, subject: str) -> int:
+        """Deliveries a message on ``subject`` makes in the whole deployment, counted as Redis counts them."""
+        local = self.redis_routes.receivers(subject_to_channel(subject))
+        elsewhere = self.bridge.subscribers_elsewhere(subject) if self.bridge is not None else 0
+        return local + elsewhere
+
+    def healthy(self) -> bool:
+        return self.bridge is not None and self.bridge.reachable
+
+    def metrics_text(self) -> bytes:
+        """The gateway's counters in the Prometheus text format."""
+        metrics: list[Metric] = [
+            ("fyrehose_gateway_up", "gauge", "1 while the backbone answers the gateway's keepalives",
+             [({"kind": "http"}, 1 if self.healthy() else 0)]),
+            ("fyrehose_gateway_position", "gauge", "the last backbone sequence the gateway routed",
+             [({"kind": "http"}, self.bridge.position if self.bridge is not None else 0)]),
+        ]
+        responses = []
+        for name, count in sorted(self.stats.items()):
+            if name.startswith("http ") and name[5:].isdigit():
+                responses.append(({"kind": "http", "status": name[5:]}, count))
+                continue
+            metric = "fyrehose_gateway_" + "".join(c if c.isalnum() else "_" for c in name) + "_total"
+            metrics.append((metric, "counter", f"gateway counter: {name}", [({"kind": "http"}, count)]))
+        if responses:
+            metrics.append(("fyrehose_gateway_http_responses_total", "counter", "HTTP responses by status",
+                            responses))
+        return render(metrics).encode()
