@@ -32,6 +32,9 @@ SEEDS = [
     b"\x01" + codec.encode(codec.Forward("127.0.0.1", 9, 1, 2)),
     b"\x02" + codec.pack([codec.Deliver(seq, b"abc") for seq in range(1, 40)]),
     b"\x03" + codec.pack([codec.Deliver(seq, b"abc") for seq in range(1, 40)]),
+    b"\x00" + codec.pack([codec.Deliver(1, b"a"), codec.Deliver(2, b"b")]),  # fills the hole: 3 comes out too
+    b"\x01" + codec.pack([codec.Deliver(2, b"b"), codec.Deliver(1, b"a")]),  # a peer's answer to the REQUEST
+    b"\x00" + codec.pack([codec.Deliver(5, b"e"), codec.Deliver(4, b"d")]),  # another hole, given up later
     b"\x00",
 ]
 
@@ -43,9 +46,11 @@ def check(data: bytes) -> None:
                                     token_source=lambda size: next(tokens).to_bytes(size, "big"))
     tracker = connection.track(1)
     connection.poll(0.0)  # one KEEPALIVE: token 1 is outstanding
+    stored: dict[int, bytes] = {}
     if not whole:
-        connection.receive(codec.encode_deliver(3, b"c"), BACKBONE, 0.0)  # a hole 1..2
+        stored.update(connection.receive(codec.encode_deliver(3, b"c"), BACKBONE, 0.0).stored)  # a hole 1..2
         connection.poll(1.0)  # ...REQUESTed
+    first_unreleased = tracker.next
     source = STRANGER if data[:1] and data[0] & 1 else BACKBONE
     incoming = connection.receive(data[1:], source, 1.0)
     if source == STRANGER:
@@ -54,10 +59,40 @@ def check(data: bytes) -> None:
     for run in incoming.runs:
         assert run.first == 1 and tracker.next == run.last + 1, "a run that does not continue the stream"
         assert [frame.seq for frame in codec.decode(run.data)] == list(range(run.first, run.last + 1))
-    released = [event.seq for event in incoming.events if isinstance(event, Message)]
-    assert released == sorted(released), "events out of order"
-    assert tracker.next is not None
+    assert not incoming.runs or not incoming.events, "one datagram both as a run and as messages"
+    new = [seq for seq, _ in incoming.stored] + [seq for run in incoming.runs for seq in range(run.first, run.last + 1)]
+    assert len(set(new)) == len(new) and not set(new) & set(stored), "a message stored twice"
+    stored.update(incoming.stored)
+    for run in incoming.runs:
+        stored.update(run.messages())
+    released = released_in_order(incoming.events, incoming.runs, stored, first_unreleased, tracker.next)
+    _, events = connection.poll(1.0 + tracker.give_up_after)  # every hole given up: what was stored comes out
+    released_in_order(events, [], stored, released, tracker.next)
 
+
+def released_in_order(events: list, runs: list, stored: dict[int, bytes], first: int, after: int | None) -> int:
+    """Check that ``events`` and ``runs`` account for ``first`` .. ``after - 1`` exactly once each, in order, every
+    message as it was stored and every stored message among them released; return ``after``."""
+    assert after is not None
+    released: dict[int, bytes] = {}
+    expected = first
+    for event in events:
+        if isinstance(event, Message):
+            assert event.seq == expected, "events out of order, repeated or skipped"
+            released[event.seq] = event.data
+            expected += 1
+        else:
+            assert event.from_seq == expected <= event.to_seq, "events out of order, repeated or skipped"
+            expected = event.to_seq + 1
+    for run in runs:
+        assert run.first == expected, "a run out of order"
+        released.update(run.messages())
+        expected = run.last + 1
+    assert expected == after, "the events stop short of or go past the stream's next sequence"
+    assert all(stored.get(seq) == data for seq, data in released.items()), "released what was not stored"
+    assert all(released.get(seq) == data for seq, data in stored.items() if first <= seq < after), \
+        "stored but passed over"
+    return after
 
 if __name__ == "__main__":
     main(check, SEEDS)
