@@ -5,7 +5,8 @@ a stranger) and whether the connection keeps whole datagrams as runs (bit 1:
 then no hole is open, so a run can be taken); the rest is the datagram.
 Invariants: nothing from a stranger is stored, acknowledged, confirmed or
 forwarded unless it re-delivers a hole the connection asked for; a run only
-continues the stream; what is stored is what its events release, in order.
+continues the stream; what is stored is what its events release, in order, each
+sequence once, both on receipt and once every open hole is given up.
 """
 from __future__ import annotations
 
