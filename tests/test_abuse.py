@@ -172,7 +172,6 @@ def test_rate_limit_option_drops_a_flood_and_the_source_is_served_again_afterwar
     backbone = backbone_factory(workers=workers, extra=["--rate-limit", "200"])
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as pub:
         pub.bind((LOOPBACK, 0))
-        started = time.monotonic()
         for i in range(3000):
             pub.sendto(codec.encode_push(b"flood %d" % i), backbone.addr)
         time.sleep(1.2)  # the bucket refills
@@ -180,14 +179,15 @@ def test_rate_limit_option_drops_a_flood_and_the_source_is_served_again_afterwar
         pub.sendto(codec.encode(codec.Keepalive(flags=codec.FLAG_HEAD | codec.FLAG_NOSUBSCRIBE, token=token)),
                    backbone.addr)
         ack = _recv_type(pub, codec.KEEPALIVE_ACK)
-        acked = time.monotonic() - started
-    assert ack is not None and ack[1:17] == token
-    last = int.from_bytes(ack[17:23], "big")
-    # the burst, then what refilled while the backbone was still reading the flood: it read all of
-    # it before the KEEPALIVE, so within `acked` (the sending, 1.2 s, the ACK; a busy machine may
-    # keep the backbone reading well after the sender is done)
-    assert 0 < last <= 200 + 200 * acked < 3000
-    assert backbone.metric('fyrehose_dropped_total{reason="rate limited"}') >= 3000 - last
+    assert ack is not None and ack[1:17] == token  # served again once its bucket refilled
+    sequenced = int.from_bytes(ack[17:23], "big")  # the HEAD: the flood's PUSHes that were let through
+    dropped = backbone.metric('fyrehose_dropped_total{reason="rate limited"}')
+    # The burst went through and the rest was dropped and counted, each PUSH one or the other (the kernel
+    # may drop some before the backbone reads them); how many the rate lets through over time is the
+    # limiter's arithmetic, checked above on a manual clock.
+    assert sequenced >= 1 and dropped >= 1
+    assert sequenced + dropped <= 3000
+    assert backbone.metric("fyrehose_pushes_total") == sequenced
 
 
 def test_a_negative_rate_limit_is_refused_in_one_line():

@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -109,8 +110,10 @@ def beats_client(gateway: GatewayProcess, **tls) -> pylogbeat.PyLogBeatClient:
 
 
 def exchange(gateway: GatewayProcess, data: bytes, *, half_close: bool = False, until_ack: int | None = None,
+             until: Callable[[list[tuple[int, int]]], bool] | None = None,
              timeout: float = 15.0) -> tuple[list[tuple[int, int]], bool]:
-    """Send raw bytes; read acks until ``until_ack`` arrives or the gateway closes. (acks, closed by gateway)."""
+    """Send raw bytes; read acks until ``until_ack`` arrives (or ``until(acks)`` holds) or the gateway closes.
+    (acks, closed by gateway)."""
     acks: list[tuple[int, int]] = []
     received = b""
     with socket.create_connection((LOOPBACK, gateway.port), timeout=timeout) as sock:
@@ -130,6 +133,8 @@ def exchange(gateway: GatewayProcess, data: bytes, *, half_close: bool = False, 
             acks += decode_acks(received[:usable])
             received = received[usable:]
             if until_ack is not None and any(seq == until_ack for _, seq in acks):
+                return acks, False
+            if until is not None and until(acks):
                 return acks, False
     raise AssertionError(f"no end of the exchange within {timeout} s; acks so far {acks}")
 
@@ -249,20 +254,40 @@ def test_reading_pauses_at_the_byte_limit_instead_of_closing(backbone_factory, g
     assert "protocol errors" not in gateway.output()
 
 
+def windows_acked(acks: list[tuple[int, int]], sizes: list[int]) -> int:
+    """How many of the windows of ``sizes`` (each numbered from 1) ``acks`` acknowledge whole, checking that the
+    acks go window by window, in order, each window's rising to its last sequence and never past it
+    (``A 0``, the keepalive of a waiting window, aside)."""
+    seqs = [seq for _, seq in acks if seq != 0]
+    window = previous = 0
+    for seq in seqs:
+        assert window < len(sizes), f"an ack after the last window: {seqs}"
+        assert previous < seq <= sizes[window], f"ack {seq} out of order in window {window} of {sizes}: {seqs}"
+        previous = seq
+        if seq == sizes[window]:
+            window, previous = window + 1, 0
+    return window
+
+
 def test_beats_windows_grow_and_shrink_with_every_compression_level(backbone, gateway_factory, recorder_factory):
     gateway = gateway_factory(backbone)
     recorder = recorder_factory(backbone)
     stream = b""
     expected = []
+    sizes = []
     for level in range(10):
         size = [3, 1, 8, 2, 5][level % 5]
+        sizes.append(size)
         frames = [json_frame(seq, {"level": level, "seq": seq}) for seq in range(1, size + 1)]
         expected += [{"level": level, "seq": seq} for seq in range(1, size + 1)]
         stream += encode_window(size) + encode_compressed(frames, level=level)
-    acks, closed = exchange(gateway, stream + encode_window(1) + json_frame(1, {"end": True}), until_ack=1,
-                            timeout=30)
-    assert recorder.wait_for(len(expected) + 1) == expected + [{"end": True}]
+    sizes.append(1)
+    acks, closed = exchange(gateway, stream + encode_window(1) + json_frame(1, {"end": True}),
+                            until=lambda acks: windows_acked(acks, sizes) == len(sizes), timeout=30)
     assert not closed
+    assert windows_acked(acks, sizes) == len(sizes)  # every window acked to its end, one after the other
+    assert {version for version, _ in acks} == {VERSION_2}
+    assert recorder.wait_for(len(expected) + 1) == expected + [{"end": True}]
 
 
 def test_a_partial_window_is_acked_once_the_input_drains(backbone, gateway_factory, recorder_factory):

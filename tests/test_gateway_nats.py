@@ -2,16 +2,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+import socket
 import time
 
 import nats
 import pytest
 from node_clients import run_node
 
-from fyrehose.process import ChildProcess
+from fyrehose.gateways.nats import ANNOUNCED_MAX_PAYLOAD
+from fyrehose.process import ChildProcess, wait_until
 
 from gateway_support import MarlinClient, RawNats, raw_subscriber
-from support import FYREHOSE, LOOPBACK
+from support import FYREHOSE, LOOPBACK, free_port
 
 
 @pytest.fixture
@@ -244,16 +248,16 @@ def test_snapshot_requests_are_answered_by_the_cache(url, module_backbone, tmp_p
             await client.publish("quotes.acme", b'{"bid": 10}')
             await client.flush()
             deadline = time.monotonic() + 10
-            while True:  # the cache's interest announcement may reach the gateway a moment after its readiness
+            answer = None
+            while time.monotonic() < deadline:  # until the cache's interest and the quote have reached the gateway
                 try:
                     answer = await client.request("_SNAP.quotes.acme", b"", timeout=2)
                 except nats.errors.NoRespondersError:
-                    assert time.monotonic() < deadline, "the gateway never heard the cache's interest"
                     await asyncio.sleep(0.05)
                     continue
-                if answer.data or time.monotonic() > deadline:
+                if answer.data:
                     break
-            assert answer.data == b'{"bid": 10}'
+            assert answer is not None and answer.data == b'{"bid": 10}', answer
             assert answer.headers["Fyrehose-Type"] == "INITIAL"
             missing = await client.request("_SNAP.quotes.none", b"", timeout=5)
             assert missing.data == b"" and missing.headers["Fyrehose-Status"] == "NOT_FOUND"
@@ -275,3 +279,71 @@ def test_the_npm_nats_client_unmodified(gateways):
         watcher.data += watcher.sock.recv(65536)
     assert watcher.data == wanted
     watcher.sock.close()
+
+
+# ---------------------------------------------------------------- max_payload, as nats-server enforces it
+
+
+def _answers(port: int, operations: bytes, until: bytes = b"PONG\r\n") -> tuple[dict, bytes]:
+    """Connect with a raw socket, send ``operations`` after the server's INFO: (the INFO, every byte that follows
+    until ``until`` or the server closes or resets the connection)."""
+    with socket.create_connection((LOOPBACK, port), timeout=5) as sock:
+        data = b""
+        while b"\r\n" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, "closed before INFO"
+            data += chunk
+        info, data = data.split(b"\r\n", 1)
+        sock.sendall(operations)
+        try:
+            for _ in range(10_000):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+                if data.endswith(until):
+                    break
+        except ConnectionResetError:
+            pass  # nats-server resets the connection when the refused payload is still unread
+    assert info.startswith(b"INFO {")
+    return json.loads(info[5:]), data
+
+
+def _serves(port: int, server: ChildProcess) -> bool:
+    assert server.alive(), server.output()
+    try:
+        return _answers(port, b"PING\r\n")[1] == b"PONG\r\n"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def nats_server(tmp_path):
+    """The real nats-server, configured with the gateway's announced max_payload; its port."""
+    binary = shutil.which("nats-server", path="/usr/sbin:/usr/bin:/sbin:/usr/local/bin")
+    assert binary, "nats-server is missing: tools/bootstrap --test installs tools/test-packages.txt"
+    port = free_port(socket.SOCK_STREAM)
+    config = tmp_path / "nats-server.conf"
+    config.write_text(f"listen: {LOOPBACK}:{port}\nmax_payload: {ANNOUNCED_MAX_PAYLOAD}\n")
+    with ChildProcess([binary, "-c", str(config)], tmp_path / "nats-server.log") as server:
+        wait_until(lambda: _serves(port, server), 15, "nats-server")
+        yield port
+
+
+CONNECT = b'CONNECT {"verbose":false,"pedantic":false}\r\n'
+
+
+def test_a_payload_over_max_payload_is_refused_byte_for_byte_as_nats_server_does(gateways, nats_server):
+    """A client that does not check max_payload itself (nats.js and nats-py do, before sending) sends it anyway."""
+    limit = ANNOUNCED_MAX_PAYLOAD
+    over = CONNECT + b"PUB big.x %d\r\n" % (limit + 1) + b"x" * (limit + 1) + b"\r\nPING\r\n"
+    at_limit = CONNECT + b"PUB big.x %d\r\n" % limit + b"x" * limit + b"\r\nPING\r\n"
+    header_only = CONNECT + b"PUB big.x %d\r\n" % (limit + 1)
+    refused = b"-ERR 'Maximum Payload Violation'\r\n"
+    for port in (nats_server, gateways["nats"].port):
+        info, answer = _answers(port, over)
+        assert info["max_payload"] == limit
+        assert answer == refused, port  # then the connection ends: no PONG
+        assert _answers(port, header_only)[1] == refused, port  # refused on the PUB line, before any payload
+        assert _answers(port, at_limit)[1] == b"PONG\r\n", port  # the limit itself is accepted
+    assert gateways["nats"].alive()

@@ -107,8 +107,20 @@ def test_the_table_agrees_with_a_direct_count(operations, subject):
 @given(st.binary(max_size=200))
 def test_malformed_announcements_are_counted_never_raised(data):
     table = InterestTable(redis_globs)
-    table.receive(Envelope(INTEREST_SUBJECT, data), 0.0)
-    assert table.rejected + len(table) <= 1
+    accepted = table.receive(Envelope(INTEREST_SUBJECT, data), 0.0)
+    assert table.rejected == (0 if accepted else 1)  # each refusal counted once, an accepted one never
+    assert len(table) <= (1 if accepted else 0)
+
+
+def test_each_kind_of_malformed_announcement_is_counted():
+    table = InterestTable(redis_globs)
+    bad = [b"not json", b"[]", b'{"interval": 1}', b'{"owner": 7}', b'{"owner": "x", "subjects": []}',
+           b'{"owner": "x", "subjects": {"a": 0}}', b'{"owner": "x", "globs": {"a*": true}}',
+           b'{"owner": "x", "interval": "soon"}']
+    assert [table.receive(Envelope(INTEREST_SUBJECT, data), 0.0) for data in bad] == [False] * len(bad)
+    assert table.rejected == len(bad) and len(table) == 0
+    assert table.receive(Envelope(INTEREST_SUBJECT, b'{"owner": "x", "subjects": {"a": 1}}'), 0.0)
+    assert table.rejected == len(bad) and len(table) == 1
 
 
 def test_wildcards_that_are_not_patterns_are_rejected():

@@ -227,7 +227,7 @@ def test_the_running_journal_exports_sealed_segments_and_applies_retention(singl
     assert exported == list(range(exported[0], last_sealed + 1))
 
 
-def test_forwards_come_from_disk_paced_and_skip_what_nobody_had(backbone_factory, journals):
+def test_forwards_come_from_disk_and_skip_what_nobody_had(backbone_factory, journals):
     backbone = backbone_factory(workers=0, extra=["--recent-bytes", "0"])  # the backbone keeps no copy either
     journal = journals(backbone, "journal", "--forward-rate", "1000", "--give-up", "1", "--no-parquet")
     with Client(backbone.addr, subscribe=False) as publisher:
@@ -243,15 +243,11 @@ def test_forwards_come_from_disk_paced_and_skip_what_nobody_had(backbone_factory
     assert recorded_lost(journal.directory) == set(unheld)
     with Client(backbone.addr, journal=False, give_up_after=3) as late:
         stream = late.subscribe(from_seq=start, on_loss="yield")
-        began = time.monotonic()
-        events = [stream.get(timeout=20) for _ in range(1000)]
-        elapsed = time.monotonic() - began  # the first 1000, all re-DELIVERed from disk
-        events += [stream.get(timeout=20) for _ in range(1 + 300)]
+        events = [stream.get(timeout=20) for _ in range(1000 + 1 + 300)]  # the first 1000 re-DELIVERed from disk
     got = [(e.seq, e.data) for e in events if isinstance(e, Message)]
     assert got == [(s, b"before %d" % i) for i, s in enumerate(before)] + [(s, b"after %d" % i) for i, s in enumerate(after)]
     lost = [e for e in events if not isinstance(e, Message)]
     assert [(e.from_seq, e.to_seq) for e in lost] == [(unheld[0], unheld[-1])]
-    # paced: 1000 re-DELIVERs at 1000/s after a burst of 256 take at least 0.74 s (a lower bound: load only adds)
-    assert elapsed >= 0.7
+    # the journal answers through its Client, paced at --forward-rate: tests/test_client.py::test_forwards_are_paced
     assert journal.stop() == 0
     assert journal.forwarded() >= 1300

@@ -116,8 +116,10 @@ def test_batched_publishers_count_requests_and_messages_and_lose_nothing(tmp_pat
     assert summary["messages"] == 50 * summary["requests"] and summary["message_failures"] == 0
     assert summary["loss_after_recovery"] == 0 and summary["messages_expected"] >= summary["messages"]  # 2 subscribers
     assert int(stats_rows(out)[("PUSH", "publish x50")]["Request Count"]) == summary["requests"]
-    step = read_jsonl(out / "steps.jsonl")[0]
-    assert step["confirmed_rate"] == pytest.approx(2000, rel=0.2)  # messages, not requests (40/s)
+    (step,) = read_jsonl(out / "steps.jsonl")
+    seconds = step["t_end"] - step["t_start"]
+    confirmed = summary["messages"] - summary["message_failures"]
+    assert step["confirmed_rate"] * seconds == pytest.approx(confirmed, rel=1e-9)  # messages, not requests
     assert backbone.metric("fyrehose_pushes_total") >= summary["messages"]
     # no metrics URL: the backbone's CPU is not known, the Locust processes' still is
     samples = read_jsonl(out / "metrics.jsonl")
@@ -137,7 +139,8 @@ def test_distributed_run_against_a_given_backbone_stops_at_the_first_failed_step
     assert code == 0, output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] and summary["workers"] == 1
-    assert summary["duration_s"] < 20
+    steps = read_jsonl(out / "steps.jsonl")
+    assert 1 <= len(steps) == summary["phases"] < 60 // 2  # cut short, well before the 30 steps of --duration 60
     assert summary["max_sustained_rate"] == 0
     assert summary["first_unsustained_phase"]["name"] == "step 1"
     assert any("p99" in reason for reason in summary["first_unsustained_phase"]["reasons"])
@@ -176,8 +179,11 @@ def test_the_documented_master_and_worker_commands_add_the_workers_up(tmp_path, 
     assert summary["loss_after_recovery"] == 0
     steps = read_jsonl(out / "steps.jsonl")
     assert [step["offered_rate"] for step in steps] == [400, 800]
-    assert all(step["confirmed_rate"] == pytest.approx(step["offered_rate"], rel=0.25) for step in steps)
-    assert backbone.metric("fyrehose_pushes_total") >= summary["messages"]
+    confirmed = summary["messages"] - summary["message_failures"]
+    assert sum(step["confirmed_rate"] * (step["t_end"] - step["t_start"]) for step in steps) == pytest.approx(
+        confirmed, rel=1e-9)
+    # every message the backbone sequenced was counted by one of the two workers, and the master added both up
+    assert confirmed <= backbone.metric("fyrehose_pushes_total") <= summary["messages"]
 
 
 @pytest.mark.parametrize("args", [

@@ -469,6 +469,20 @@ def test_a_phase_is_sustained_only_when_every_criterion_holds():
     assert not judge(cut, good_tally(200, 2), 0, 50, final=True).sustained
 
 
+def test_a_phases_figures_from_a_batched_tally():
+    """Batches of 50: rates count messages, not requests; the subscribers' counts are averaged over them."""
+    tally = PhaseTally(pushes=20, push_failures=1, messages=1000, message_failures=50, direct=1940, recovered=40,
+                       lost=15, pending=5, receivers=2)
+    result = judge(Phase("step 1", 5, 15, 100), tally, 1000.0, 50, final=True)
+    assert (result.t_start, result.t_end, result.offered_rate) == (1005.0, 1015.0, 100)
+    assert result.confirmed_rate == (1000 - 50) / 10  # messages CONFIRMed per second
+    assert result.delivered_rate == (1940 + 40) / 2 / 10  # per subscriber: direct and recovered, not lost
+    # final: what is still pending is no longer counted as lost after recovery (test_pending_counts... below)
+    assert (result.expected, result.missed_before_recovery, result.lost_after_recovery) == (2000, 60, 15)
+    assert (result.loss_before_recovery, result.loss_after_recovery) == (60 / 2000, 15 / 2000)
+    assert (result.requests, result.failures) == (20, 1)
+
+
 def test_pending_counts_as_unrecovered_until_final():
     tally = good_tally(100, 1)
     tally.pending = 4

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -29,11 +30,16 @@ def test_a_field_only_one_reading_has_is_left_out():
     assert busy_share({"user": 0.0, "idle": 0.0}, {"user": 3.0, "idle": 1.0, "steal": 50.0}) == pytest.approx(0.75)
 
 
-def test_real_readings_of_this_machine_give_a_share():
+def test_real_readings_of_this_machine_around_busy_work_give_a_busy_share():
     before = psutil.cpu_times()._asdict()
-    sum(range(200_000))  # some time passes, some of it busy
+    spent = time.process_time() + 0.1
+    for _ in range(10_000):  # this process keeps a core busy for 0.1 CPU s: the machine was not idle throughout
+        if time.process_time() >= spent:
+            break
+        sum(range(100_000))
+    assert time.process_time() >= spent, "0.1 CPU s of work never added up"
     share = busy_share(before, psutil.cpu_times()._asdict())
-    assert 0.0 <= share <= 1.0
+    assert 0.0 < share <= 1.0
 
 
 def test_each_process_reads_its_cpu_seconds_and_one_that_ended_is_left_out():

@@ -4,7 +4,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -179,10 +178,8 @@ def test_an_expired_sessions_subscriptions_go_away(backbone, tmp_path):
             assert drops.get(timeout=2.0) is None  # heartbeats keep it beyond its 1.5 s grace
             subscriber.kill()  # no BYE: only the missing heartbeats tell
             subscriber.wait(10)
-            killed = time.monotonic()
-            drop = take_until(drops, lambda m: m.type == MsgType.DROP, timeout=10)
+            drop = take_until(drops, lambda m: m.type == MsgType.DROP, timeout=10)  # after the kill, not before
             assert (drop.subject, drop.status) == ("q.x", Status.NOSUBSCRIBERS)
-            assert time.monotonic() - killed < 8  # 3 × 0.5 s intervals plus slack for a loaded machine
         finally:
             if subscriber.poll() is None:
                 subscriber.kill()

@@ -190,7 +190,7 @@ class NatsSession:
         self.bridge = bridge
         self.stats = stats
         self.id = next(self._ids)
-        self.parser = proto.OperationParser(MAX_PAYLOAD)
+        self.parser = proto.OperationParser(ANNOUNCED_MAX_PAYLOAD)  # refused past what INFO says, as nats-server does
         self.verbose = False
         self.headers = False
         self.no_responders = False
