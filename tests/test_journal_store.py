@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fyrehose.codec import encode_deliver
 from fyrehose.journal.gapindex import FILE_NAME as GAPS_FILE
 from fyrehose.journal.gapindex import parse_gaps
 from fyrehose.journal.retention import Retention
-from fyrehose.journal.segment import encode_record, log_name, record_size, summary_name
+from fyrehose.journal.segment import block_size, encode_block, encode_record, log_name, summary_name
 from fyrehose.journal.store import JournalStore, StoreError
 from fyrehose.journal.verify import verify_directory
 from fyrehose.tracker import Lost, Message
@@ -44,7 +45,7 @@ def segment_files(directory):
 
 
 def test_messages_are_written_in_order_and_read_back_across_segments(tmp_path):
-    store, start = opened(tmp_path, segment_bytes=500)
+    store, start = opened(tmp_path, segment_bytes=250)
     assert start is None
     store.write(messages(10, 100))
     assert len(store.sealed_segments()) > 3
@@ -122,15 +123,16 @@ def test_a_second_journal_on_the_same_directory_is_refused(tmp_path):
 
 def test_a_torn_record_is_cut_off_and_the_journal_resumes_at_it(tmp_path):
     store, _ = opened(tmp_path)
-    store.write(messages(1, 50))
+    store.write(messages(1, 49))
+    store.write(messages(50, 50))  # a block of its own
     store.close()
     (log,) = (tmp_path / "segments").glob("*.log")
     size = log.stat().st_size
-    with open(log, "r+b") as file:  # the last record lost its final bytes
+    with open(log, "r+b") as file:  # the last block lost its final bytes
         file.truncate(size - 3)
     store, start = opened(tmp_path)
     assert start == 50
-    assert store.stats["truncated bytes"] == record_size(3) - 3
+    assert store.stats["truncated bytes"] == block_size(len(encode_deliver(50, b"m50"))) - 3
     store.write(messages(50, 60, prefix=b"again "))
     assert [s for s, _ in store.held(1, 100)] == list(range(1, 61))
     store.close()
@@ -144,7 +146,7 @@ def test_garbage_after_the_last_record_is_cut_off(tmp_path):
     (log,) = (tmp_path / "segments").glob("*.log")
     intact = log.stat().st_size
     with open(log, "ab") as file:
-        file.write(encode_record(6, 0, b"half")[:-1] + os.urandom(100))
+        file.write(encode_block(6, 1, 0, encode_deliver(6, b"half"))[:-1] + os.urandom(100))
     report = verify_directory(tmp_path)
     assert report.ok and any("torn tail" in note for note in report.notes)
     store, start = opened(tmp_path)

@@ -27,15 +27,17 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from fyrehose.codec import encode_deliver
 from fyrehose.durable import DirectoryInUse, DirectoryLock, fsync_directory, replace_atomically
 from fyrehose.errors import CommandFailed
+from fyrehose.frame_run import FrameRun
 from fyrehose.journal.gapindex import Gap, GapIndex, utc_iso
 from fyrehose.journal.reader import SEGMENTS_DIR, FileScan, list_segments, read_range, scan_segment
 from fyrehose.journal.retention import Retention, SegmentState, expired_segments
-from fyrehose.journal.segment import Record, record_size, summary_name
+from fyrehose.journal.segment import FORMAT_BLOCKS, MAX_FRAMES, Block, Record, block_size, summary_name
 from fyrehose.journal.summary import SegmentSummary, encode_summary
 from fyrehose.journal.writer import ActiveSegment
-from fyrehose.tracker import Event, Message
+from fyrehose.tracker import Event, Lost, Message
 
 FSYNC_MODES = ("always", "interval", "never")
 LOCK_NAME = "lock"
@@ -135,7 +137,7 @@ class JournalStore:
                 continue
             builder, scan = scan_segment(segment.path)
             size = segment.path.stat().st_size
-            if scan.end < size:
+            if scan.format is not None and scan.end < size:
                 with open(segment.path, "r+b") as file:
                     file.truncate(scan.end)
                     os.fsync(file.fileno())
@@ -147,9 +149,9 @@ class JournalStore:
                 continue
             if summary.first_seq != segment.first_seq:
                 raise StoreError(f"{segment.path} starts with sequence {summary.first_seq}, not the one in its name")
-            if is_last:
+            if is_last and scan.format == FORMAT_BLOCKS:
                 self._active = ActiveSegment.resume(segment.path, builder)
-            else:
+            else:  # a format-1 segment is sealed as it is: new blocks go to a new segment
                 replace_atomically(segment.summary_path, encode_summary(summary))
                 self._sealed.append(SealedSegment(segment.path, summary))
         fsync_directory(self.segments_dir)
@@ -219,39 +221,47 @@ class JournalStore:
 
     # ------------------------------------------------------------ the ordered write path
 
-    def write(self, events: Iterable[Event]) -> list[Gap]:
-        """Append a subscription's ordered events; the gaps recorded on the way.
+    def write(self, events: Iterable[Event | FrameRun]) -> list[Gap]:
+        """Append a subscription's ordered events, or whole datagrams in order; the gaps recorded on the way.
 
-        A :class:`Lost` range is first filled from messages that arrived outside
-        the subscription's view (before it started, or beyond an overrun); what
-        is still missing goes to the gap index, after the records before it are
-        fsynced, so no crash can leave a hole that neither holds.
+        A :class:`~fyrehose.frame_run.FrameRun` (a DELIVER datagram that
+        continued the stream) is stored as it arrived, one block; consecutive
+        messages are packed into blocks of at most one datagram.  A
+        :class:`Lost` range is first filled from messages that arrived outside
+        the subscription's view (before it started, or beyond an overrun);
+        what is still missing goes to the gap index, after the blocks before it
+        are fsynced, so no crash can leave a hole that neither holds.
         """
-        records: list[Record] = []
+        packer = _BlockPacker(self.clock(), min(MAX_FRAMES, self.segment_bytes // 8))
         gaps: list[Gap] = []
         pending = self._pending
         for event in events:
+            if type(event) is FrameRun:
+                self._expect(event.first)
+                packer.add_run(event.first, event.count, event.data)
+                self._next = event.first + event.count
+                continue
             if isinstance(event, Message):
                 self._expect(event.seq)
-                entry = pending.get(event.seq)
-                received = entry[0] if entry is not None else self.clock()
-                records.append(Record(event.seq, received, event.data))
+                entry = pending.get(event.seq) if pending else None
+                packer.add(event.seq, encode_deliver(event.seq, event.data), entry[0] if entry else None)
                 self._next = event.seq + 1
                 continue
+            assert isinstance(event, Lost)
             self._expect(event.from_seq)
             with self._lock:
                 recovered = self._pending_in(event.from_seq, event.to_seq)
             cursor = event.from_seq
             for seq, (received, data) in recovered:
                 if seq > cursor:
-                    gaps.append(self._record_gap(records, cursor, seq - 1))
-                records.append(Record(seq, received, data))
+                    gaps.append(self._record_gap(packer, cursor, seq - 1))
+                packer.add(seq, encode_deliver(seq, data), received)
                 cursor = seq + 1
             if cursor <= event.to_seq:
-                gaps.append(self._record_gap(records, cursor, event.to_seq))
+                gaps.append(self._record_gap(packer, cursor, event.to_seq))
             self.stats["recovered from memory"] += len(recovered)
             self._next = event.to_seq + 1
-        self._append(records)
+        self._append(packer.take())
         if self.fsync == "always":
             self.sync()
         return gaps
@@ -264,41 +274,45 @@ class JournalStore:
         elif seq != self._next:
             raise RuntimeError(f"journal got sequence {seq} where {self._next} was due: the subscription broke order")
 
-    def _append(self, records: list[Record]) -> None:
-        """Write ``records`` (and empty the list), sealing segments as they fill up."""
+    def _append(self, blocks: list[Block]) -> None:
+        """Write ``blocks`` in one write per segment, sealing segments as they fill up."""
         start = 0
-        while start < len(records):
+        while start < len(blocks):
             active = self._active
             if active is None:
-                active = ActiveSegment.create(self.segments_dir, records[start].seq)
+                active = ActiveSegment.create(self.segments_dir, blocks[start].first)
             end, size = start, active.size
-            while end < len(records):
-                grown = size + record_size(len(records[end].data))
-                if grown > self.segment_bytes and size:
+            while end < len(blocks):
+                grown = size + block_size(len(blocks[end].frames))
+                if grown > self.segment_bytes and (active.summary is not None or end > start):
                     break
                 size, end = grown, end + 1
-            if end == start:  # not even one more record fits the active segment
+            if end == start:  # not even one more block fits the active segment
                 self.seal_active()
                 continue
-            chunk = records[start:end]
+            chunk = blocks[start:end]
             active.write(chunk)
             with self._lock:
                 self._active = active
                 active.noted(chunk)
-                self._written_through = chunk[-1].seq
-                pending = self._pending
-                for record in chunk:
-                    entry = pending.pop(record.seq, None)
-                    if entry is not None:
-                        self._pending_size -= len(entry[1])
-            self.stats["written"] += len(chunk)
-            if end < len(records) or size >= self.segment_bytes:
+                self._written_through = chunk[-1].last
+                if self._pending:
+                    self._drop_pending(chunk[0].first, chunk[-1].last)
+            written = sum(block.count for block in chunk)
+            self.stats["written"] += written
+            self.stats["blocks"] += len(chunk)
+            if end < len(blocks) or size >= self.segment_bytes:
                 self.seal_active()
             start = end
-        records.clear()
 
-    def _record_gap(self, records: list[Record], from_seq: int, to_seq: int) -> Gap:
-        self._append(records)
+    def _drop_pending(self, from_seq: int, to_seq: int) -> None:
+        """Forget waiting messages now on disk (call with the lock held)."""
+        for seq, (_, data) in self._pending_in(from_seq, to_seq):
+            del self._pending[seq]
+            self._pending_size -= len(data)
+
+    def _record_gap(self, packer: _BlockPacker, from_seq: int, to_seq: int) -> Gap:
+        self._append(packer.take())
         if self._active is not None:
             self._active.sync()
         gap = Gap(from_seq, to_seq, utc_iso(self.clock()))
@@ -370,3 +384,47 @@ class JournalStore:
             fsync_directory(self.segments_dir)
             self.stats["segments removed"] += len(removed)
         return removed
+
+
+class _BlockPacker:
+    """Collects the blocks of one write: whole datagrams as they are, consecutive messages packed together.
+
+    Messages are packed while they continue each other and fit ``limit`` bytes
+    (at most one datagram, so every block can be sent back as a DELIVER
+    datagram unchanged, and an eighth of a segment, so segments stay close to
+    their size).
+    """
+
+    def __init__(self, received_at: int, limit: int) -> None:
+        self.received_at = received_at
+        self.limit = limit
+        self.blocks: list[Block] = []
+        self._frames: list[bytes] = []
+        self._first = 0
+        self._size = 0
+        self._received = received_at
+
+    def add_run(self, first: int, count: int, frames: bytes) -> None:
+        self._close()
+        self.blocks.append(Block(first, count, self.received_at, frames))
+
+    def add(self, seq: int, frame: bytes, received_at: int | None) -> None:
+        if self._frames and (seq != self._first + len(self._frames) or self._size + len(frame) > self.limit):
+            self._close()
+        frames = self._frames
+        if not frames:
+            self._first = seq
+            self._received = received_at if received_at is not None else self.received_at
+        frames.append(frame)
+        self._size += len(frame)
+
+    def take(self) -> list[Block]:
+        self._close()
+        blocks, self.blocks = self.blocks, []
+        return blocks
+
+    def _close(self) -> None:
+        if self._frames:
+            self.blocks.append(Block(self._first, len(self._frames), self._received, b"".join(self._frames)))
+            self._frames = []
+            self._size = 0
