@@ -94,8 +94,8 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def _measure(address: str, directory: Path, mode: str, args: argparse.Namespace) -> dict:
+    from fyrehose import codec
     from fyrehose.client import Client
-    from fyrehose.journal.segment import record_size
 
     journal = _start(directory.with_suffix(".log"), [
         "journal", "--backbone", address, "--dir", str(directory), "--fsync", mode, "--no-parquet",
@@ -112,8 +112,9 @@ def _measure(address: str, directory: Path, mode: str, args: argparse.Namespace)
                 batch = [payloads[(start + i) % len(payloads)] for i in range(count)]
                 last = publisher.publish_many(batch, window=2048)[-1]
             published = time.perf_counter()
-            expected = baseline + record_size(args.size) * args.messages
-            wait_until(lambda: _running(journal) and _journal_bytes(directory) >= expected, CATCH_UP_TIMEOUT,
+            expected = baseline + (codec.FRAME_HEADER + args.size) * args.messages  # frames alone: a lower bound
+            wait_until(lambda: _running(journal) and _journal_bytes(directory) >= expected
+                       and _last_sequence(directory) == last, CATCH_UP_TIMEOUT,
                        f"the journal writing sequence {last} (log {journal.log})", interval=0.002)
             written = time.perf_counter()
         if _last_sequence(directory) != last:
@@ -133,19 +134,32 @@ def _measure(address: str, directory: Path, mode: str, args: argparse.Namespace)
 
 
 def _measure_write_path(directory: Path, mode: str, args: argparse.Namespace) -> float:
-    """Messages/s through the journal's storage alone (ordered events to fsynced segments), in this process."""
-    from fyrehose.journal.service import BATCH
+    """Messages/s through the journal's storage alone, in this process: DELIVER datagrams as the backbone
+    packs them (up to 64 KiB) appended to segments with the same fsync mode, in writes of up to 256 datagrams."""
+    from fyrehose.codec import MAX_DATAGRAM, encode_deliver, put_consecutive_u48
+    from fyrehose.frame_run import FrameRun
     from fyrehose.journal.store import JournalStore
-    from fyrehose.tracker import Message
 
     store = JournalStore(directory, fsync=mode)
     store.open()
     payload = os.urandom(args.size)
+    step = len(encode_deliver(1, payload))
+    per_datagram = max(1, MAX_DATAGRAM // step)
+    template = b"".join(encode_deliver(1, payload) for _ in range(per_datagram))
     try:
         started = time.perf_counter()
-        for first in range(1, args.messages + 1, BATCH):
-            store.write([Message(seq, payload) for seq in range(first, min(first + BATCH, args.messages + 1))])
-            store.tick(time.monotonic())
+        seq = 1
+        batch: list = []
+        while seq <= args.messages:
+            count = min(per_datagram, args.messages - seq + 1)
+            frames = bytearray(template[:count * step])
+            put_consecutive_u48(frames, 3, step, seq, count)  # what the backbone's sequencing does
+            batch.append(FrameRun(seq, count, step, bytes(frames)))
+            seq += count
+            if len(batch) == 256 or seq > args.messages:
+                store.write(batch)
+                store.tick(time.monotonic())
+                batch = []
         store.sync()
         return args.messages / (time.perf_counter() - started)
     finally:

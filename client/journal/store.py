@@ -32,7 +32,7 @@ from fyrehose.durable import DirectoryInUse, DirectoryLock, fsync_directory, rep
 from fyrehose.errors import CommandFailed
 from fyrehose.frame_run import FrameRun
 from fyrehose.journal.gapindex import Gap, GapIndex, utc_iso
-from fyrehose.journal.reader import SEGMENTS_DIR, FileScan, list_segments, read_range, scan_segment
+from fyrehose.journal.reader import SEGMENTS_DIR, FileScan, list_segments, read_frames, read_range, scan_segment
 from fyrehose.journal.retention import Retention, SegmentState, expired_segments
 from fyrehose.journal.segment import FORMAT_BLOCKS, MAX_FRAMES, Block, Record, block_size, summary_name
 from fyrehose.journal.summary import SegmentSummary, encode_summary
@@ -50,6 +50,20 @@ class StoreError(CommandFailed):
 
 def now_us() -> int:
     return time.time_ns() // 1000
+
+
+@dataclass
+class FsyncTimes:
+    """The grouped fsyncs so far: how many, their total and the longest (seconds)."""
+
+    count: int = 0
+    total: float = 0.0
+    longest: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.total += seconds
+        self.longest = max(self.longest, seconds)
 
 
 @dataclass
@@ -83,6 +97,7 @@ class JournalStore:
         self.pending_bytes = pending_bytes
         self.clock = clock
         self.stats: Counter[str] = Counter()
+        self.fsync_times = FsyncTimes()
         self.gaps = GapIndex(self.directory)
         self.sealed_queue: queue.Queue[SealedSegment] = queue.Queue()
         self._lock = threading.Lock()
@@ -192,15 +207,7 @@ class JournalStore:
         with self._lock:
             through = self._written_through
             upto = min(to_seq, through)
-            sources = []
-            if from_seq <= upto:
-                candidates: list[tuple[Path, SegmentSummary, int]] = [
-                    (s.path, s.summary, s.summary.size) for s in self._sealed]
-                if self._active is not None and self._active.summary is not None:
-                    candidates.append((self._active.path, self._active.summary, self._active.size))
-                for path, summary, size in candidates:
-                    if summary.first_seq <= upto and summary.last_seq >= from_seq:
-                        sources.append((path, summary.offset_before(from_seq), size))
+            sources = self._sources(from_seq, upto)
             recent = self._pending_in(max(from_seq, through + 1), to_seq) if to_seq > through else []
         for path, start, size in sources:
             try:
@@ -210,6 +217,54 @@ class JournalStore:
                 self.stats["forward read errors"] += 1
         for seq, (_, data) in recent:
             yield seq, data
+
+    def held_frames(self, from_seq: int, to_seq: int, limit: int = MAX_FRAMES) -> Iterator[tuple[int, int, bytes]]:
+        """What this journal has written of ``from_seq..to_seq`` as DELIVER datagrams: ``(first, last, frames)``.
+
+        The stored datagrams are cut at frame boundaries to the range; pieces
+        that continue each other are joined up to ``limit`` bytes (format-1
+        segments hold one message per record).  Nothing is decoded per message.
+        """
+        with self._lock:
+            upto = min(to_seq, self._written_through)
+            sources = self._sources(from_seq, upto)
+        first = last = 0
+        pieces: list[bytes] = []
+        size = 0
+        for path, start, end in sources:
+            try:
+                for low, high, frames in read_frames(path, from_seq, upto, start, end):
+                    if pieces and (low != last + 1 or size + len(frames) > limit):
+                        yield first, last, b"".join(pieces)
+                        pieces, size = [], 0
+                    if not pieces:
+                        first = low
+                    pieces.append(frames)
+                    size += len(frames)
+                    last = high
+            except OSError:  # removed by retention meanwhile: a range it no longer holds
+                self.stats["forward read errors"] += 1
+        if pieces:
+            yield first, last, b"".join(pieces)
+
+    def _sources(self, from_seq: int, upto: int) -> list[tuple[Path, int, int]]:
+        """(file, offset to start at, bytes to read up to) of the segments holding part of ``from_seq..upto``
+        (call with the lock held)."""
+        sources = []
+        if from_seq <= upto:
+            candidates: list[tuple[Path, SegmentSummary, int]] = [
+                (s.path, s.summary, s.summary.size) for s in self._sealed]
+            if self._active is not None and self._active.summary is not None:
+                candidates.append((self._active.path, self._active.summary, self._active.size))
+            for path, summary, size in candidates:
+                if summary.first_seq <= upto and summary.last_seq >= from_seq:
+                    sources.append((path, summary.offset_before(from_seq), size))
+        return sources
+
+    @property
+    def written_through(self) -> int:
+        """Every sequence up to this is on disk or in the gap index."""
+        return self._written_through
 
     def _pending_in(self, from_seq: int, to_seq: int) -> list[tuple[int, tuple[int, bytes]]]:
         """Waiting messages within a range, ascending (call with the lock held)."""
@@ -323,8 +378,12 @@ class JournalStore:
         return gap
 
     def sync(self) -> None:
+        """The grouped fsync of the write path (timed: the metrics show its latency)."""
         if self._active is not None:
-            self._active.sync()
+            started = time.perf_counter()
+            if self._active.sync():
+                took = time.perf_counter() - started
+                self.fsync_times.add(took)
         self._last_sync = time.monotonic()
 
     def tick(self, now: float) -> None:

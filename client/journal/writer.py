@@ -61,10 +61,13 @@ class ActiveSegment:
         for first, count, received_at, frames in blocks:
             add(first, count, received_at, len(frames))
 
-    def sync(self) -> None:
-        if self._dirty:
-            os.fsync(self._fd)
-            self._dirty = False
+    def sync(self) -> bool:
+        """fsync what was written since the last one; whether there was anything."""
+        if not self._dirty:
+            return False
+        os.fsync(self._fd)
+        self._dirty = False
+        return True
 
     def seal(self) -> SegmentSummary:
         """Make the segment durable and read-only: fsync, then its summary beside it."""
