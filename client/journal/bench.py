@@ -50,8 +50,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated fsync modes to compare (default interval,always)")
     parser.add_argument("--forward-messages", type=int, default=100_000, metavar="N",
                         help="old messages to REQUEST back per run; 0 skips the FORWARD figure (default 100000)")
-    parser.add_argument("--forward-rate", type=float, default=1_000_000, metavar="N",
-                        help="the journal's --forward-rate during the bench (default 1000000: effectively unpaced, "
+    parser.add_argument("--forward-rate", type=float, default=10_000_000, metavar="N",
+                        help="the journal's --forward-rate during the bench (default 10000000: effectively unpaced, "
                              "to measure the disk path rather than the pacing)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
@@ -181,11 +181,16 @@ def _warm_up(publisher, directory: Path, journal: ChildProcess, size: int) -> in
 
 
 def _measure_forward(address: str, first: int, last: int) -> dict:
+    """REQUEST ``first..last`` from a plain socket and count what comes back, per datagram where the frames
+    are of one size and consecutive (the journal's answers are), so the measuring side is not the limit."""
     from fyrehose import codec
     from fyrehose.addresses import parse_hostport
 
     backbone = parse_hostport(address)
-    received: set[int] = set()
+    wanted = last - first + 1
+    seen = bytearray(wanted)
+    ones = b"\x01" * (codec.MAX_DATAGRAM // codec.FRAME_HEADER + 1)
+    received = 0
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         sock.bind(("127.0.0.1", 0))
@@ -194,22 +199,27 @@ def _measure_forward(address: str, first: int, last: int) -> dict:
         for low in range(first, last + 1, REQUEST_SPAN):
             sock.sendto(codec.encode(codec.Request("0.0.0.0", 0, low, min(last, low + REQUEST_SPAN - 1))), backbone)
         finished = started
-        wanted = last - first + 1
-        while len(received) < wanted:
+        while received < wanted:
             try:
                 data, _ = sock.recvfrom(65536)
             except TimeoutError:
                 break
-            spans, _ = codec.scan(data, codec.DELIVER)
-            for _, _, seq in spans:
-                if first <= seq <= last:
-                    received.add(seq)
+            step = codec.uniform_step(data, codec.DELIVER)
+            start = codec.consecutive_u48(data, 3, step, len(data) // step) if step else 0
+            if start and first <= start and start + len(data) // step - 1 <= last:
+                at = start - first
+                seen[at:at + len(data) // step] = ones[:len(data) // step]
+            else:
+                for _, _, seq in codec.scan(data, codec.DELIVER)[0]:
+                    if first <= seq <= last:
+                        seen[seq - first] = 1
+            received = seen.count(1)  # a C-level count: a few µs per datagram
             finished = time.perf_counter()
     elapsed = finished - started
     return {
         "forward_requested": wanted,
-        "forward_received": len(received),
-        "forward_per_s": len(received) / elapsed if elapsed > 0 else 0.0,
+        "forward_received": received,
+        "forward_per_s": received / elapsed if elapsed > 0 else 0.0,
     }
 
 
