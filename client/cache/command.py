@@ -32,9 +32,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="memory bound for records (subject + value + 256 bytes each); the least recently "
                              f"used are evicted with drop/preempted (default {DEFAULT_MAX_BYTES})")
     add_auth_arguments(parser, "cache", "cache")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION",
+                                    description="instead of running the cache:")
+    bench = actions.add_parser("bench", help="measure whether the cache keeps up with a fast stream of updates",
+                               description="publish updates as fast as confirmations allow to a backbone and "
+                                           "cache it starts itself; time snapshots meanwhile, check every "
+                                           "subject's last value after, and the cache's CPU per update")
+    from fyrehose.cache.bench import add_bench_arguments
+
+    add_bench_arguments(bench)
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "action", None) == "bench":
+        from fyrehose.cache.bench import run_bench
+
+        return run_bench(args)
     from fyrehose.cache.core import Cache
     from fyrehose.client import Client, FyrehoseError
     from fyrehose.tracker import Lost
