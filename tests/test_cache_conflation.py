@@ -73,7 +73,7 @@ def test_a_conflated_batch_leaves_the_same_records_and_answers_as_one_by_one(str
 
 def test_several_updates_of_a_subject_in_one_batch_are_stored_once():
     cache = Cache()
-    stream = [Envelope("p.%d" % (i % 3), orjson.dumps({"n": i, "k%d" % (i % 2): i})) for i in range(30)]
+    stream = [Envelope(f"p.{i % 3}", orjson.dumps({"n": i, f"k{i % 2}": i})) for i in range(30)]
     stream.insert(15, Envelope("_SNAP.p.0", reply=INBOX))
     answers = cache.receive_many(stream, 0.0)
     assert [orjson.loads(a.data)["n"] for a in answers] == [12]  # the snapshot saw exactly what came before it

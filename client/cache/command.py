@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 DEFAULT_MAX_BYTES = 64 << 20
+KNOWN_SUBJECTS = 100_000  # subjects whose check is remembered, at most
 BATCH = 4096  # events applied together (conflated) at most: a snapshot waits for at most one batch before it
 
 
@@ -82,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
         session = client.session.name if client.session is not None else "none"
         announce_ready("cache", client.address, f"backbone {args.backbone}, session {session}, "
                                                 f"max {args.max_bytes} bytes")
+        known_subjects: dict[bytes, str] | None = {} if raw else None
         while not stop.is_set():
-            out = _apply(cache, _batch(stream), raw, time.monotonic())
+            out = _apply(cache, _batch(stream), known_subjects, time.monotonic())
             if out:
                 answers.put(out)
         publisher.join()
@@ -105,8 +107,13 @@ def _batch(stream: Subscription) -> list[Event]:
     return events
 
 
-def _apply(cache: Cache, events: list[Event], raw: bool, now: float) -> list[Envelope]:
-    """Apply a batch in order (a loss turns every record stale where it happened); the answers to publish."""
+def _apply(cache: Cache, events: list[Event], known_subjects: dict[bytes, str] | None, now: float) -> list[Envelope]:
+    """Apply a batch in order (a loss turns every record stale where it happened); the answers to publish.
+
+    ``known_subjects`` is None for a pattern subscription (the client opened
+    the envelopes); otherwise the events are raw and are opened here, each
+    subject decoded and checked once (the memo is emptied past KNOWN_SUBJECTS).
+    """
     from fyrehose import envelope
     from fyrehose.tracker import Lost
 
@@ -117,10 +124,12 @@ def _apply(cache: Cache, events: list[Event], raw: bool, now: float) -> list[Env
             answers += cache.receive_many(opened, now)
             opened = []
             cache.lost()
-        elif not raw:
+        elif known_subjects is None:
             opened.append(event.envelope)  # type: ignore[union-attr]  # a pattern subscription yields SubjectMessages
         elif envelope.is_envelope(event.data):
-            decoded = envelope.decode(event.data)
+            if len(known_subjects) > KNOWN_SUBJECTS:
+                known_subjects.clear()
+            decoded = envelope.decode(event.data, known_subjects)
             if decoded is None:
                 cache.stats["damaged envelopes"] += 1
             else:
