@@ -6,16 +6,20 @@ connection's tracker REQUESTs gaps from other journals and gives up on them
 after ``give_up_after`` seconds (the bounded wait).
 :class:`~fyrehose.journal.forwarder.Forwarder` answers FORWARDs from the
 stored datagrams, each requester paced at ``forward_rate``.  The maintenance
-thread exports sealed segments to Parquet and applies retention: per-message
-work stays off the recording path.
+thread has sealed segments exported to Parquet by a worker process (the
+per-message work stays off the recording path and its interpreter lock) and
+applies retention.
 """
 from __future__ import annotations
 
+import multiprocessing
 import queue
 import socket
 import sys
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import TextIO
 
 from fyrehose.addresses import Address
@@ -50,6 +54,7 @@ class JournalService:
         self.bind = bind
         self.lag_warning = LagWarning(lag_warning)
         self.metrics = metrics
+        self._exporter: ProcessPoolExecutor | None = None  # the export worker while recording
 
     def say(self, text: str) -> None:
         self.log.write(f"fyrehose journal: {text}\n")
@@ -82,6 +87,8 @@ class JournalService:
                              name="journal-maintenance", daemon=True),
         ]
         server = None
+        if self.parquet:
+            self._exporter = _export_worker()
         for thread in threads:
             thread.start()
         try:
@@ -103,6 +110,9 @@ class JournalService:
                     thread.join()
             if server is not None:
                 server.stop()
+            if self._exporter is not None:
+                self._exporter.shutdown()
+                self._exporter = None
             recorder.close()
             sending.close()
             self.forwarded = recorder.stats["forwarded"]
@@ -162,11 +172,19 @@ class JournalService:
                 self._retain()
 
     def _export(self, segment: SealedSegment) -> None:
-        from fyrehose.journal.parquet import export_records
+        """Write a sealed segment's Parquet files; while the journal records, in the export worker process."""
+        from fyrehose.journal.parquet import export_segment
 
+        arguments = (str(segment.path), segment.summary.size, str(self.store.parquet_dir))
         try:
-            export_records(self.store.records_of(segment), self.store.parquet_dir)
+            if self._exporter is not None:
+                self._exporter.submit(export_segment, *arguments).result()
+            else:
+                export_segment(*arguments)
             self.store.mark_exported(segment)
+        except BrokenProcessPool as exc:  # the worker died: a new one takes the next segment
+            self._exporter = _export_worker()
+            self.say(f"Parquet export of {segment.path.name} failed: the export worker died ({exc})")
         except Exception as exc:  # the segment stays unexported (and so is kept); retried on the next start
             self.say(f"Parquet export of {segment.path.name} failed: {exc}")
 
@@ -181,3 +199,8 @@ class JournalService:
         if removed:
             first, last = removed[0].summary.first_seq, removed[-1].summary.last_seq
             self.say(f"retention removed {len(removed)} segment(s) holding sequences {first}..{last}")
+
+
+def _export_worker() -> ProcessPoolExecutor:
+    """One process for Parquet export, started fresh (spawn: this process has threads, so no fork)."""
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
