@@ -176,3 +176,12 @@ def test_any_bytes_decode_to_intact_blocks_or_a_reason_never_an_exception(raw):
     scan = decode_blocks(raw)
     assert scan.end <= len(raw)
     assert scan.stop is not None or scan.end == len(raw)
+
+
+def test_lag_in_seconds_is_also_the_messages_behind_at_the_rate_the_head_rises():
+    clock = LagClock()
+    for second in range(4):
+        clock.saw_head(1000 * (second + 1), now=float(second))  # the backbone issues 1000/s
+    assert clock.rate(3.0) == 1000.0
+    assert clock.lag(1000, now=3.0) == Lag(3000, 3.0)  # 3000 behind at 1000/s, also 2001 first seen at 1.0
+    assert clock.lag(3990, now=3.0).seconds == pytest.approx(0.01)  # fresh samples alone would say 0

@@ -32,7 +32,8 @@ from fyrehose.sockets import enlarge_buffers
 from fyrehose.tracker import Event, Lost
 
 RECEIVE_BUFFER = 64 << 20  # what arrives while the writer catches up waits here
-RING_BYTES = 256 << 20  # datagrams received and not yet written, at most
+RING_BYTES = 256 << 20
+MAX_BUFFERED = 4_000_000  # messages waiting behind a hole (mostly as whole datagrams) before it is given up  # datagrams received and not yet written, at most
 RECEIVE_TIMEOUT = 0.02  # the receive loop runs the connection's timers at least this often
 WRITER_IDLE = 0.005
 Item = FrameRun | list[Event]
@@ -48,8 +49,9 @@ class Recorder:
         self.backbone = backbone
         self.stats: Counter[str] = Counter()
         self.connection = BackboneConnection(
-            backbone, flags=codec.FLAG_HEAD | codec.FLAG_BATCH, whole_datagrams=True, stats=self.stats,
-            tracker_options={"give_up_after": give_up_after, "forward_rate": forward_rate})
+            backbone, flags=codec.FLAG_HEAD | codec.FLAG_BATCH, whole_datagrams=True, buffer_runs=True,
+            stats=self.stats, tracker_options={"give_up_after": give_up_after, "forward_rate": forward_rate,
+                                               "max_buffered": MAX_BUFFERED})
         self.connection.track(start_seq)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         enlarge_buffers(self.sock, RECEIVE_BUFFER, (socket.SO_RCVBUF,))
