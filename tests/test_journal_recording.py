@@ -155,10 +155,10 @@ def test_lag_is_messages_behind_the_head_and_the_age_of_the_oldest_unwritten_ann
 
 def test_the_lag_warning_is_said_once_and_the_catching_up_once():
     warning = LagWarning(1.0)
-    said = [warning.update(lag) for lag in [Lag(10, 0.5), Lag(900, 1.5), Lag(2000, 3.0), Lag(5, 0.1),
-                                            Lag(0, 0.0), Lag(0, 0.0), Lag(50, 2.0)]]
-    assert [s is not None for s in said] == [False, True, False, False, True, False, True]
-    assert "falling behind" in said[1] and "caught up" in said[4]
+    said = [warning.update(lag) for lag in [Lag(10, 0.5), Lag(900, 1.5), Lag(2000, 3.0), Lag(5, 0.2),
+                                            Lag(0, 0.0), Lag(0, 0.0), Lag(50, 2.0), Lag(700, 0.05)]]
+    assert [s is not None for s in said] == [False, True, False, False, True, False, True, True]
+    assert "falling behind" in said[1] and "caught up" in said[4] and "caught up" in said[7]
 
 
 def test_a_datagram_of_many_frames_takes_as_many_tokens():
@@ -185,3 +185,17 @@ def test_lag_in_seconds_is_also_the_messages_behind_at_the_rate_the_head_rises()
     assert clock.rate(3.0) == 1000.0
     assert clock.lag(1000, now=3.0) == Lag(3000, 3.0)  # 3000 behind at 1000/s, also 2001 first seen at 1.0
     assert clock.lag(3990, now=3.0).seconds == pytest.approx(0.01)  # fresh samples alone would say 0
+
+
+def test_the_running_journal_says_it_on_stderr_once_each_way():
+    import io
+
+    from fyrehose.journal.service import JournalService
+
+    log = io.StringIO()
+    service = JournalService(None, ("127.0.0.1", 2323), start_seq=None, log=log, lag_warning=1.0)  # type: ignore[arg-type]
+    for lag in (Lag(10, 0.2), Lag(90_000, 2.5), Lag(180_000, 4.0), Lag(0, 0.0), Lag(0, 0.0)):
+        service._lag(lag)
+    assert log.getvalue().splitlines() == [
+        "fyrehose journal: falling behind the backbone: 90000 messages, 2.5 s (more than 1 s)",
+        "fyrehose journal: caught up with the backbone"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 SAMPLES_KEPT = 4096  # head samples (two a second from ACKs, plus one per written batch): over half an hour
 RATE_WINDOW = 2.0  # seconds of HEAD samples the rate is taken over
+CAUGHT_UP = 0.1  # seconds behind that count as caught up
 
 
 @dataclass(frozen=True)
@@ -62,10 +63,16 @@ class LagClock:
 
 
 class LagWarning:
-    """Says once when the lag passes ``threshold`` seconds, and once when it is back to nothing."""
+    """Says once when the lag passes ``threshold`` seconds, and once when it has caught up.
+
+    Caught up means nothing is behind, or less than CAUGHT_UP seconds (or half
+    the threshold): while the stream flows, the last datagrams received are
+    always a moment from being written, so "nothing" alone might never come.
+    """
 
     def __init__(self, threshold: float) -> None:
         self.threshold = threshold
+        self.caught_up = min(CAUGHT_UP, threshold / 2)
         self.behind = False
 
     def update(self, lag: Lag) -> str | None:
@@ -73,7 +80,7 @@ class LagWarning:
             self.behind = True
             return (f"falling behind the backbone: {lag.messages} messages, {lag.seconds:.1f} s "
                     f"(more than {self.threshold:g} s)")
-        if self.behind and lag.messages == 0:
+        if self.behind and (lag.messages == 0 or lag.seconds <= self.caught_up):
             self.behind = False
             return "caught up with the backbone"
         return None
