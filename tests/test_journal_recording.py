@@ -199,3 +199,39 @@ def test_the_running_journal_says_it_on_stderr_once_each_way():
     assert log.getvalue().splitlines() == [
         "fyrehose journal: falling behind the backbone: 90000 messages, 2.5 s (more than 1 s)",
         "fyrehose journal: caught up with the backbone"]
+
+
+def test_kill_minus_nine_while_recording_keeps_everything_the_metrics_reported_written(backbone_factory, journals):
+    import threading
+
+    from fyrehose.journal.store import JournalStore
+
+    backbone = backbone_factory(workers=0)
+    address = f"127.0.0.1:{free_port()}"
+    journal = journals(backbone, "journal", "--no-parquet", "--metrics", address)
+    with Client(backbone.addr, subscribe=False) as publisher:
+        first = journaling(publisher, journal)
+        done = threading.Event()
+
+        def publish():
+            payloads = [b"burst %d" % i for i in range(2048)]
+            while not done.is_set():
+                publisher.publish_many(payloads)
+
+        thread = threading.Thread(target=publish, daemon=True)
+        thread.start()
+        try:
+            reported = wait_until(lambda: (n := scrape(address)["fyrehose_journal_written_total"]) > 50_000 and n,
+                                  30, "50000 messages written")
+            journal.kill()  # kill -9 right after the figure was read
+        finally:
+            done.set()
+            thread.join(30)
+    store = JournalStore(journal.directory)
+    store.open()
+    try:
+        held = sum(1 for _ in store.held(1, store.last_seq))
+        assert store.last_seq >= first
+    finally:
+        store.close()
+    assert held >= reported
