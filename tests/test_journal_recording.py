@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import time
 import urllib.request
+from collections import Counter
 
 import pytest
 from hypothesis import given
@@ -235,3 +236,46 @@ def test_kill_minus_nine_while_recording_keeps_everything_the_metrics_reported_w
     finally:
         store.close()
     assert held >= reported
+
+
+class RecordingSocket:
+    def __init__(self):
+        self.sent = []
+
+    def sendto(self, data, target):
+        self.sent.append((target, data))
+
+
+def test_forwards_are_answered_with_stored_datagrams_cut_to_the_range_requesters_served_in_turn(tmp_path):
+    import threading
+
+    from fyrehose.frame_run import FrameRun
+    from fyrehose.journal.forwarder import Forwarder
+    from fyrehose.journal.store import JournalStore
+
+    store = JournalStore(tmp_path)
+    store.open()
+    for first in range(1, 5001, 50):
+        frames = b"".join(codec.encode_deliver(seq, b"%08d" % seq) for seq in range(first, first + 50))
+        store.write([FrameRun(first, 50, len(frames) // 50, frames)])
+    sock, done, stop = RecordingSocket(), [], threading.Event()
+    forwarder = Forwarder(sock, store.held_frames, done.append, rate=50_000, stats=Counter())
+    wide, narrow = codec.Forward("127.0.0.1", 1001, 1, 5000), codec.Forward("127.0.0.1", 1002, 4210, 4230)
+    forwarder.offer(wide)
+    forwarder.offer(narrow)
+    thread = threading.Thread(target=forwarder.run, args=(stop,))
+    thread.start()
+    try:
+        wait_until(lambda: len(done) == 2, 20, "both FORWARDs answered")
+    finally:
+        stop.set()
+        thread.join(5)
+        store.close()
+    assert done == [narrow, wide]  # the narrow one did not wait for the wide one
+    by_target = {}
+    for target, data in sock.sent:
+        spans, error = codec.scan(data, codec.DELIVER)
+        assert error is None and len(data) <= codec.MAX_DATAGRAM
+        by_target.setdefault(target[1], []).extend(seq for _, _, seq in spans)
+    assert by_target == {1001: list(range(1, 5001)), 1002: list(range(4210, 4231))}
+    assert forwarder.stats["forwarded"] == 5000 + 21
