@@ -1,12 +1,11 @@
 """One journal directory: recovery after a crash, the ordered write path, and the FORWARD store.
 
-Three threads share it.  The client's receive thread calls :meth:`add` for
-every DELIVER (the message waits in memory, with its receive time, until it is
-written); the client's forwarder calls :meth:`held` to answer FORWARDs from
-disk and from those waiting messages; the journal's own thread calls
-:meth:`write` with the subscription's ordered events.  File writes happen
-outside the lock; only the bookkeeping that tells readers what is on disk is
-done under it, so a reader sees either a record's complete bytes or nothing.
+Two threads share it.  The recording path's writer thread calls
+:meth:`write` with whole datagrams and ordered events; the forwarder calls
+:meth:`held_frames` to answer FORWARDs from disk (the commands and tests read
+with :meth:`held`).  File writes happen outside the lock; only the
+bookkeeping that tells readers what is on disk is done under it, so a reader
+sees either a block's complete bytes or nothing.
 
 Layout::
 
@@ -83,8 +82,7 @@ class JournalStore:
     """
 
     def __init__(self, directory: str | os.PathLike, *, fsync: str = "interval", fsync_interval: float = 1.0,
-                 segment_bytes: int = 64 << 20, segment_age: float = 600.0, pending_bytes: int = 256 << 20,
-                 clock: Callable[[], int] = now_us) -> None:
+                 segment_bytes: int = 64 << 20, segment_age: float = 600.0, clock: Callable[[], int] = now_us) -> None:
         if fsync not in FSYNC_MODES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_MODES)}")
         self.directory = Path(directory)
@@ -94,7 +92,6 @@ class JournalStore:
         self.fsync_interval = fsync_interval
         self.segment_bytes = segment_bytes
         self.segment_age = segment_age
-        self.pending_bytes = pending_bytes
         self.clock = clock
         self.stats: Counter[str] = Counter()
         self.fsync_times = FsyncTimes()
@@ -106,8 +103,6 @@ class JournalStore:
         self._active: ActiveSegment | None = None
         self._written_through = 0  # every sequence up to this is on disk or in the gap index
         self._next: int | None = None  # the sequence the next event must carry
-        self._pending: dict[int, tuple[int, bytes]] = {}  # seq -> (receive time, data), not yet written
-        self._pending_size = 0
         self._last_sync = time.monotonic()
 
     # ------------------------------------------------------------ opening and closing
@@ -183,40 +178,19 @@ class JournalStore:
         self.gaps.close()
         self._directory_lock.release()
 
-    # ------------------------------------------------------------ the client's MessageStore
-
-    def add(self, seq: int, data: bytes) -> None:
-        self.add_many(((seq, data),))
-
-    def add_many(self, messages: Iterable[tuple[int, bytes]]) -> None:
-        """Keep delivered messages until they are written (the client's receive thread calls this)."""
-        received = self.clock()
-        with self._lock:
-            pending = self._pending
-            for seq, data in messages:
-                if seq <= self._written_through or seq in pending:
-                    continue
-                if self._pending_size + len(data) > self.pending_bytes:
-                    self.stats["pending full"] += 1
-                    continue
-                pending[seq] = (received, data)
-                self._pending_size += len(data)
+    # ------------------------------------------------------------ reads for FORWARDs
 
     def held(self, from_seq: int, to_seq: int) -> Iterator[tuple[int, bytes]]:
-        """What this journal holds of ``from_seq..to_seq``, ascending: from disk, then from memory."""
+        """The messages this journal has written of ``from_seq..to_seq``, ascending."""
         with self._lock:
-            through = self._written_through
-            upto = min(to_seq, through)
+            upto = min(to_seq, self._written_through)
             sources = self._sources(from_seq, upto)
-            recent = self._pending_in(max(from_seq, through + 1), to_seq) if to_seq > through else []
         for path, start, size in sources:
             try:
                 for record in read_range(path, from_seq, upto, start, size):
                     yield record.seq, record.data
             except OSError:  # removed by retention meanwhile: a range it no longer holds
                 self.stats["forward read errors"] += 1
-        for seq, (_, data) in recent:
-            yield seq, data
 
     def held_frames(self, from_seq: int, to_seq: int, limit: int = MAX_FRAMES) -> Iterator[tuple[int, int, bytes]]:
         """What this journal has written of ``from_seq..to_seq`` as DELIVER datagrams: ``(first, last, frames)``.
@@ -266,14 +240,6 @@ class JournalStore:
         """Every sequence up to this is on disk or in the gap index."""
         return self._written_through
 
-    def _pending_in(self, from_seq: int, to_seq: int) -> list[tuple[int, tuple[int, bytes]]]:
-        """Waiting messages within a range, ascending (call with the lock held)."""
-        pending = self._pending
-        if to_seq - from_seq + 1 <= len(pending):
-            found = ((seq, pending.get(seq)) for seq in range(from_seq, to_seq + 1))
-            return [(seq, entry) for seq, entry in found if entry is not None]
-        return sorted((seq, entry) for seq, entry in pending.items() if from_seq <= seq <= to_seq)
-
     # ------------------------------------------------------------ the ordered write path
 
     def write(self, events: Iterable[Event | FrameRun]) -> list[Gap]:
@@ -281,15 +247,12 @@ class JournalStore:
 
         A :class:`~fyrehose.frame_run.FrameRun` (a DELIVER datagram that
         continued the stream) is stored as it arrived, one block; consecutive
-        messages are packed into blocks of at most one datagram.  A
-        :class:`Lost` range is first filled from messages that arrived outside
-        the subscription's view (before it started, or beyond an overrun);
-        what is still missing goes to the gap index, after the blocks before it
-        are fsynced, so no crash can leave a hole that neither holds.
+        messages are packed into blocks.  A :class:`Lost` range goes to the gap
+        index, after the blocks before it are fsynced, so no crash can leave a
+        hole that neither holds.
         """
         packer = _BlockPacker(self.clock(), min(MAX_FRAMES, self.segment_bytes // 8))
         gaps: list[Gap] = []
-        pending = self._pending
         for event in events:
             if type(event) is FrameRun:
                 self._expect(event.first)
@@ -298,23 +261,12 @@ class JournalStore:
                 continue
             if isinstance(event, Message):
                 self._expect(event.seq)
-                entry = pending.get(event.seq) if pending else None
-                packer.add(event.seq, encode_deliver(event.seq, event.data), entry[0] if entry else None)
+                packer.add(event.seq, encode_deliver(event.seq, event.data))
                 self._next = event.seq + 1
                 continue
             assert isinstance(event, Lost)
             self._expect(event.from_seq)
-            with self._lock:
-                recovered = self._pending_in(event.from_seq, event.to_seq)
-            cursor = event.from_seq
-            for seq, (received, data) in recovered:
-                if seq > cursor:
-                    gaps.append(self._record_gap(packer, cursor, seq - 1))
-                packer.add(seq, encode_deliver(seq, data), received)
-                cursor = seq + 1
-            if cursor <= event.to_seq:
-                gaps.append(self._record_gap(packer, cursor, event.to_seq))
-            self.stats["recovered from memory"] += len(recovered)
+            gaps.append(self._record_gap(packer, event.from_seq, event.to_seq))
             self._next = event.to_seq + 1
         self._append(packer.take())
         if self.fsync == "always":
@@ -322,11 +274,7 @@ class JournalStore:
         return gaps
 
     def _expect(self, seq: int) -> None:
-        if self._next is None:  # a new journal starts here: what arrived before it will never be written
-            with self._lock:
-                for early in [s for s in self._pending if s < seq]:
-                    self._pending_size -= len(self._pending.pop(early)[1])
-        elif seq != self._next:
+        if self._next is not None and seq != self._next:
             raise RuntimeError(f"journal got sequence {seq} where {self._next} was due: the subscription broke order")
 
     def _append(self, blocks: list[Block]) -> None:
@@ -351,20 +299,12 @@ class JournalStore:
                 self._active = active
                 active.noted(chunk)
                 self._written_through = chunk[-1].last
-                if self._pending:
-                    self._drop_pending(chunk[0].first, chunk[-1].last)
             written = sum(block.count for block in chunk)
             self.stats["written"] += written
             self.stats["blocks"] += len(chunk)
             if end < len(blocks) or size >= self.segment_bytes:
                 self.seal_active()
             start = end
-
-    def _drop_pending(self, from_seq: int, to_seq: int) -> None:
-        """Forget waiting messages now on disk (call with the lock held)."""
-        for seq, (_, data) in self._pending_in(from_seq, to_seq):
-            del self._pending[seq]
-            self._pending_size -= len(data)
 
     def _record_gap(self, packer: _BlockPacker, from_seq: int, to_seq: int) -> Gap:
         self._append(packer.take())
@@ -461,19 +401,17 @@ class _BlockPacker:
         self._frames: list[bytes] = []
         self._first = 0
         self._size = 0
-        self._received = received_at
 
     def add_run(self, first: int, count: int, frames: bytes) -> None:
         self._close()
         self.blocks.append(Block(first, count, self.received_at, frames))
 
-    def add(self, seq: int, frame: bytes, received_at: int | None) -> None:
+    def add(self, seq: int, frame: bytes) -> None:
         if self._frames and (seq != self._first + len(self._frames) or self._size + len(frame) > self.limit):
             self._close()
         frames = self._frames
         if not frames:
             self._first = seq
-            self._received = received_at if received_at is not None else self.received_at
         frames.append(frame)
         self._size += len(frame)
 
@@ -484,6 +422,6 @@ class _BlockPacker:
 
     def _close(self) -> None:
         if self._frames:
-            self.blocks.append(Block(self._first, len(self._frames), self._received, b"".join(self._frames)))
+            self.blocks.append(Block(self._first, len(self._frames), self.received_at, b"".join(self._frames)))
             self._frames = []
             self._size = 0
