@@ -12,18 +12,16 @@ applies retention.
 """
 from __future__ import annotations
 
-import multiprocessing
 import queue
 import socket
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from typing import TextIO
 
 from fyrehose.addresses import Address
 from fyrehose.fatal import guarded
+from fyrehose.journal.export_worker import ExportWorker
 from fyrehose.journal.forwarder import Forwarder
 from fyrehose.journal.lag import Lag, LagWarning
 from fyrehose.journal.recorder import Recorder
@@ -54,7 +52,7 @@ class JournalService:
         self.bind = bind
         self.lag_warning = LagWarning(lag_warning)
         self.metrics = metrics
-        self._exporter: ProcessPoolExecutor | None = None  # the export worker while recording
+        self._exporter: ExportWorker | None = None  # the export worker process while recording
 
     def say(self, text: str) -> None:
         self.log.write(f"fyrehose journal: {text}\n")
@@ -88,7 +86,7 @@ class JournalService:
         ]
         server = None
         if self.parquet:
-            self._exporter = _export_worker()
+            self._exporter = ExportWorker()  # its process starts with the first export
         for thread in threads:
             thread.start()
         try:
@@ -111,7 +109,7 @@ class JournalService:
             if server is not None:
                 server.stop()
             if self._exporter is not None:
-                self._exporter.shutdown()
+                self._exporter.close()
                 self._exporter = None
             recorder.close()
             sending.close()
@@ -178,13 +176,10 @@ class JournalService:
         arguments = (str(segment.path), segment.summary.size, str(self.store.parquet_dir))
         try:
             if self._exporter is not None:
-                self._exporter.submit(export_segment, *arguments).result()
+                self._exporter.export(*arguments)
             else:
                 export_segment(*arguments)
             self.store.mark_exported(segment)
-        except BrokenProcessPool as exc:  # the worker died: a new one takes the next segment
-            self._exporter = _export_worker()
-            self.say(f"Parquet export of {segment.path.name} failed: the export worker died ({exc})")
         except Exception as exc:  # the segment stays unexported (and so is kept); retried on the next start
             self.say(f"Parquet export of {segment.path.name} failed: {exc}")
 
@@ -200,7 +195,3 @@ class JournalService:
             first, last = removed[0].summary.first_seq, removed[-1].summary.last_seq
             self.say(f"retention removed {len(removed)} segment(s) holding sequences {first}..{last}")
 
-
-def _export_worker() -> ProcessPoolExecutor:
-    """One process for Parquet export, started fresh (spawn: this process has threads, so no fork)."""
-    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
