@@ -10,8 +10,8 @@ Per journal it reports:
 
 - **journaled msgs/s**: messages the journal wrote during the publishing window, per second;
 - **lag** at the end of the window: messages (HEAD minus what the journal wrote or recorded
-  lost) and seconds (the journal's own ``fyrehose_journal_lag_seconds``), and the largest lag
-  in seconds seen during the window;
+  lost) and seconds (those messages at the rate the backbone sequenced), the journal's own
+  ``fyrehose_journal_lag_seconds`` then, and the largest of the latter seen during the window;
 - **catch-up**: seconds after the publishers stopped until the journal held everything up to
   the HEAD (null when it did not within ``--catch-up`` seconds);
 - **permanent loss**: sequences the journal recorded as lost (``gaps.jsonl``).
@@ -137,6 +137,7 @@ def measure_step(settings: JournalSettings, workdir: Path) -> dict:
             journal.child.stop(30)
         server.stop()
     duration = ended - start
+    sequenced = (head_end - head_start) / duration
     results = []
     for journal, before, at_end, settled, catch_up in zip(journals, first, last, after, caught_up):
         results.append({
@@ -144,7 +145,8 @@ def measure_step(settings: JournalSettings, workdir: Path) -> dict:
             "journaled_per_s": (at_end["fyrehose_journal_written_total"]
                                 - before["fyrehose_journal_written_total"]) / duration,
             "lag_messages_at_end": max(0.0, head_end - _position(at_end)),
-            "lag_seconds_at_end": at_end["fyrehose_journal_lag_seconds"],
+            "lag_seconds_at_end": max(0.0, head_end - _position(at_end)) / sequenced if sequenced > 0 else 0.0,
+            "journal_lag_seconds_at_end": at_end["fyrehose_journal_lag_seconds"],
             "max_lag_seconds": max(journal.max_lag_s, at_end["fyrehose_journal_lag_seconds"]),
             "catch_up_s": catch_up,
             "permanent_loss": settled["fyrehose_journal_lost_total"],
@@ -152,7 +154,7 @@ def measure_step(settings: JournalSettings, workdir: Path) -> dict:
             "forwarded": settled["fyrehose_journal_forwarded_total"],
         })
     return {"rate": settings.rate, "offered_per_s": sent / settings.duration,
-            "sequenced_per_s": (head_end - head_start) / duration, "head": final_head, "journals": results}
+            "sequenced_per_s": sequenced, "head": final_head, "journals": results}
 
 
 def run_rounds(settings: JournalSettings, workdir: Path) -> list[dict]:
@@ -179,7 +181,8 @@ def document(settings: JournalSettings, machine: dict, steps: list[dict]) -> dic
         journals.append({
             "journal": per_round[0]["journal"],
             **{key: med([r[key] for r in per_round]) for key in (
-                "journaled_per_s", "lag_messages_at_end", "lag_seconds_at_end", "max_lag_seconds", "catch_up_s")},
+                "journaled_per_s", "lag_messages_at_end", "lag_seconds_at_end", "journal_lag_seconds_at_end",
+                "max_lag_seconds", "catch_up_s")},
             "caught_up_rounds": sum(r["catch_up_s"] is not None for r in per_round),
             "permanent_loss": max(r["permanent_loss"] for r in per_round),  # the worst round: loss is never averaged
         })
@@ -202,12 +205,15 @@ def write_table(doc: dict, out: TextIO) -> None:
               f"{settings['duration']:g} s, fsync {settings['fsync']}, median of {settings['rounds']} round(s)\n")
     out.write(f"offered {doc['offered_per_s']:,.0f} msgs/s, sequenced by the backbone {doc['sequenced_per_s']:,.0f} "
               f"msgs/s\n")
-    out.write(f"{'journal':<12} {'journaled msgs/s':>17} {'lag msgs':>10} {'lag s':>7} {'max lag s':>10} "
-              f"{'catch-up s':>11} {'permanent loss':>15}\n")
+    out.write(f"{'journal':<12} {'journaled msgs/s':>17} {'lag msgs':>10} {'lag s':>7} {'own lag s':>10} "
+              f"{'max own lag s':>14} {'catch-up s':>11} {'permanent loss':>15}\n")
     for journal in doc["journals"]:
         catch_up = "-" if journal["catch_up_s"] is None else f"{journal['catch_up_s']:.2f}"
         out.write(f"{journal['journal']:<12} {journal['journaled_per_s']:>17,.0f} "
                   f"{journal['lag_messages_at_end']:>10,.0f} {journal['lag_seconds_at_end']:>7.2f} "
-                  f"{journal['max_lag_seconds']:>10.2f} {catch_up:>11} {journal['permanent_loss']:>15,.0f}\n")
-    out.write("lag: at the end of publishing, behind the backbone's HEAD; catch-up: after publishing until the "
-              "journal held everything (- : not within --catch-up); permanent loss: recorded in gaps.jsonl\n")
+                  f"{journal['journal_lag_seconds_at_end']:>10.2f} {journal['max_lag_seconds']:>14.2f} {catch_up:>11} "
+                  f"{journal['permanent_loss']:>15,.0f}\n")
+    out.write("lag: at the end of publishing, behind the backbone's HEAD (seconds: those messages at the rate the "
+              "backbone sequenced); own lag: the journal's fyrehose_journal_lag_seconds (a lower bound); catch-up: "
+              "after publishing until the journal held everything (- : not within --catch-up); permanent loss: "
+              "recorded in gaps.jsonl\n")
