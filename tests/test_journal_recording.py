@@ -279,3 +279,18 @@ def test_forwards_are_answered_with_stored_datagrams_cut_to_the_range_requesters
         by_target.setdefault(target[1], []).extend(seq for _, _, seq in spans)
     assert by_target == {1001: list(range(1, 5001)), 1002: list(range(4210, 4231))}
     assert forwarder.stats["forwarded"] == 5000 + 21
+
+
+def test_a_metrics_address_in_use_is_one_line(backbone_factory, tmp_path):
+    from support import run_cli
+
+    backbone = backbone_factory(workers=0)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("journal", "--dir", str(tmp_path / "j"), "--backbone", backbone.address, "--no-parquet",
+                         "--metrics", f"127.0.0.1:{port}", timeout=60)
+    lines = result.stderr.decode().strip().splitlines()
+    assert result.returncode != 0 and lines[-1] == f"fyrehose journal: error: --metrics 127.0.0.1:{port}: Address already in use"
+    assert "Traceback" not in result.stderr.decode()

@@ -20,6 +20,7 @@ import time
 from typing import TextIO
 
 from fyrehose.addresses import Address
+from fyrehose.errors import CommandFailed
 from fyrehose.fatal import guarded
 from fyrehose.journal.export_worker import ExportWorker
 from fyrehose.journal.forwarder import Forwarder
@@ -122,7 +123,11 @@ class JournalService:
         tracker = recorder.connection.tracker
         metrics = JournalMetrics(lambda: recorder.current_lag, self.store.stats, recorder.stats,
                                  self.store.fsync_times, lambda: tracker.highest if tracker is not None else 0)
-        server = MetricsServer(self.metrics, metrics.collect).start()  # type: ignore[arg-type]
+        try:
+            server = MetricsServer(self.metrics, metrics.collect).start()  # type: ignore[arg-type]
+        except OSError as exc:
+            host, port = self.metrics  # type: ignore[misc]
+            raise CommandFailed(f"--metrics {host}:{port}: {exc.strerror or exc}") from None
         host, port = server.address[:2]
         self.say(f"metrics on http://{host}:{port}/metrics")
         return server
