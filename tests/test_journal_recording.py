@@ -250,7 +250,7 @@ def test_forwards_are_answered_with_stored_datagrams_cut_to_the_range_requesters
     import threading
 
     from fyrehose.frame_run import FrameRun
-    from fyrehose.journal.forwarder import Forwarder
+    from fyrehose.journal.forwarder import Forwarder, burst_for
     from fyrehose.journal.store import JournalStore
 
     store = JournalStore(tmp_path)
@@ -276,9 +276,12 @@ def test_forwards_are_answered_with_stored_datagrams_cut_to_the_range_requesters
     for target, data in sock.sent:
         spans, error = codec.scan(data, codec.DELIVER)
         assert error is None and len(data) <= codec.MAX_DATAGRAM
+        assert len(spans) <= burst_for(50_000)  # joined datagrams are cut to the requester's burst
         by_target.setdefault(target[1], []).extend(seq for _, _, seq in spans)
     assert by_target == {1001: list(range(1, 5001)), 1002: list(range(4210, 4231))}
     assert forwarder.stats["forwarded"] == 5000 + 21
+    assert max(len(codec.scan(data, codec.DELIVER)[0]) for _, data in sock.sent) == burst_for(50_000) == 1024
+    assert burst_for(1000) == 50 and burst_for(10) == 16 and burst_for(10_000_000) == 1024
 
 
 def test_a_metrics_address_in_use_is_one_line(backbone_factory, tmp_path):

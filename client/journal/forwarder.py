@@ -18,15 +18,23 @@ from collections.abc import Callable, Iterable, Iterator
 
 from fyrehose import codec
 from fyrehose.addresses import Address
+from fyrehose.journal.segment import Block, cut_frames
 from fyrehose.pacing import TokenBucket
 
 BURST_DATAGRAM = 1 << 10  # tokens a requester may spend at once: about one full datagram of small frames
+BURST_SHARE = 20  # and at most a twentieth of a second's worth at its rate (at least MIN_BURST)
+MIN_BURST = 16
 IDLE_WAIT = 0.2
+
+
+def burst_for(rate: float) -> int:
+    """How many messages a requester may get at once: a datagram's worth, or less at a low rate."""
+    return max(MIN_BURST, min(BURST_DATAGRAM, int(rate / BURST_SHARE)))
 
 
 class _Requester:
     def __init__(self, rate: float, now: float) -> None:
-        self.bucket = TokenBucket(rate, burst=BURST_DATAGRAM, now=now)
+        self.bucket = TokenBucket(rate, burst=burst_for(rate), now=now)
         self.forwards: deque[codec.Forward] = deque()
         self.current: codec.Forward | None = None
         self.datagrams: Iterator[tuple[int, int, bytes]] = iter(())
@@ -102,13 +110,19 @@ class Forwarder:
                 requester.datagrams = iter(self.frames(forward.from_seq, forward.to_seq))
                 continue
             first, last, frames = requester.next
-            delay = requester.bucket.take(last - first + 1, now)
+            count = min(last - first + 1, requester.bucket.burst)  # never more at once than the burst
+            delay = requester.bucket.take(count, now)
             if delay > 0:
                 return delay
+            if count <= last - first:  # cut at a frame boundary; the rest goes when the bucket allows
+                block = Block(first, last - first + 1, 0, frames)
+                requester.next = (first + count, last, cut_frames(block, first + count, last))
+                frames = cut_frames(block, first, first + count - 1)
+            else:
+                requester.next = None
             try:
                 self.sock.sendto(frames, target)
-                self.stats["forwarded"] += last - first + 1
+                self.stats["forwarded"] += count
                 self.stats["forwarded datagrams"] += 1
             except OSError:
                 self.stats["send errors"] += 1
-            requester.next = None
