@@ -59,7 +59,9 @@ class BackboneConnection:
     continues the stream goes out as one :class:`~fyrehose.frame_run.FrameRun`
     in ``Incoming.runs`` (stored and released as it is) instead of as
     messages, for a driver that accounts per datagram (the load test's
-    subscribers).
+    subscribers); with ``buffer_runs`` too, such a datagram that arrives
+    while a hole is open waits whole in the tracker and later comes out, in
+    order, among ``Incoming.events`` (the journal).
     ``multicast``: the driver joined the backbone's multicast group (see
     :func:`fyrehose.group_socket.join_group`) and feeds what arrives there to
     :meth:`receive_group`; the KEEPALIVEs carry MULTICAST (and HEAD) until
@@ -73,7 +75,7 @@ class BackboneConnection:
                  serves_forwards: bool = True, tracker_options: dict[str, Any] | None = None,
                  token_source: Callable[[int], bytes] = os.urandom, stats: Counter[str] | None = None,
                  vouch: Callable[[bytes], bool] | None = None, confirm_retry: float = 0.2,
-                 whole_datagrams: bool = False, multicast: bool = False,
+                 whole_datagrams: bool = False, buffer_runs: bool = False, multicast: bool = False,
                  multicast_fallback_after: float | None = None) -> None:
         self.backbone = backbone
         self.flags = flags
@@ -93,6 +95,7 @@ class BackboneConnection:
         self._token_source = token_source
         self._vouch = vouch
         self.whole_datagrams = whole_datagrams  # in-order runs go out as FrameRuns, not messages
+        self.buffer_runs = buffer_runs  # with whole_datagrams: runs beyond a hole wait whole (events may hold FrameRuns)
         self.publishes = PendingPublishes(retry=confirm_retry, stats=self.stats)
         self._tokens: deque[bytes] = deque(maxlen=TOKENS_REMEMBERED)
         self._next_keepalive = 0.0
@@ -219,7 +222,7 @@ class BackboneConnection:
         self._queued_forwards.discard(forward)
 
     def _deliver(self, data: bytes, now: float, from_backbone: bool, incoming: Incoming) -> None:
-        if from_backbone and self.tracker is not None and self._deliver_uniform_run(data, self.tracker, incoming):
+        if from_backbone and self.tracker is not None and self._deliver_uniform_run(data, self.tracker, incoming, now):
             return
         spans, error = codec.scan(data, codec.DELIVER)
         if error:
@@ -250,7 +253,7 @@ class BackboneConnection:
                 stored.append((seq, payload))
         self.stats["delivered frames"] += len(spans)
 
-    def _deliver_uniform_run(self, data: bytes, tracker: SequenceTracker, incoming: Incoming) -> bool:
+    def _deliver_uniform_run(self, data: bytes, tracker: SequenceTracker, incoming: Incoming, now: float) -> bool:
         """The commonest case of all without a scan: frames of one size whose numbers continue the stream."""
         step = codec.uniform_step(data, codec.DELIVER)
         if not step:
@@ -260,9 +263,12 @@ class BackboneConnection:
         if not first:
             return False
         if self.whole_datagrams:
-            if not tracker.advance(first, count):
+            if tracker.advance(first, count):
+                incoming.runs.append(FrameRun(first, count, step, data))
+            elif self.buffer_runs and (released := tracker.buffer_run(FrameRun(first, count, step, data), now)) is not None:
+                incoming.events.extend(released)
+            else:
                 return False
-            incoming.runs.append(FrameRun(first, count, step, data))
             self.stats["delivered frames"] += count
             return True
         header = codec.FRAME_HEADER

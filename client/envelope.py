@@ -189,8 +189,13 @@ def is_envelope(payload: bytes) -> bool:
     return payload[:2] == MAGIC
 
 
-def decode(payload: bytes) -> Envelope | None:
-    """The envelope in ``payload``, or None for a raw payload (or one whose envelope is damaged)."""
+def decode(payload: bytes, known_subjects: dict[bytes, str] | None = None) -> Envelope | None:
+    """The envelope in ``payload``, or None for a raw payload (or one whose envelope is damaged).
+
+    ``known_subjects`` (bytes to subject) remembers the subjects already
+    checked, for a reader that sees a few subjects many times (the cache):
+    each is then decoded and checked once.  Its owner bounds its size.
+    """
     if payload[:2] != MAGIC or len(payload) < _FIXED.size:
         return None
     try:
@@ -198,7 +203,10 @@ def decode(payload: bytes) -> Envelope | None:
         if version not in _VERSIONS:
             return None
         offset = _FIXED.size
-        subject = payload[offset:offset + subject_len].decode("utf-8")
+        raw_subject = payload[offset:offset + subject_len]
+        remembered = known_subjects.get(raw_subject) if known_subjects is not None else None
+        checked = remembered is not None
+        subject = remembered if remembered is not None else raw_subject.decode("utf-8")
         offset += subject_len
         reply = session = seqno = digest = headers = None
         if flags & FLAG_REPLY:
@@ -222,9 +230,14 @@ def decode(payload: bytes) -> Envelope | None:
             if len(digest) != length:
                 return None
             offset += 1 + length
-        if offset > len(payload) or len(subject.encode()) != subject_len:
+        if offset > len(payload):
             return None
-        check_subject(subject)  # a wildcard or empty token on the wire is damage, not a subject
+        if not checked:
+            if len(subject.encode()) != subject_len:
+                return None
+            check_subject(subject)  # a wildcard or empty token on the wire is damage, not a subject
+            if known_subjects is not None:
+                known_subjects[bytes(raw_subject)] = subject
         if reply is not None:
             check_subject(reply)
         return Envelope(subject, bytes(payload[offset:]), _TYPES[kind], _STATUSES[status], reply, session, seqno,

@@ -21,3 +21,17 @@ class TokenBucket:
             self._tokens -= 1
             return 0.0
         return (1 - self._tokens) / self.rate
+
+    def take(self, count: int, now: float) -> float:
+        """Seconds until ``count`` events may go at once (a datagram of several frames); 0 means they are taken.
+
+        More than ``burst`` at once waits for a full bucket and leaves it in
+        debt, so the long-run rate holds whatever the datagram sizes.
+        """
+        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+        need = min(count, self.burst)
+        if self._tokens >= need:
+            self._tokens -= count
+            return 0.0
+        return (need - self._tokens) / self.rate

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import NamedTuple
 
+from fyrehose.frame_run import FrameRun
+
 
 class Message(NamedTuple):
     """One message of the ordered stream (a named tuple: built by the hundred thousand per second)."""
@@ -82,6 +84,8 @@ class SequenceTracker:
         self.head_delay = head_delay
         self.forward_rate = forward_rate
         self._buffer: dict[int, bytes] = {}
+        self._runs: dict[int, FrameRun] = {}  # whole datagrams beyond a hole, by first sequence (buffer_run)
+        self._run_messages = 0  # messages in those runs, counted against max_buffered
         self._holes: list[_Hole] = []  # disjoint, ascending, all below or at `highest`
         self.duplicates = 0
         self.lost = 0
@@ -126,7 +130,7 @@ class SequenceTracker:
                 return []
         if seq != self.next:
             self._buffer[seq] = data
-            if len(self._buffer) > self.max_buffered:
+            if len(self._buffer) + self._run_messages > self.max_buffered:
                 return self._give_up_front("buffer full")
             return []
         events: list[Event] = [Message(seq, data)]
@@ -157,6 +161,31 @@ class SequenceTracker:
         self.next = first + count
         self.highest = first + count - 1
         return True
+
+    def buffer_run(self, run: FrameRun, now: float) -> list | None:
+        """Keep a whole datagram beyond the highest sequence seen while a hole is open before it.
+
+        For a driver that keeps datagrams whole (the journal): instead of one
+        buffered message per frame, the datagram waits as it is and comes out
+        as itself, in order, once the holes before it are filled or given up.
+        A datagram that skips sequences opens a hole for them, as :meth:`deliver`
+        does.  None when the datagram is not beyond the highest sequence (or
+        continues it with nothing open: :meth:`advance` takes that); otherwise
+        the events released meanwhile (a give-up when the buffer passed
+        ``max_buffered``), FrameRuns among them.
+        """
+        if self.next is None or run.first <= self.highest:
+            return None
+        if run.first > self.highest + 1:
+            self._holes.append(_Hole(self.highest + 1, run.first - 1, now, now + self.request_delay))
+        elif not self._holes:
+            return None
+        self._runs[run.first] = run
+        self._run_messages += run.count
+        self.highest = run.last
+        if len(self._buffer) + self._run_messages > self.max_buffered:
+            return self._give_up_front("buffer full")
+        return []
 
     def head(self, last_issued: int, now: float) -> None:
         """Learn the backbone's last issued sequence (from a KEEPALIVE-ACK) to notice lost tails."""
@@ -207,12 +236,20 @@ class SequenceTracker:
             holes.insert(index + 1, tail)
         return True
 
-    def _drain(self, events: list[Event]) -> None:
-        buffer = self._buffer
+    def _drain(self, events: list) -> None:
+        buffer, runs = self._buffer, self._runs
         seq = self.next
-        while seq in buffer:
-            events.append(Message(seq, buffer.pop(seq)))
-            seq += 1
+        while True:
+            if seq in buffer:
+                events.append(Message(seq, buffer.pop(seq)))
+                seq += 1
+            elif runs and seq in runs:
+                run = runs.pop(seq)
+                self._run_messages -= run.count
+                events.append(run)
+                seq = run.last + 1
+            else:
+                break
         self.next = seq
 
     def _give_up_front(self, reason: str) -> list[Event]:

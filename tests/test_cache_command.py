@@ -107,3 +107,29 @@ def test_missing_auth_database_is_one_line(tmp_path, backbone):
 def test_help():
     result = run_cli("cache", "--help")
     assert result.returncode == 0 and b"--max-bytes" in result.stdout
+
+
+def test_under_a_burst_snapshots_follow_the_stream_and_every_subject_ends_at_its_last_value(backbone, tmp_path):
+    import orjson
+
+    from fyrehose.envelope import Envelope
+
+    updates, subjects = 60_000, 100
+    envelopes = [Envelope(f"burst.{i % subjects}", orjson.dumps({"n": i, "f": i % 7})) for i in range(updates)]
+    with CacheProcess(backbone, tmp_path) as cache, Client(backbone.addr, subscribe=False) as publisher, \
+            Client(backbone.addr) as asker:
+        seen = []
+        for start in range(0, updates, 6000):
+            publisher.publish_many(envelopes[start:start + 6000])  # confirmed: sequenced before the request below
+            answer = asker.snapshot("burst.7", timeout=20, retry=20)
+            seen.append((start + 6000, answer.status, orjson.loads(answer.data)["n"]))
+        for published, status, n in seen:  # the answer reflects at least every update sequenced before it
+            assert status == Status.OK and n % subjects == 7 and n >= published - subjects + 7
+        last = {}
+        for subject_index in range(subjects):
+            answer = asker.snapshot(f"burst.{subject_index}", timeout=20, retry=20)
+            last[subject_index] = (answer.status, orjson.loads(answer.data))
+        assert last == {k: (Status.OK, {"n": updates - subjects + k, "f": (updates - subjects + k) % 7})
+                        for k in range(subjects)}
+    summary = cache.summary()
+    assert summary["updates"] == updates and summary["snapshots"] == len(seen) + subjects

@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from fyrehose.codec import encode_deliver
 from fyrehose.journal.progress import Progress
-from fyrehose.journal.segment import encode_record
+from fyrehose.journal.segment import encode_block
 from fyrehose.journal.store import JournalStore
 from fyrehose.tracker import Lost, Message
 
@@ -20,7 +21,8 @@ def make_journal(directory, *, seal=True):
     """Sequences 1..30 with 11..12 lost, in two segments (the second unsealed unless ``seal``)."""
     store = JournalStore(directory, clock=lambda: RECEIVED)
     store.open()
-    store.write([Message(seq, b"message %d" % seq) for seq in range(1, 11)])
+    store.write([Message(seq, b"message %d" % seq) for seq in range(1, 6)])  # a block of 118 bytes at offset 8
+    store.write([Message(seq, b"message %d" % seq) for seq in range(6, 11)])  # the next one at 126
     store.seal_active()
     store.write([Lost(11, 12, "not recovered"), *[Message(seq, b"message %d" % seq) for seq in range(13, 31)]])
     if seal:
@@ -95,21 +97,21 @@ def test_verify_reports_an_unrecorded_hole_and_damage(tmp_path):
     directory = make_journal(tmp_path / "j")
     (directory / "gaps.jsonl").write_bytes(b"")  # the record of 11..12 is gone
     with open(sorted((directory / "segments").glob("*.log"))[0], "r+b") as file:
-        file.seek(40)  # inside the second record (records here are 33 bytes)
+        file.seek(130)  # inside the second block
         file.write(b"\xff")
     result = run_cli("journal", "verify", str(directory))
     out = result.stdout.decode()
     assert "3 problem(s)" in one_error_line(result)
-    assert "seg-0000000000000001.log: damaged record at offset 33 (bad checksum)" in out
+    assert "seg-0000000000000001.log: damaged record at offset 126 (bad checksum)" in out
     assert "seg-0000000000000001.log: its summary seg-0000000000000001.idx does not match its records" in out
-    assert "sequences 2..12 are neither in a segment nor in gaps.jsonl" in out
+    assert "sequences 6..12 are neither in a segment nor in gaps.jsonl" in out
     assert "FAILED" in out
 
 
 def test_verify_accepts_a_torn_tail_as_a_crash_leftover(tmp_path):
     directory = make_journal(tmp_path / "j", seal=False)
     with open(sorted((directory / "segments").glob("*.log"))[-1], "ab") as file:
-        file.write(encode_record(31, RECEIVED, b"cut short")[:-5])
+        file.write(encode_block(31, 1, RECEIVED, encode_deliver(31, b"cut short"))[:-5])
     result = run_cli("journal", "verify", str(directory))
     assert result.returncode == 0
     assert "torn tail" in result.stdout.decode()

@@ -96,3 +96,26 @@ def test_verify_checks_exported_segments_against_their_parquet_files(tmp_path):
     pq.write_table(wrong, files[1])
     report = verify_directory(tmp_path)
     assert any("schema differs" in p for p in report.problems)
+
+
+def test_the_export_worker_process_exports_a_sealed_segment_and_reports_failures(tmp_path):
+    import pytest
+
+    from fyrehose.journal.export_worker import ExportWorker
+
+    store = JournalStore(tmp_path / "j")
+    store.open()
+    store.write([Message(seq, b"row %d" % seq) for seq in range(1, 101)])
+    sealed = store.seal_active()
+    store.close()
+    worker = ExportWorker()
+    try:
+        worker.export(str(sealed.path), sealed.summary.size, str(tmp_path / "j" / "parquet"))
+        with pytest.raises(RuntimeError, match="No such file"):
+            worker.export(str(tmp_path / "missing.log"), 10, str(tmp_path / "j" / "parquet"))
+        worker.export(str(sealed.path), sealed.summary.size, str(tmp_path / "again"))  # it goes on after a failure
+    finally:
+        worker.close()
+    rows = ds.dataset(tmp_path / "j" / "parquet", format="parquet", partitioning="hive").to_table()
+    assert sorted(rows.column("seq").to_pylist()) == list(range(1, 101))
+    assert ds.dataset(tmp_path / "again", format="parquet", partitioning="hive").count_rows() == 100

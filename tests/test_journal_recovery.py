@@ -204,7 +204,8 @@ def test_the_running_journal_exports_sealed_segments_and_applies_retention(singl
     with Client(backbone.addr, subscribe=False) as publisher:
         first = journaling(publisher, journal) + 1
         payloads = [b"record %04d " % i + bytes(40) for i in range(600)]  # 600 records of 75 bytes: ~11 segments
-        seqs = publisher.publish_many(payloads)
+        # windows of 40 keep each DELIVER datagram (a block, never split) under the segment size
+        seqs = publisher.publish_many(payloads, window=40)
         wait_until(lambda: last_written(journal.directory) >= seqs[-1], 20, "the journal")
 
         def settled():

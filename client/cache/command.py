@@ -1,19 +1,22 @@
 """``fyrehose cache``: the pure :class:`~fyrehose.cache.core.Cache` driven by one :class:`fyrehose.Client`.
 
-The client subscribes to every subject (``>``) in sequence order, so this
-process sees exactly the stream every other subscriber sees; each envelope
-goes through the cache and whatever the cache returns is published (signed
-when ``--auth-db`` is given, in which case the client has already dropped
-every envelope that failed verification).  A loss in the stream turns every
+The client subscribes to the whole stream in sequence order, so this process
+sees exactly the stream every other subscriber sees.  Events are taken in
+batches and applied with :meth:`~fyrehose.cache.core.Cache.receive_many`
+(several updates of one subject conflated); whatever the cache returns is
+published by a thread of its own (signed when ``--auth-db`` is given, in which
+case the client has already dropped every envelope that failed verification).  A loss in the stream turns every
 record stale, as the cache can no longer vouch for any of them.
 """
 from __future__ import annotations
 
 import argparse
+import queue
 import signal
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from fyrehose.addresses import add_bind_argument
 from fyrehose.argtypes import positive_int
@@ -21,8 +24,17 @@ from fyrehose.auth_options import add_auth_arguments, credentials_from
 from fyrehose.multicast import add_multicast_argument
 from fyrehose.readiness import announce_ready
 
+if TYPE_CHECKING:
+    from fyrehose.cache.core import Cache
+    from fyrehose.client import Client
+    from fyrehose.envelope import Envelope
+    from fyrehose.subscription import Subscription
+    from fyrehose.tracker import Event
+
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 DEFAULT_MAX_BYTES = 64 << 20
+KNOWN_SUBJECTS = 100_000  # subjects whose check is remembered, at most
+BATCH = 4096  # events applied together (conflated) at most: a snapshot waits for at most one batch before it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,12 +46,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="memory bound for records (subject + value + 256 bytes each); the least recently "
                              f"used are evicted with drop/preempted (default {DEFAULT_MAX_BYTES})")
     add_auth_arguments(parser, "cache", "cache")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION",
+                                    description="instead of running the cache:")
+    bench = actions.add_parser("bench", help="measure whether the cache keeps up with a fast stream of updates",
+                               description="publish updates as fast as confirmations allow to a backbone and "
+                                           "cache it starts itself; time snapshots meanwhile, check every "
+                                           "subject's last value after, and the cache's CPU per update")
+    from fyrehose.cache.bench import add_bench_arguments
+
+    add_bench_arguments(bench)
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "action", None) == "bench":
+        from fyrehose.cache.bench import run_bench
+
+        return run_bench(args)
     from fyrehose.cache.core import Cache
-    from fyrehose.client import Client, FyrehoseError
-    from fyrehose.tracker import Lost
+    from fyrehose.client import Client
+    from fyrehose.fatal import guarded
 
     credentials = credentials_from(args)
     stop = threading.Event()
@@ -47,30 +72,87 @@ def run(args: argparse.Namespace) -> int:
     cache = Cache(args.max_bytes)
     with Client(args.backbone, user=args.user, auth=credentials, session_interval=args.session_interval,
                 bind=args.bind, multicast=args.multicast) as client:
-        stream = client.subscribe(">", on_loss="yield", announce=False)
+        # Without authentication nothing needs each envelope opened on the receive thread: the raw stream
+        # comes a datagram at a time and this thread opens the envelopes of a whole batch.
+        raw = client.auth is None
+        stream = client.subscribe(None if raw else ">", on_loss="yield", announce=False)
         client.interest.add("_SNAP.>")  # what it answers, announced so gateways know requests there have a responder
         client.interest.add("_SUB.>")
+        answers: queue.Queue[list[Envelope]] = queue.Queue()
+        publisher = threading.Thread(target=guarded(lambda: _publish(client, answers, cache, stop), "cache publisher"),
+                                     name="cache-publisher", daemon=True)
+        publisher.start()
         session = client.session.name if client.session is not None else "none"
         announce_ready("cache", client.address, f"backbone {args.backbone}, session {session}, "
                                                 f"max {args.max_bytes} bytes")
+        known_subjects: dict[bytes, str] | None = {} if raw else None
         while not stop.is_set():
-            event = stream.get(timeout=0.2)
-            now = time.monotonic()
-            if isinstance(event, Lost):
-                cache.lost()
-                answers = []
-            elif event is None:
-                answers = []
-            else:
-                answers = cache.receive(event.envelope, now)
-            answers += cache.poll(now)
-            if answers:
-                try:
-                    client.publish_many(answers, timeout=2.0)
-                except FyrehoseError as exc:  # the requesters retry; the cache keeps serving
-                    cache.stats["publish failures"] += 1
-                    sys.stderr.write(f"fyrehose cache: publishing {len(answers)} answers failed: {exc}\n")
+            out = _apply(cache, _batch(stream), known_subjects, time.monotonic())
+            if out:
+                answers.put(out)
+        publisher.join()
         counts = dict(cache.stats) | ({f"auth {k}": v for k, v in client.auth.stats.items()} if client.auth else {})
     summary = " ".join(f"{name.replace(' ', '_')}={value}" for name, value in sorted(counts.items()))
     sys.stderr.write(f"fyrehose cache: {len(cache.records)} records, {cache.bytes} bytes; {summary}\n")
     return 0
+
+
+def _batch(stream: Subscription) -> list[Event]:
+    """What the stream holds now (up to BATCH events), waiting up to 0.2 s for the first."""
+    first = stream.get(timeout=0.2)
+    if first is None:
+        return []
+    events = [first]
+    get = stream.get
+    while len(events) < BATCH and (event := get(timeout=0)) is not None:
+        events.append(event)
+    return events
+
+
+def _apply(cache: Cache, events: list[Event], known_subjects: dict[bytes, str] | None, now: float) -> list[Envelope]:
+    """Apply a batch in order (a loss turns every record stale where it happened); the answers to publish.
+
+    ``known_subjects`` is None for a pattern subscription (the client opened
+    the envelopes); otherwise the events are raw and are opened here, each
+    subject decoded and checked once (the memo is emptied past KNOWN_SUBJECTS).
+    """
+    from fyrehose import envelope
+    from fyrehose.tracker import Lost
+
+    answers: list[Envelope] = []
+    opened: list[Envelope] = []
+    for event in events:
+        if isinstance(event, Lost):
+            answers += cache.receive_many(opened, now)
+            opened = []
+            cache.lost()
+        elif known_subjects is None:
+            opened.append(event.envelope)  # type: ignore[union-attr]  # a pattern subscription yields SubjectMessages
+        elif envelope.is_envelope(event.data):
+            if len(known_subjects) > KNOWN_SUBJECTS:
+                known_subjects.clear()
+            decoded = envelope.decode(event.data, known_subjects)
+            if decoded is None:
+                cache.stats["damaged envelopes"] += 1
+            else:
+                opened.append(decoded)
+    answers += cache.receive_many(opened, now)
+    return answers + cache.poll(now)
+
+
+def _publish(client: Client, answers: queue.Queue[list[Envelope]], cache: Cache, stop: threading.Event) -> None:
+    """Publish answers off the applying thread, so waiting for CONFIRMs never holds back the stream."""
+    from fyrehose.client import FyrehoseError
+
+    while not stop.is_set() or not answers.empty():
+        try:
+            batch = answers.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        while not answers.empty():
+            batch += answers.get_nowait()
+        try:
+            client.publish_many(batch, timeout=2.0)
+        except FyrehoseError as exc:  # the requesters retry; the cache keeps serving
+            cache.stats["publish failures"] += 1
+            sys.stderr.write(f"fyrehose cache: publishing {len(batch)} answers failed: {exc}\n")

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
-from fyrehose.cache.merge import merge
+from fyrehose.cache.merge import merge, merge_many
 from fyrehose.codec import MAX_PAYLOAD
 from fyrehose.envelope import Envelope, EnvelopeError, MsgType, Status, check_subject, encode
 from fyrehose.sessions import (
@@ -113,6 +113,52 @@ class Cache:
             self.stats["not cached"] += 1
             return []
         return self._apply(envelope)
+
+    def receive_many(self, envelopes: list[Envelope], now: float) -> list[Envelope]:
+        """:meth:`receive` for a batch, with the same records, statuses and answers as one by one.
+
+        Consecutive ``update``s of one subject, with nothing else between them
+        that reads or changes records (a request, an ``initial``, a ``drop``
+        ...), are conflated: merged with :func:`~fyrehose.cache.merge.merge_many`
+        and stored once.  Subjects are stored in the order of their last update,
+        so the least-recently-used order is also the same; only evictions under
+        the memory bound happen after a subject's conflated updates instead of
+        after each of them.
+        """
+        answers: list[Envelope] = []
+        runs: dict[str, list[Envelope]] = {}  # subject -> its updates, in the order of each subject's last one
+        for envelope in envelopes:
+            subject = envelope.subject
+            if envelope.type == MsgType.UPDATE and envelope.status in RECORD_STATUSES and is_cacheable(subject):
+                run = runs.pop(subject, None)
+                if run is None:
+                    run = []
+                run.append(envelope)
+                runs[subject] = run
+                continue
+            if runs:
+                answers += self._apply_runs(runs)
+                runs = {}
+            answers += self.receive(envelope, now)
+        if runs:
+            answers += self._apply_runs(runs)
+        return answers
+
+    def _apply_runs(self, runs: dict[str, list[Envelope]]) -> list[Envelope]:
+        evicted: list[Envelope] = []
+        for subject, updates in runs.items():
+            self.stats["updates"] += len(updates)
+            self.stats["conflated updates"] += len(updates) - 1
+            record = self.records.get(subject)
+            if record is None or record.relocated_to is not None:
+                base, status, rest = updates[0].data, updates[0].status, updates[1:]
+            else:
+                base, status, rest = record.data, record.status, updates
+            for update in rest:
+                status = _status_after_update(status, update.status)
+            evicted += self._store(subject, merge_many(base, [update.data for update in rest]) if rest else base,
+                                   status)
+        return evicted
 
     def poll(self, now: float) -> list[Envelope]:
         """Timers: subscriptions of sessions whose heartbeats stopped."""

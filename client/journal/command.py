@@ -11,7 +11,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from fyrehose.addresses import add_bind_argument
+from fyrehose.addresses import add_bind_argument, parse_hostport
 from fyrehose.argtypes import positive_duration, positive_float, positive_int
 from fyrehose.errors import CommandFailed, InputError
 from fyrehose.journal.retention import parse_duration, parse_quantity, parse_size
@@ -70,8 +70,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seal a segment once its oldest record is this old (default 10min)")
     parser.add_argument("--give-up", type=positive_duration, default=15.0, metavar="S",
                         help="record a gap as lost after S seconds of REQUESTs to other clients (default 15)")
-    parser.add_argument("--forward-rate", type=positive_float, default=50_000, metavar="N",
-                        help="re-DELIVER at most N messages/s when answering FORWARDs (default 50000)")
+    parser.add_argument("--forward-rate", type=positive_float, default=200_000, metavar="N",
+                        help="re-DELIVER at most N messages/s to each requester when answering FORWARDs "
+                             "(default 200000)")
+    parser.add_argument("--metrics", type=_argument(parse_hostport), metavar="HOST:PORT",
+                        help="serve Prometheus metrics (lag, write rate, fsync latency, losses) over HTTP here")
+    parser.add_argument("--lag-warning", type=positive_duration, default=1.0, metavar="S",
+                        help="say on stderr once when the journal falls more than S seconds behind the backbone, "
+                             "and again when it has caught up (default 1)")
     parser.add_argument("--from", dest="from_seq", type=positive_int, metavar="SEQ",
                         help="an empty journal starts at SEQ, backfilling from other clients "
                              "(default: with the live stream); a journal with data resumes where it ended")
@@ -120,7 +126,6 @@ def _run_journal(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from fyrehose.addresses import parse_hostport
     from fyrehose.journal.retention import parse_retention
     from fyrehose.journal.service import JournalService
     from fyrehose.journal.store import JournalStore
@@ -145,7 +150,8 @@ def _run_journal(args: argparse.Namespace) -> int:
         announcement += f" (cut off a torn tail of {store.stats['truncated bytes']} bytes)"
     service = JournalService(store, backbone, start_seq=resume or args.from_seq, give_up_after=args.give_up,
                              forward_rate=args.forward_rate, retention=parse_retention(args.retain),
-                             parquet=not args.no_parquet, bind=args.bind, multicast=args.multicast)
+                             parquet=not args.no_parquet, bind=args.bind, lag_warning=args.lag_warning,
+                             metrics=args.metrics, multicast=args.multicast)
     try:
         service.run(stop, announcement)
         service.seal_and_export()

@@ -144,3 +144,11 @@ def describe(path: Path) -> ParquetFileInfo:
             high = stats.max if high is None else max(high, stats.max)
     return ParquetFileInfo(path, metadata.num_rows, low, high, parquet.schema_arrow.equals(SCHEMA))
 
+
+
+def export_segment(path: str, size: int, root: str) -> None:
+    """Export the sealed segment at ``path`` (its first ``size`` bytes): the entry point of the export worker
+    process, which keeps this per-message work away from the journal's recording path."""
+    from fyrehose.journal.reader import FileScan
+
+    export_records((record for _, record in FileScan(Path(path), 0, size)), Path(root))

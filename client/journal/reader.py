@@ -1,6 +1,6 @@
 """Reading segment files: a chunked scan for recovery and verification, and range reads for FORWARDs.
 
-Thin I/O around :func:`fyrehose.journal.segment.decode_records`: files are read
+Thin I/O around the decoders of :mod:`fyrehose.journal.segment` (either format): files are read
 in chunks growing from 64 KiB to 1 MiB (a FORWARD for one sequence, which
 starts at the nearest index entry, reads only the first), and a record cut by
 a chunk boundary is completed from the next chunk, so memory stays flat
@@ -13,13 +13,23 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from fyrehose.codec import encode_deliver
 from fyrehose.journal.segment import (
+    FILE_HEADER,
+    FORMAT_BLOCKS,
     INCOMPLETE,
     LOG_SUFFIX,
+    Block,
+    BlockScan,
     Record,
+    Scan,
     SegmentError,
+    block_records,
+    cut_frames,
+    decode_blocks,
     decode_records,
     parse_name,
+    segment_format,
     summary_name,
 )
 from fyrehose.journal.summary import SegmentSummary, SummaryBuilder, decode_summary
@@ -30,11 +40,14 @@ SEGMENTS_DIR = "segments"
 
 
 class FileScan:
-    """Iterates ``(offset, record)`` over a segment file; afterwards ``end`` and ``stop`` say where and why it ended.
+    """Iterates ``(offset, record)`` over a segment file of either format; afterwards ``end`` and ``stop`` say
+    where and why it ended, ``format`` which format the file has and ``builder`` the summary of what it read.
 
     ``stop`` is None when intact records run to the end (or to ``limit``);
     otherwise the records end at ``end`` because of a torn or damaged record.
-    ``on_read`` is called with the number of bytes of each chunk read.
+    A format-2 segment is read block by block (:meth:`blocks`); iterating it
+    yields each block's messages with the block's offset.  ``on_read`` is
+    called with the number of bytes of each chunk read.
     """
 
     def __init__(self, path: Path, start: int = 0, limit: int | None = None,
@@ -45,9 +58,41 @@ class FileScan:
         self.on_read = on_read
         self.end = start
         self.stop: str | None = None
+        self.format: int | None = None
+        self.builder = SummaryBuilder()
 
     def __iter__(self) -> Iterator[tuple[int, Record]]:
+        for offset, unit in self.units():
+            if isinstance(unit, Block):
+                for record in block_records(unit):
+                    yield offset, record
+            else:
+                yield offset, unit
+
+    def blocks(self) -> Iterator[tuple[int, Block]]:
+        """``(offset, block)`` of a format-2 segment; a format-1 record comes as a block of one frame."""
+        for offset, unit in self.units():
+            if isinstance(unit, Block):
+                yield offset, unit
+            else:
+                yield offset, Block(unit.seq, 1, unit.received_at, encode_deliver(unit.seq, unit.data))
+
+    def units(self) -> Iterator[tuple[int, Record | Block]]:
+        """Records (format 1) or blocks (format 2) with their offsets, in file order."""
         with open(self.path, "rb", buffering=0) as file:
+            head = file.read(len(FILE_HEADER))
+            self.format = segment_format(head)
+            if self.format is None:  # empty, or a format-2 file whose header was cut short: nothing in it
+                self.end = 0
+                self.stop = INCOMPLETE if head else None
+                return
+            self.builder = SummaryBuilder(format=self.format)
+            decode: Callable[[bytes], Scan | BlockScan]
+            if self.format == FORMAT_BLOCKS:
+                decode, add = decode_blocks, self._add_block
+                self.start = max(self.start, len(FILE_HEADER))
+            else:
+                decode, add = decode_records, self._add_record
             file.seek(self.start)
             position = self.start  # file offset of buffer[0]
             buffer = b""
@@ -62,9 +107,10 @@ class FileScan:
                 if self.on_read and chunk:
                     self.on_read(len(chunk))
                 buffer = buffer + chunk if buffer else chunk
-                scan = decode_records(buffer)
-                for offset, record in zip(scan.offsets, scan.records):
-                    yield position + offset, record
+                scan = decode(buffer)
+                for offset, unit in zip(scan.offsets, scan[0]):
+                    add(unit)
+                    yield position + offset, unit
                 self.end = position + scan.end
                 if scan.stop is None and not chunk:
                     return
@@ -73,6 +119,16 @@ class FileScan:
                     return
                 buffer = buffer[scan.end:]
                 position += scan.end
+
+    def _add_record(self, record: Record) -> None:
+        summary = self.builder.summary
+        if summary is None or record.seq > summary.last_seq:  # verify reports one that does not ascend
+            self.builder.add(record.seq, record.received_at, len(record.data))
+
+    def _add_block(self, block: Block) -> None:
+        summary = self.builder.summary
+        if summary is None or block.first > summary.last_seq:
+            self.builder.add_block(block.first, block.count, block.received_at, len(block.frames))
 
 
 def read_range(path: Path, from_seq: int, to_seq: int, start: int, limit: int) -> Iterator[Record]:
@@ -84,13 +140,23 @@ def read_range(path: Path, from_seq: int, to_seq: int, start: int, limit: int) -
             yield record
 
 
+def read_frames(path: Path, from_seq: int, to_seq: int, start: int, limit: int) -> Iterator[tuple[int, int, bytes]]:
+    """``(first, last, frames)`` of ``from_seq..to_seq`` in one segment: its stored datagrams cut at frame
+    boundaries to the range (format 1: one record per datagram)."""
+    for _, block in FileScan(path, start, limit).blocks():
+        if block.first > to_seq:
+            return
+        if block.last >= from_seq:
+            frames = cut_frames(block, from_seq, to_seq)
+            yield max(from_seq, block.first), min(to_seq, block.last), frames
+
+
 def scan_segment(path: Path, on_read: Callable[[int], None] | None = None) -> tuple[SummaryBuilder, FileScan]:
     """Read a whole segment: the summary of its intact records, and the scan (``end``, ``stop``) that ended it."""
-    builder = SummaryBuilder()
     scan = FileScan(path, on_read=on_read)
-    for _, record in scan:
-        builder.add(record.seq, record.received_at, len(record.data))
-    return builder, scan
+    for _ in scan.units():
+        pass
+    return scan.builder, scan
 
 
 @dataclass

@@ -1,12 +1,11 @@
 """One journal directory: recovery after a crash, the ordered write path, and the FORWARD store.
 
-Three threads share it.  The client's receive thread calls :meth:`add` for
-every DELIVER (the message waits in memory, with its receive time, until it is
-written); the client's forwarder calls :meth:`held` to answer FORWARDs from
-disk and from those waiting messages; the journal's own thread calls
-:meth:`write` with the subscription's ordered events.  File writes happen
-outside the lock; only the bookkeeping that tells readers what is on disk is
-done under it, so a reader sees either a record's complete bytes or nothing.
+Two threads share it.  The recording path's writer thread calls
+:meth:`write` with whole datagrams and ordered events; the forwarder calls
+:meth:`held_frames` to answer FORWARDs from disk (the commands and tests read
+with :meth:`held`).  File writes happen outside the lock; only the
+bookkeeping that tells readers what is on disk is done under it, so a reader
+sees either a block's complete bytes or nothing.
 
 Layout::
 
@@ -27,15 +26,17 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from fyrehose.codec import encode_deliver
 from fyrehose.durable import DirectoryInUse, DirectoryLock, fsync_directory, replace_atomically
 from fyrehose.errors import CommandFailed
+from fyrehose.frame_run import FrameRun
 from fyrehose.journal.gapindex import Gap, GapIndex, utc_iso
-from fyrehose.journal.reader import SEGMENTS_DIR, FileScan, list_segments, read_range, scan_segment
+from fyrehose.journal.reader import SEGMENTS_DIR, FileScan, list_segments, read_frames, read_range, scan_segment
 from fyrehose.journal.retention import Retention, SegmentState, expired_segments
-from fyrehose.journal.segment import Record, record_size, summary_name
+from fyrehose.journal.segment import FORMAT_BLOCKS, MAX_FRAMES, Block, Record, block_size, summary_name
 from fyrehose.journal.summary import SegmentSummary, encode_summary
 from fyrehose.journal.writer import ActiveSegment
-from fyrehose.tracker import Event, Message
+from fyrehose.tracker import Event, Lost, Message
 
 FSYNC_MODES = ("always", "interval", "never")
 LOCK_NAME = "lock"
@@ -48,6 +49,20 @@ class StoreError(CommandFailed):
 
 def now_us() -> int:
     return time.time_ns() // 1000
+
+
+@dataclass
+class FsyncTimes:
+    """The grouped fsyncs so far: how many, their total and the longest (seconds)."""
+
+    count: int = 0
+    total: float = 0.0
+    longest: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.total += seconds
+        self.longest = max(self.longest, seconds)
 
 
 @dataclass
@@ -67,8 +82,7 @@ class JournalStore:
     """
 
     def __init__(self, directory: str | os.PathLike, *, fsync: str = "interval", fsync_interval: float = 1.0,
-                 segment_bytes: int = 64 << 20, segment_age: float = 600.0, pending_bytes: int = 256 << 20,
-                 clock: Callable[[], int] = now_us) -> None:
+                 segment_bytes: int = 64 << 20, segment_age: float = 600.0, clock: Callable[[], int] = now_us) -> None:
         if fsync not in FSYNC_MODES:
             raise ValueError(f"fsync must be one of {', '.join(FSYNC_MODES)}")
         self.directory = Path(directory)
@@ -78,9 +92,9 @@ class JournalStore:
         self.fsync_interval = fsync_interval
         self.segment_bytes = segment_bytes
         self.segment_age = segment_age
-        self.pending_bytes = pending_bytes
         self.clock = clock
         self.stats: Counter[str] = Counter()
+        self.fsync_times = FsyncTimes()
         self.gaps = GapIndex(self.directory)
         self.sealed_queue: queue.Queue[SealedSegment] = queue.Queue()
         self._lock = threading.Lock()
@@ -89,8 +103,6 @@ class JournalStore:
         self._active: ActiveSegment | None = None
         self._written_through = 0  # every sequence up to this is on disk or in the gap index
         self._next: int | None = None  # the sequence the next event must carry
-        self._pending: dict[int, tuple[int, bytes]] = {}  # seq -> (receive time, data), not yet written
-        self._pending_size = 0
         self._last_sync = time.monotonic()
 
     # ------------------------------------------------------------ opening and closing
@@ -135,7 +147,7 @@ class JournalStore:
                 continue
             builder, scan = scan_segment(segment.path)
             size = segment.path.stat().st_size
-            if scan.end < size:
+            if scan.format is not None and scan.end < size:
                 with open(segment.path, "r+b") as file:
                     file.truncate(scan.end)
                     os.fsync(file.fileno())
@@ -147,9 +159,9 @@ class JournalStore:
                 continue
             if summary.first_seq != segment.first_seq:
                 raise StoreError(f"{segment.path} starts with sequence {summary.first_seq}, not the one in its name")
-            if is_last:
+            if is_last and scan.format == FORMAT_BLOCKS:
                 self._active = ActiveSegment.resume(segment.path, builder)
-            else:
+            else:  # a format-1 segment is sealed as it is: new blocks go to a new segment
                 replace_atomically(segment.summary_path, encode_summary(summary))
                 self._sealed.append(SealedSegment(segment.path, summary))
         fsync_directory(self.segments_dir)
@@ -166,139 +178,136 @@ class JournalStore:
         self.gaps.close()
         self._directory_lock.release()
 
-    # ------------------------------------------------------------ the client's MessageStore
-
-    def add(self, seq: int, data: bytes) -> None:
-        self.add_many(((seq, data),))
-
-    def add_many(self, messages: Iterable[tuple[int, bytes]]) -> None:
-        """Keep delivered messages until they are written (the client's receive thread calls this)."""
-        received = self.clock()
-        with self._lock:
-            pending = self._pending
-            for seq, data in messages:
-                if seq <= self._written_through or seq in pending:
-                    continue
-                if self._pending_size + len(data) > self.pending_bytes:
-                    self.stats["pending full"] += 1
-                    continue
-                pending[seq] = (received, data)
-                self._pending_size += len(data)
+    # ------------------------------------------------------------ reads for FORWARDs
 
     def held(self, from_seq: int, to_seq: int) -> Iterator[tuple[int, bytes]]:
-        """What this journal holds of ``from_seq..to_seq``, ascending: from disk, then from memory."""
+        """The messages this journal has written of ``from_seq..to_seq``, ascending."""
         with self._lock:
-            through = self._written_through
-            upto = min(to_seq, through)
-            sources = []
-            if from_seq <= upto:
-                candidates: list[tuple[Path, SegmentSummary, int]] = [
-                    (s.path, s.summary, s.summary.size) for s in self._sealed]
-                if self._active is not None and self._active.summary is not None:
-                    candidates.append((self._active.path, self._active.summary, self._active.size))
-                for path, summary, size in candidates:
-                    if summary.first_seq <= upto and summary.last_seq >= from_seq:
-                        sources.append((path, summary.offset_before(from_seq), size))
-            recent = self._pending_in(max(from_seq, through + 1), to_seq) if to_seq > through else []
+            upto = min(to_seq, self._written_through)
+            sources = self._sources(from_seq, upto)
         for path, start, size in sources:
             try:
                 for record in read_range(path, from_seq, upto, start, size):
                     yield record.seq, record.data
             except OSError:  # removed by retention meanwhile: a range it no longer holds
                 self.stats["forward read errors"] += 1
-        for seq, (_, data) in recent:
-            yield seq, data
 
-    def _pending_in(self, from_seq: int, to_seq: int) -> list[tuple[int, tuple[int, bytes]]]:
-        """Waiting messages within a range, ascending (call with the lock held)."""
-        pending = self._pending
-        if to_seq - from_seq + 1 <= len(pending):
-            found = ((seq, pending.get(seq)) for seq in range(from_seq, to_seq + 1))
-            return [(seq, entry) for seq, entry in found if entry is not None]
-        return sorted((seq, entry) for seq, entry in pending.items() if from_seq <= seq <= to_seq)
+    def held_frames(self, from_seq: int, to_seq: int, limit: int = MAX_FRAMES) -> Iterator[tuple[int, int, bytes]]:
+        """What this journal has written of ``from_seq..to_seq`` as DELIVER datagrams: ``(first, last, frames)``.
+
+        The stored datagrams are cut at frame boundaries to the range; pieces
+        that continue each other are joined up to ``limit`` bytes (format-1
+        segments hold one message per record).  Nothing is decoded per message.
+        """
+        with self._lock:
+            upto = min(to_seq, self._written_through)
+            sources = self._sources(from_seq, upto)
+        first = last = 0
+        pieces: list[bytes] = []
+        size = 0
+        for path, start, end in sources:
+            try:
+                for low, high, frames in read_frames(path, from_seq, upto, start, end):
+                    if pieces and (low != last + 1 or size + len(frames) > limit):
+                        yield first, last, b"".join(pieces)
+                        pieces, size = [], 0
+                    if not pieces:
+                        first = low
+                    pieces.append(frames)
+                    size += len(frames)
+                    last = high
+            except OSError:  # removed by retention meanwhile: a range it no longer holds
+                self.stats["forward read errors"] += 1
+        if pieces:
+            yield first, last, b"".join(pieces)
+
+    def _sources(self, from_seq: int, upto: int) -> list[tuple[Path, int, int]]:
+        """(file, offset to start at, bytes to read up to) of the segments holding part of ``from_seq..upto``
+        (call with the lock held)."""
+        sources = []
+        if from_seq <= upto:
+            candidates: list[tuple[Path, SegmentSummary, int]] = [
+                (s.path, s.summary, s.summary.size) for s in self._sealed]
+            if self._active is not None and self._active.summary is not None:
+                candidates.append((self._active.path, self._active.summary, self._active.size))
+            for path, summary, size in candidates:
+                if summary.first_seq <= upto and summary.last_seq >= from_seq:
+                    sources.append((path, summary.offset_before(from_seq), size))
+        return sources
+
+    @property
+    def written_through(self) -> int:
+        """Every sequence up to this is on disk or in the gap index."""
+        return self._written_through
 
     # ------------------------------------------------------------ the ordered write path
 
-    def write(self, events: Iterable[Event]) -> list[Gap]:
-        """Append a subscription's ordered events; the gaps recorded on the way.
+    def write(self, events: Iterable[Event | FrameRun]) -> list[Gap]:
+        """Append a subscription's ordered events, or whole datagrams in order; the gaps recorded on the way.
 
-        A :class:`Lost` range is first filled from messages that arrived outside
-        the subscription's view (before it started, or beyond an overrun); what
-        is still missing goes to the gap index, after the records before it are
-        fsynced, so no crash can leave a hole that neither holds.
+        A :class:`~fyrehose.frame_run.FrameRun` (a DELIVER datagram that
+        continued the stream) is stored as it arrived, one block; consecutive
+        messages are packed into blocks.  A :class:`Lost` range goes to the gap
+        index, after the blocks before it are fsynced, so no crash can leave a
+        hole that neither holds.
         """
-        records: list[Record] = []
+        packer = _BlockPacker(self.clock(), min(MAX_FRAMES, self.segment_bytes // 8))
         gaps: list[Gap] = []
-        pending = self._pending
         for event in events:
+            if type(event) is FrameRun:
+                self._expect(event.first)
+                packer.add_run(event.first, event.count, event.data)
+                self._next = event.first + event.count
+                continue
             if isinstance(event, Message):
                 self._expect(event.seq)
-                entry = pending.get(event.seq)
-                received = entry[0] if entry is not None else self.clock()
-                records.append(Record(event.seq, received, event.data))
+                packer.add(event.seq, encode_deliver(event.seq, event.data))
                 self._next = event.seq + 1
                 continue
+            assert isinstance(event, Lost)
             self._expect(event.from_seq)
-            with self._lock:
-                recovered = self._pending_in(event.from_seq, event.to_seq)
-            cursor = event.from_seq
-            for seq, (received, data) in recovered:
-                if seq > cursor:
-                    gaps.append(self._record_gap(records, cursor, seq - 1))
-                records.append(Record(seq, received, data))
-                cursor = seq + 1
-            if cursor <= event.to_seq:
-                gaps.append(self._record_gap(records, cursor, event.to_seq))
-            self.stats["recovered from memory"] += len(recovered)
+            gaps.append(self._record_gap(packer, event.from_seq, event.to_seq))
             self._next = event.to_seq + 1
-        self._append(records)
+        self._append(packer.take())
         if self.fsync == "always":
             self.sync()
         return gaps
 
     def _expect(self, seq: int) -> None:
-        if self._next is None:  # a new journal starts here: what arrived before it will never be written
-            with self._lock:
-                for early in [s for s in self._pending if s < seq]:
-                    self._pending_size -= len(self._pending.pop(early)[1])
-        elif seq != self._next:
+        if self._next is not None and seq != self._next:
             raise RuntimeError(f"journal got sequence {seq} where {self._next} was due: the subscription broke order")
 
-    def _append(self, records: list[Record]) -> None:
-        """Write ``records`` (and empty the list), sealing segments as they fill up."""
+    def _append(self, blocks: list[Block]) -> None:
+        """Write ``blocks`` in one write per segment, sealing segments as they fill up."""
         start = 0
-        while start < len(records):
+        while start < len(blocks):
             active = self._active
             if active is None:
-                active = ActiveSegment.create(self.segments_dir, records[start].seq)
+                active = ActiveSegment.create(self.segments_dir, blocks[start].first)
             end, size = start, active.size
-            while end < len(records):
-                grown = size + record_size(len(records[end].data))
-                if grown > self.segment_bytes and size:
+            while end < len(blocks):
+                grown = size + block_size(len(blocks[end].frames))
+                if grown > self.segment_bytes and (active.summary is not None or end > start):
                     break
                 size, end = grown, end + 1
-            if end == start:  # not even one more record fits the active segment
+            if end == start:  # not even one more block fits the active segment
                 self.seal_active()
                 continue
-            chunk = records[start:end]
+            chunk = blocks[start:end]
             active.write(chunk)
             with self._lock:
                 self._active = active
                 active.noted(chunk)
-                self._written_through = chunk[-1].seq
-                pending = self._pending
-                for record in chunk:
-                    entry = pending.pop(record.seq, None)
-                    if entry is not None:
-                        self._pending_size -= len(entry[1])
-            self.stats["written"] += len(chunk)
-            if end < len(records) or size >= self.segment_bytes:
+                self._written_through = chunk[-1].last
+            written = sum(block.count for block in chunk)
+            self.stats["written"] += written
+            self.stats["blocks"] += len(chunk)
+            if end < len(blocks) or size >= self.segment_bytes:
                 self.seal_active()
             start = end
-        records.clear()
 
-    def _record_gap(self, records: list[Record], from_seq: int, to_seq: int) -> Gap:
-        self._append(records)
+    def _record_gap(self, packer: _BlockPacker, from_seq: int, to_seq: int) -> Gap:
+        self._append(packer.take())
         if self._active is not None:
             self._active.sync()
         gap = Gap(from_seq, to_seq, utc_iso(self.clock()))
@@ -309,8 +318,12 @@ class JournalStore:
         return gap
 
     def sync(self) -> None:
+        """The grouped fsync of the write path (timed: the metrics show its latency)."""
         if self._active is not None:
-            self._active.sync()
+            started = time.perf_counter()
+            if self._active.sync():
+                took = time.perf_counter() - started
+                self.fsync_times.add(took)
         self._last_sync = time.monotonic()
 
     def tick(self, now: float) -> None:
@@ -370,3 +383,45 @@ class JournalStore:
             fsync_directory(self.segments_dir)
             self.stats["segments removed"] += len(removed)
         return removed
+
+
+class _BlockPacker:
+    """Collects the blocks of one write: whole datagrams as they are, consecutive messages packed together.
+
+    Messages are packed while they continue each other and fit ``limit`` bytes
+    (at most one datagram, so every block can be sent back as a DELIVER
+    datagram unchanged, and an eighth of a segment, so segments stay close to
+    their size).
+    """
+
+    def __init__(self, received_at: int, limit: int) -> None:
+        self.received_at = received_at
+        self.limit = limit
+        self.blocks: list[Block] = []
+        self._frames: list[bytes] = []
+        self._first = 0
+        self._size = 0
+
+    def add_run(self, first: int, count: int, frames: bytes) -> None:
+        self._close()
+        self.blocks.append(Block(first, count, self.received_at, frames))
+
+    def add(self, seq: int, frame: bytes) -> None:
+        if self._frames and (seq != self._first + len(self._frames) or self._size + len(frame) > self.limit):
+            self._close()
+        frames = self._frames
+        if not frames:
+            self._first = seq
+        frames.append(frame)
+        self._size += len(frame)
+
+    def take(self) -> list[Block]:
+        self._close()
+        blocks, self.blocks = self.blocks, []
+        return blocks
+
+    def _close(self) -> None:
+        if self._frames:
+            self.blocks.append(Block(self._first, len(self._frames), self.received_at, b"".join(self._frames)))
+            self._frames = []
+            self._size = 0

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from fyrehose.journal.segment import SegmentError, record_size
+from fyrehose.journal.segment import FILE_HEADER, FORMAT_BLOCKS, FORMAT_RECORDS, SegmentError, block_size, record_size
 
 INDEX_STRIDE = 64 << 10  # one index entry per 64 KiB of records
 
@@ -23,11 +23,12 @@ class SegmentSummary:
     first_seq: int
     last_seq: int
     records: int
-    size: int  # bytes of intact records
+    size: int  # bytes of intact records (format 2: the file header included)
     oldest: int  # earliest receive time, µs since the epoch
     newest: int  # latest receive time
-    index: list[tuple[int, int]] = field(default_factory=list)  # (seq, offset), ascending, starts at (first_seq, 0)
+    index: list[tuple[int, int]] = field(default_factory=list)  # (seq, offset), ascending, starts at first_seq
     exported: bool = False  # its Parquet files are complete
+    format: int = FORMAT_RECORDS  # segment.FORMAT_RECORDS or FORMAT_BLOCKS
 
     def offset_before(self, seq: int) -> int:
         """The offset of an indexed record at or before ``seq`` (0 when ``seq`` precedes them all)."""
@@ -36,16 +37,41 @@ class SegmentSummary:
 
 
 class SummaryBuilder:
-    """Accumulates a summary as records are appended (or scanned) in order."""
+    """Accumulates a summary as records (format 1) or blocks (format 2) are appended, or scanned, in order.
 
-    def __init__(self, stride: int = INDEX_STRIDE) -> None:
+    In format 2 every index entry is the offset of a block, so a read that
+    starts there begins at a datagram boundary.
+    """
+
+    def __init__(self, stride: int = INDEX_STRIDE, format: int = FORMAT_RECORDS) -> None:
         self.stride = stride
+        self.format = format
         self.summary: SegmentSummary | None = None
-        self._next_index_at = 0
+        self._start = _start(format)
+        self._next_index_at = self._start
 
     @property
     def size(self) -> int:
-        return self.summary.size if self.summary else 0
+        return self.summary.size if self.summary else self._start
+
+    def add_block(self, first: int, count: int, received_at: int, frames_length: int) -> None:
+        """One more format-2 block of ``count`` messages, appended at the current size."""
+        summary = self.summary
+        if summary is None:
+            summary = self.summary = SegmentSummary(first, first, 0, self._start, received_at, received_at,
+                                                    format=self.format)
+        elif first <= summary.last_seq:
+            raise SegmentError(f"sequence {first} after {summary.last_seq}: blocks must ascend")
+        if summary.size >= self._next_index_at:
+            summary.index.append((first, summary.size))
+            self._next_index_at = summary.size + self.stride
+        summary.last_seq = first + count - 1
+        summary.records += count
+        summary.size += block_size(frames_length)
+        if received_at < summary.oldest:
+            summary.oldest = received_at
+        if received_at > summary.newest:
+            summary.newest = received_at
 
     def add(self, seq: int, received_at: int, length: int) -> None:
         """One more record of ``length`` payload bytes, appended at the current size."""
@@ -76,6 +102,7 @@ def encode_summary(summary: SegmentSummary) -> bytes:
         "newest": summary.newest,
         "index": summary.index,
         "exported": summary.exported,
+        "format": summary.format,
     })
 
 
@@ -92,12 +119,14 @@ def decode_summary(raw: bytes) -> SegmentSummary:
             newest=_int(fields["newest"]),
             index=[(_int(seq), _int(offset)) for seq, offset in fields["index"]],
             exported=fields["exported"] is True,
+            format=_int(fields.get("format", FORMAT_RECORDS)),
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise SegmentError(f"damaged segment summary: {exc}") from None
     ordered = all(a[0] < b[0] and a[1] < b[1] for a, b in zip(summary.index, summary.index[1:]))
     if (summary.first_seq < 1 or summary.last_seq < summary.first_seq or summary.records < 1
-            or summary.oldest > summary.newest or not summary.index or summary.index[0] != (summary.first_seq, 0)
+            or summary.oldest > summary.newest or summary.format not in (FORMAT_RECORDS, FORMAT_BLOCKS)
+            or not summary.index or summary.index[0] != (summary.first_seq, _start(summary.format))
             or not ordered or summary.index[-1][0] > summary.last_seq or summary.index[-1][1] >= summary.size):
         raise SegmentError("inconsistent segment summary")
     return summary
@@ -107,3 +136,8 @@ def _int(value: object) -> int:
     if type(value) is not int:
         raise ValueError(f"{value!r} is not an integer")
     return value
+
+
+def _start(format: int) -> int:
+    """Where a segment's first record or block begins."""
+    return len(FILE_HEADER) if format == FORMAT_BLOCKS else 0

@@ -19,7 +19,6 @@ from fyrehose.journal.gapindex import FILE_NAME as GAPS_FILE
 from fyrehose.journal.gapindex import parse_gaps
 from fyrehose.journal.reader import FileScan, list_segments
 from fyrehose.journal.store import PARQUET_DIR
-from fyrehose.journal.summary import SummaryBuilder
 
 Range = tuple[int, int]  # inclusive
 
@@ -126,7 +125,6 @@ def verify_directory(directory: Path, on_read: Callable[[int], None] | None = No
     continuity = Continuity()
     exported: list[tuple[int, int, int]] = []  # (first, last, records) of exported segments
     for index, segment in enumerate(segments):
-        builder = SummaryBuilder()
         scan = FileScan(segment.path, on_read=on_read)
         name = segment.path.name
         try:
@@ -135,14 +133,13 @@ def verify_directory(directory: Path, on_read: Callable[[int], None] | None = No
                 if not continuity.add(record.seq):
                     report.problems.append(f"{name}: sequence {record.seq} at offset {offset} does not ascend")
                     continue
-                builder.add(record.seq, record.received_at, len(record.data))
         except FileNotFoundError:
             if continuity.last is not None:
                 raise  # retention removes the oldest segments only: this is not retention
             report.notes.append(f"{name} was removed while verifying (retention of a running journal)")
             continue
         report.segments += 1
-        summary = builder.summary
+        summary = scan.builder.summary
         report.size += size
         if summary is not None:
             report.records += summary.records
@@ -161,7 +158,7 @@ def verify_directory(directory: Path, on_read: Callable[[int], None] | None = No
             if summary is None or (recorded.first_seq, recorded.last_seq, recorded.records, recorded.size,
                                    recorded.oldest, recorded.newest, recorded.index) != (
                     summary.first_seq, summary.last_seq, summary.records, summary.size,
-                    summary.oldest, summary.newest, summary.index):
+                    summary.oldest, summary.newest, summary.index) or recorded.format != summary.format:
                 report.problems.append(f"{name}: its summary {segment.summary_path.name} does not match its records")
             elif recorded.exported:
                 exported.append((recorded.first_seq, recorded.last_seq, recorded.records))

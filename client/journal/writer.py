@@ -1,6 +1,8 @@
-"""The active segment: the one file the journal appends records to, and its sealing.
+"""The active segment: the one file the journal appends blocks to, and its sealing.
 
-Each batch of records goes to the file in one ``write`` on an ``O_APPEND``
+New segments are written in format 2 (segment.py): a file header, then one
+block per stored datagram.  Each batch of blocks goes to the file in one
+``write`` on an ``O_APPEND``
 descriptor, with no user-space buffer, so everything up to the segment's size
 is in the kernel and readable by the FORWARD path at once.  Durability is the
 caller's choice of when to call :meth:`ActiveSegment.sync`.  Sealing fsyncs the
@@ -13,7 +15,7 @@ import os
 from pathlib import Path
 
 from fyrehose.durable import fsync_directory, replace_atomically
-from fyrehose.journal.segment import Record, encode_record, log_name, summary_name
+from fyrehose.journal.segment import FILE_HEADER, FORMAT_BLOCKS, Block, encode_block, log_name, summary_name
 from fyrehose.journal.summary import SegmentSummary, SummaryBuilder, encode_summary
 
 
@@ -28,12 +30,13 @@ class ActiveSegment:
     def create(cls, directory: Path, first_seq: int) -> ActiveSegment:
         path = directory / log_name(first_seq)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        os.write(fd, FILE_HEADER)
         fsync_directory(directory)
-        return cls(path, fd, SummaryBuilder())
+        return cls(path, fd, SummaryBuilder(format=FORMAT_BLOCKS))
 
     @classmethod
     def resume(cls, path: Path, builder: SummaryBuilder) -> ActiveSegment:
-        """Continue a segment whose intact records ``builder`` has scanned (its torn tail already cut off)."""
+        """Continue a format-2 segment whose intact blocks ``builder`` has scanned (its torn tail already cut off)."""
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         return cls(path, fd, builder)
 
@@ -45,23 +48,26 @@ class ActiveSegment:
     def summary(self) -> SegmentSummary | None:
         return self.builder.summary
 
-    def write(self, records: list[Record]) -> None:
-        """Append ``records`` to the file; the caller then calls :meth:`noted` to account for them."""
-        view = memoryview(b"".join(encode_record(r.seq, r.received_at, r.data) for r in records))
+    def write(self, blocks: list[Block]) -> None:
+        """Append ``blocks`` to the file in one write; the caller then calls :meth:`noted` to account for them."""
+        view = memoryview(b"".join([encode_block(*block) for block in blocks]))
         while view:
             view = view[os.write(self._fd, view):]
         self._dirty = True
 
-    def noted(self, records: list[Record]) -> None:
-        """Count written records into the summary (separate from :meth:`write` so the caller can lock it)."""
-        add = self.builder.add
-        for record in records:
-            add(record.seq, record.received_at, len(record.data))
+    def noted(self, blocks: list[Block]) -> None:
+        """Count written blocks into the summary (separate from :meth:`write` so the caller can lock it)."""
+        add = self.builder.add_block
+        for first, count, received_at, frames in blocks:
+            add(first, count, received_at, len(frames))
 
-    def sync(self) -> None:
-        if self._dirty:
-            os.fsync(self._fd)
-            self._dirty = False
+    def sync(self) -> bool:
+        """fsync what was written since the last one; whether there was anything."""
+        if not self._dirty:
+            return False
+        os.fsync(self._fd)
+        self._dirty = False
+        return True
 
     def seal(self) -> SegmentSummary:
         """Make the segment durable and read-only: fsync, then its summary beside it."""

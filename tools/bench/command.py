@@ -80,6 +80,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="unicast against multicast delivery (backbone --multicast) for 4, 8 and 16 "
                              "subscribers: the backbone's CPU per message and msgs/s per subscriber, in a network "
                              "namespace of its own (needs root and iproute2; docs/benchmarks.md)")
+    parser.add_argument("--journal", type=non_negative_int, default=0, metavar="N",
+                        help="instead of the targets: N journals on the single-process backbone, offered --rate "
+                             "(default: as fast as the publishers can) for --duration s; per journal, journaled "
+                             "msgs/s, lag behind the backbone's HEAD and permanent loss (docs/journal.md)")
+    parser.add_argument("--journal-fsync", choices=("always", "interval", "never"), default="interval",
+                        help="with --journal: the journals' --fsync (default interval)")
+    parser.add_argument("--catch-up", type=positive_duration, default=30.0, metavar="S",
+                        help="with --journal: how long after publishing the journals may take to reach the HEAD "
+                             "(default 30)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
 
 
@@ -99,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         from fyrehose.tools.bench.multicast import run_multicast
 
         return run_multicast(args)
+    if args.journal:
+        return _run_journals(args)
     client = args.mode == "client"
     try:
         if client:
@@ -137,6 +148,31 @@ def run(args: argparse.Namespace) -> int:
             preflight(settings, binaries, Path(workdir) / "preflight")
             doc = report.document(settings, machine, run_rounds(settings, binaries, Path(workdir) / "run"))
             report.write_table(doc, sys.stdout)
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+def _run_journals(args: argparse.Namespace) -> int:
+    import json
+    import signal
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from fyrehose.tools.bench import journal_mode, report
+
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).touch()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    settings = journal_mode.JournalSettings(
+        journals=args.journal, publishers=args.publishers, payload=args.payload, duration=args.duration,
+        rate=args.rate, rounds=args.rounds, catch_up=args.catch_up, fsync=args.journal_fsync)
+    with tempfile.TemporaryDirectory(prefix="fyrehose-bench-journal-") as workdir:
+        doc = journal_mode.document(settings, report.machine_info({}),
+                                    journal_mode.run_rounds(settings, Path(workdir)))
+    journal_mode.write_table(doc, sys.stdout)
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     return 0

@@ -1,0 +1,239 @@
+"""The journal's recording path: a receive loop that drains the socket into a ring, and a writer that empties it.
+
+The receive loop does per-datagram work only.  A BATCH datagram from the
+backbone that continues the stream (the usual case) is checked with a few
+strided comparisons and handed on whole, as a
+:class:`~fyrehose.frame_run.FrameRun` (``BackboneConnection(whole_datagrams=
+True)``); only while a hole is open, or for datagrams of mixed frame sizes,
+does the connection's tracker order messages one by one.  The writer thread
+takes everything waiting in the ring at once and appends it to the segment
+in one write (one fsync per batch with ``--fsync always``), so the busier the
+stream, the larger the writes.  The ring is bounded in bytes: when the
+writer falls that far behind, the receive loop waits for it and the kernel's
+socket buffer holds what arrives meanwhile.
+"""
+from __future__ import annotations
+
+import os
+import select
+import socket
+import sys
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+
+from fyrehose import codec
+from fyrehose.addresses import Address, route_source
+from fyrehose.connection import BackboneConnection, Incoming
+from fyrehose.errors import BackboneUnreachable
+from fyrehose.frame_run import FrameRun
+from fyrehose.group_socket import join_group
+from fyrehose.journal.lag import Lag, LagClock
+from fyrehose.journal.store import JournalStore
+from fyrehose.multicast import fallback_notice
+from fyrehose.sockets import enlarge_buffers
+from fyrehose.tracker import Event, Lost
+
+RECEIVE_BUFFER = 64 << 20  # what arrives while the writer catches up waits here
+RING_BYTES = 256 << 20
+MAX_BUFFERED = 4_000_000  # messages waiting behind a hole (mostly as whole datagrams) before it is given up  # datagrams received and not yet written, at most
+RECEIVE_TIMEOUT = 0.02  # the receive loop runs the connection's timers at least this often
+WRITER_IDLE = 0.005
+GROUP_ROUND = 64  # group datagrams read before the unicast socket (control and repairs) gets its turn again
+Item = FrameRun | list[Event]
+
+
+class Recorder:
+    """``on_gaps(lost)`` is called by the writer thread with what it recorded as lost."""
+
+    def __init__(self, store: JournalStore, backbone: Address, *, start_seq: int | None, give_up_after: float,
+                 forward_rate: float, bind: Address | None = None, ring_bytes: int = RING_BYTES,
+                 on_lost: Callable[[list[Lost]], None] | None = None, multicast: Address | None = None) -> None:
+        self.store = store
+        self.backbone = backbone
+        self.stats: Counter[str] = Counter()
+        self.connection = BackboneConnection(
+            backbone, flags=codec.FLAG_HEAD | codec.FLAG_BATCH, whole_datagrams=True, buffer_runs=True,
+            stats=self.stats, tracker_options={"give_up_after": give_up_after, "forward_rate": forward_rate,
+                                               "max_buffered": MAX_BUFFERED},
+            multicast=multicast is not None)
+        self.connection.track(start_seq)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        enlarge_buffers(self.sock, RECEIVE_BUFFER, (socket.SO_RCVBUF,))
+        self.sock.bind(bind if bind is not None else (route_source(backbone), 0))
+        self.sock.settimeout(RECEIVE_TIMEOUT)
+        self.address: Address = self.sock.getsockname()
+        self.group = multicast
+        self._group: socket.socket | None = (
+            join_group(multicast, backbone, RECEIVE_BUFFER) if multicast is not None else None)
+        self.ring: deque[tuple[Item, int]] = deque()  # (item, its bytes)
+        self.ring_bytes = ring_bytes
+        self.lag_clock = LagClock()  # the writer thread's
+        self.current_lag = Lag(0, 0.0)  # updated by the writer thread after every batch
+        self.on_forward: Callable[[codec.Forward], None] | None = None
+        self.on_lost = on_lost
+        self.on_lag: Callable[[Lag], None] | None = None
+        self._received_bytes = 0  # written by the receive thread only
+        self._taken_bytes = 0  # written by the writer thread only
+        self._wake = threading.Event()
+        self._acked = threading.Event()
+        self._received_done = threading.Event()
+
+    # ------------------------------------------------------------ the receive thread
+
+    def wait_until_reachable(self, timeout: float) -> None:
+        if not self._acked.wait(timeout):
+            host, port = self.backbone
+            raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} within {timeout:g} s")
+
+    def receive(self, stop: threading.Event) -> None:
+        """Drain the socket until ``stop``; then say goodbye so the backbone stops sending at once."""
+        sock, connection = self.sock, self.connection
+        recvfrom, receive = sock.recvfrom, connection.receive
+        next_timers = 0.0
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                if now >= next_timers:
+                    self._timers(now)
+                    next_timers = min(connection.next_deadline(), now + RECEIVE_TIMEOUT)
+                if self._group is not None:
+                    self._receive_both(self._group, stop)
+                    continue
+                try:
+                    data, source = recvfrom(65536)
+                except (TimeoutError, BlockingIOError):
+                    continue
+                except OSError:
+                    self.stats["receive errors"] += 1
+                    continue
+                self._take(receive(data, source, now), len(data), stop)
+        finally:
+            self._leave_group()
+            self._received_done.set()
+            self._wake.set()
+            try:
+                goodbye = codec.Keepalive(flags=codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL, token=os.urandom(16))
+                sock.sendto(codec.encode(goodbye), self.backbone)
+            except OSError:
+                pass
+
+    def _receive_both(self, group: socket.socket, stop: threading.Event) -> None:
+        """One round over the unicast and the group socket (multicast only): the group drained, one unicast read."""
+        try:
+            ready, _, _ = select.select([self.sock, group], [], [], RECEIVE_TIMEOUT)
+        except (OSError, ValueError):  # the group was left meanwhile
+            return
+        if self.sock in ready:
+            try:
+                data, source = self.sock.recvfrom(65536)
+            except (TimeoutError, BlockingIOError):
+                pass
+            except OSError:
+                self.stats["receive errors"] += 1
+            else:
+                self._take(self.connection.receive(data, source, time.monotonic()), len(data), stop)
+        if group not in ready:
+            return
+        for _ in range(GROUP_ROUND):
+            if self._group is not group or stop.is_set():
+                return
+            try:
+                data, source = group.recvfrom(65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                self.stats["receive errors"] += 1
+                return
+            self._take(self.connection.receive_group(data, source, time.monotonic()), len(data), stop)
+
+    def _take(self, incoming: Incoming, size: int, stop: threading.Event) -> None:
+        """Hand what one datagram brought to the writer (whole datagrams, events), the forwarder and the waiters."""
+        for run in incoming.runs:
+            self.ring.append((run, size))
+        if incoming.events:
+            self.ring.append((incoming.events, size))
+        if incoming.runs or incoming.events:
+            self._received_bytes += size
+            self._wake.set()
+            if self._received_bytes - self._taken_bytes > self.ring_bytes:
+                self._wait_for_writer(stop)
+        if incoming.forwards and self.on_forward is not None:
+            for forward in incoming.forwards:
+                self.on_forward(forward)
+        if incoming.acked:
+            self._acked.set()
+        if incoming.fell_back:
+            print(fallback_notice(self.group, self.backbone), file=sys.stderr, flush=True)  # type: ignore[arg-type]  # only a member falls back
+            self._leave_group()
+
+    def _leave_group(self) -> None:
+        group, self._group = self._group, None
+        if group is not None:
+            group.close()
+
+    def _timers(self, now: float) -> None:
+        datagrams, events = self.connection.poll(now)
+        for datagram in datagrams:
+            try:
+                self.sock.sendto(datagram, self.backbone)
+            except OSError:
+                self.stats["send errors"] += 1
+        if events:
+            self.ring.append((events, 0))
+            self._wake.set()
+
+    def _wait_for_writer(self, stop: threading.Event) -> None:
+        self.stats["ring full"] += 1
+        while self._received_bytes - self._taken_bytes > self.ring_bytes // 2 and not stop.is_set():
+            time.sleep(0.001)
+
+    # ------------------------------------------------------------ the writer thread
+
+    def write(self) -> None:
+        """Empty the ring into the store until the receive loop has ended and everything it took is written."""
+        ring, store, wake = self.ring, self.store, self._wake
+        while True:
+            finished = self._received_done.is_set()
+            batch: list[FrameRun | Event] = []
+            taken = 0
+            while ring:
+                item, size = ring.popleft()
+                taken += size
+                if type(item) is FrameRun:
+                    batch.append(item)
+                else:
+                    batch.extend(item)  # type: ignore[arg-type]  # a list of events
+            if batch:
+                self._write(batch)
+                self._taken_bytes += taken
+            elif finished:
+                return
+            else:
+                wake.wait(WRITER_IDLE)
+                wake.clear()
+            now = time.monotonic()
+            store.tick(now)
+            self._measure_lag(now)
+
+    def _write(self, batch: list[FrameRun | Event]) -> None:
+        gaps = self.store.write(batch)
+        if gaps and self.on_lost is not None:
+            self.on_lost([Lost(gap.from_seq, gap.to_seq, "not recovered") for gap in gaps])
+
+    # ------------------------------------------------------------ what the metrics show
+
+    def _measure_lag(self, now: float) -> None:
+        tracker = self.connection.tracker
+        if tracker is not None:  # the highest sequence known to exist: from DELIVERs and the ACKs' HEAD
+            self.lag_clock.saw_head(tracker.highest, now)
+        self.current_lag = self.lag_clock.lag(self.store.written_through, now)
+        if self.on_lag is not None:
+            self.on_lag(self.current_lag)
+
+    def forward_done(self, forward: codec.Forward) -> None:
+        self.connection.forward_done(forward)
+
+    def close(self) -> None:
+        self.sock.close()
