@@ -5,6 +5,7 @@ BATCH subscribers get full datagrams while an idle backbone answers at once.
 """
 from __future__ import annotations
 
+import math
 import os
 import select
 import signal
@@ -64,7 +65,7 @@ class SingleProcessBackbone:
             self._metrics.start()
         try:
             while not self._stop.requested:
-                poller.poll(IDLE_POLL_MS)
+                poller.poll(self._wait_ms())
                 now = time.monotonic()
                 drained = 0
                 for taken in range(DRAIN_LIMIT):
@@ -88,6 +89,12 @@ class SingleProcessBackbone:
             self.reservations.close()
             self.state.write(backbone.sequence.last_issued)
             self._close()
+
+    def _wait_ms(self) -> int:
+        """How long the loop may sleep: until paced re-deliveries may go on, at most IDLE_POLL_MS."""
+        now = time.monotonic()
+        due = self.backbone.next_due(now)
+        return IDLE_POLL_MS if due is None else min(IDLE_POLL_MS, max(0, math.ceil((due - now) * 1000)))
 
     def _flush(self, now: float) -> None:
         out = self.backbone.flush(now)
