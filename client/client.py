@@ -136,7 +136,7 @@ class Client:
         self.backbone: Address = backbone
         self.subscribing = subscribe
         self.journaling = journal and (subscribe or store is not None) and journal_bytes > 0
-        self.flags = codec.FLAG_HEAD
+        self.flags = codec.FLAG_HEAD | codec.FLAG_REDELIVERING
         if not subscribe:
             self.flags |= codec.FLAG_NOSUBSCRIBE
         if not self.journaling:

@@ -24,6 +24,7 @@ from fyrehose.frame_run import FrameRun
 from fyrehose.publishing import Finished, PendingPublishes
 from fyrehose.tracker import Event, SequenceTracker
 
+_BACKBONE_ITSELF = "0.0.0.0"  # a FORWARD naming it (port 0): the backbone re-DELIVERs the range (FLAG_REDELIVERING)
 TOKENS_REMEMBERED = 8  # KEEPALIVE tokens whose ACK still counts (several keepalives may be in flight)
 
 
@@ -155,6 +156,10 @@ class BackboneConnection:
             forward = frames[0]
             if not isinstance(forward, codec.Forward):
                 self.stats["malformed"] += 1
+            elif forward.port == 0 and forward.addr == _BACKBONE_ITSELF:  # the REDELIVERING notice
+                self.stats["redelivery notices"] += 1
+                if self.tracker is not None:
+                    self.tracker.backbone_answers(forward.from_seq, forward.to_seq, now)
             elif not self.serves_forwards:
                 self.stats["forwards ignored"] += 1
             elif forward in self._queued_forwards:  # a retried REQUEST: the first answer is on its way

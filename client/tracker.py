@@ -59,6 +59,8 @@ class SequenceTracker:
         max_buffered: int = 1_000_000,
         head_delay: float = 0.5,
         forward_rate: float = 50_000,
+        redelivery_retry: float = 0.02,
+        redelivery_rate: float = 1_000_000,
     ) -> None:
         """``start`` is the first sequence wanted (None: whatever arrives first).
 
@@ -70,6 +72,11 @@ class SequenceTracker:
         A hole learnt only from the backbone's HEAD waits ``head_delay``: its
         DELIVERs are usually just behind.  ``max_buffered`` bounds the
         out-of-order buffer: past it the oldest hole is given up early.
+        When the backbone says it re-DELIVERs a range itself
+        (:meth:`backbone_answers`), what is still missing of it is asked for
+        again ``redelivery_retry`` seconds later, plus the time the range takes
+        at ``redelivery_rate`` messages/s, with no back-off: the backbone
+        answers at once, and a REQUEST it never got is the likelier failure.
         """
         self.next: int | None = start  # the next sequence to hand out
         self.highest = 0 if start is None else start - 1  # highest sequence known to exist (once started)
@@ -81,6 +88,8 @@ class SequenceTracker:
         self.max_buffered = max_buffered
         self.head_delay = head_delay
         self.forward_rate = forward_rate
+        self.redelivery_retry = redelivery_retry
+        self.redelivery_rate = redelivery_rate
         self._buffer: dict[int, bytes] = {}
         self._holes: list[_Hole] = []  # disjoint, ascending, all below or at `highest`
         self.duplicates = 0
@@ -181,6 +190,17 @@ class SequenceTracker:
             backoff = min(self.retry_initial * (2 ** (hole.attempts - 1)), self.retry_max)
             hole.next_request = now + max(backoff, (hole.last - hole.first + 1) / self.forward_rate)
         return requests, events
+
+    def backbone_answers(self, from_seq: int, to_seq: int, now: float) -> None:
+        """The backbone re-DELIVERs ``from_seq..to_seq`` itself: what is still missing of it is asked for again
+        promptly instead of after the back-off."""
+        for hole in self._holes:
+            if hole.first > to_seq:
+                break
+            if hole.last < from_seq:
+                continue
+            span = min(hole.last, to_seq) - max(hole.first, from_seq) + 1
+            hole.next_request = now + self.redelivery_retry + span / self.redelivery_rate
 
     def next_deadline(self) -> float | None:
         if not self._holes:
