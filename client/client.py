@@ -38,6 +38,7 @@ import itertools
 import os
 import queue
 import secrets
+import selectors
 import socket
 import threading
 import time
@@ -54,6 +55,7 @@ from fyrehose.envelope import Envelope, MsgType, Status
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, RequestTimeout
 from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of this module's API
 from fyrehose.fatal import guarded
+from fyrehose.frame_run import FrameRun
 from fyrehose.interest import LocalInterest
 from fyrehose.pacing import TokenBucket
 from fyrehose.publishing import Finished
@@ -78,6 +80,8 @@ class MessageStore(Protocol):
 
 
 RECEIVE_BUFFER = 8 << 20  # a second of a fast stream: what arrives while the application is busy waits here
+SEND_WAIT = 1.0  # seconds a send waits for room in the socket's send buffer before it counts as failed
+DRAIN_LIMIT = 64  # datagrams taken from the socket in one go before the timers run again
 MAX_PUBLISH_TIMEOUT = 25.0  # below the backbone's 30 s memory of confirmed tags
 
 
@@ -156,13 +160,19 @@ class Client:
                                              serves_forwards=self.journal is not None,
                                              tracker_options=tracker_options, stats=self.stats,
                                              vouch=self.auth.vouches if self.auth is not None else None,
-                                             confirm_retry=confirm_retry)
+                                             confirm_retry=confirm_retry, whole_datagrams=True)
         self._forward_rate = forward_rate
 
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         enlarge_buffers(self.sock, RECEIVE_BUFFER, (socket.SO_RCVBUF,))
         self.sock.bind(bind if bind is not None else (route_source(backbone), 0))
+        self.sock.settimeout(SEND_WAIT)  # the descriptor is non-blocking from here on; sends wait for room
         self.address: Address = self.sock.getsockname()
+        # the same socket, read without waiting: by the receive thread after its selector said so, and by the
+        # subscriptions' readers between datagrams (see _pump); only under _receiving, so datagrams stay in order
+        self._incoming = socket.socket(fileno=os.dup(self.sock.fileno()))
+        self._incoming.setblocking(False)
+        self._receiving = threading.Lock()
 
         self._closed = False
         self._lock = threading.Lock()
@@ -232,6 +242,7 @@ class Client:
             self._confirmed.notify_all()
         self._router.close_all()
         self.sock.close()
+        self._incoming.close()
 
     @property
     def reachable(self) -> bool:
@@ -418,7 +429,7 @@ class Client:
             check_pattern(pattern)
         if initial and (pattern is None or not is_literal(pattern)):
             raise ValueError("initial values are per subject: give a subject without wildcards")
-        subscription = Subscription(on_loss, max_queued, pattern, max_queued_bytes)
+        subscription = Subscription(on_loss, max_queued, pattern, max_queued_bytes, pump=self._pump)
         with self._lock:
             if self._tracker is None:
                 self.connection.track(from_seq)
@@ -535,22 +546,53 @@ class Client:
         return self.connection.tracker
 
     def _run(self) -> None:
-        sock = self.sock
         connection = self.connection
-        while not self._closed:
-            now = time.monotonic()
-            self._timers(now)
-            sock.settimeout(min(max(connection.next_deadline() - time.monotonic(), 0.001), 0.1))
+        selector = selectors.DefaultSelector()  # gevent's when it has patched the process
+        selector.register(self._incoming, selectors.EVENT_READ)
+        try:
+            while not self._closed:
+                with self._receiving:
+                    self._timers(time.monotonic())
+                    self._drain(DRAIN_LIMIT)
+                try:
+                    selector.select(min(max(connection.next_deadline() - time.monotonic(), 0.001), 0.1))
+                except (OSError, ValueError):
+                    if self._closed:
+                        return
+                    raise
+        finally:
+            selector.close()
+
+    def _drain(self, limit: int) -> None:
+        """Hand up to ``limit`` datagrams the socket holds to the connection, without waiting (``_receiving`` held)."""
+        recvfrom = self._incoming.recvfrom
+        for _ in range(limit):
             try:
-                data, source = sock.recvfrom(65536)
-            except (TimeoutError, BlockingIOError):
-                continue
+                data, source = recvfrom(65536)
+            except BlockingIOError:
+                return
             except OSError:
                 if self._closed:
                     return
                 self.stats["receive errors"] += 1
                 continue
             self._handle(data, source, time.monotonic())
+
+    def _pump(self) -> None:
+        """Called by a subscription's reader as it reaches each datagram's messages: drain the socket here.
+
+        The receive thread needs the interpreter to read, and an application
+        iterating in a tight loop holds it, handing it over only every few
+        milliseconds (the switch interval), which at a million messages per
+        second overflows the socket buffer.  The reader holds the interpreter
+        anyway, so it reads what is waiting itself; nothing when the receive
+        thread is at it.
+        """
+        if self._receiving.acquire(blocking=False):
+            try:
+                self._drain(DRAIN_LIMIT)
+            finally:
+                self._receiving.release()
 
     def _timers(self, now: float) -> None:
         self._session_timers(now)
@@ -582,6 +624,8 @@ class Client:
             incoming = self.connection.receive(data, source, now)
         if incoming.stored and self.journal is not None:
             self.journal.add_many(incoming.stored)
+        if incoming.runs:
+            self._take_runs(incoming.runs)
         if incoming.events:
             self._emit(incoming.events)
         if incoming.acked:
@@ -592,6 +636,22 @@ class Client:
             except queue.Full:
                 self.stats["forwards dropped"] += 1
                 self.connection.forward_done(forward)
+
+    def _take_runs(self, runs: list[FrameRun]) -> None:
+        """Whole backbone datagrams that continue the stream: kept and routed as they are where nothing needs
+        their messages one by one (so the receive thread's cost is per datagram), else taken apart here."""
+        journal = self.journal
+        if isinstance(journal, MemoryJournal):
+            for run in runs:
+                journal.add_run(run)
+        elif journal is not None:
+            for run in runs:
+                journal.add_many(run.messages())
+        if self.auth is None and not self._router.wants_envelopes:
+            self._router.route_runs(runs)
+            return
+        for run in runs:
+            self._emit([Message(seq, payload) for seq, payload in run.messages()])
 
     # ------------------------------------------------------------ serving FORWARDs
 
