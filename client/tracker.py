@@ -9,9 +9,12 @@ from the start position onwards comes out exactly once, either as a
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from itertools import repeat
 from typing import NamedTuple
+
+MAX_RECOVERIES = 100_000
 
 
 class Message(NamedTuple):
@@ -94,6 +97,9 @@ class SequenceTracker:
         self._holes: list[_Hole] = []  # disjoint, ascending, all below or at `highest`
         self.duplicates = 0
         self.lost = 0
+        # seconds from noticing a hole to its last sequence's arrival, per hole filled (a split hole: per part),
+        # for the bench's recovery figures; the first MAX_RECOVERIES only
+        self.recoveries = array("d")
 
     @property
     def started(self) -> bool:
@@ -130,7 +136,8 @@ class SequenceTracker:
                 self._holes.append(_Hole(self.highest + 1, seq - 1, now, now + self.request_delay))
             self.highest = seq
         else:
-            if not self._fill(seq):
+            filled = self._fill(seq, now)
+            if not filled:
                 self.duplicates += 1
                 return []
         if seq != self.next:
@@ -207,8 +214,9 @@ class SequenceTracker:
             return None
         return min(min(h.next_request for h in self._holes), self._holes[0].noticed + self.give_up_after)
 
-    def _fill(self, seq: int) -> bool:
-        """Remove ``seq`` from the hole holding it; False when no hole holds it."""
+    def _fill(self, seq: int, now: float) -> bool:
+        """Remove ``seq`` from the hole holding it; False when no hole holds it.  A hole it closes counts in
+        :attr:`recoveries`."""
         holes = self._holes
         for index, hole in enumerate(holes):  # noqa: B007 (index is used after the break)
             if hole.first <= seq <= hole.last:
@@ -217,6 +225,8 @@ class SequenceTracker:
             return False
         if hole.first == hole.last:
             del holes[index]
+            if len(self.recoveries) < MAX_RECOVERIES:
+                self.recoveries.append(now - hole.noticed)
         elif seq == hole.first:
             hole.first += 1
         elif seq == hole.last:

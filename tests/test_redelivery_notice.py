@@ -106,3 +106,16 @@ def test_a_hole_the_backbone_answers_itself_is_asked_again_promptly_end_to_end()
 def test_a_client_without_the_flag_backs_off_as_before():
     _, asked = lossy_network(redelivering=False)
     assert len(asked) == 2 and asked[1] - asked[0] >= 0.1
+
+
+def test_each_filled_hole_counts_its_time_from_noticed_to_filled_and_a_given_up_one_does_not():
+    tracker = SequenceTracker(1, give_up_after=1.0)
+    tracker.deliver(1, b"a", T0)
+    tracker.deliver(5, b"e", T0 + 0.001)  # 2..4 noticed
+    tracker.deliver(3, b"c", T0 + 0.010)  # split: 2 and 4
+    tracker.deliver(2, b"b", T0 + 0.020)
+    tracker.deliver(4, b"d", T0 + 0.031)
+    assert [round(s, 6) for s in tracker.recoveries] == [0.019, 0.03]
+    tracker.deliver(9, b"i", T0 + 0.1)
+    tracker.poll(T0 + 2)  # 6..8 given up
+    assert len(tracker.recoveries) == 2 and tracker.lost == 3
