@@ -56,6 +56,7 @@ class StepResult:
     cpu: dict[str, float]  # percent of one core over the publishing window, by process
     machine_busy: float  # percent of all cores busy over that window, whoever used them (softirq included)
     anomalies: dict[str, int]  # summed over subscribers: see DeliverScanner
+    recoveries: list[float] = field(default_factory=list)  # every subscriber's holes: seconds, noticed to filled
 
 
 @dataclass
@@ -78,6 +79,9 @@ class RoundResult:
     machine_busy: float
     overload_cpu: dict[str, float]
     steps: list[dict] = field(default_factory=list)
+    holes: int = 0  # filled by the fyrehose subscribers during the reported step (see tools/bench/recovery.py)
+    recovery_p50_ms: float | None = None  # those holes, noticed to filled
+    recovery_p99_ms: float | None = None
 
 
 class _Child:
@@ -208,7 +212,8 @@ class StepRunner:
         anomalies = collections.Counter()
         for result in received:
             anomalies.update(result["anomalies"])
-        return StepResult(outcome, latencies, cpu, machine_busy, dict(anomalies))
+        recoveries = [seconds for result in received for seconds in result.get("recoveries", ())]
+        return StepResult(outcome, latencies, cpu, machine_busy, dict(anomalies), recoveries)
 
 
 def _describe(target: Target, step: StepResult) -> str:
@@ -263,6 +268,7 @@ def measure_round(runner: StepRunner, target: Target, label: str) -> RoundResult
         overload = next(result for result in steps if result.outcome is search.first_overload())
         latency = step(settings.latency_rate)
     p50, p99, p999 = stats.latency_ms(latency.latencies_ns)
+    recovery_p50, recovery_p99 = stats.recovery_ms(reported.recoveries)
     return RoundResult(
         target=target.name,
         rate=reported.outcome.rate,
@@ -280,6 +286,9 @@ def measure_round(runner: StepRunner, target: Target, label: str) -> RoundResult
         machine_busy=reported.machine_busy,
         overload_cpu=overload.cpu,
         steps=[_step_record(result) for result in steps],
+        holes=len(reported.recoveries),
+        recovery_p50_ms=recovery_p50,
+        recovery_p99_ms=recovery_p99,
     )
 
 
