@@ -50,7 +50,7 @@ def test_every_sequence_is_tracked_once_whatever_is_lost_and_answered(counts, da
     lost = []
     for count in counts:
         if data.draw(st.booleans()):
-            recovery.take(datagram(seq, count), lambda: now)
+            recovery.take(datagram(seq, count), lambda at=now: at)
         else:
             lost.append((seq, count))
         seq += count
