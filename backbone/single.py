@@ -19,6 +19,7 @@ from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.metrics import Metric, MetricsServer, client_metrics, counter_metrics, process_metrics
 from fyrehose.backbone.statefile import ReservationWriter, SequenceStateFile
 from fyrehose.backbone.stopping import StopRequest
+from fyrehose.backbone.trace import StageTrace
 from fyrehose.backbone.udp import SOCKET_BUFFER, bind_udp, send_all
 from fyrehose.readiness import announce_ready
 
@@ -30,8 +31,10 @@ IDLE_POLL_MS = 500
 
 class SingleProcessBackbone:
     def __init__(self, backbone: Backbone, listen: Address, state: SequenceStateFile,
-                 metrics: Address | None = None, socket_buffer: int = SOCKET_BUFFER) -> None:
+                 metrics: Address | None = None, socket_buffer: int = SOCKET_BUFFER,
+                 trace: StageTrace | None = None) -> None:
         self.backbone = backbone
+        self.trace = trace
         self.state = state
         self.reservations = ReservationWriter(state, backbone.sequence.reserved)
         self.sock = bind_udp(listen, buffer_size=socket_buffer)
@@ -68,6 +71,9 @@ class SingleProcessBackbone:
                 poller.poll(self._wait_ms())
                 now = time.monotonic()
                 drained = 0
+                trace = self.trace
+                if trace is not None:
+                    trace.woke()
                 for taken in range(DRAIN_LIMIT):
                     try:
                         data, source = recvfrom(RECV_SIZE)
@@ -76,7 +82,13 @@ class SingleProcessBackbone:
                     except OSError:
                         counters["drop:receive error"] += 1
                         continue
-                    receive(data, source, now)
+                    if trace is None:
+                        receive(data, source, now)
+                    else:
+                        record = trace.received(data)
+                        receive(data, source, now)
+                        if record is not None:
+                            trace.sequenced(record)
                     drained += len(data)
                     if drained >= DRAIN_BYTES:
                         break
@@ -101,7 +113,11 @@ class SingleProcessBackbone:
         if out.reserve is not None:
             self.reservations.submit(out.reserve)
         self.reservations.cover(self.backbone.sequence.last_issued)
+        if self.trace is not None:
+            self.trace.flushed()
         send_all(self.sock, out.sends, self.backbone.counters)
+        if self.trace is not None:
+            self.trace.sent()
         self.backbone.keep_recent()
 
     def _close(self) -> None:
@@ -110,11 +126,13 @@ class SingleProcessBackbone:
         self.sock.close()
         self._stop.close()
         self.state.close()
+        if self.trace is not None:
+            self.trace.close()
 
 
 def run_single(backbone: Backbone, listen: Address, state: SequenceStateFile, metrics: Address | None,
-               socket_buffer: int = SOCKET_BUFFER) -> int:
-    driver = SingleProcessBackbone(backbone, listen, state, metrics, socket_buffer)
+               socket_buffer: int = SOCKET_BUFFER, trace: StageTrace | None = None) -> int:
+    driver = SingleProcessBackbone(backbone, listen, state, metrics, socket_buffer, trace)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: driver.stop())
     announce_ready("backbone", driver.address, f"single process, pid {os.getpid()}, "

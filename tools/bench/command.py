@@ -70,6 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a count or 'auto' (default auto: the multi-process layout sized to the CPUs)")
     parser.add_argument("--fanout", type=positive_int, metavar="F",
                         help="--fanout of the multi-process backbone (default: the backbone's own)")
+    parser.add_argument("--trace", metavar="DIR",
+                        help="single-process backbones (fyrehose-single) write a stage trace of every step into "
+                             "DIR, one STEP.trace each (python -m fyrehose.backbone.trace FILE; docs/operations.md)")
     parser.add_argument("--messages", type=positive_int, default=300_000, metavar="N",
                         help="client mode: messages the publisher publishes (default 300000)")
     parser.add_argument("--batch", type=positive_int, default=1000, metavar="N",
@@ -97,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
             targets = parse_targets(args.targets or DEFAULT_TARGETS)
     except ValueError as exc:
         raise BenchError(f"--targets: {exc}") from None
+    if args.trace:
+        Path(args.trace).mkdir(parents=True, exist_ok=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).touch()  # a path that cannot be written fails now, not after the whole run
@@ -123,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
                 targets=targets, publishers=args.publishers, subscribers=args.subscribers, payload=args.payload,
                 duration=args.duration, rate=args.rate, latency_rate=args.latency_rate, rounds=args.rounds,
                 search_steps=args.search_steps, grace=args.grace, workers=args.workers, fanout=args.fanout,
+                trace=args.trace,
             )
             preflight(settings, binaries, Path(workdir) / "preflight")
             doc = report.document(settings, machine, run_rounds(settings, binaries, Path(workdir) / "run"))

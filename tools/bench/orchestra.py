@@ -47,6 +47,7 @@ class BenchSettings:
     grace: float
     workers: int | str  # --workers of the multi-process backbone: a count or "auto"
     fanout: int | None  # --fanout of the multi-process backbone (None: its default)
+    trace: str | None = None  # a directory: single-process backbones write a stage trace of each step there
 
 
 @dataclass
@@ -134,7 +135,8 @@ class StepRunner:
     def server(self, target: Target) -> ServerProcess:
         self._steps += 1
         return server_for(target, self.binaries, self.workdir / f"step-{self._steps}-{target.name}",
-                          self.settings.workers, self.settings.fanout)
+                          self.settings.workers, self.settings.fanout,
+                          Path(self.settings.trace) if self.settings.trace else None)
 
     def run(self, target: Target, rate: float | None) -> StepResult:
         """One step; any failure is a BenchError naming the target."""
