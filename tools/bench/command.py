@@ -26,6 +26,21 @@ def _workers(text: str) -> int | str:
     return text if text == "auto" else positive_int(text)
 
 
+def _cpus(text: str) -> tuple[int, ...]:
+    """A CPU list as taskset takes it: ``0``, ``0,2``, ``2-3``."""
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            low, dash, high = part.partition("-")
+            first, last = int(low), int(high if dash else low)
+            if first < 0 or last < first:
+                raise ValueError
+            cpus.update(range(first, last + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a CPU list such as 0,2-3, got {text!r}") from None
+    return tuple(sorted(cpus))
+
+
 def _payload(text: str) -> int:
     value = positive_int(text)
     if not MIN_PAYLOAD <= value <= MAX_PAYLOAD:
@@ -70,6 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a count or 'auto' (default auto: the multi-process layout sized to the CPUs)")
     parser.add_argument("--fanout", type=positive_int, metavar="F",
                         help="--fanout of the multi-process backbone (default: the backbone's own)")
+    parser.add_argument("--server-cpus", type=_cpus, metavar="LIST",
+                        help="pin every target's server (all its processes) to these CPUs, e.g. 0 or 0-1: peers "
+                             "tuned the same way (docs/operations.md, host tuning)")
+    parser.add_argument("--generator-cpus", type=_cpus, metavar="LIST",
+                        help="pin the publishers and subscribers to these CPUs")
     parser.add_argument("--trace", metavar="DIR",
                         help="single-process backbones (fyrehose-single) write a stage trace of every step into "
                              "DIR, one STEP.trace each (python -m fyrehose.backbone.trace FILE; docs/operations.md)")
@@ -128,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
                 targets=targets, publishers=args.publishers, subscribers=args.subscribers, payload=args.payload,
                 duration=args.duration, rate=args.rate, latency_rate=args.latency_rate, rounds=args.rounds,
                 search_steps=args.search_steps, grace=args.grace, workers=args.workers, fanout=args.fanout,
-                trace=args.trace,
+                trace=args.trace, server_cpus=args.server_cpus, generator_cpus=args.generator_cpus,
             )
             preflight(settings, binaries, Path(workdir) / "preflight")
             doc = report.document(settings, machine, run_rounds(settings, binaries, Path(workdir) / "run"))

@@ -48,6 +48,8 @@ class BenchSettings:
     workers: int | str  # --workers of the multi-process backbone: a count or "auto"
     fanout: int | None  # --fanout of the multi-process backbone (None: its default)
     trace: str | None = None  # a directory: single-process backbones write a stage trace of each step there
+    server_cpus: tuple[int, ...] | None = None  # every target's server processes pinned to these CPUs
+    generator_cpus: tuple[int, ...] | None = None  # the load generators pinned to these CPUs
 
 
 @dataclass
@@ -114,6 +116,19 @@ class _Child:
         self.conn.close()
 
 
+def _pin(processes: dict[str, psutil.Process], cpus: tuple[int, ...] | None) -> None:
+    """Pin every process to ``cpus`` (the same for every target, so peers are tuned alike)."""
+    if cpus is None:
+        return
+    for name, process in processes.items():
+        try:
+            process.cpu_affinity(list(cpus))
+        except psutil.NoSuchProcess:
+            continue  # it exited; collecting its result reports why
+        except (psutil.Error, ValueError, OSError) as exc:
+            raise BenchError(f"cannot pin {name} to CPUs {','.join(map(str, cpus))}: {exc}") from None
+
+
 def _load_generators(children: list[_Child]) -> dict[str, psutil.Process]:
     found = {}
     for child in children:
@@ -159,6 +174,8 @@ class StepRunner:
             publishers = [self._spawn(f"publisher-{n}", publisher_main, publisher_spec, children)
                           for n in range(1, settings.publishers + 1)]
             self._expect_all(publishers, "ready")
+            _pin(server.processes(), settings.server_cpus)  # a multi-process backbone's later workers inherit it
+            _pin(_load_generators(children), settings.generator_cpus)
             start = time.monotonic() + SETTLE
             end = start + settings.duration
             deadline = end + settings.grace
