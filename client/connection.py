@@ -174,7 +174,7 @@ class BackboneConnection:
         self._queued_forwards.discard(forward)
 
     def _deliver(self, data: bytes, now: float, from_backbone: bool, incoming: Incoming) -> None:
-        if from_backbone and self.tracker is not None and self._deliver_uniform_run(data, self.tracker, incoming):
+        if from_backbone and self.tracker is not None and self._deliver_uniform_run(data, self.tracker, incoming, now):
             return
         spans, error = codec.scan(data, codec.DELIVER)
         if error:
@@ -205,8 +205,9 @@ class BackboneConnection:
                 stored.append((seq, payload))
         self.stats["delivered frames"] += len(spans)
 
-    def _deliver_uniform_run(self, data: bytes, tracker: SequenceTracker, incoming: Incoming) -> bool:
-        """The commonest case of all without a scan: frames of one size whose numbers continue the stream."""
+    def _deliver_uniform_run(self, data: bytes, tracker: SequenceTracker, incoming: Incoming, now: float) -> bool:
+        """The commonest case of all without a scan: frames of one size whose numbers continue the stream, or
+        (while a hole is open) lie beyond everything seen."""
         step = codec.uniform_step(data, codec.DELIVER)
         if not step:
             return False
@@ -214,15 +215,21 @@ class BackboneConnection:
         first = codec.consecutive_u48(data, 3, step, count)
         if not first:
             return False
-        if self.whole_datagrams:
-            if not tracker.advance(first, count):
-                return False
+        if self.whole_datagrams and tracker.advance(first, count):
             incoming.runs.append(FrameRun(first, count, step, data))
             self.stats["delivered frames"] += count
             return True
         header = codec.FRAME_HEADER
         payloads = [data[start + header:start + step] for start in range(0, len(data), step)]
-        return self._take_run(first, payloads, tracker, incoming)
+        if self._take_run(first, payloads, tracker, incoming):
+            return True
+        events = tracker.deliver_ahead(first, payloads, now)
+        if events is None:
+            return False
+        incoming.stored.extend(zip(range(first, first + count), payloads))
+        incoming.events.extend(events)
+        self.stats["delivered frames"] += count
+        return True
 
     def _deliver_run(self, data: bytes, spans: list[tuple[int, int, int]], tracker: SequenceTracker,
                      incoming: Incoming) -> bool:

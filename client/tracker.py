@@ -174,6 +174,28 @@ class SequenceTracker:
         self.highest = first + count - 1
         return True
 
+    def deliver_ahead(self, first: int, payloads: list[bytes], now: float) -> list[Event] | None:
+        """Take DELIVERs ``first``, ``first + 1``, ... that all lie beyond every sequence seen, in one step.
+
+        While a hole is open the stream keeps arriving at its full rate; such
+        a run is buffered (a hole opened before it if it skips sequences)
+        without a Python step per message.  None when the run does not lie
+        wholly beyond :attr:`highest` (the caller takes it one by one).
+        """
+        if self.next is None or first <= self.highest or not payloads:
+            return None
+        if first > self.highest + 1:
+            self._holes.append(_Hole(self.highest + 1, first - 1, now, now + self.request_delay))
+        last = first + len(payloads) - 1
+        self.highest = last
+        if first == self.next:  # no hole before it after all
+            self.next = last + 1
+            return list(map(tuple.__new__, repeat(Message), zip(range(first, last + 1), payloads)))
+        self._buffer.update(zip(range(first, last + 1), payloads))
+        if len(self._buffer) > self.max_buffered:
+            return self._give_up_front("buffer full")
+        return []
+
     def head(self, last_issued: int, now: float) -> None:
         """Learn the backbone's last issued sequence (from a KEEPALIVE-ACK) to notice lost tails."""
         if self.next is None or last_issued <= self.highest:

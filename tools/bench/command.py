@@ -90,6 +90,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "tuned the same way (docs/operations.md, host tuning)")
     parser.add_argument("--generator-cpus", type=_cpus, metavar="LIST",
                         help="pin the publishers and subscribers to these CPUs")
+    parser.add_argument("--drop-every", type=non_negative_int, default=0, metavar="N",
+                        help="fyrehose subscribers discard one DELIVER datagram in N as if the network lost it, so "
+                             "the recovery column measures holes at the step's rate (default 0: none); the "
+                             "discarded ones count as loss before recovery")
     parser.add_argument("--trace", metavar="DIR",
                         help="single-process backbones (fyrehose-single) write a stage trace of every step into "
                              "DIR, one STEP.trace each (python -m fyrehose.backbone.trace FILE; docs/operations.md)")
@@ -149,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
                 duration=args.duration, rate=args.rate, latency_rate=args.latency_rate, rounds=args.rounds,
                 search_steps=args.search_steps, grace=args.grace, workers=args.workers, fanout=args.fanout,
                 trace=args.trace, server_cpus=args.server_cpus, generator_cpus=args.generator_cpus,
+                drop_every=args.drop_every,
             )
             preflight(settings, binaries, Path(workdir) / "preflight")
             doc = report.document(settings, machine, run_rounds(settings, binaries, Path(workdir) / "run"))

@@ -57,6 +57,7 @@ class LoadSpec:
     payload_size: int
     rate: float | None = None  # publishers: messages/s this one offers; None = as fast as it can
     batch: bool = True  # fyrehose subscribers: set the BATCH flag
+    drop_every: int = 0  # fyrehose subscribers: discard one DELIVER datagram in N as if lost, to open holes
 
 
 def _await_start(conn: Connection, idle=lambda now: None) -> tuple[float, float, float] | None:
@@ -275,6 +276,7 @@ class _FyrehoseReceiver(_Receiver):
         # counted by the scanner, and ordered only as far as noticing and timing holes needs (HoleRecovery)
         self.connection = BackboneConnection(spec.address, flags=flags, keepalive_interval=KEEPALIVE_INTERVAL)
         self.recovery = HoleRecovery(self.connection.track())
+        self._delivers = 0
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         enlarge_buffers(self.sock, SOCKET_BUFFER)
         self.sock.bind((spec.address[0], 0))
@@ -302,6 +304,9 @@ class _FyrehoseReceiver(_Receiver):
         """The backbone's DELIVERs for the scanner; anything else goes through the session (ACKs) or is counted."""
         data, source = self.sock.recvfrom(self.read_size)
         if source == self.spec.address and data[:1] == DELIVER:
+            self._delivers += 1
+            if self.spec.drop_every and not self._delivers % self.spec.drop_every:
+                return None  # lost on purpose (--drop-every): a hole to recover
             if self.recovery.take(data, time.monotonic):  # an answer to a REQUEST: recovered, not counted
                 return None
             return data

@@ -50,6 +50,7 @@ class BenchSettings:
     trace: str | None = None  # a directory: single-process backbones write a stage trace of each step there
     server_cpus: tuple[int, ...] | None = None  # every target's server processes pinned to these CPUs
     generator_cpus: tuple[int, ...] | None = None  # the load generators pinned to these CPUs
+    drop_every: int = 0  # fyrehose subscribers discard one DELIVER datagram in N, to measure recovery
 
 
 @dataclass
@@ -165,7 +166,8 @@ class StepRunner:
         server = self.server(target).start()
         children: list[_Child] = []
         try:
-            subscriber_spec = LoadSpec(target.protocol, server.address, settings.payload, batch=target.batch)
+            subscriber_spec = LoadSpec(target.protocol, server.address, settings.payload, batch=target.batch,
+                                       drop_every=settings.drop_every)
             subscribers = [self._spawn(f"subscriber-{n}", subscriber_main, subscriber_spec, children)
                            for n in range(1, settings.subscribers + 1)]
             self._expect_all(subscribers, "ready")

@@ -36,8 +36,10 @@ class HoleRecovery:
             step = codec.uniform_step(datagram, codec.DELIVER)
             if step and first:
                 count = len(datagram) // step
-                if codec.consecutive_u48(datagram, 3, step, count) == first and tracker.advance(first, count):
-                    return False
+                if codec.consecutive_u48(datagram, 3, step, count) == first and (
+                        tracker.advance(first, count)
+                        or tracker.deliver_ahead(first, [b""] * count, clock()) is not None):
+                    return False  # continues the stream, or (a hole open) lies beyond it: noticed in one step
         spans, _ = codec.scan(datagram, codec.DELIVER)
         if not tracker.holes:  # out of order or skipping ahead: noticed here
             self._deliver(spans, clock())
