@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
 import pytest
@@ -37,3 +38,15 @@ def test_a_traced_step_leaves_one_trace_per_single_process_step(tmp_path):
     assert done.returncode == 0, done.stderr.decode()
     (step,) = sorted(trace.glob("*.trace"))
     assert step.read_text().count("\n") > 0
+
+
+def test_dropped_datagrams_are_requested_recovered_and_timed_in_the_recovery_column(tmp_path):
+    out = tmp_path / "b.json"
+    done = run_cli("bench", "--targets", "fyrehose-single", "--rate", "20000", "--duration", "2", "--rounds", "1",
+                   "--drop-every", "20", "--json", str(out), timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    (result,) = json.loads(out.read_text())["results"]
+    (step,) = result["rounds"][0]["steps"]
+    assert step["anomalies"]["REQUESTs"] > 0 and step["anomalies"]["recovered frames"] > 0
+    assert result["holes"] > 0 and 0 < result["recovery_p50_ms"] <= result["recovery_p99_ms"]
+    assert "recovery p50/p99 ms" in done.stdout.decode()
