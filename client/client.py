@@ -586,11 +586,14 @@ class Client:
         milliseconds (the switch interval), which at a million messages per
         second overflows the socket buffer.  The reader holds the interpreter
         anyway, so it reads what is waiting itself; nothing when the receive
-        thread is at it.
+        thread is at it.  Timers that are due (a hole to REQUEST) run here too.
         """
         if self._receiving.acquire(blocking=False):
             try:
                 self._drain(DRAIN_LIMIT)
+                now = time.monotonic()
+                if now >= self.connection.next_deadline():  # a REQUEST due need not wait for the receive thread
+                    self._timers(now)
             finally:
                 self._receiving.release()
 
