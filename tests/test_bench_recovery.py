@@ -62,3 +62,17 @@ def test_every_sequence_is_tracked_once_whatever_is_lost_and_answered(counts, da
         assert recovery.take(datagram(first, count), lambda: now)
         answered += count
     assert recovery.recovered == answered and tracker.holes == [] and tracker.next == seq + 1
+
+
+@given(st.lists(st.one_of(
+    st.binary(max_size=80),
+    st.builds(lambda first, count, size: datagram(first, count, size),
+              st.integers(1, 2**48 - 40), st.integers(1, 5), st.integers(0, 12)),
+    st.builds(lambda body: bytes([codec.DELIVER]) + body, st.binary(max_size=60)),
+), max_size=30))
+def test_forged_or_malformed_datagrams_never_break_the_recovery(datagrams):
+    recovery = HoleRecovery(SequenceTracker())
+    for index, data in enumerate(datagrams):
+        recovery.take(data, lambda at=T0 + index: at)
+    recovery.tracker.poll(T0 + 100)
+    assert recovery.recovered >= 0
