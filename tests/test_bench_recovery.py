@@ -1,7 +1,7 @@
 """The bench's fyrehose subscribers notice, REQUEST and time holes; answers stay out of the loss count."""
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fyrehose import codec
@@ -41,6 +41,7 @@ def test_a_late_original_before_any_request_is_not_an_answer():
     assert recovery.recovered == 0 and recovery.tracker.holes == []
 
 
+@settings(deadline=None)  # a loaded host may take longer than the default 200 ms
 @given(st.lists(st.integers(1, 6), min_size=1, max_size=40), st.data())
 def test_every_sequence_is_tracked_once_whatever_is_lost_and_answered(counts, data):
     tracker = SequenceTracker(1, request_delay=0.0)
@@ -64,6 +65,7 @@ def test_every_sequence_is_tracked_once_whatever_is_lost_and_answered(counts, da
     assert recovery.recovered == answered and tracker.holes == [] and tracker.next == seq + 1
 
 
+@settings(deadline=None)  # a loaded host may take longer than the default 200 ms
 @given(st.lists(st.one_of(
     st.binary(max_size=80),
     st.builds(lambda first, count, size: datagram(first, count, size),

@@ -9,11 +9,10 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fyrehose import Client, codec
-from fyrehose import client as client_module
 from fyrehose.errors import MessagesLost
 from fyrehose.frame_run import FrameRun
 from fyrehose.subscription import Subscription
@@ -40,6 +39,7 @@ def test_a_run_waits_whole_and_comes_out_as_its_messages_in_order():
     assert drain(subscription) == [Message(seq, seq.to_bytes(4, "big")) for seq in range(1, 6)]
 
 
+@settings(deadline=None)  # a loaded host may take longer than the default 200 ms
 @given(st.lists(st.integers(1, 12), min_size=1, max_size=30), st.integers(1, 40),
        st.lists(st.integers(0, 15), min_size=1, max_size=30))
 def test_every_sequence_comes_out_once_as_a_message_or_in_a_loss_and_the_queue_stays_bounded(
@@ -86,10 +86,9 @@ with Client(sys.argv[1], subscribe=False) as pub:
 
 
 def test_a_slowly_iterating_subscriber_takes_a_burst_smaller_than_its_queue_without_a_single_request(
-        backbone_factory, monkeypatch):
+        backbone_factory):
     backbone = backbone_factory(workers=0)
     burst = 200_000
-    monkeypatch.setattr(client_module, "RECEIVE_BUFFER", 4 << 20)  # what a slower host's buffer holds of the burst
     with Client(backbone.addr) as sub:
         stream = sub.subscribe(max_queued=2 * burst)
         publisher = subprocess.Popen([sys.executable, "-c", PUBLISHER, backbone.address, str(burst)])

@@ -1,7 +1,7 @@
 """SequenceTracker.deliver_ahead: a run beyond everything seen is taken in one step, holes or not."""
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fyrehose.tracker import Lost, Message, SequenceTracker
@@ -16,6 +16,7 @@ def released(events) -> list[int]:
     return out
 
 
+@settings(deadline=None)  # a loaded host may take longer than the default 200 ms
 @given(st.lists(st.tuples(st.integers(1, 8), st.booleans()), min_size=1, max_size=40), st.randoms())
 def test_runs_taken_ahead_or_one_by_one_release_every_sequence_once_in_order(runs, rng):
     tracker = SequenceTracker(1, max_buffered=10_000)
