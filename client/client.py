@@ -585,17 +585,17 @@ class Client:
         iterating in a tight loop holds it, handing it over only every few
         milliseconds (the switch interval), which at a million messages per
         second overflows the socket buffer.  The reader holds the interpreter
-        anyway, so it reads what is waiting itself; nothing when the receive
-        thread is at it.  Timers that are due (a hole to REQUEST) run here too.
+        anyway, so it reads what is waiting itself.  When the receive thread
+        holds the lock it is waiting for the interpreter in the middle of a
+        read: the reader waits for the lock, which hands the interpreter over
+        at once instead of after a switch interval.  Timers that are due (a
+        hole to REQUEST) run here too.
         """
-        if self._receiving.acquire(blocking=False):
-            try:
-                self._drain(DRAIN_LIMIT)
-                now = time.monotonic()
-                if now >= self.connection.next_deadline():  # a REQUEST due need not wait for the receive thread
-                    self._timers(now)
-            finally:
-                self._receiving.release()
+        with self._receiving:  # held by the receive thread: waiting here hands it the interpreter at once
+            self._drain(DRAIN_LIMIT)
+            now = time.monotonic()
+            if now >= self.connection.next_deadline():  # a REQUEST due need not wait for the receive thread
+                self._timers(now)
 
     def _timers(self, now: float) -> None:
         self._session_timers(now)

@@ -90,12 +90,21 @@ with Client(sys.argv[1], subscribe=False) as pub:
 
 def test_a_slowly_iterating_subscriber_takes_a_burst_smaller_than_its_queue_without_a_single_request(
         backbone_factory, monkeypatch):
-    """A reader doing Python work per message holds the interpreter; the stream (400,000 msgs/s) outruns a
-    receive thread that gets it once per switch interval (about 180,000 msgs/s), so without the reader's own
-    draining a 2 MiB socket buffer overflows within a fraction of a second and the holes are REQUESTed."""
+    """A reader doing Python work per message holds the interpreter and hands it over once per switch interval
+    (50 ms here); a receive thread that needs it for every datagram falls behind the stream (400,000 msgs/s),
+    so without the reader's own draining a 4 MiB socket buffer overflows and the holes are REQUESTed."""
     backbone = backbone_factory(workers=0)
     burst = 200_000
-    monkeypatch.setattr(client_module, "RECEIVE_BUFFER", 2 << 20)
+    monkeypatch.setattr(client_module, "RECEIVE_BUFFER", 4 << 20)
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(0.05)  # an application that keeps the interpreter 50 ms at a time, whatever the host's load
+    try:
+        _iterate_slowly(backbone, burst)
+    finally:
+        sys.setswitchinterval(switching)
+
+
+def _iterate_slowly(backbone, burst: int) -> None:
     with Client(backbone.addr) as sub:
         stream = sub.subscribe(max_queued=2 * burst)
         publisher = subprocess.Popen([sys.executable, "-c", PUBLISHER, backbone.address, str(burst), "400000"])
@@ -105,7 +114,7 @@ def test_a_slowly_iterating_subscriber_takes_a_burst_smaller_than_its_queue_with
                 message = stream.get(timeout=10)
                 assert message is not None, f"the stream stalled after {len(seqs)} messages"
                 seqs.append(message.seq)
-                sum(range(100))  # the application's slow work, holding the interpreter meanwhile
+                sum(range(400))  # the application's slow work, holding the interpreter meanwhile
             assert publisher.wait(30) == 0
         finally:
             publisher.kill()
