@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from fyrehose.addresses import parse_hostport, parse_networks, resolve_ipv4
 from fyrehose.backbone.multicast import DEFAULT_TTL, GroupOptions
 from fyrehose.backbone.recent_log import DEFAULT_BYTES as RECENT_BYTES
+from fyrehose.backbone.trace import DEFAULT_EVERY, StageTrace
 from fyrehose.backbone.udp import SOCKET_BUFFER
 from fyrehose.codec import FRAME_HEADER, MAX_DATAGRAM
 from fyrehose.errors import InputError
@@ -52,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--multicast-interface", metavar="ADDR",
                         help="address of the interface the group's datagrams leave from (default: the "
                              "--listen address's interface)")
+    parser.add_argument("--trace", type=Path, metavar="FILE",
+                        help="--workers 0 only: write the stage timestamps of sampled datagrams here, one JSON line "
+                             "each (python -m fyrehose.backbone.trace FILE reports them; docs/operations.md)")
+    parser.add_argument("--trace-every", type=int, default=DEFAULT_EVERY, metavar="N",
+                        help=f"with --trace: one PUSH datagram in N (default {DEFAULT_EVERY})")
     parser.add_argument("--rate-limit", type=float, default=0, metavar="N",
                         help="datagrams/s accepted from each source IP, bursts of one second's worth; the rest "
                              "are dropped and counted (default 0: off; with R receive workers, a source "
@@ -84,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--recent-bytes must be 0 (off) or more")
     if args.rate_limit < 0:
         raise InputError("--rate-limit must be positive (0: off)")
+    if args.trace_every < 1:
+        raise InputError("--trace-every must be at least 1")
     if args.workers != "auto" and args.workers < 0:
         raise InputError("--workers must be 0 or more (or 'auto')")
     if args.fanout is not None and args.fanout < 1:
@@ -96,6 +105,12 @@ def run(args: argparse.Namespace) -> int:
 
         # --fanout asks for the pipeline: then auto only sizes it
         args.workers = default_sizes()[0] if args.fanout is not None else auto_workers()
+    if args.trace is not None and args.workers != 0:
+        raise InputError("--trace needs the single-process backbone (--workers 0)")
+    try:
+        trace = StageTrace(args.trace, args.trace_every) if args.trace is not None else None
+    except OSError as exc:
+        raise InputError(f"--trace {args.trace}: {exc.strerror or exc}") from None
     state = SequenceStateFile(args.state_dir or default_state_dir(*listen))
     reserved = state.open()
     if args.workers != 0:
@@ -119,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from fyrehose.backbone.single import run_single
 
-    return run_single(backbone, listen, state, metrics, args.socket_buffer, group)
+    return run_single(backbone, listen, state, metrics, args.socket_buffer, group, trace)
 
 
 def _group_options(args: argparse.Namespace) -> GroupOptions | None:

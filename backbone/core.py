@@ -40,17 +40,20 @@ from fyrehose.backbone.pushes import (
 )
 from fyrehose.backbone.ratelimit import SourceRateLimiter
 from fyrehose.backbone.recent_log import DEFAULT_BYTES, RecentLog
+from fyrehose.backbone.redelivery import BYTE_RATE, DATAGRAM_RATE, Redeliveries
 from fyrehose.backbone.sequence_counter import DEFAULT_BLOCK, SequenceCounter, SequenceExhausted
-from fyrehose.pacing import TokenBucket
 
 _SEQ_FIELD = struct.Struct(">HI")
 REPEAT_WINDOW = 2.0  # a REQUEST for the same hole again within this: the FORWARDed client did not answer
 MAX_ASKED = 4096  # requesters whose recent REQUESTs are remembered for that
 ASKS_PER_CLIENT = 32
-MAX_REDELIVERIES = 4096  # ranges waiting for re-delivery
-REDELIVER_RATE = 100_000.0  # messages/s the backbone re-delivers at most, in bursts of
-REDELIVER_BURST = 4096
 _ACK_PREFIX = bytes((codec.KEEPALIVE_ACK,))
+
+
+def _notice(from_seq: int, to_seq: int) -> bytes:
+    """A FORWARD naming 0.0.0.0:0, sent to the requester: the backbone re-DELIVERs this range itself
+    (docs/protocol.md; only to clients that set FLAG_REDELIVERING)."""
+    return codec.encode(codec.Forward("0.0.0.0", 0, from_seq, to_seq))
 
 
 @dataclass(slots=True)
@@ -76,7 +79,8 @@ class Backbone:
         rate_limit: float = 0,
         confirmed: ConfirmCache | SharedConfirmTable | None = None,
         recent_bytes: int = DEFAULT_BYTES,
-        redeliver_rate: float = REDELIVER_RATE,
+        redeliver_datagrams: float = DATAGRAM_RATE,
+        redeliver_bytes: float = BYTE_RATE,
         multicast: Address | None = None,
     ) -> None:
         self.sequence = SequenceCounter(reserved, reserve_block)
@@ -98,8 +102,7 @@ class Backbone:
         self._recent = RecentLog(recent_bytes)
         self._unkept: list[LogEntry] = []  # handed out, not yet copied into the recent log
         self._asked: OrderedDict[Address, deque[tuple[int, int, float]]] = OrderedDict()  # recent REQUESTs
-        self._redeliveries: deque[list] = deque()  # [requester, next sequence, last sequence]
-        self._redeliver_bucket = TokenBucket(redeliver_rate, REDELIVER_BURST, 0.0)
+        self._redeliveries = Redeliveries(datagram_rate=redeliver_datagrams, byte_rate=redeliver_bytes)
 
     # ------------------------------------------------------------ input
 
@@ -161,11 +164,13 @@ class Backbone:
             held = self.recent.first
             if member is not None and member.subscribes and member.expires > now and held is not None \
                     and to_seq >= held:
-                if len(self._redeliveries) >= MAX_REDELIVERIES:
+                from_seq = max(frame.from_seq, held)
+                if not self._redeliveries.add(requester, from_seq, to_seq, now):
                     self._drop("redelivery queue full")
                 else:
-                    self._redeliveries.append([requester, max(frame.from_seq, held), to_seq])
                     self.counters["redelivery requests"] += 1
+                    if member.flags & codec.FLAG_REDELIVERING:  # it asks again promptly instead of backing off
+                        self._control.append((_notice(from_seq, to_seq), requester))
             elif journaler is None:
                 self._drop("no journaling client")
 
@@ -320,29 +325,19 @@ class Backbone:
         return self._recent
 
     def _redeliver(self, now: float) -> None:
-        """Re-DELIVER queued ranges from the recent log, as far as the pacing allows; the rest waits."""
-        bucket = self._redeliver_bucket
-        queue = self._redeliveries
-        while queue:
-            job = queue[0]
-            requester, from_seq, to_seq = job
-            entry = self.clients.get(requester)
-            frames = []
-            for seq, frame in self.recent.frames(from_seq, to_seq):
-                if bucket.wait_time(now):
-                    job[1] = seq
-                    break
-                frames.append(bytes(frame))
-            else:
-                queue.popleft()
-            if frames:
-                if entry is not None and entry.batches:
-                    self._control.extend((datagram, requester) for datagram in codec.pack_greedy(frames))
-                else:
-                    self._control.extend((f, requester) for f in frames)
-                self.counters["redelivered"] += len(frames)
-            if queue and queue[0] is job:
-                return  # out of tokens
+        """Re-DELIVER queued ranges from the recent log, as far as each requester's pacing allows."""
+        redeliveries = self._redeliveries
+        frames = redeliveries.frames
+        self._control.extend(redeliveries.take(now, self.recent, self._takes_batches, self.batch_bytes))
+        self.counters["redelivered"] += redeliveries.frames - frames
+
+    def _takes_batches(self, requester: Address) -> bool | None:
+        entry = self.clients.get(requester)
+        return entry.batches if entry is not None and entry.subscribes else None
+
+    def next_due(self, now: float) -> float | None:
+        """When a flush next has re-deliveries to send although no datagram arrives; for the drivers' waits."""
+        return self._redeliveries.next_due(now)
 
     def flush_control(self, now: float | None = None) -> Outbox:
         """The reservation to persist, then ACKs, FORWARDs and CONFIRMs (packed for BATCH clients); no DELIVERs."""

@@ -19,11 +19,32 @@ from __future__ import annotations
 import bisect
 import mmap
 from array import array
+from typing import NamedTuple
 
 from fyrehose import codec
 from fyrehose.backbone.pushes import LogEntry
 
 DEFAULT_BYTES = 64 << 20
+
+
+class HeldDatagram(NamedTuple):
+    """One sequenced DELIVER datagram as the log holds it: frames ``first`` .. ``first + count - 1``."""
+
+    first: int
+    count: int
+    step: int  # the common frame size, 0 when sizes differ
+    data: bytes
+
+    @property
+    def last(self) -> int:
+        return self.first + self.count - 1
+
+    def frames(self, from_seq: int, to_seq: int) -> list[bytes]:
+        """Its frames in ``from_seq..to_seq``, each alone (for a subscriber without BATCH)."""
+        bounds = LogEntry(memoryview(self.data), self.count, self.step).frame_bounds()
+        low = max(from_seq, self.first) - self.first
+        high = min(to_seq, self.last) - self.first
+        return [self.data[start:end] for start, end in bounds[low:high + 1]]
 
 
 class RecentLog:
@@ -39,6 +60,7 @@ class RecentLog:
         self._starts = array("q")
         self._lengths = array("q")
         self._steps = array("q")
+        self._counts = array("q")
         self._oldest = 0
 
     def __len__(self) -> int:
@@ -76,9 +98,10 @@ class RecentLog:
             self._starts.append(start)
             self._lengths.append(size)
             self._steps.append(entry.step)
+            self._counts.append(entry.count)
             self._head = end
         if self._oldest > len(starts) // 2:  # drop the forgotten front now and then: amortized O(1)
-            for index in (self._firsts, starts, self._lengths, self._steps):
+            for index in (self._firsts, starts, self._lengths, self._steps, self._counts):
                 del index[:self._oldest]
             self._oldest = 0
         self.bytes = self._head - starts[self._oldest] if len(self) else 0
@@ -107,3 +130,19 @@ class RecentLog:
                 if seq >= from_seq:
                     out.append((seq, region[lo:hi]))
         return out
+
+    def datagram(self, seq: int) -> HeldDatagram | None:
+        """A copy of the held datagram that carries ``seq`` (the oldest held one when ``seq`` is older); None
+        beyond the newest."""
+        firsts = self._firsts
+        oldest = self._oldest
+        if not len(self):
+            return None
+        index = max(oldest, bisect.bisect_right(firsts, seq, lo=oldest) - 1)
+        if seq >= firsts[index] + self._counts[index]:  # past this one: the next, if any (numbers may skip)
+            index += 1
+            if index == len(firsts):
+                return None
+        first, count = firsts[index], self._counts[index]
+        offset = self._starts[index] % self.max_bytes
+        return HeldDatagram(first, count, self._steps[index], bytes(self._view[offset:offset + self._lengths[index]]))

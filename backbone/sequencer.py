@@ -120,7 +120,9 @@ class Sequencer:
                 continue
             if any(ring.backlog() for ring in self.rings):
                 continue
-            self.bell.wait(IDLE_WAIT)
+            now = time.monotonic()
+            due = self.backbone.next_due(now)  # paced re-deliveries go on without a datagram to wake us
+            self.bell.wait(IDLE_WAIT if due is None else min(IDLE_WAIT, due - now))
 
     def _take(self) -> tuple[list[tuple[Ring, int, int]], dict[int, int]]:
         """The records to apply now, in order, and how far to release each ring afterwards."""

@@ -5,6 +5,7 @@ BATCH subscribers get full datagrams while an idle backbone answers at once.
 """
 from __future__ import annotations
 
+import math
 import os
 import select
 import signal
@@ -19,6 +20,7 @@ from fyrehose.backbone.metrics import Metric, MetricsServer, client_metrics, cou
 from fyrehose.backbone.multicast import GroupOptions, enable_group_sends
 from fyrehose.backbone.statefile import ReservationWriter, SequenceStateFile
 from fyrehose.backbone.stopping import StopRequest
+from fyrehose.backbone.trace import StageTrace
 from fyrehose.backbone.udp import SOCKET_BUFFER, bind_udp, send_all
 from fyrehose.readiness import announce_ready
 
@@ -31,8 +33,9 @@ IDLE_POLL_MS = 500
 class SingleProcessBackbone:
     def __init__(self, backbone: Backbone, listen: Address, state: SequenceStateFile,
                  metrics: Address | None = None, socket_buffer: int = SOCKET_BUFFER,
-                 group: GroupOptions | None = None) -> None:
+                 group: GroupOptions | None = None, trace: StageTrace | None = None) -> None:
         self.backbone = backbone
+        self.trace = trace
         self.state = state
         self.reservations = ReservationWriter(state, backbone.sequence.reserved)
         self.sock = bind_udp(listen, buffer_size=socket_buffer)
@@ -72,9 +75,12 @@ class SingleProcessBackbone:
             self._metrics.start()
         try:
             while not self._stop.requested:
-                poller.poll(IDLE_POLL_MS)
+                poller.poll(self._wait_ms())
                 now = time.monotonic()
                 drained = 0
+                trace = self.trace
+                if trace is not None:
+                    trace.woke()
                 for taken in range(DRAIN_LIMIT):
                     try:
                         data, source = recvfrom(RECV_SIZE)
@@ -83,7 +89,13 @@ class SingleProcessBackbone:
                     except OSError:
                         counters["drop:receive error"] += 1
                         continue
-                    receive(data, source, now)
+                    if trace is None:
+                        receive(data, source, now)
+                    else:
+                        record = trace.received(data)
+                        receive(data, source, now)
+                        if record is not None:
+                            trace.sequenced(record)
                     drained += len(data)
                     if drained >= DRAIN_BYTES:
                         break
@@ -97,12 +109,22 @@ class SingleProcessBackbone:
             self.state.write(backbone.sequence.last_issued)
             self._close()
 
+    def _wait_ms(self) -> int:
+        """How long the loop may sleep: until paced re-deliveries may go on, at most IDLE_POLL_MS."""
+        now = time.monotonic()
+        due = self.backbone.next_due(now)
+        return IDLE_POLL_MS if due is None else min(IDLE_POLL_MS, max(0, math.ceil((due - now) * 1000)))
+
     def _flush(self, now: float) -> None:
         out = self.backbone.flush(now)
         if out.reserve is not None:
             self.reservations.submit(out.reserve)
         self.reservations.cover(self.backbone.sequence.last_issued)
+        if self.trace is not None:
+            self.trace.flushed()
         send_all(self.sock, out.sends, self.backbone.counters)
+        if self.trace is not None:
+            self.trace.sent()
         self.backbone.keep_recent()
 
     def _close(self) -> None:
@@ -111,11 +133,14 @@ class SingleProcessBackbone:
         self.sock.close()
         self._stop.close()
         self.state.close()
+        if self.trace is not None:
+            self.trace.close()
 
 
 def run_single(backbone: Backbone, listen: Address, state: SequenceStateFile, metrics: Address | None,
-               socket_buffer: int = SOCKET_BUFFER, group: GroupOptions | None = None) -> int:
-    driver = SingleProcessBackbone(backbone, listen, state, metrics, socket_buffer, group)
+               socket_buffer: int = SOCKET_BUFFER, group: GroupOptions | None = None,
+               trace: StageTrace | None = None) -> int:
+    driver = SingleProcessBackbone(backbone, listen, state, metrics, socket_buffer, group, trace)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: driver.stop())
     announce_ready("backbone", driver.address, f"single process, pid {os.getpid()}, "

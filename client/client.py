@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 import queue
-import select
+import selectors
 import socket
 import sys
 import threading
@@ -54,6 +54,7 @@ from fyrehose.envelope import Envelope, MsgType, Status
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, RequestTimeout
 from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of this module's API
 from fyrehose.fatal import guarded
+from fyrehose.frame_run import FrameRun
 from fyrehose.group_socket import join_group
 from fyrehose.multicast import fallback_notice, parse_group
 from fyrehose.pacing import TokenBucket
@@ -80,7 +81,8 @@ class MessageStore(Protocol):
 
 
 RECEIVE_BUFFER = 8 << 20  # a second of a fast stream: what arrives while the application is busy waits here
-RECEIVE_ROUND = 64  # group datagrams read before the unicast socket gets its turn again (with multicast)
+SEND_WAIT = 1.0  # seconds a send waits for room in the socket's send buffer before it counts as failed
+DRAIN_LIMIT = 64  # datagrams taken from the socket in one go before the timers run again
 MAX_PUBLISH_TIMEOUT = 25.0  # below the backbone's 30 s memory of confirmed tags
 
 
@@ -146,7 +148,7 @@ class Client:
         self.backbone: Address = backbone
         self.subscribing = subscribe
         self.journaling = journal and (subscribe or store is not None) and journal_bytes > 0
-        self.flags = codec.FLAG_HEAD
+        self.flags = codec.FLAG_HEAD | codec.FLAG_REDELIVERING
         if not subscribe:
             self.flags |= codec.FLAG_NOSUBSCRIBE
         if not self.journaling:
@@ -165,16 +167,22 @@ class Client:
                                              serves_forwards=self.journal is not None,
                                              tracker_options=tracker_options, stats=self.stats,
                                              vouch=self.auth.vouches if self.auth is not None else None,
-                                             confirm_retry=confirm_retry,
+                                             confirm_retry=confirm_retry, whole_datagrams=True,
                                              multicast=group is not None and subscribe)
         self._forward_rate = forward_rate
 
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         enlarge_buffers(self.sock, RECEIVE_BUFFER, (socket.SO_RCVBUF,))
         self.sock.bind(bind if bind is not None else (route_source(backbone), 0))
+        self.sock.settimeout(SEND_WAIT)  # the descriptor is non-blocking from here on; sends wait for room
         self.address: Address = self.sock.getsockname()
         self.group: Address | None = group if self.connection.group_watch is not None else None
         self._group_sock = join_group(group, backbone, RECEIVE_BUFFER) if self.group is not None else None  # type: ignore[arg-type]  # set with group
+        # the same socket, read without waiting: by the receive thread after its selector said so, and by the
+        # subscriptions' readers between datagrams (see _pump); only under _receiving, so datagrams stay in order
+        self._incoming = socket.socket(fileno=os.dup(self.sock.fileno()))
+        self._incoming.setblocking(False)
+        self._receiving = threading.Lock()
 
         self._closed = False
         self._lock = threading.Lock()
@@ -238,6 +246,7 @@ class Client:
         self.sock.close()
         if self._group_sock is not None:
             self._group_sock.close()
+        self._incoming.close()
 
     @property
     def reachable(self) -> bool:
@@ -410,7 +419,7 @@ class Client:
             check_pattern(pattern)
         if initial and (pattern is None or not is_literal(pattern)):
             raise ValueError("initial values are per subject: give a subject without wildcards")
-        subscription = Subscription(on_loss, max_queued, pattern, max_queued_bytes)
+        subscription = Subscription(on_loss, max_queued, pattern, max_queued_bytes, pump=self._pump)
         with self._lock:
             if self._tracker is None:
                 self.connection.track(from_seq)
@@ -511,66 +520,51 @@ class Client:
         return self.connection.tracker
 
     def _run(self) -> None:
-        sock = self.sock
         connection = self.connection
-        while not self._closed:
-            now = time.monotonic()
-            self._timers(now)
-            if self._group_sock is not None:
-                self._receive_both(min(max(connection.next_deadline() - time.monotonic(), 0.001), 0.1))
-                continue
-            sock.settimeout(min(max(connection.next_deadline() - time.monotonic(), 0.001), 0.1))
+        selector = selectors.DefaultSelector()  # gevent's when it has patched the process
+        selector.register(self._incoming, selectors.EVENT_READ)
+        group = self._group_sock
+        if group is not None:
+            selector.register(group, selectors.EVENT_READ)
+        try:
+            while not self._closed:
+                with self._receiving:
+                    self._timers(time.monotonic())
+                    self._drain(DRAIN_LIMIT)
+                if group is not None and self._group_sock is not group:  # fell back to unicast: the group is closed
+                    selector.unregister(group)
+                    group = None
+                try:
+                    selector.select(min(max(connection.next_deadline() - time.monotonic(), 0.001), 0.1))
+                except (OSError, ValueError):
+                    if self._closed:
+                        return
+                    raise
+        finally:
+            selector.close()
+
+    def _drain(self, limit: int) -> None:
+        """Hand up to ``limit`` datagrams from each socket (unicast, then the group's) to the connection, without
+        waiting (``_receiving`` held)."""
+        self._drain_socket(self._incoming, limit, False)
+        if self._group_sock is not None:
+            self._drain_socket(self._group_sock, limit, True)
+
+    def _drain_socket(self, sock: socket.socket, limit: int, from_group: bool) -> None:
+        recvfrom = sock.recvfrom
+        for _ in range(limit):
             try:
-                data, source = sock.recvfrom(65536)
-            except (TimeoutError, BlockingIOError):
-                continue
+                data, source = recvfrom(65536)
+            except BlockingIOError:
+                return
             except OSError:
                 if self._closed:
                     return
                 self.stats["receive errors"] += 1
                 continue
-            self._handle(data, source, time.monotonic())
-
-    def _receive_both(self, timeout: float) -> None:
-        """One round over the unicast and the group socket (multicast only).
-
-        The group's socket is non-blocking and drained; the unicast one, which
-        then carries only control and repairs, gives one datagram per round, so
-        no read can wait (a gevent socket waits on EAGAIN instead of raising).
-        """
-        group = self._group_sock
-        if group is None:
-            return
-        sock = self.sock
-        sock.settimeout(timeout)
-        try:
-            ready, _, _ = select.select([sock, group], [], [], timeout)
-        except (OSError, ValueError):  # closed meanwhile
-            return
-        if sock in ready:
-            try:
-                data, source = sock.recvfrom(65536)
-            except (TimeoutError, BlockingIOError):
-                pass
-            except OSError:
-                if not self._closed:
-                    self.stats["receive errors"] += 1
-            else:
-                self._handle(data, source, time.monotonic())
-        if group not in ready:
-            return
-        for _ in range(RECEIVE_ROUND):
-            if self._closed or self._group_sock is not group:
+            self._handle(data, source, time.monotonic(), from_group)
+            if from_group and self._group_sock is not sock:  # fell back: the group's socket is closed
                 return
-            try:
-                data, source = group.recvfrom(65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                if not self._closed:
-                    self.stats["receive errors"] += 1
-                return
-            self._handle(data, source, time.monotonic(), True)
 
     def _leave_group(self) -> None:
         """The connection fell back to unicast: leave the group and say so, once."""
@@ -578,6 +572,25 @@ class Client:
             print(fallback_notice(self.group, self.backbone), file=sys.stderr, flush=True)
             self._group_sock.close()
             self._group_sock = None
+
+    def _pump(self) -> None:
+        """Called by a subscription's reader as it reaches each datagram's messages: drain the socket here.
+
+        The receive thread needs the interpreter to read, and an application
+        iterating in a tight loop holds it, handing it over only every few
+        milliseconds (the switch interval), which at a million messages per
+        second overflows the socket buffer.  The reader holds the interpreter
+        anyway, so it reads what is waiting itself.  When the receive thread
+        holds the lock it is waiting for the interpreter in the middle of a
+        read: the reader waits for the lock, which hands the interpreter over
+        at once instead of after a switch interval.  Timers that are due (a
+        hole to REQUEST) run here too.
+        """
+        with self._receiving:  # held by the receive thread: waiting here hands it the interpreter at once
+            self._drain(DRAIN_LIMIT)
+            now = time.monotonic()
+            if now >= self.connection.next_deadline():  # a REQUEST due need not wait for the receive thread
+                self._timers(now)
 
     def _timers(self, now: float) -> None:
         self._session_timers(now)
@@ -611,6 +624,8 @@ class Client:
             incoming = self.connection.receive(data, source, now)
         if incoming.stored and self.journal is not None:
             self.journal.add_many(incoming.stored)
+        if incoming.runs:
+            self._take_runs(incoming.runs)
         if incoming.events:
             self._emit(incoming.events)
         if incoming.acked:
@@ -623,6 +638,22 @@ class Client:
             except queue.Full:
                 self.stats["forwards dropped"] += 1
                 self.connection.forward_done(forward)
+
+    def _take_runs(self, runs: list[FrameRun]) -> None:
+        """Whole backbone datagrams that continue the stream: kept and routed as they are where nothing needs
+        their messages one by one (so the receive thread's cost is per datagram), else taken apart here."""
+        journal = self.journal
+        if isinstance(journal, MemoryJournal):
+            for run in runs:
+                journal.add_run(run)
+        elif journal is not None:
+            for run in runs:
+                journal.add_many(run.messages())
+        if self.auth is None and not self._router.wants_envelopes:
+            self._router.route_runs(runs)
+            return
+        for run in runs:
+            self._emit([Message(seq, payload) for seq, payload in run.messages()])
 
     # ------------------------------------------------------------ serving FORWARDs
 

@@ -34,6 +34,7 @@ FLAG_NOJOURNAL = 0x2
 FLAG_BATCH = 0x4
 FLAG_HEAD = 0x8  # extension: the KEEPALIVE-ACK also carries the last sequence issued
 FLAG_MULTICAST = 0x10  # extension: this client takes DELIVERs from the backbone's multicast group, none unicast
+FLAG_REDELIVERING = 0x20  # extension: the client takes a FORWARD to 0.0.0.0:0 as "the backbone re-DELIVERs this"
 
 MAX_DATAGRAM = 65507  # largest IPv4 UDP payload
 FRAME_HEADER = 9  # type(1) length(2) sequence-or-tag(6)

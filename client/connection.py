@@ -25,6 +25,7 @@ from fyrehose.multicast import FALLBACK_INTERVALS, GroupWatch
 from fyrehose.publishing import Finished, PendingPublishes
 from fyrehose.tracker import Event, SequenceTracker
 
+_BACKBONE_ITSELF = "0.0.0.0"  # a FORWARD naming it (port 0): the backbone re-DELIVERs the range (FLAG_REDELIVERING)
 TOKENS_REMEMBERED = 8  # KEEPALIVE tokens whose ACK still counts (several keepalives may be in flight)
 
 
@@ -180,6 +181,10 @@ class BackboneConnection:
             forward = frames[0]
             if not isinstance(forward, codec.Forward):
                 self.stats["malformed"] += 1
+            elif forward.port == 0 and forward.addr == _BACKBONE_ITSELF:  # the REDELIVERING notice
+                self.stats["redelivery notices"] += 1
+                if self.tracker is not None:
+                    self.tracker.backbone_answers(forward.from_seq, forward.to_seq, now)
             elif not self.serves_forwards:
                 self.stats["forwards ignored"] += 1
             elif forward in self._queued_forwards:  # a retried REQUEST: the first answer is on its way
@@ -254,7 +259,8 @@ class BackboneConnection:
         self.stats["delivered frames"] += len(spans)
 
     def _deliver_uniform_run(self, data: bytes, tracker: SequenceTracker, incoming: Incoming, now: float) -> bool:
-        """The commonest case of all without a scan: frames of one size whose numbers continue the stream."""
+        """The commonest case of all without a scan: frames of one size whose numbers continue the stream, or
+        (while a hole is open) lie beyond everything seen."""
         step = codec.uniform_step(data, codec.DELIVER)
         if not step:
             return False
@@ -265,15 +271,23 @@ class BackboneConnection:
         if self.whole_datagrams:
             if tracker.advance(first, count):
                 incoming.runs.append(FrameRun(first, count, step, data))
-            elif self.buffer_runs and (released := tracker.buffer_run(FrameRun(first, count, step, data), now)) is not None:
+                self.stats["delivered frames"] += count
+                return True
+            if self.buffer_runs and (released := tracker.buffer_run(FrameRun(first, count, step, data), now)) is not None:
                 incoming.events.extend(released)
-            else:
-                return False
-            self.stats["delivered frames"] += count
-            return True
+                self.stats["delivered frames"] += count
+                return True
         header = codec.FRAME_HEADER
         payloads = [data[start + header:start + step] for start in range(0, len(data), step)]
-        return self._take_run(first, payloads, tracker, incoming)
+        if self._take_run(first, payloads, tracker, incoming):
+            return True
+        events = tracker.deliver_ahead(first, payloads, now)
+        if events is None:
+            return False
+        incoming.stored.extend(zip(range(first, first + count), payloads))
+        incoming.events.extend(events)
+        self.stats["delivered frames"] += count
+        return True
 
     def _deliver_run(self, data: bytes, spans: list[tuple[int, int, int]], tracker: SequenceTracker,
                      incoming: Incoming) -> bool:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from fyrehose.envelope import Envelope
+from fyrehose.frame_run import FrameRun
 from fyrehose.subject_stream import SubjectMessage
 from fyrehose.subjects import SubjectIndex
 from fyrehose.subscription import Subscription
@@ -100,6 +101,15 @@ class SubjectRouter:
             for subscription in self._subscriptions:
                 if subscription.pattern is None and not subscription.closed:
                     subscription._offer_many(messages)
+
+    def route_runs(self, runs: list[FrameRun]) -> None:
+        """Whole datagrams of messages that no pattern, gate or waiter needs: to every raw subscription, as they
+        are (each reader turns them into messages when it reaches them)."""
+        with self._lock:
+            for subscription in self._subscriptions:
+                if subscription.pattern is None and not subscription.closed:
+                    for run in runs:
+                        subscription._offer_run(run)
 
     def route(self, message: Message, opened: Envelope | None) -> None:
         """One message in sequence order, with its envelope when the client opened (and accepted) one.

@@ -9,11 +9,14 @@ from the start position onwards comes out exactly once, either as a
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from itertools import repeat
 from typing import NamedTuple
 
 from fyrehose.frame_run import FrameRun
+
+MAX_RECOVERIES = 100_000
 
 
 class Message(NamedTuple):
@@ -61,6 +64,8 @@ class SequenceTracker:
         max_buffered: int = 1_000_000,
         head_delay: float = 0.5,
         forward_rate: float = 50_000,
+        redelivery_retry: float = 0.02,
+        redelivery_rate: float = 1_000_000,
     ) -> None:
         """``start`` is the first sequence wanted (None: whatever arrives first).
 
@@ -72,6 +77,11 @@ class SequenceTracker:
         A hole learnt only from the backbone's HEAD waits ``head_delay``: its
         DELIVERs are usually just behind.  ``max_buffered`` bounds the
         out-of-order buffer: past it the oldest hole is given up early.
+        When the backbone says it re-DELIVERs a range itself
+        (:meth:`backbone_answers`), what is still missing of it is asked for
+        again ``redelivery_retry`` seconds later, plus the time the range takes
+        at ``redelivery_rate`` messages/s, with no back-off: the backbone
+        answers at once, and a REQUEST it never got is the likelier failure.
         """
         self.next: int | None = start  # the next sequence to hand out
         self.highest = 0 if start is None else start - 1  # highest sequence known to exist (once started)
@@ -83,12 +93,17 @@ class SequenceTracker:
         self.max_buffered = max_buffered
         self.head_delay = head_delay
         self.forward_rate = forward_rate
+        self.redelivery_retry = redelivery_retry
+        self.redelivery_rate = redelivery_rate
         self._buffer: dict[int, bytes] = {}
         self._runs: dict[int, FrameRun] = {}  # whole datagrams beyond a hole, by first sequence (buffer_run)
         self._run_messages = 0  # messages in those runs, counted against max_buffered
         self._holes: list[_Hole] = []  # disjoint, ascending, all below or at `highest`
         self.duplicates = 0
         self.lost = 0
+        # seconds from noticing a hole to its last sequence's arrival, per hole filled (a split hole: per part),
+        # for the bench's recovery figures; the first MAX_RECOVERIES only
+        self.recoveries = array("d")
 
     @property
     def started(self) -> bool:
@@ -125,7 +140,8 @@ class SequenceTracker:
                 self._holes.append(_Hole(self.highest + 1, seq - 1, now, now + self.request_delay))
             self.highest = seq
         else:
-            if not self._fill(seq):
+            filled = self._fill(seq, now)
+            if not filled:
                 self.duplicates += 1
                 return []
         if seq != self.next:
@@ -187,6 +203,28 @@ class SequenceTracker:
             return self._give_up_front("buffer full")
         return []
 
+    def deliver_ahead(self, first: int, payloads: list[bytes], now: float) -> list[Event] | None:
+        """Take DELIVERs ``first``, ``first + 1``, ... that all lie beyond every sequence seen, in one step.
+
+        While a hole is open the stream keeps arriving at its full rate; such
+        a run is buffered (a hole opened before it if it skips sequences)
+        without a Python step per message.  None when the run does not lie
+        wholly beyond :attr:`highest` (the caller takes it one by one).
+        """
+        if self.next is None or first <= self.highest or not payloads:
+            return None
+        if first > self.highest + 1:
+            self._holes.append(_Hole(self.highest + 1, first - 1, now, now + self.request_delay))
+        last = first + len(payloads) - 1
+        self.highest = last
+        if first == self.next:  # no hole before it after all
+            self.next = last + 1
+            return list(map(tuple.__new__, repeat(Message), zip(range(first, last + 1), payloads)))
+        self._buffer.update(zip(range(first, last + 1), payloads))
+        if len(self._buffer) + self._run_messages > self.max_buffered:
+            return self._give_up_front("buffer full")
+        return []
+
     def head(self, last_issued: int, now: float) -> None:
         """Learn the backbone's last issued sequence (from a KEEPALIVE-ACK) to notice lost tails."""
         if self.next is None or last_issued <= self.highest:
@@ -211,13 +249,25 @@ class SequenceTracker:
             hole.next_request = now + max(backoff, (hole.last - hole.first + 1) / self.forward_rate)
         return requests, events
 
+    def backbone_answers(self, from_seq: int, to_seq: int, now: float) -> None:
+        """The backbone re-DELIVERs ``from_seq..to_seq`` itself: what is still missing of it is asked for again
+        promptly instead of after the back-off."""
+        for hole in self._holes:
+            if hole.first > to_seq:
+                break
+            if hole.last < from_seq:
+                continue
+            span = min(hole.last, to_seq) - max(hole.first, from_seq) + 1
+            hole.next_request = now + self.redelivery_retry + span / self.redelivery_rate
+
     def next_deadline(self) -> float | None:
         if not self._holes:
             return None
         return min(min(h.next_request for h in self._holes), self._holes[0].noticed + self.give_up_after)
 
-    def _fill(self, seq: int) -> bool:
-        """Remove ``seq`` from the hole holding it; False when no hole holds it."""
+    def _fill(self, seq: int, now: float) -> bool:
+        """Remove ``seq`` from the hole holding it; False when no hole holds it.  A hole it closes counts in
+        :attr:`recoveries`."""
         holes = self._holes
         for index, hole in enumerate(holes):  # noqa: B007 (index is used after the break)
             if hole.first <= seq <= hole.last:
@@ -226,6 +276,8 @@ class SequenceTracker:
             return False
         if hole.first == hole.last:
             del holes[index]
+            if len(self.recoveries) < MAX_RECOVERIES:
+                self.recoveries.append(now - hole.noticed)
         elif seq == hole.first:
             hole.first += 1
         elif seq == hole.last:

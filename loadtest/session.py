@@ -24,7 +24,7 @@ from fyrehose.recent_messages import MemoryJournal
 from fyrehose.tracker import Event, Lost, Message
 
 KEEPALIVE_INTERVAL = 0.5
-FLAGS = codec.FLAG_BATCH | codec.FLAG_HEAD  # subscribes and journals: peers' gaps are served from it
+FLAGS = codec.FLAG_BATCH | codec.FLAG_HEAD | codec.FLAG_REDELIVERING  # subscribes and journals: peers' gaps are served from it
 
 _seq = itemgetter(0)
 _data = itemgetter(1)

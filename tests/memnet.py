@@ -57,8 +57,8 @@ class MemoryNetwork:
         self._next_tag = 1
 
     def client(self, port: int, *, subscribe: bool = True, journal: bool = True, batch: bool = True,
-               from_seq: int | None = None, **tracker_options) -> MemoryClient:
-        flags = codec.FLAG_HEAD | (codec.FLAG_BATCH if batch else 0)
+               from_seq: int | None = None, redelivering: bool = False, **tracker_options) -> MemoryClient:
+        flags = codec.FLAG_HEAD | (codec.FLAG_BATCH if batch else 0) | (codec.FLAG_REDELIVERING if redelivering else 0)
         flags |= 0 if subscribe else codec.FLAG_NOSUBSCRIBE
         flags |= 0 if journal and subscribe else codec.FLAG_NOJOURNAL
         tokens = iter(range(1, 1 << 30))

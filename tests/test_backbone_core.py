@@ -1076,33 +1076,43 @@ def test_a_repeated_request_is_forwarded_again_and_redelivered_by_the_backbone()
     assert redelivered(sends(bb.flush(T0 + 5.0)), A) == []
 
 
-def test_redelivery_to_a_batch_client_is_packed_and_a_range_partly_evicted_sends_what_is_held():
+def test_redelivery_to_a_batch_client_resends_the_held_datagrams_as_sequenced_and_what_is_held_of_a_range():
     bb = Backbone(rng=random.Random(2), recent_bytes=40)  # room for about three one-frame datagrams
     ka(bb, A, T0, flags=codec.FLAG_NOJOURNAL | codec.FLAG_BATCH)
+    originals = {}
     for i in range(6):
         push(bb, PUB, T0, bytes([i]))
-        bb.flush(T0)
+        for data, dest in sends(bb.flush(T0)):
+            if dest == A and data[0] == codec.DELIVER:
+                originals[codec.decode(data)[0].seq] = data
     held = bb.recent.first
     assert held is not None and held > 1
     request(bb, A, T0 + 0.1, 1, 6)
     out = sends(bb.flush(T0 + 0.1))
     assert [seq for seq, _ in redelivered(out, A)] == list(range(held, 7))
-    assert len([d for d, dest in out if dest == A and d[0] == codec.DELIVER]) == 1  # one packed datagram
+    assert [d for d, dest in out if dest == A and d[0] == codec.DELIVER] == [originals[s] for s in range(held, 7)]
 
 
-def test_redelivery_is_paced_and_resumes_where_it_stopped():
-    bb = Backbone(rng=random.Random(2), redeliver_rate=1000.0)  # bursts of 4096, then 1000/s
+def test_redelivery_is_paced_per_requester_in_datagrams_and_resumes_where_it_stopped():
+    bb = Backbone(rng=random.Random(2), redeliver_datagrams=1000.0)  # bursts of 32 datagrams, then 1000/s
     ka(bb, A, T0, flags=codec.FLAG_NOJOURNAL | codec.FLAG_BATCH)
-    push(bb, PUB, T0, *[b"m" for _ in range(5000)])
+    for i in range(100):
+        push(bb, PUB, T0, *[bytes([i])] * 10)  # datagrams of ten frames
     bb.flush(T0)
-    request(bb, A, T0 + 1, 1, 5000)
-    first = [seq for seq, _ in redelivered(sends(bb.flush(T0 + 1)), A)]
-    assert first == list(range(1, 4097))
-    assert bb.pending()
-    later = [seq for seq, _ in redelivered(sends(bb.flush(T0 + 1.5)), A)]
-    assert later == list(range(4097, 4597))  # half a second at 1000/s
-    rest = [seq for seq, _ in redelivered(sends(bb.flush(T0 + 3)), A)]
-    assert rest == list(range(4597, 5001)) and not bb.pending()
+    request(bb, A, T0 + 1, 1, 1000)
+    first = [d for d, dest in sends(bb.flush(T0 + 1)) if dest == A]
+    assert len(first) == 32 and codec.decode(first[-1])[-1].seq == 320
+    assert bb.pending() and bb.next_due(T0 + 1) == pytest.approx(T0 + 1.001)
+    later = [d for d, dest in sends(bb.flush(T0 + 1.0205)) if dest == A]
+    assert len(later) == 20 and codec.decode(later[0])[0].seq == 321  # 20 ms at 1000/s
+    rest = [d for d, dest in sends(bb.flush(T0 + 2)) if dest == A]
+    assert len(rest) == 32  # a long pause gives no more than a burst
+    now = T0 + 2
+    for _ in range(100):
+        now += 0.01
+        rest += [d for d, dest in sends(bb.flush(now)) if dest == A]
+    seqs = [f.seq for d in first + later + rest for f in codec.decode(d)]
+    assert seqs == list(range(1, 1001)) and not bb.pending() and bb.next_due(now) is None
 
 
 def test_a_request_beyond_what_the_log_holds_with_no_journaler_is_dropped():

@@ -552,11 +552,18 @@ def test_client_mode_drives_each_python_client_end_to_end(tmp_path):
         assert result["msgs_per_s"] > 0 and result["publish_per_s"] > 0
         assert result["publish_cpu_us"] > 0 and result["iterate_cpu_us"] > 0
         assert result["server_cpu_us"] >= 0  # the kernel counts a server's CPU in 10 ms ticks: 20,000 messages may be 0
+        low, middle, high = result["msgs_per_s_spread"]
+        assert low <= middle <= high and middle == result["msgs_per_s"]
+        fyrehose = result["target"].startswith("fyrehose")
+        assert (result["requests"] is not None) == fyrehose and (measured["holes"] is not None) == fyrehose
+        assert (result["recovery_p50_ms"] is None) == (not result["holes"])
     assert "fyrehose/fyrehose-single" not in doc["ratios"]
+    for pair, (low, middle, high) in doc["ratio_spreads"].items():
+        assert low <= middle <= high and doc["ratios"][pair] == middle
     if _installed(NATS):
         assert doc["ratios"]["fyrehose-single/nats"] > 0 and doc["ratios"]["fyrehose/nats-callback"] > 0
     table = done.stdout.decode()
-    assert all(target in table for target in targets) and "iterate us/msg" in table
+    assert all(target in table for target in targets) and "iterate us/msg" in table and "recovery p50/p99 ms" in table
 
 
 @pytest.mark.parametrize("args, message", [

@@ -166,7 +166,7 @@ def test_a_service_whose_receive_thread_dies_exits_with_one_line(backbone_factor
         from fyrehose.fatal import exit_on_thread_death
         exit_on_thread_death("sub")
         client = Client({backbone.address!r})
-        def broken(data, source, now):
+        def broken(*args):
             raise RuntimeError("bug in handling")
         client._handle = broken
         poke = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -257,8 +257,8 @@ def test_a_repeated_forward_is_served_once_until_the_driver_is_done_with_it():
 
 
 @pytest.mark.parametrize(("module", "target", "argv", "worker"), [
-    ("fyrehose.gateways.bridge", "Bridge._fan_out_loop", ["gateway", "redis", "--listen", "127.0.0.1:0"],
-     "gateway fan-out"),
+    ("fyrehose.gateways.link", "BackboneLink._receive_loop", ["gateway", "redis", "--listen", "127.0.0.1:0"],
+     "gateway backbone receive"),
     ("fyrehose.journal.service", "JournalService._maintain", ["journal", "--dir", "{tmp}"], "journal maintenance"),
 ])
 def test_a_real_service_whose_worker_dies_exits_with_one_line(backbone_factory, tmp_path, module, target, argv, worker):
@@ -273,6 +273,7 @@ def test_a_real_service_whose_worker_dies_exits_with_one_line(backbone_factory, 
         from fyrehose.cli import main
         def broken(self, *args):
             raise RuntimeError("a bug")
+        getattr(module.{owner}, {method!r})  # the worker must exist: replacing a name nobody calls proves nothing
         setattr(module.{owner}, {method!r}, broken)
         sys.exit(main({argv!r}))
     """)

@@ -27,6 +27,11 @@ SUBJECT = "bench"
 READY_TIMEOUT = 10.0
 
 
+# what a subscriber iterated: messages, messages lost, and (fyrehose) its recovery: REQUESTs sent and the seconds
+# from noticing each hole to filling it
+Iterated = tuple[int, int, dict]
+
+
 @dataclass(frozen=True)
 class ClientSpec:
     protocol: str
@@ -57,7 +62,7 @@ def _fyrehose_publish(spec: ClientSpec, ready: Callable[[], None]) -> None:
             client.publish_many(chunk)
 
 
-def _fyrehose_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> tuple[int, int]:
+def _fyrehose_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> Iterated:
     from fyrehose import Client
     from fyrehose.tracker import Lost
 
@@ -72,7 +77,10 @@ def _fyrehose_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> tuple[in
                 received += 1
             if received + lost >= spec.messages:
                 break
-    return received, lost
+        tracker = client.connection.tracker
+        recovery = {"requests": client.stats["requests"],
+                    "recoveries": list(tracker.recoveries) if tracker is not None else []}
+    return received, lost, recovery
 
 
 def _redis_publish(spec: ClientSpec, ready: Callable[[], None]) -> None:
@@ -92,7 +100,7 @@ def _redis_publish(spec: ClientSpec, ready: Callable[[], None]) -> None:
         client.close()
 
 
-def _redis_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> tuple[int, int]:
+def _redis_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> Iterated:
     import redis
 
     client = redis.Redis(host=spec.address[0], port=spec.address[1])
@@ -111,7 +119,7 @@ def _redis_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> tuple[int, 
     finally:
         pubsub.close()
         client.close()
-    return received, 0
+    return received, 0, {}
 
 
 def _nats_publish(spec: ClientSpec, ready: Callable[[], None]) -> None:
@@ -133,7 +141,7 @@ def _nats_publish(spec: ClientSpec, ready: Callable[[], None]) -> None:
     asyncio.run(main())
 
 
-def _nats_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> tuple[int, int]:
+def _nats_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> Iterated:
     """``async for`` over the subscription's messages, or (``spec.callback``) a message callback: nats-py's fastest."""
     import nats
 
@@ -165,7 +173,7 @@ def _nats_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> tuple[int, i
             await client.close()
         return received
 
-    return asyncio.run(main()), 0
+    return asyncio.run(main()), 0, {}
 
 
 _PUBLISHERS = {FYREHOSE: _fyrehose_publish, REDIS: _redis_publish, NATS: _nats_publish}
@@ -199,7 +207,8 @@ def publisher_main(conn: Connection, spec: ClientSpec) -> None:
 
 
 def subscriber_main(conn: Connection, spec: ClientSpec) -> None:
-    """Subscribes, reports ready, iterates until every message arrived: {received, lost, last, cpu}."""
+    """Subscribes, reports ready, iterates until every message arrived: {received, lost, last, cpu}, and for
+    fyrehose {requests, recoveries}."""
     _leave_interrupts_to_the_orchestrator()
     start: dict[str, float] = {}
 
@@ -208,10 +217,10 @@ def subscriber_main(conn: Connection, spec: ClientSpec) -> None:
         conn.send(("ready", os.getpid()))
 
     try:
-        received, lost = _SUBSCRIBERS[spec.protocol](spec, ready)
+        received, lost, recovery = _SUBSCRIBERS[spec.protocol](spec, ready)
         last = time.monotonic()
         conn.send(("result", {"received": received, "lost": lost, "last": last,
-                              "cpu": time.process_time() - start["cpu"]}))
+                              "cpu": time.process_time() - start["cpu"], **recovery}))
     except Exception as exc:  # reported to the orchestrator, which ends the run with it
         conn.send(("error", _describe(exc)))
     finally:

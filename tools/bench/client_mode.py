@@ -1,4 +1,4 @@
-"""``fyrehose bench client``: the Python clients side by side, rounds alternated, medians reported.
+"""``fyrehose bench client``: the Python clients side by side, rounds alternated, min/median/max reported.
 
 Each step starts a fresh server, forks one subscriber (subscribed before
 anything is published) and one publisher, and measures:
@@ -8,19 +8,28 @@ anything is published) and one publisher, and measures:
 - ``publish_per_s``: the publisher's own rate (first to last publish call);
 - ``publish_cpu_us``, ``iterate_cpu_us`` and ``server_cpu_us``: CPU time
   per message of the publisher and subscriber processes (every thread of the
-  client included) and of the server (all its processes).
+  client included) and of the server (all its processes);
+- for fyrehose, ``requests`` (REQUESTs the subscriber sent) and the
+  recovery time of each hole (noticed to filled), as p50/p99 ms.
+
+A median hides the slow runs, so every rate is also given as its minimum
+and maximum over the rounds, and each ratio against a peer as the worst,
+median and best of the per-round ratios (``--rounds 10`` for the figures).
 
 The JSON form::
 
     {"machine": {...}, "settings": {...}, "results": [{"target": ..., "msgs_per_s": float,
-      "publish_per_s": float, "publish_cpu_us": float, "iterate_cpu_us": float, "server_cpu_us": float,
-      "lost": int, "rounds": [...]}, ...], "ratios": {"fyrehose/nats": float, ...}}
+      "msgs_per_s_spread": [min, median, max], "publish_per_s": float, "publish_cpu_us": float,
+      "iterate_cpu_us": float, "server_cpu_us": float, "lost": int, "requests": int | null,
+      "holes": int | null, "recovery_p50_ms": float | null, "recovery_p99_ms": float | null,
+      "rounds": [...]}, ...],
+     "ratios": {"fyrehose/nats": float, ...}, "ratio_spreads": {"fyrehose/nats": [min, median, max], ...}}
 """
 from __future__ import annotations
 
 import multiprocessing
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -60,6 +69,16 @@ class ClientRound:
     server_cpu_us: float  # every process of the server together
     received: int
     lost: int
+    requests: int | None = None  # fyrehose only: REQUESTs the subscriber sent
+    recovery_s: list[float] = field(default_factory=list, repr=False)  # fyrehose: per hole, noticed to filled
+
+    def record(self) -> dict:
+        """The round for the JSON document: recovery as a count and percentiles, not every sample."""
+        out = asdict(self)
+        samples = out.pop("recovery_s")
+        out["holes"] = len(samples) if self.requests is not None else None
+        out["recovery_p50_ms"], out["recovery_p99_ms"] = stats.recovery_ms(samples)
+        return out
 
 
 def parse_client_targets(text: str) -> list[Target]:
@@ -115,6 +134,8 @@ def measure(settings: ClientSettings, target: Target, binaries: dict[str, str], 
         server_cpu_us=server_cpu / messages * 1e6,
         received=iterated["received"],
         lost=iterated["lost"],
+        requests=iterated.get("requests"),
+        recovery_s=iterated.get("recoveries", []),
     )
 
 
@@ -128,36 +149,54 @@ def run_rounds(settings: ClientSettings, binaries: dict[str, str], workdir: Path
             print(f"round {number}/{settings.rounds} {target.name}: {result.msgs_per_s:,.0f} msgs/s "
                   f"(publish {result.publish_per_s:,.0f}/s, {result.publish_cpu_us:.2f} us/msg; "
                   f"iterate {result.iterate_cpu_us:.2f} us/msg; server {result.server_cpu_us:.2f} us/msg; "
-                  f"lost {result.lost})", flush=True)
+                  f"lost {result.lost}{_recovery_note(result)})", flush=True)
             rounds[target.name].append(result)
     return rounds
+
+
+def _recovery_note(result: ClientRound) -> str:
+    if result.requests is None:
+        return ""
+    p50, p99 = stats.recovery_ms(result.recovery_s)
+    holes = len(result.recovery_s)
+    filled = f", filled p50 {p50:.1f} / p99 {p99:.1f} ms" if holes else ""
+    return f"; {result.requests} REQUESTs, {holes} holes{filled}"
 
 
 def _summary(target: str, results: list[ClientRound]) -> dict:
     def med(name: str) -> float | None:
         return stats.median(getattr(result, name) for result in results)
 
+    fyrehose = all(result.requests is not None for result in results)
+    samples = [seconds for result in results for seconds in result.recovery_s]
+    p50, p99 = stats.recovery_ms(samples)
     return {
         "target": target,
         "msgs_per_s": med("msgs_per_s"),
+        "msgs_per_s_spread": stats.spread(result.msgs_per_s for result in results),
         "publish_per_s": med("publish_per_s"),
         "publish_cpu_us": med("publish_cpu_us"),
         "iterate_cpu_us": med("iterate_cpu_us"),
         "server_cpu_us": med("server_cpu_us"),
         "lost": sum(result.lost for result in results),
-        "rounds": [asdict(result) for result in results],
+        "requests": sum(result.requests or 0 for result in results) if fyrehose else None,
+        "holes": len(samples) if fyrehose else None,
+        "recovery_p50_ms": p50,
+        "recovery_p99_ms": p99,
+        "rounds": [result.record() for result in results],
     }
 
 
-def _ratios(rounds: dict[str, list[ClientRound]]) -> dict[str, float]:
-    """Each fyrehose target against each peer: the median of the per-round ratios (run side by side)."""
+def _ratio_spreads(rounds: dict[str, list[ClientRound]]) -> dict[str, tuple[float, float, float]]:
+    """Each fyrehose target against each peer: worst, median and best of the per-round ratios (side by side)."""
     out = {}
     for target in ("fyrehose", "fyrehose-single"):
         for peer in (NATS, CALLBACK_TARGET, REDIS):
             if target in rounds and peer in rounds:
-                pairs = [a.msgs_per_s / b.msgs_per_s for a, b in zip(rounds[target], rounds[peer]) if b.msgs_per_s]
-                if pairs:
-                    out[f"{target}/{peer}"] = stats.median(pairs)
+                spread = stats.spread(a.msgs_per_s / b.msgs_per_s
+                                      for a, b in zip(rounds[target], rounds[peer]) if b.msgs_per_s)
+                if spread is not None:
+                    out[f"{target}/{peer}"] = spread
     return out
 
 
@@ -168,7 +207,8 @@ def document(settings: ClientSettings, machine: dict, rounds: dict[str, list[Cli
         "machine": machine,
         "settings": record,
         "results": [_summary(target.name, rounds[target.name]) for target in settings.targets],
-        "ratios": _ratios(rounds),
+        "ratios": {pair: spread[1] for pair, spread in _ratio_spreads(rounds).items()},
+        "ratio_spreads": _ratio_spreads(rounds),
     }
 
 
@@ -177,17 +217,23 @@ def write_table(doc: dict, out: TextIO) -> None:
     out.write(f"fyrehose bench client: {settings['messages']:,} messages of {settings['payload']} bytes in batches "
               f"of {settings['batch']:,}, one publisher and one subscriber process, {settings['rounds']} round(s); "
               f"machine: {machine['cores']} cores, {machine['cpu_model']}\n")
-    rows = [("target", "msgs/s end to end", "publish/s", "publish us/msg", "iterate us/msg", "server us/msg",
-             "lost")]
+    rows = [("target", "msgs/s min", "median", "max", "publish/s", "publish us/msg", "iterate us/msg",
+             "server us/msg", "lost", "REQUESTs", "recovery p50/p99 ms")]
     for result in doc["results"]:
-        rows.append((result["target"], f"{result['msgs_per_s']:,.0f}", f"{result['publish_per_s']:,.0f}",
-                     f"{result['publish_cpu_us']:.2f}", f"{result['iterate_cpu_us']:.2f}",
-                     f"{result['server_cpu_us']:.2f}", f"{result['lost']:,}"))
+        low, middle, high = result["msgs_per_s_spread"]
+        recovery = "-" if result["recovery_p50_ms"] is None else \
+            f"{result['recovery_p50_ms']:.1f} / {result['recovery_p99_ms']:.1f}"
+        rows.append((result["target"], f"{low:,.0f}", f"{middle:,.0f}", f"{high:,.0f}",
+                     f"{result['publish_per_s']:,.0f}", f"{result['publish_cpu_us']:.2f}",
+                     f"{result['iterate_cpu_us']:.2f}", f"{result['server_cpu_us']:.2f}", f"{result['lost']:,}",
+                     "-" if result["requests"] is None else f"{result['requests']:,}", recovery))
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     for row in rows:
         cells = [row[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]
         out.write("  ".join(cells).rstrip() + "\n")
-    out.write("msgs/s: first publish to last message iterated; us/msg: CPU time per message of the publisher, the "
-              "subscriber (all their threads) and the server (all its processes); figures are medians over rounds\n")
-    for pair, ratio in doc["ratios"].items():
-        out.write(f"ratio {pair}: {ratio:.2f}x end to end (median of per-round ratios)\n")
+    out.write("msgs/s: first publish to last message iterated, min/median/max over rounds (a fresh server each); "
+              "us/msg: CPU time per message of the publisher, the subscriber (all their threads) and the server (all "
+              "its processes), medians; REQUESTs: sent by the subscriber in all rounds; recovery: each hole from "
+              "noticed to filled, all rounds pooled\n")
+    for pair, (low, middle, high) in doc["ratio_spreads"].items():
+        out.write(f"ratio {pair}: {middle:.2f}x end to end (per round: worst {low:.2f}x, best {high:.2f}x)\n")

@@ -26,6 +26,21 @@ def _workers(text: str) -> int | str:
     return text if text == "auto" else positive_int(text)
 
 
+def _cpus(text: str) -> tuple[int, ...]:
+    """A CPU list as taskset takes it: ``0``, ``0,2``, ``2-3``."""
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            low, dash, high = part.partition("-")
+            first, last = int(low), int(high if dash else low)
+            if first < 0 or last < first:
+                raise ValueError
+            cpus.update(range(first, last + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a CPU list such as 0,2-3, got {text!r}") from None
+    return tuple(sorted(cpus))
+
+
 def _payload(text: str) -> int:
     value = positive_int(text)
     if not MIN_PAYLOAD <= value <= MAX_PAYLOAD:
@@ -72,6 +87,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a count or 'auto' (default auto: the multi-process layout sized to the CPUs)")
     parser.add_argument("--fanout", type=positive_int, metavar="F",
                         help="--fanout of the multi-process backbone (default: the backbone's own)")
+    parser.add_argument("--server-cpus", type=_cpus, metavar="LIST",
+                        help="pin every target's server (all its processes) to these CPUs, e.g. 0 or 0-1: peers "
+                             "tuned the same way (docs/operations.md, host tuning)")
+    parser.add_argument("--generator-cpus", type=_cpus, metavar="LIST",
+                        help="pin the publishers and subscribers to these CPUs")
+    parser.add_argument("--drop-every", type=non_negative_int, default=0, metavar="N",
+                        help="fyrehose subscribers discard one DELIVER datagram in N as if the network lost it, so "
+                             "the recovery column measures holes at the step's rate (default 0: none); the "
+                             "discarded ones count as loss before recovery")
+    parser.add_argument("--trace", metavar="DIR",
+                        help="single-process backbones (fyrehose-single) write a stage trace of every step into "
+                             "DIR, one STEP.trace each (python -m fyrehose.backbone.trace FILE; docs/operations.md)")
     parser.add_argument("--messages", type=positive_int, default=300_000, metavar="N",
                         help="client mode: messages the publisher publishes (default 300000)")
     parser.add_argument("--batch", type=positive_int, default=1000, metavar="N",
@@ -118,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
             targets = parse_targets(args.targets or DEFAULT_TARGETS)
     except ValueError as exc:
         raise BenchError(f"--targets: {exc}") from None
+    if args.trace:
+        Path(args.trace).mkdir(parents=True, exist_ok=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).touch()  # a path that cannot be written fails now, not after the whole run
@@ -144,6 +173,8 @@ def run(args: argparse.Namespace) -> int:
                 targets=targets, publishers=args.publishers, subscribers=args.subscribers, payload=args.payload,
                 duration=args.duration, rate=args.rate, latency_rate=args.latency_rate, rounds=args.rounds,
                 search_steps=args.search_steps, grace=args.grace, workers=args.workers, fanout=args.fanout,
+                trace=args.trace, server_cpus=args.server_cpus, generator_cpus=args.generator_cpus,
+                drop_every=args.drop_every,
             )
             preflight(settings, binaries, Path(workdir) / "preflight")
             doc = report.document(settings, machine, run_rounds(settings, binaries, Path(workdir) / "run"))

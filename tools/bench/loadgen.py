@@ -30,6 +30,7 @@ from fyrehose.connection import BackboneConnection
 from fyrehose.sockets import enlarge_buffers
 from fyrehose.tools.bench import wire
 from fyrehose.tools.bench.offer_schedule import OfferSchedule
+from fyrehose.tools.bench.recovery import HoleRecovery
 from fyrehose.tools.bench.scanning import (
     DeliverScanner,
     NatsStream,
@@ -57,6 +58,7 @@ class LoadSpec:
     payload_size: int
     rate: float | None = None  # publishers: messages/s this one offers; None = as fast as it can
     batch: bool = True  # fyrehose subscribers: set the BATCH flag
+    drop_every: int = 0  # fyrehose subscribers: discard one DELIVER datagram in N as if lost, to open holes
 
 
 def _await_start(conn: Connection, idle=lambda now: None) -> tuple[float, float, float] | None:
@@ -255,6 +257,10 @@ class _Receiver(abc.ABC):
         """Counts of what arrived but could not count as a message (a TCP stream has none: it raises)."""
         return {}
 
+    def recoveries(self) -> list[float]:
+        """Seconds from noticing each hole to filling it (a TCP stream has no holes)."""
+        return []
+
     def close(self) -> None:
         if self.sock is not None:
             self.sock.close()
@@ -266,10 +272,12 @@ class _FyrehoseReceiver(_Receiver):
     def __init__(self, spec: LoadSpec) -> None:
         super().__init__(spec)
         self.scanner = DeliverScanner(spec.payload_size)
-        flags = codec.FLAG_NOJOURNAL | (codec.FLAG_BATCH if spec.batch else 0)
-        # the client's protocol state for KEEPALIVEs and their ACKs; DELIVERs are counted by the scanner
-        # alone, without ordering, to measure the backbone rather than the subscriber's tracker
+        flags = codec.FLAG_NOJOURNAL | codec.FLAG_REDELIVERING | (codec.FLAG_BATCH if spec.batch else 0)
+        # the client's protocol state for KEEPALIVEs, their ACKs and the REQUESTs of holes; DELIVERs are
+        # counted by the scanner, and ordered only as far as noticing and timing holes needs (HoleRecovery)
         self.connection = BackboneConnection(spec.address, flags=flags, keepalive_interval=KEEPALIVE_INTERVAL)
+        self.recovery = HoleRecovery(self.connection.track())
+        self._delivers = 0
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         enlarge_buffers(self.sock, SOCKET_BUFFER)
         self.sock.bind((spec.address[0], 0))
@@ -297,6 +305,11 @@ class _FyrehoseReceiver(_Receiver):
         """The backbone's DELIVERs for the scanner; anything else goes through the session (ACKs) or is counted."""
         data, source = self.sock.recvfrom(self.read_size)
         if source == self.spec.address and data[:1] == DELIVER:
+            self._delivers += 1
+            if self.spec.drop_every and not self._delivers % self.spec.drop_every:
+                return None  # lost on purpose (--drop-every): a hole to recover
+            if self.recovery.take(data, time.monotonic):  # an answer to a REQUEST: recovered, not counted
+                return None
             return data
         self.connection.receive(data, source, time.monotonic())  # ACKs; a stranger's datagram is dropped, counted
         return None
@@ -308,7 +321,11 @@ class _FyrehoseReceiver(_Receiver):
         scanner = self.scanner
         dropped = sum(count for reason, count in self.connection.stats.items() if "stranger" in reason)
         return {"malformed datagrams": scanner.malformed, "duplicate frames": scanner.duplicates,
-                "untracked frames": scanner.untracked, "datagrams from strangers": dropped}
+                "untracked frames": scanner.untracked, "datagrams from strangers": dropped,
+                "REQUESTs": self.connection.stats["requests"], "recovered frames": self.recovery.recovered}
+
+    def recoveries(self) -> list[float]:
+        return list(self.recovery.tracker.recoveries)
 
 
 class _TcpReceiver(_Receiver):
@@ -420,7 +437,7 @@ def subscriber_main(conn: Connection, spec: LoadSpec,
             return
         count, latencies = receive(receiver, times[2])
         conn.send(("result", {"received": count, "latencies": latencies.tobytes(),
-                              "anomalies": receiver.anomalies()}))
+                              "anomalies": receiver.anomalies(), "recoveries": receiver.recoveries()}))
     except Exception as exc:  # reported to the orchestrator, which ends the run with it
         conn.send(("error", _describe(exc)))
     finally:

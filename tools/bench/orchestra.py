@@ -49,6 +49,10 @@ class BenchSettings:
     grace: float
     workers: int | str  # --workers of the multi-process backbone: a count or "auto"
     fanout: int | None  # --fanout of the multi-process backbone (None: its default)
+    trace: str | None = None  # a directory: single-process backbones write a stage trace of each step there
+    server_cpus: tuple[int, ...] | None = None  # every target's server processes pinned to these CPUs
+    generator_cpus: tuple[int, ...] | None = None  # the load generators pinned to these CPUs
+    drop_every: int = 0  # fyrehose subscribers discard one DELIVER datagram in N, to measure recovery
 
 
 @dataclass
@@ -58,6 +62,7 @@ class StepResult:
     cpu: dict[str, float]  # percent of one core over the publishing window, by process
     machine_busy: float  # percent of all cores busy over that window, whoever used them (softirq included)
     anomalies: dict[str, int]  # summed over subscribers: see DeliverScanner
+    recoveries: list[float] = field(default_factory=list)  # every subscriber's holes: seconds, noticed to filled
 
 
 @dataclass
@@ -80,6 +85,9 @@ class RoundResult:
     machine_busy: float
     overload_cpu: dict[str, float]
     steps: list[dict] = field(default_factory=list)
+    holes: int = 0  # filled by the fyrehose subscribers during the reported step (see tools/bench/recovery.py)
+    recovery_p50_ms: float | None = None  # those holes, noticed to filled
+    recovery_p99_ms: float | None = None
 
 
 class _Child:
@@ -111,6 +119,19 @@ class _Child:
         self.conn.close()
 
 
+def _pin(processes: dict[str, psutil.Process], cpus: tuple[int, ...] | None) -> None:
+    """Pin every process to ``cpus`` (the same for every target, so peers are tuned alike)."""
+    if cpus is None:
+        return
+    for name, process in processes.items():
+        try:
+            process.cpu_affinity(list(cpus))
+        except psutil.NoSuchProcess:
+            continue  # it exited; collecting its result reports why
+        except (psutil.Error, ValueError, OSError) as exc:
+            raise BenchError(f"cannot pin {name} to CPUs {','.join(map(str, cpus))}: {exc}") from None
+
+
 def _load_generators(children: list[_Child]) -> dict[str, psutil.Process]:
     found = {}
     for child in children:
@@ -134,7 +155,8 @@ class StepRunner:
     def server(self, target: Target) -> ServerProcess:
         self._steps += 1
         return server_for(target, self.binaries, self.workdir / f"step-{self._steps}-{target.name}",
-                          self.settings.workers, self.settings.fanout)
+                          self.settings.workers, self.settings.fanout,
+                          Path(self.settings.trace) if self.settings.trace else None)
 
     def run(self, target: Target, rate: float | None) -> StepResult:
         """One step; any failure is a BenchError naming the target."""
@@ -148,7 +170,8 @@ class StepRunner:
         server = self.server(target).start()
         children: list[_Child] = []
         try:
-            subscriber_spec = LoadSpec(target.protocol, server.address, settings.payload, batch=target.batch)
+            subscriber_spec = LoadSpec(target.protocol, server.address, settings.payload, batch=target.batch,
+                                       drop_every=settings.drop_every)
             subscribers = [self._spawn(f"subscriber-{n}", self.subscriber_main, subscriber_spec, children)
                            for n in range(1, settings.subscribers + 1)]
             self._expect_all(subscribers, "ready")
@@ -157,6 +180,8 @@ class StepRunner:
             publishers = [self._spawn(f"publisher-{n}", publisher_main, publisher_spec, children)
                           for n in range(1, settings.publishers + 1)]
             self._expect_all(publishers, "ready")
+            _pin(server.processes(), settings.server_cpus)  # a multi-process backbone's later workers inherit it
+            _pin(_load_generators(children), settings.generator_cpus)
             start = time.monotonic() + SETTLE
             end = start + settings.duration
             deadline = end + settings.grace
@@ -212,7 +237,8 @@ class StepRunner:
         anomalies = collections.Counter()
         for result in received:
             anomalies.update(result["anomalies"])
-        return StepResult(outcome, latencies, cpu, machine_busy, dict(anomalies))
+        recoveries = [seconds for result in received for seconds in result.get("recoveries", ())]
+        return StepResult(outcome, latencies, cpu, machine_busy, dict(anomalies), recoveries)
 
 
 def _describe(target: Target, step: StepResult) -> str:
@@ -267,6 +293,7 @@ def measure_round(runner: StepRunner, target: Target, label: str) -> RoundResult
         overload = next(result for result in steps if result.outcome is search.first_overload())
         latency = step(settings.latency_rate)
     p50, p99, p999 = stats.latency_ms(latency.latencies_ns)
+    recovery_p50, recovery_p99 = stats.recovery_ms(reported.recoveries)
     return RoundResult(
         target=target.name,
         rate=reported.outcome.rate,
@@ -284,6 +311,9 @@ def measure_round(runner: StepRunner, target: Target, label: str) -> RoundResult
         machine_busy=reported.machine_busy,
         overload_cpu=overload.cpu,
         steps=[_step_record(result) for result in steps],
+        holes=len(reported.recoveries),
+        recovery_p50_ms=recovery_p50,
+        recovery_p99_ms=recovery_p99,
     )
 
 

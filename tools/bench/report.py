@@ -4,7 +4,8 @@ The JSON form is fixed (other tools read it)::
 
     {"machine": {...}, "results": [{"target": ..., "delivered_per_sub_per_s": float,
       "loss_before_recovery": float, "p50_ms": float, "p99_ms": float, "p999_ms": float,
-      "saturated": "..."}, ...]}
+      "saturated": "...", "holes": float, "recovery_p50_ms": float | null, "recovery_p99_ms": float | null},
+      ...]}
 
 Figures are medians over rounds; every result carries more keys after these
 (rounds, CPU, offered rate), and the document has ``settings`` and
@@ -68,6 +69,9 @@ def summarise(target: str, rounds: list[RoundResult]) -> dict:
         "latency_loss": med("latency_loss"),
         "cpu_percent": {name: stats.median(result.cpu.get(name) for result in rounds) for name in cpu_names},
         "machine_busy_percent": med("machine_busy"),
+        "holes": med("holes"),
+        "recovery_p50_ms": med("recovery_p50_ms"),
+        "recovery_p99_ms": med("recovery_p99_ms"),
         "rounds": [asdict(result) for result in rounds],
     }
 
@@ -114,6 +118,12 @@ def _cpu_cell(cpu: dict[str, float]) -> str:
     return f"{server:.0f} / {publisher:.0f} / {subscriber:.0f}"
 
 
+def _recovery_cell(result: dict) -> str:
+    if result["recovery_p50_ms"] is None:
+        return "-"
+    return f"{result['recovery_p50_ms']:.1f} / {result['recovery_p99_ms']:.1f}"
+
+
 def write_table(doc: dict, out: TextIO) -> None:
     settings = doc["settings"]
     machine = doc["machine"]
@@ -128,7 +138,7 @@ def write_table(doc: dict, out: TextIO) -> None:
         out.write(f"warning: other processes kept the machine {background:.0f}% busy just before the run "
                   f"(load average {machine['load_average'][0]:.1f}); every figure competes with them\n")
     rows = [("target", "delivered/s/sub", "loss", "offered/s", "sustained", "p50 ms", "p99 ms", "p99.9 ms",
-             "saturated", "CPU % srv/pub/sub", "busy %")]
+             "recovery p50/p99 ms", "saturated", "CPU % srv/pub/sub", "busy %")]
     for result in doc["results"]:
         rows.append((
             result["target"],
@@ -139,6 +149,7 @@ def write_table(doc: dict, out: TextIO) -> None:
             _number(result["p50_ms"], 3),
             _number(result["p99_ms"], 3),
             _number(result["p999_ms"], 3),
+            _recovery_cell(result),
             result["saturated"],
             _cpu_cell(result["cpu_percent"]),
             _number(result["machine_busy_percent"]),
@@ -151,7 +162,8 @@ def write_table(doc: dict, out: TextIO) -> None:
     if latency_rate is not None:
         out.write(f"latency: publish-to-deliver at a fixed {latency_rate:,.0f} msgs/s; figures are medians over "
                   "rounds; CPU: the server's processes together, the busiest publisher, the busiest subscriber "
-                  "(% of one core); busy: all cores, anyone's use\n")
+                  "(% of one core); busy: all cores, anyone's use; recovery: the fyrehose subscribers' holes in "
+                  "the reported step, noticed to filled (REQUESTed; '-': no hole), medians over rounds\n")
     for pair, ratio in doc["ratios"].items():
         out.write(f"ratio {pair}: {ratio:.2f}x delivered per subscriber (median of per-round ratios)\n")
     if "scaling" in doc:

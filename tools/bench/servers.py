@@ -156,8 +156,9 @@ class ServerProcess:
 
 
 def server_for(target: Target, binaries: dict[str, str], workdir: Path, workers: int | str,
-               fanout: int | None) -> ServerProcess:
-    """A server for one step (not started), in a fresh directory under ``workdir``."""
+               fanout: int | None, trace: Path | None = None) -> ServerProcess:
+    """A server for one step (not started), in a fresh directory under ``workdir``; a single-process backbone
+    writes its stage trace into ``trace`` (a directory) when given, named after the step."""
     workdir.mkdir(parents=True)
     if target.gateway is not None:
         from fyrehose.tools.bench.gateway_stack import GatewayStack  # it builds on this module
@@ -173,6 +174,8 @@ def server_for(target: Target, binaries: dict[str, str], workdir: Path, workers:
                    "--workers", str(workers), "--state-dir", str(workdir / "state")]
         if target.multiprocess and fanout is not None:
             command += ["--fanout", str(fanout)]
+        if trace is not None and not workers:
+            command += ["--trace", str(trace / f"{workdir.name}.trace"), "--trace-every", "1"]  # a tail needs them all
     elif target.protocol == REDIS:
         port = free_port(socket.SOCK_STREAM)
         config = workdir / "redis.conf"

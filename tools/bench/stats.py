@@ -48,3 +48,21 @@ def saturated_process(cpu: dict[str, float], machine_busy: float) -> str:
     if machine_busy >= SATURATED_CPU:
         return "machine"
     return "none"
+
+
+def spread(values: Iterable[float | None]) -> tuple[float, float, float] | None:
+    """(min, median, max) of the values present: how far apart the rounds were, not only their middle."""
+    present = sorted(value for value in values if value is not None)
+    if not present:
+        return None
+    return present[0], statistics.median(present), present[-1]
+
+
+def recovery_ms(seconds: Sequence[float]) -> tuple[float | None, float | None]:
+    """p50 and p99 in milliseconds of the times from noticing a hole to filling it; None without a hole."""
+    if not seconds:
+        return None, None
+    if len(seconds) == 1:
+        return seconds[0] * 1e3, seconds[0] * 1e3
+    cuts = statistics.quantiles(seconds, n=100, method="inclusive")
+    return cuts[49] * 1e3, cuts[98] * 1e3

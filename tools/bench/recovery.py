@@ -1,0 +1,62 @@
+"""The bench's fyrehose subscribers recover holes as a real subscriber does, and time each one.
+
+A hole is noticed when a datagram skips sequences; the subscriber's
+:class:`~fyrehose.tracker.SequenceTracker` REQUESTs it (the receiver's
+KEEPALIVE timer sends what the connection's ``poll`` returns) and records,
+per hole filled, the time from noticing it to its last sequence's arrival:
+the bench's recovery column.  A datagram that answers a REQUEST is kept out
+of the scanner's count and latency samples, so "loss before recovery" and the
+latency percentiles mean what they meant before subscribers recovered.
+
+Pure apart from the clock it is handed: datagrams in, the tracker's state and
+counts out.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fyrehose import codec
+from fyrehose.tracker import SequenceTracker
+
+
+class HoleRecovery:
+    def __init__(self, tracker: SequenceTracker) -> None:
+        self.tracker = tracker
+        self.recovered = 0  # frames that filled a REQUESTed hole
+
+    def take(self, datagram: bytes, clock: Callable[[], float]) -> bool:
+        """Track one DELIVER datagram from the backbone; True when it answers a REQUEST (the scanner skips it)."""
+        tracker = self.tracker
+        step = len(datagram)
+        first = _sequence(datagram, 0) if step >= codec.FRAME_HEADER else 0
+        if step > codec.FRAME_HEADER and datagram[1:3] == (step - codec.FRAME_HEADER).to_bytes(2, "big"):
+            if first and tracker.advance(first, 1):  # one frame continuing the stream: the common unbatched case
+                return False
+        else:
+            step = codec.uniform_step(datagram, codec.DELIVER)
+            if step and first:
+                count = len(datagram) // step
+                if codec.consecutive_u48(datagram, 3, step, count) == first and (
+                        tracker.advance(first, count)
+                        or tracker.deliver_ahead(first, [b""] * count, clock()) is not None):
+                    return False  # continues the stream, or (a hole open) lies beyond it: noticed in one step
+        spans, _ = codec.scan(datagram, codec.DELIVER)
+        if not tracker.holes:  # out of order or skipping ahead: noticed here
+            self._deliver(spans, clock())
+            return False
+        answer = any(tracker.awaits(seq) for _, _, seq in spans)
+        before = tracker.duplicates
+        self._deliver(spans, clock())
+        if answer:
+            self.recovered += len(spans) - (tracker.duplicates - before)
+        return answer
+
+    def _deliver(self, spans: list[tuple[int, int, int]], now: float) -> None:
+        deliver = self.tracker.deliver
+        for _, _, seq in spans:
+            if seq:
+                deliver(seq, b"", now)
+
+
+def _sequence(datagram: bytes, frame_start: int) -> int:
+    return int.from_bytes(datagram[frame_start + 3:frame_start + codec.FRAME_HEADER], "big")
