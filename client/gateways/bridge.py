@@ -23,6 +23,12 @@ for its TCP clients and verifies every envelope it opens: forged, tampered,
 replayed and unsigned messages are dropped (and counted) before routing, so
 no gateway client ever receives them.
 
+:attr:`Bridge.position` is the last sequence taken from the stream, routed
+or not, and :attr:`Bridge.first` the first (:attr:`Bridge.started` is set
+then): a local subscription added now receives every matching message after
+``position``, or from ``first`` on when nothing was taken yet, which is where
+an SSE backfill hands over to the live stream.
+
 The bridge also keeps the deployment's live interest (:mod:`fyrehose.interest`):
 the gateway's own subscriptions go into :attr:`Bridge.interest`, which the
 link announces, and everyone's announcements, taken from the stream, fill

@@ -85,7 +85,7 @@ class EventStream:
         deadline = time.monotonic() + settings.backfill_timeout
         if position and position - first + 1 > settings.backfill_limit:
             skipped = position - settings.backfill_limit
-            self._send(sse.comment(f"lost {first}..{skipped} (backfill is limited to {settings.backfill_limit} messages)"))
+            self._lost(first, skipped, f"backfill is limited to {settings.backfill_limit} messages")
             first = skipped + 1
         self._covered = first - 1
         end = position or None
@@ -99,13 +99,10 @@ class EventStream:
                 fetch.stop_at(end)
                 fetch.done.wait(max(0.0, deadline - time.monotonic()))
             if end is None or self._covered < end:
-                self._send(sse.comment(f"lost {self._covered + 1}..{end or ''} "
-                                       f"(backfill timed out after {settings.backfill_timeout:g} s)"))
-                self._covered = max(self._covered, end or 0)
+                self._lost(self._covered + 1, end, f"backfill timed out after {settings.backfill_timeout:g} s")
         except Exception as exc:  # a backfill that fails must not end the live stream
             log.warning("%s: backfill from %d failed: %s", self.connection.peer, first, exc)
-            self._send(sse.comment(f"lost {self._covered + 1}..{end or ''} (backfill failed: {exc})"))
-            self._covered = max(self._covered, end or 0)
+            self._lost(self._covered + 1, end, f"backfill failed: {exc}")
         finally:
             self._hand_over()
             if self._fetch is not None:
@@ -135,8 +132,9 @@ class EventStream:
             if self._held is None:  # handed over: the live stream has it from here
                 return
             if event.__class__ is Lost:
-                self._send(sse.comment(f"lost {event.from_seq}..{event.to_seq} ({event.reason})"))  # type: ignore[union-attr]
-                self._covered = event.to_seq  # type: ignore[union-attr]
+                end = self._fetch.end if self._fetch is not None else None
+                to_seq = event.to_seq if end is None else min(event.to_seq, end)  # type: ignore[union-attr]
+                self._lost(event.from_seq, to_seq, event.reason)  # type: ignore[union-attr]
                 continue
             seq, data = event  # type: ignore[misc]  # a Message
             self._covered = seq
@@ -151,6 +149,12 @@ class EventStream:
             if wanted and accepted and opened is not None:
                 self._send(sse.event(seq, opened.subject, opened.data))
                 self.gateway.stats["events backfilled"] += 1
+
+    def _lost(self, first: int, last: int | None, reason: str) -> None:
+        """Report ``first``..``last`` (None: up to the live stream, not known) as what the backfill cannot have."""
+        self._send(sse.comment(f"lost {first}..{'' if last is None else last} ({reason})"))
+        if last is not None:
+            self._covered = max(self._covered, last)
 
     def _send(self, data: bytes) -> None:
         if self.connection.closing is None:
