@@ -12,8 +12,11 @@ from collections import Counter
 import gevent
 
 from fyrehose import Client
-from fyrehose.envelope import Envelope
+from fyrehose.envelope import Envelope, decode
 from fyrehose.gateways.bridge import Bridge
+from fyrehose.gateways.link import RangeLink
+from fyrehose.subject_session import SubjectSession
+from fyrehose.tracker import Message
 
 
 def wait_until(condition, timeout: float, what: str, interval: float = 0.01) -> None:
@@ -108,3 +111,58 @@ def test_an_empty_publish_is_answered_at_once(module_backbone):
         assert stats["publish batches"] == 0
     finally:
         bridge.close()
+
+
+def test_the_bridge_knows_where_its_stream_began_and_where_it_is_routed_or_not(module_backbone):
+    """What an SSE backfill hands over by: everything after ``position``, or from ``first`` on, is routed."""
+    routed: list = []
+    bridge, _ = _bridge(module_backbone, routed, lambda subject: False)
+    try:
+        assert bridge.first == 0 and not bridge.started.is_set()
+        seqs = bridge.publish([Envelope("bridge.unwanted", b"x")])
+        assert bridge.started.wait(10), "the bridge took nothing within 10 s"
+        assert 0 < bridge.first <= seqs[0]
+        wait_until(lambda: bridge.position >= seqs[0], 10, "the position passing a message nobody wanted")
+        assert routed == []
+    finally:
+        bridge.close()
+
+
+def _publish(backbone, subject: str, count: int) -> list[int]:
+    bridge, _ = _bridge(backbone, [])
+    try:
+        return bridge.publish([Envelope(subject, b"%d" % i) for i in range(count)])
+    finally:
+        bridge.close()
+
+
+def test_a_range_link_fetches_from_its_first_sequence_to_the_end_it_is_told_and_no_further(module_backbone):
+    seqs = _publish(module_backbone, "range.x", 5)
+    events: list = []
+    before = threading.active_count()
+    fetch = RangeLink(module_backbone.address, SubjectSession(), events.extend, first=seqs[1], stats=Counter())
+    try:
+        assert threading.active_count() == before
+        fetch.stop_at(seqs[3])
+        assert fetch.done.wait(10), f"the range {seqs[1]}..{seqs[3]} not fetched within 10 s: {events}"
+        later = _publish(module_backbone, "range.x", 1)  # live traffic after the end
+        wait_until(lambda: fetch.link.connection.tracker.next > later[0], 10, "the link taking the later message")
+        assert all(type(event) is Message for event in events)
+        assert [event.seq for event in events] == seqs[1:4]  # one batch: consecutive numbers
+        assert [decode(event.data).data for event in events] == [b"1", b"2", b"3"]
+        assert fetch.reached == seqs[3]
+    finally:
+        fetch.close()
+
+
+def test_a_range_link_told_an_end_it_has_passed_is_done_at_once(module_backbone):
+    seqs = _publish(module_backbone, "range.y", 3)
+    events: list = []
+    fetch = RangeLink(module_backbone.address, SubjectSession(), events.extend, first=seqs[0], stats=Counter())
+    try:
+        wait_until(lambda: fetch.reached >= seqs[-1], 10, "the fetch reaching the backbone's last message")
+        fetch.stop_at(seqs[1])
+        assert fetch.done.is_set()
+        assert [event.seq for event in events][:3] == seqs
+    finally:
+        fetch.close()

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import time
 
+import psutil
 import pytest
 import websockets
 from node_clients import run_node
@@ -226,6 +227,7 @@ def test_sse_backfill_on_a_gateway_that_has_routed_nothing_yet(module_backbone, 
                         + b"id: %d\nevent: restart.x\ndata: before 1\n\n" % seqs[1]
                         + b"id: %d\nevent: restart.x\ndata: before 2\n\n" % seqs[2]
                         + b"id: %d\nevent: restart.x\ndata: live\n\n" % live)
+        assert psutil.Process(fresh.child.pid).num_threads() == 1  # the backfill is a greenlet's link, not a Client
     finally:
         fresh.stop()
 

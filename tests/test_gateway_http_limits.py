@@ -9,6 +9,7 @@ import ssl
 import subprocess
 import time
 
+import psutil
 import pytest
 import websockets.sync.client
 from wsproto import ConnectionType, WSConnection
@@ -237,6 +238,7 @@ def test_tls_serves_https_and_wss(module_backbone, tmp_path):
         result = subprocess.run(["curl", "-s", "--cacert", str(cert), "--max-time", "10", f"{url}/healthz"],
                                 capture_output=True, timeout=20)
         assert result.stdout == b"ok\n" and gateway.alive()
+        assert psutil.Process(gateway.child.pid).num_threads() == 1  # gevent's own SSL sockets: nothing patched
     finally:
         gateway.stop()
 

@@ -23,6 +23,12 @@ for its TCP clients and verifies every envelope it opens: forged, tampered,
 replayed and unsigned messages are dropped (and counted) before routing, so
 no gateway client ever receives them.
 
+:attr:`Bridge.position` is the last sequence taken from the stream, routed
+or not, and :attr:`Bridge.first` the first (:attr:`Bridge.started` is set
+then): a local subscription added now receives every matching message after
+``position``, or from ``first`` on when nothing was taken yet, which is where
+an SSE backfill hands over to the live stream.
+
 The bridge also keeps the deployment's live interest (:mod:`fyrehose.interest`):
 the gateway's own subscriptions go into :attr:`Bridge.interest`, which the
 link announces, and everyone's announcements, taken from the stream, fill
@@ -39,6 +45,7 @@ from dataclasses import replace
 
 import gevent
 from gevent.event import AsyncResult
+from gevent.event import Event as GeventEvent
 from gevent.timeout import Timeout
 
 from fyrehose.addresses import Address
@@ -84,7 +91,9 @@ class Bridge:
         self.wants = wants or _everything
         self.stats = stats
         self.publish_timeout = publish_timeout
-        self.position = 0  # the last sequence taken from the stream
+        self.position = 0  # the last sequence taken from the stream, routed or not
+        self.first = 0  # the first sequence taken: everything from here on is routed
+        self.started = GeventEvent()  # set once the first sequence is known
         self.subjects = SubjectSession(credentials=credentials, interval=session_interval, stats=stats)
         self.session = self.subjects.session
         self.interest = self.subjects.interest  # this gateway's clients' subscriptions, announced by the link
@@ -179,6 +188,8 @@ class Bridge:
     # ------------------------------------------------------------ the stream, in sequence order
 
     def _take(self, events: list[Event]) -> None:
+        if not self.first:
+            self._start(events[0])
         stats = self.stats
         wants = self.wants
         verifies = self._verifies
@@ -195,6 +206,10 @@ class Bridge:
             seq, data = event  # type: ignore[misc]  # a Message
             self._open_and_route(seq, data, wants, verifies)
             self.position = seq  # routed: echo filters may forget numbers up to here
+
+    def _start(self, event: Event) -> None:
+        self.first = event.from_seq if event.__class__ is Lost else event.seq  # type: ignore[union-attr]
+        self.started.set()
 
     def _open_and_route(self, seq: int, data: bytes, wants: Wants, verifies: bool) -> None:
         subject = peek_subject(data)

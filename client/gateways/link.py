@@ -41,6 +41,7 @@ from fyrehose.publishing import Finished
 from fyrehose.sockets import enlarge_buffers
 from fyrehose.subject_session import SubjectSession
 from fyrehose.tracker import Event as StreamEvent
+from fyrehose.tracker import Lost
 
 log = logging.getLogger("fyrehose.gateway")
 
@@ -67,11 +68,17 @@ def wall_us() -> int:
 
 
 class BackboneLink:
-    """One gateway process's session with the backbone, subscribed to the whole stream."""
+    """One gateway process's session with the backbone, subscribed to the whole stream.
+
+    ``from_seq`` starts the ordered stream there instead of at whatever
+    arrives first: the first DELIVER (or the backbone's HEAD) opens a hole
+    back to it, which the tracker REQUESTs, as ``fyrehose sub --from`` does.
+    """
 
     def __init__(self, backbone: str, subjects: SubjectSession, on_events: EventsHandler, *, stats: Counter,
                  publish_timeout: float = 5.0, bind: Address | None = None,
-                 unreachable_after: float = UNREACHABLE_AFTER, multicast: Address | None = None) -> None:
+                 unreachable_after: float = UNREACHABLE_AFTER, multicast: Address | None = None,
+                 from_seq: int | None = None) -> None:
         host, port = parse_hostport(backbone, 2323)
         self.backbone: Address = (resolve_ipv4(host), port)  # sources compare as IP literals
         self.subjects = subjects
@@ -84,7 +91,7 @@ class BackboneLink:
                                              serves_forwards=False, tracker_options=TRACKER_OPTIONS, stats=stats,
                                              vouch=auth.vouches if auth is not None else None,
                                              multicast=multicast is not None)
-        self.connection.track()
+        self.connection.track(from_seq)
         self.publishes = self.connection.publishes
         self.sock = socket.socket(stdlib_socket.AF_INET, stdlib_socket.SOCK_DGRAM)
         enlarge_buffers(self.sock, RECEIVE_BUFFER)
@@ -285,3 +292,55 @@ class BackboneLink:
             self._finish(expired)
         if events:
             self.on_events(events)
+
+
+def _first_of(event: StreamEvent) -> int:
+    return event.from_seq if event.__class__ is Lost else event.seq  # type: ignore[union-attr]
+
+
+def _last_of(event: StreamEvent) -> int:
+    return event.to_seq if event.__class__ is Lost else event.seq  # type: ignore[union-attr]
+
+
+class RangeLink:
+    """A link of its own for the stream from ``first`` until a sequence told later (:meth:`stop_at`).
+
+    What a backfill needs: the messages ``first``..``end`` of the backbone,
+    from its recent log or whichever journal holds them (the REQUEST path of
+    ``fyrehose sub --from``), in order, each as a message or inside a loss,
+    when ``end`` may only be known once the fetch is under way.  Events go to
+    ``on_events`` as they come, none after the one that reaches ``end``;
+    :attr:`done` is set once ``on_events`` has had that one.
+    """
+
+    def __init__(self, backbone: str, subjects: SubjectSession, on_events: EventsHandler, *, first: int,
+                 stats: Counter) -> None:
+        self.on_events = on_events
+        self.reached = first - 1  # the last sequence handed to on_events
+        self.end: int | None = None
+        self.done = Event()
+        self._closed = False
+        self.link = BackboneLink(backbone, subjects, self._take, stats=stats, from_seq=first)
+
+    def stop_at(self, end: int) -> None:
+        """Hand out nothing after ``end``; :attr:`done` once ``end`` has been handed out (at once if it has)."""
+        self.end = end
+        if self.reached >= end:
+            self.done.set()
+
+    def close(self) -> None:
+        self._closed = True  # nothing more for on_events, even from a datagram being taken now
+        self.link.close()
+
+    def _take(self, events: list[StreamEvent]) -> None:
+        if self._closed or self.done.is_set():
+            return
+        end = self.end
+        if end is not None and _last_of(events[-1]) > end:
+            events = [event for event in events if _first_of(event) <= end]
+            if not events:
+                return
+        self.on_events(events)
+        self.reached = _last_of(events[-1])
+        if self.end is not None and self.reached >= self.end:  # the end may have been told meanwhile
+            self.done.set()

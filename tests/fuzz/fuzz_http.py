@@ -62,17 +62,14 @@ class MemoryConnection:
             self.output.append(farewell)
 
 
-class _Client:
-    reachable = True
-
-
 class MemoryBridge:
     """The bridge's public interface without a backbone: publishes are confirmed at once, no cache answers."""
+
+    reachable = True
 
     def __init__(self) -> None:
         self.position = 0
         self.interest = LocalInterest("fuzz")
-        self.client = _Client()
 
     def publish(self, messages: list[Envelope]) -> list[int]:
         first = self.position + 1

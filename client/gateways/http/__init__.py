@@ -6,13 +6,15 @@ semantics, one RESP value per binary message), ``POST /v1/publish/<subject>``,
 (Server-Sent Events), ``/metrics``, ``/healthz`` and ``/``, a live view of the
 stream.  HTTP is h11's state machine and WebSocket wsproto's, driven by the
 gateway's gevent server (:mod:`fyrehose.gateways.tcp`); ``--tls-cert`` and
-``--tls-key`` serve https and wss instead.
+``--tls-key`` serve https and wss instead, through gevent's own ``SSLContext``
+(cooperative sockets without monkey patching; the process runs no thread).
 """
 from __future__ import annotations
 
 import argparse
-import ssl
 from collections import Counter
+
+from gevent import ssl
 
 from fyrehose.argtypes import positive_duration, positive_int
 from fyrehose.auth_options import credentials_from
@@ -44,12 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
-    """The server's TLS context, or None for plain HTTP; a bad pair is a one-line error."""
+    """The server's TLS context (gevent's: its sockets wait on the loop), or None for plain HTTP; a bad pair is a
+    one-line error."""
     if cert is None and key is None:
         return None
     if cert is None or key is None:
         raise CommandFailed("--tls-cert and --tls-key go together")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # gevent's class (its create_default_context is the standard one's)
     try:
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:
@@ -58,9 +61,6 @@ def tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gevent import monkey
-
-    monkey.patch_all()  # first: the TLS context must be made from gevent's ssl module
     context = tls_context(args.tls_cert, args.tls_key)
     from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
     from fyrehose.gateways.http.session import HttpSession

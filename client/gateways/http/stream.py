@@ -1,37 +1,41 @@
 """``GET /v1/stream/<pattern>``: one client's Server-Sent Events, with backfill after a reconnect.
 
 A client that reconnects with ``Last-Event-ID: N`` gets the matching messages
-after N that it missed, then the live stream, without a gap or a duplicate:
-the live subscription starts first and holds what it routes while a backfill
-client (:class:`fyrehose.Client` with ``from_seq``, the REQUEST path ``fyrehose
-sub --from`` uses) fetches N+1 up to the gateway's position at that moment
-from whichever journal holds them.  What no journal holds is reported as an
-SSE comment (``: lost A..B (reason)``).  Held bytes are bounded by the
+after N that it missed, then the live stream, without a gap or a duplicate.
+The live subscription starts first and holds what the gateway routes to it;
+everything the gateway takes after the stream's start is routed, so the live
+stream begins just after the gateway's position at that moment (or, when it
+has taken nothing yet, as after a restart, at the first sequence it takes).
+A :class:`~fyrehose.gateways.link.RangeLink` (the gateway's own gevent driver
+of the pure session, tracking from N+1) fetches up to there from whichever
+node holds the messages (the REQUEST path ``fyrehose sub --from`` uses: the
+backbone's recent log, then journals), verified as the gateway verifies; the
+held messages after what it reached follow.  What cannot be had is reported
+as an SSE comment (``: lost A..B (reason)``).  Held bytes are bounded by the
 connection's ``max_pending``, like everything else queued for a client.
 """
 from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import gevent
 
-from fyrehose.client import Client
-from fyrehose.envelope import Envelope
+from fyrehose.envelope import Envelope, is_envelope, peek_subject
 from fyrehose.gateways.http import sse
+from fyrehose.gateways.link import RangeLink, wall_us
+from fyrehose.subject_session import SubjectSession
 from fyrehose.subjects import match
-from fyrehose.tracker import Lost
+from fyrehose.tracker import Event, Lost
 
 if TYPE_CHECKING:
     from fyrehose.gateways.http.gateway import HttpGateway
     from fyrehose.gateways.tcp import Connection
 
 log = logging.getLogger("fyrehose.gateway")
-
-QUIET = 1.0  # seconds without a backfilled message after which a fetch with no known end has caught up
-FIRST_ANSWER = 3.0  # seconds such a fetch waits for its first message (the first REQUEST's round trips)
 
 
 class EventStream:
@@ -46,12 +50,15 @@ class EventStream:
         self._held: list[tuple[int, Envelope]] | None = None
         self._held_bytes = 0
         self._backfill: gevent.Greenlet | None = None
+        self._fetch: RangeLink | None = None
+        self._subjects: SubjectSession | None = None
+        self._covered = 0  # the last sequence the backfill has sent or reported lost
 
     def start(self, last_event_id: int | None) -> None:
         position = self.gateway.bridge.position if self.gateway.bridge is not None else 0
         if last_event_id is not None and (last_event_id < position or position == 0):
             self._held = []
-            self._backfill = gevent.spawn(self._run_backfill, last_event_id + 1, position or None)
+            self._backfill = gevent.spawn(self._run_backfill, last_event_id + 1, position)
         self.gateway.add_stream(self)
 
     def stop(self) -> None:
@@ -71,72 +78,83 @@ class EventStream:
         self.connection.send(self.write(sse.event(seq, message.subject, message.data)))
         self.gateway.stats["events sent"] += 1
 
-    def _run_backfill(self, first: int, last: int | None) -> None:
-        """Send ``first``..``last`` (None: up to what the live stream holds), then what was held."""
+    def _run_backfill(self, first: int, position: int) -> None:
+        """Send ``first`` up to where the live stream begins (just after ``position``; 0: not known yet),
+        then what the live stream held."""
         settings = self.gateway.settings
-        if last is not None and last - first + 1 > settings.backfill_limit:
-            skipped = last - settings.backfill_limit
-            self._send(sse.comment(f"lost {first}..{skipped} (backfill is limited to {settings.backfill_limit} messages)"))
+        deadline = time.monotonic() + settings.backfill_timeout
+        if position and position - first + 1 > settings.backfill_limit:
+            skipped = position - settings.backfill_limit
+            self._lost(first, skipped, f"backfill is limited to {settings.backfill_limit} messages")
             first = skipped + 1
-        sent = first - 1
+        self._covered = first - 1
+        end = position or None
         try:
-            sent = self._fetch(first, last, settings.backfill_timeout)
+            self._subjects = SubjectSession(credentials=settings.credentials)
+            fetch = self._fetch = RangeLink(settings.backbone, self._subjects, self._backfilled, first=first,
+                                            stats=Counter())
+            if end is None:
+                end = self._live_start(deadline)
+            if end is not None:
+                fetch.stop_at(end)
+                fetch.done.wait(max(0.0, deadline - time.monotonic()))
+            if end is None or self._covered < end:
+                self._lost(self._covered + 1, end, f"backfill timed out after {settings.backfill_timeout:g} s")
         except Exception as exc:  # a backfill that fails must not end the live stream
             log.warning("%s: backfill from %d failed: %s", self.connection.peer, first, exc)
-            self._send(sse.comment(f"lost {first}..{last or ''} (backfill failed: {exc})"))
+            self._lost(self._covered + 1, end, f"backfill failed: {exc}")
         finally:
-            held, self._held = self._held or [], None
-            for seq, message in held:
-                if seq > sent:  # a message both fetched and routed live goes once
-                    self.deliver(seq, message)
+            self._hand_over()
+            if self._fetch is not None:
+                self._fetch.close()
 
-    def _bound(self, last: int | None) -> int | None:
-        """The last sequence to fetch: ``last``, or just before the first message the live stream holds."""
+    def _live_start(self, deadline: float) -> int | None:
+        """The last sequence before the live stream, once a gateway that had taken nothing takes its first."""
+        bridge = self.gateway.bridge
+        if bridge is None or not bridge.started.wait(max(0.0, deadline - time.monotonic())):
+            return None
+        return bridge.first - 1
+
+    def _hand_over(self) -> None:
+        """The held messages after what the backfill covered: the live stream from here on."""
+        held, self._held = self._held or [], None
+        for seq, message in held:
+            if seq > self._covered:  # a message both fetched and routed live goes once
+                self.deliver(seq, message)
+
+    def _backfilled(self, events: list[Event]) -> None:
+        """Fetched events in sequence order: the matching messages as events, losses as comments."""
+        pattern = self.pattern
+        subjects = self._subjects
+        assert subjects is not None  # made before the link that calls here
+        verifies = subjects.auth is not None
+        for event in events:
+            if self._held is None:  # handed over: the live stream has it from here
+                return
+            if event.__class__ is Lost:
+                end = self._fetch.end if self._fetch is not None else None
+                to_seq = event.to_seq if end is None else min(event.to_seq, end)  # type: ignore[union-attr]
+                self._lost(event.from_seq, to_seq, event.reason)  # type: ignore[union-attr]
+                continue
+            seq, data = event  # type: ignore[misc]  # a Message
+            self._covered = seq
+            if not is_envelope(data):
+                continue  # a raw payload: no subject, no event
+            wanted = match(pattern, peek_subject(data) or "")
+            if not (wanted or verifies):  # verifying, every envelope counts: sessions, the trust exchange
+                continue
+            opened, accepted, answers = subjects.open(data, wall_us())
+            if answers and self._fetch is not None:
+                self._fetch.link.send_unconfirmed(answers)
+            if wanted and accepted and opened is not None:
+                self._send(sse.event(seq, opened.subject, opened.data))
+                self.gateway.stats["events backfilled"] += 1
+
+    def _lost(self, first: int, last: int | None, reason: str) -> None:
+        """Report ``first``..``last`` (None: up to the live stream, not known) as what the backfill cannot have."""
+        self._send(sse.comment(f"lost {first}..{'' if last is None else last} ({reason})"))
         if last is not None:
-            return last
-        return self._held[0][0] - 1 if self._held else None
-
-    def _fetch(self, first: int, last: int | None, timeout: float) -> int:
-        """Send the matching messages from ``first`` on; the highest sequence reached.
-
-        With ``last`` unknown (the gateway has routed nothing yet, as after a
-        restart) the fetch ends just before the first live message, or once
-        the backfill stream has been quiet for a second after its first
-        message (or for three seconds without any): it has caught up.
-        """
-        settings = self.gateway.settings
-        client = Client(settings.backbone, journal=False, auth=settings.credentials)
-        deadline = time.monotonic() + timeout
-        reached = first - 1
-        try:
-            stream = client.subscribe(">", from_seq=first, on_loss="yield", announce=False)
-            while self.connection.closing is None:
-                bound = self._bound(last)
-                if bound is not None and reached >= bound:
-                    return reached
-                remaining = deadline - time.monotonic()
-                event = stream.get(timeout=min(remaining, QUIET)) if remaining > 0 else None
-                if event is None:
-                    started_long_ago = time.monotonic() > deadline - timeout + FIRST_ANSWER
-                    if remaining > 0 and self._bound(last) is None and (reached >= first or started_long_ago):
-                        return reached  # quiet, and nothing live yet: caught up
-                    if remaining > QUIET:
-                        continue
-                    self._send(sse.comment(f"lost {reached + 1}..{bound or ''} (backfill timed out after {timeout:g} s)"))
-                    return reached if bound is None else bound
-                bound = self._bound(last)
-                if isinstance(event, Lost):
-                    end = event.to_seq if bound is None else min(event.to_seq, bound)
-                    self._send(sse.comment(f"lost {event.from_seq}..{end} ({event.reason})"))
-                    reached = event.to_seq
-                    continue
-                reached = event.seq
-                if (bound is None or event.seq <= bound) and match(self.pattern, event.envelope.subject):
-                    self._send(sse.event(event.seq, event.envelope.subject, event.envelope.data))
-                    self.gateway.stats["events backfilled"] += 1
-            return reached
-        finally:
-            client.close()
+            self._covered = max(self._covered, last)
 
     def _send(self, data: bytes) -> None:
         if self.connection.closing is None:
