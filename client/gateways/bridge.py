@@ -34,7 +34,7 @@ from fyrehose.auth import Credentials
 from fyrehose.client import Client, RequestTimeout
 from fyrehose.envelope import Envelope
 from fyrehose.fatal import guarded
-from fyrehose.gateways.redis_glob import subject_matcher
+from fyrehose.gateways.channels import is_internal, subject_to_channel
 from fyrehose.interest import INTEREST_SUBJECT, InterestTable
 from fyrehose.tracker import Lost
 
@@ -65,7 +65,7 @@ class Bridge:
                              bind=bind)
         self._stream = self.client.subscribe(">", on_loss="yield", max_queued=MAX_QUEUED, announce=False)
         self.interest = self.client.interest  # this gateway's clients' subscriptions, announced by the client
-        self.table = InterestTable(subject_matcher)  # everyone's, from their announcements
+        self.table = InterestTable(subject_to_channel)  # everyone's, from their announcements
         self._next_expiry = 0.0
         self._fan_out = gevent.spawn(guarded(self._fan_out_loop, "gateway fan-out"))
 
@@ -118,6 +118,8 @@ class Bridge:
                 if now >= self._next_expiry:
                     self.table.expire(now)
                     self._next_expiry = now + EXPIRE_EVERY
+            if is_internal(event.envelope.subject):  # the deployment's own traffic reaches no gateway client
+                continue
             try:
                 self.route(event.seq, event.envelope)
             except Exception:  # one bad message must not stop the stream for everyone

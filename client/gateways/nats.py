@@ -38,14 +38,18 @@ import argparse
 import itertools
 import os
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fyrehose.argtypes import positive_duration, positive_int
 from fyrehose.codec import MAX_PAYLOAD, PayloadTooLarge
 from fyrehose.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status, check_subject
 from fyrehose.gateways import nats_protocol as proto
+from fyrehose.gateways.channels import is_internal, pattern_is_internal
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
+from fyrehose.gateways.liveness import HANDSHAKE_TIMEOUT, PING, STALE, NatsLiveness
 from fyrehose.gateways.options import add_server_arguments
 from fyrehose.gateways.sizes import checked
 from fyrehose.subjects import SubjectIndex, check_pattern, match
@@ -64,6 +68,12 @@ ANNOUNCED_MAX_PAYLOAD = MAX_PAYLOAD - (8 + MAX_SUBJECT + 2 + MAX_SUBJECT + 4)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_server_arguments(parser)
+    parser.add_argument("--handshake-timeout", type=positive_duration, default=2.0, metavar="S",
+                        help="close a client that has not sent CONNECT within this time (default 2)")
+    parser.add_argument("--ping-interval", type=positive_duration, default=120.0, metavar="S",
+                        help="PING a client silent for this long, as nats-server does (default 120)")
+    parser.add_argument("--max-pings-out", type=positive_int, default=2, metavar="N",
+                        help="unanswered PINGs before a client is closed as stale (default 2)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,9 +87,30 @@ def run(args: argparse.Namespace) -> int:
     routes = NatsRoutes(stats)
     host, port = parse_hostport(args.listen)
     server_id = "FYREHOSE" + os.urandom(8).hex().upper()
+    def liveness() -> NatsLiveness:
+        return NatsLiveness(time.monotonic(), args.handshake_timeout, args.ping_interval, args.max_pings_out)
+
+    info = server_info(server_id, host, port)
     return run_gateway(args, "nats", stats, routes.route,
                        lambda connection, bridge: NatsSession(
-                           connection, routes, bridge, stats, server_id=server_id, host=host, port=port))
+                           connection, routes, bridge, stats, server_id=server_id, host=host, port=port,
+                           liveness=liveness()),
+                       refusal=proto.info(info) + proto.error("maximum connections exceeded"))
+
+
+def server_info(server_id: str, host: str, port: int) -> dict:
+    """The INFO fields every client of this gateway gets (each adds its own client_id and client_ip)."""
+    return {
+        "server_id": server_id,
+        "server_name": "fyrehose-nats-gateway",
+        "version": SERVER_VERSION,
+        "proto": 1,
+        "go": "python (fyrehose gateway)",
+        "host": host,
+        "port": port,
+        "headers": True,
+        "max_payload": ANNOUNCED_MAX_PAYLOAD,
+    }
 
 
 @dataclass(eq=False)
@@ -134,8 +165,9 @@ class NatsSession:
     _ids = itertools.count(1)
 
     def __init__(self, connection: Connection, routes: NatsRoutes, bridge: Bridge, stats: Counter, *,
-                 server_id: str, host: str, port: int) -> None:
+                 server_id: str, host: str, port: int, liveness: NatsLiveness | None = None) -> None:
         self.connection = connection
+        self.liveness = liveness or NatsLiveness(time.monotonic())
         self.routes = routes
         self.bridge = bridge
         self.stats = stats
@@ -146,16 +178,7 @@ class NatsSession:
         self.no_responders = False
         self.echo: EchoFilter | None = None  # set when the client asked not to get its own messages
         self.subscriptions: dict[str, NatsSubscription] = {}
-        connection.send(proto.info({
-            "server_id": server_id,
-            "server_name": "fyrehose-nats-gateway",
-            "version": SERVER_VERSION,
-            "proto": 1,
-            "go": "python (fyrehose gateway)",
-            "host": host,
-            "port": port,
-            "headers": True,
-            "max_payload": ANNOUNCED_MAX_PAYLOAD,
+        connection.send(proto.info(server_info(server_id, host, port) | {
             "client_id": self.id,
             "client_ip": connection.peer.rpartition(":")[0],
         }))
@@ -201,6 +224,20 @@ class NatsSession:
     def farewell(self, reason: str) -> bytes:
         return proto.error("Slow Consumer" if reason.startswith("slow consumer") else reason)
 
+    def wake_at(self) -> float | None:
+        return self.liveness.wake_at(self.connection.last_input)
+
+    def wake(self, now: float) -> None:
+        action = self.liveness.wake(now, self.connection.last_input)
+        if action == PING:
+            self.connection.send(proto.PING)
+        elif action == HANDSHAKE_TIMEOUT:
+            self.stats["handshake timeouts"] += 1
+            self.connection.close("no CONNECT in time", proto.error("Authentication Timeout"))
+        elif action == STALE:
+            self.stats["stale connections"] += 1
+            self.connection.close("stale connection", proto.error("Stale Connection"))
+
     def closed(self) -> None:
         for subscription in self.subscriptions.values():
             self.routes.index.discard(subscription.subject, subscription)
@@ -237,6 +274,9 @@ class NatsSession:
         except EnvelopeError:
             self.stats["invalid publish subjects"] += 1
             return _Refusal("Invalid Publish Subject", fatal=False)
+        if is_internal(pub.subject):
+            self.stats["permission violations"] += 1
+            return _Refusal(f'Permissions Violation for Publish to "{pub.subject}"', fatal=False)
         try:
             return checked(Envelope(pub.subject, pub.payload, reply=pub.reply, headers=pub.headers))
         except PayloadTooLarge:
@@ -297,6 +337,7 @@ class NatsSession:
         if isinstance(operation, proto.Ping):
             return proto.PONG
         if isinstance(operation, proto.Pong):
+            self.liveness.pong()
             return b""
         if isinstance(operation, proto.Connect):
             return self._connect(operation.options)
@@ -305,6 +346,7 @@ class NatsSession:
         return self._unsubscribe(operation)  # type: ignore[arg-type]  # the only operation left is Unsub
 
     def _connect(self, options: dict) -> bytes | _Refusal:
+        self.liveness.connect()
         if options.get("echo") is False:
             self.echo = EchoFilter(self.connection.max_pending)
         if options.get("tls_required"):
@@ -319,6 +361,9 @@ class NatsSession:
             check_pattern(sub.subject)
         except EnvelopeError:
             return proto.error("Invalid Subject")
+        if pattern_is_internal(sub.subject):
+            self.stats["permission violations"] += 1
+            return proto.error(f'Permissions Violation for Subscription to "{sub.subject}"')
         previous = self.subscriptions.get(sub.sid)
         if previous is not None:
             self._drop(previous)

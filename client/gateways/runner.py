@@ -28,8 +28,11 @@ SessionMaker = Callable[[Connection, Bridge], Session]
 
 
 def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,
-                make_session: SessionMaker) -> int:
-    """Serve until SIGTERM or SIGINT; print the listening address once ready."""
+                make_session: SessionMaker, refusal: bytes = b"") -> int:
+    """Serve until SIGTERM or SIGINT; print the listening address once ready.
+
+    ``refusal``: what a client beyond ``--max-clients`` is told before it is closed.
+    """
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s fyrehose {kind} gateway: %(message)s")
     listen = parse_hostport(args.listen)
@@ -38,7 +41,8 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
                     bind=args.bind)
     try:
         server = GatewayServer(listen, lambda connection: make_session(connection, bridge),
-                               max_pending=args.max_pending, max_clients=args.max_clients, stats=stats)
+                               max_pending=args.max_pending, max_clients=args.max_clients, stats=stats,
+                               max_output=args.max_output, refusal=refusal)
         server.start()
     except BaseException:
         bridge.close()
