@@ -48,6 +48,7 @@ MAX_CHANNEL = MAX_SUBJECT  # bytes of a channel name; no longer one can be carri
 TOO_MANY_CLIENTS = resp.error("ERR max number of clients reached")
 NOPERM = resp.error("NOPERM this user has no permissions to access one of the channels used as arguments")
 MAX_COMMAND_BULK = 1 << 20  # larger arguments end the connection; up to this, a clear error
+MAX_COMMAND = 2 << 20  # bytes of one whole command (its arguments and their overhead); more ends the connection
 SUBSCRIBED_CONTEXT = {b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscribe", b"ping", b"quit"}
 
 
@@ -156,7 +157,7 @@ class RedisSession:
         self.stats = stats
         self.request_timeout = request_timeout
         self.id = next(self._ids)
-        self.parser = resp.CommandParser(max_bulk=MAX_COMMAND_BULK)
+        self.parser = resp.CommandParser(max_bulk=MAX_COMMAND_BULK, max_command=MAX_COMMAND)
         self.resp3 = False
         self.name: bytes | None = None
         self.channels: dict[bytes, None] = {}

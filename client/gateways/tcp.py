@@ -47,7 +47,7 @@ from fyrehose.addresses import Address
 
 log = logging.getLogger("fyrehose.gateway")
 
-TURN_BYTES = 16 << 10  # input one client's session handles before the other greenlets get their turn
+TURN_BYTES = 8 << 10  # input one client's session handles before the other greenlets get their turn
 CLOSE_GRACE = 5.0  # seconds a closing connection gets to flush its output
 REFUSAL_TIMEOUT = 1.0  # seconds a refused connection's last words may take to be written
 
