@@ -348,3 +348,48 @@ def test_redis_idle_timeout_spares_subscribers(gateway_factory):
     assert subscriber.call(b"SUBSCRIBE", b"kept") == [b"subscribe", b"kept", 1]
     time.sleep(1.0)
     assert subscriber.call(b"PING") == [b"pong", b""]
+
+
+# ---------------------------------------------------------------- Lumberjack
+
+
+def _lumberjack_acks(sock, seq: int) -> bool:
+    """Send one JSON event in a window of one; True once it is acked."""
+    from fyrehose.gateways.lumberjack.frames import decode_acks, encode_json, encode_window
+
+    sock.sendall(encode_window(1) + encode_json(seq, b'{"hardening": %d}' % seq))
+    data = b""
+    while len(data) < 6:
+        chunk = sock.recv(64)
+        if not chunk:
+            return False
+        data += chunk
+    return (ord("2"), seq) in decode_acks(data[:6])
+
+
+def _hung_up(sock) -> bool:
+    try:
+        return sock.recv(64) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_lumberjack_refuses_beyond_max_connections_and_bounds_incomplete_frames(gateway_factory):
+    gateway = gateway_factory("lumberjack", "--max-connections", "2", "--max-buffered-bytes", str(4 << 20),
+                              "--stall-timeout", "0.5")
+    honest = socket.create_connection(gateway.address, timeout=10)
+    assert _lumberjack_acks(honest, 1)
+    hoarder = socket.create_connection(gateway.address, timeout=10)
+    hoarder.sendall(b"2C" + (3 << 20).to_bytes(4, "big") + b"\0" * 1000)  # fits the budget: held, then stalls
+    refused = socket.create_connection(gateway.address, timeout=10)
+    assert _hung_up(refused)  # the third of two: closed at once instead of hanging in the backlog
+    assert _hung_up(hoarder)  # its frame stopped arriving for --stall-timeout
+    greedy = socket.create_connection(gateway.address, timeout=10)
+    greedy.sendall(b"2C" + (5 << 20).to_bytes(4, "big"))  # declared beyond the gateway's whole budget
+    assert _hung_up(greedy)
+    assert _lumberjack_acks(honest, 2)
+    log = gateway.output()
+    assert "refused, 2 connections open" in log and "no byte of an incomplete frame" in log
+    assert "does not fit the gateway's input budget" in log
+    for sock in (honest, hoarder, refused, greedy):
+        sock.close()
