@@ -22,8 +22,8 @@ import orjson
 
 from fyrehose.codec import MAX_PAYLOAD
 from fyrehose.envelope import MAX_SUBJECT, Envelope, check_subject, encode
-from fyrehose.gateways.channels import is_internal
 from fyrehose.errors import InputError
+from fyrehose.gateways.channels import is_internal
 
 from .frames import DataFrame, KeyValueData, LumberjackError
 
