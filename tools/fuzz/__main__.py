@@ -2,24 +2,27 @@
 
 ``backbone`` runs :mod:`fyrehose.tools.fuzz.backbone` (both backbone modes);
 ``sub``, ``journal``, ``cache``, ``redis``, ``nats``, ``marlin``,
-``lumberjack`` and ``all`` run :mod:`fyrehose.tools.fuzz.endpoint`.  The
-options are those of the module that runs.
+``lumberjack`` and ``all`` run :mod:`fyrehose.tools.fuzz.endpoint` (their UDP
+sockets); ``gateway`` runs :mod:`fyrehose.tools.fuzz.gateway` (the TCP
+gateways, as a hostile client).  The options are those of the module that runs.
 """
 from __future__ import annotations
 
 import sys
 
-from fyrehose.tools.fuzz import backbone, endpoint
+from fyrehose.tools.fuzz import backbone, endpoint, gateway
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    targets = ("backbone", *endpoint.ENDPOINTS, "all")
+    targets = ("backbone", *endpoint.ENDPOINTS, "all", "gateway")
     if not argv or argv[0] not in targets:
         sys.stderr.write(f"python -m fyrehose.tools.fuzz: error: the first argument is one of {', '.join(targets)}\n")
         return 2
     if argv[0] == "backbone":
         return backbone.main(argv[1:])
+    if argv[0] == "gateway":
+        return gateway.main(argv[1:])
     return endpoint.main(argv)
 
 
