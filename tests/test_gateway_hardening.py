@@ -199,6 +199,10 @@ def test_a_flooding_redis_client_does_not_starve_the_others(redis_address, unit)
         for _ in range(20):
             assert other.call(b"PING") == [b"pong", b""]
         other.close()
+        publisher = RawRedis(redis_address, timeout=5)
+        for _ in range(5):  # the backbone session did not lapse: publishes are still confirmed
+            assert isinstance(publisher.call(b"PUBLISH", b"fair.share", b"m"), int)
+        publisher.close()
     finally:
         stop.set()
         flood.join(10)
