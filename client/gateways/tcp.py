@@ -217,6 +217,7 @@ class GatewayServer:
         self.stats = stats
         self.budget = OutputBudget(max_output)
         self.clients = 0
+        self._refusals_logged = 0.0  # when a refusal was last logged (a connection flood logs once a second)
         self.server = StreamServer(listen, self._handle)
 
     @property
@@ -243,7 +244,11 @@ class GatewayServer:
     def _refuse(self, sock: socket.socket, peer: Address) -> None:
         """The protocol's "too many clients", then hang up (as redis-server and nats-server do)."""
         self.stats["refused connections"] += 1
-        log.warning("%s:%s refused: %d clients connected (--max-clients)", peer[0], peer[1], self.clients)
+        now = time.monotonic()
+        if now - self._refusals_logged >= 1.0:
+            self._refusals_logged = now
+            log.warning("%s:%s refused: %d clients connected (--max-clients); %d refused so far",
+                        peer[0], peer[1], self.clients, self.stats["refused connections"])
         try:
             sock.settimeout(REFUSAL_TIMEOUT)
             if self.refusal:

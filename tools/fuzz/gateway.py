@@ -34,6 +34,7 @@ import argparse
 import random
 import select
 import socket
+import statistics
 import sys
 import tempfile
 import time
@@ -79,6 +80,8 @@ class GatewayResult:
     probes: int = 0
     probes_failed: int = 0
     internal_seen: int = 0
+    probe_ms_median: float = 0.0  # an honest round trip while the attacks run (reported, never asserted)
+    probe_ms_max: float = 0.0
     attacks: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -340,6 +343,7 @@ def fuzz_gateway(kind: str, inputs: int, seed: int, log=print) -> GatewayResult:
             attacker = Attacker(kind, rng)
             attacks: Counter = Counter()
             samples: list[int] = []
+            round_trips: list[float] = []
             every = max(1, inputs // SAMPLES)
             next_sample = every
             batches = 0
@@ -368,7 +372,9 @@ def fuzz_gateway(kind: str, inputs: int, seed: int, log=print) -> GatewayResult:
                 batches += 1
                 if batches % PROBE_EVERY == 0:
                     result.probes += 1
+                    began = time.perf_counter()
                     result.probes_failed += not honest.probe()
+                    round_trips.append((time.perf_counter() - began) * 1000)
                 while result.inputs >= next_sample:
                     samples.append(rss_of(handle))
                     next_sample += every
@@ -382,6 +388,9 @@ def fuzz_gateway(kind: str, inputs: int, seed: int, log=print) -> GatewayResult:
             result.alive = gateway.alive()
             result.attacks = dict(attacks)
             result.internal_seen = honest.seen["internal"]
+            if round_trips:
+                result.probe_ms_median = statistics.median(round_trips)
+                result.probe_ms_max = max(round_trips)
             if result.alive:
                 result.rss_end = rss_of(handle)
                 result.rss_middle = samples[len(samples) // 2] if samples else result.rss_start
@@ -390,7 +399,8 @@ def fuzz_gateway(kind: str, inputs: int, seed: int, log=print) -> GatewayResult:
                 f"({', '.join(f'{name} {count}' for name, count in sorted(attacks.items()))}), "
                 f"RSS {result.rss_start >> 20} -> {result.rss_middle >> 20} -> {result.rss_end >> 20} MiB, "
                 f"alive={result.alive} flat={result.flat}, honest round trips {result.probes - result.probes_failed}/"
-                f"{result.probes}, internal subjects seen {result.internal_seen}")
+                f"{result.probes} (median {result.probe_ms_median:.1f} ms, max {result.probe_ms_max:.1f} ms), "
+                f"internal subjects seen {result.internal_seen}")
             return result
         finally:
             for sock in slow:

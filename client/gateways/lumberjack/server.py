@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import ssl
 import sys
+import time
 from collections import Counter
 
 import gevent
@@ -44,6 +45,7 @@ class LumberjackServer:
         self.stall_timeout = stall_timeout
         self._connections: set[Connection] = set()
         self._handlers: set[gevent.Greenlet] = set()
+        self._refusals_logged = 0.0
         self._stopped = gevent.event.Event()
         self._server = StreamServer(listen, self._handle)
         self._server.init_socket()
@@ -71,7 +73,11 @@ class LumberjackServer:
         peer = f"{address[0]}:{address[1]}"
         if len(self._handlers) >= self.max_connections:  # Lumberjack has no error frame: closed at once
             self.stats["connections refused"] += 1
-            _log(f"{peer}: refused, {len(self._handlers)} connections open (--max-connections)")
+            now = time.monotonic()
+            if now - self._refusals_logged >= 1.0:  # a connection flood logs once a second
+                self._refusals_logged = now
+                _log(f"{peer}: refused, {len(self._handlers)} connections open (--max-connections); "
+                     f"{self.stats['connections refused']} refused so far")
             sock.close()
             return
         handler = gevent.getcurrent()
