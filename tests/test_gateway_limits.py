@@ -182,24 +182,49 @@ def test_all_clients_share_one_output_budget_and_the_furthest_behind_goes():
 
 
 
-def test_a_closed_connection_is_freed_without_the_cycle_collector():
+class NoBackbone:
+    """A bridge with nobody behind it: enough for sessions to subscribe, and to fail publishing."""
+
+    position = 0
+
+    def __init__(self) -> None:
+        from fyrehose.interest import LocalInterest
+
+        self.interest = LocalInterest("gw.test")
+
+    def subscribers_elsewhere(self, subject: str) -> int:
+        return 0
+
+    def publish(self, messages):
+        raise RuntimeError("no backbone here")
+
+
+def redis_sessions():
     from fyrehose.gateways.redis import RedisRoutes, RedisSession
-    from fyrehose.interest import LocalInterest
-
-    class NoBackbone:
-        interest = LocalInterest("gw.test")
-
-        def subscribers_elsewhere(self, subject: str) -> int:
-            return 0
-
-        def publish(self, messages):
-            raise RuntimeError("no backbone here")
 
     routes, bridge = RedisRoutes(), NoBackbone()
+    hello = (b"SUBSCRIBE a b\r\nPSUBSCRIBE c* d?\r\nPUBLISH x y\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\n", 16)
+    return (lambda connection: RedisSession(connection, routes, bridge, Counter()),  # type: ignore[arg-type]
+            hello, lambda: not routes.channels and not routes.patterns)
+
+
+def nats_sessions():
+    from fyrehose.gateways.nats import NatsRoutes, NatsSession
+
+    routes, bridge = NatsRoutes(Counter()), NoBackbone()
+    hello = (b'CONNECT {"echo":false,"verbose":false}\r\nSUB a.> 1\r\nSUB b q 2\r\nPING\r\nPUB a.b 2\r\nhi\r\nPUB x 9\r\n', 3)
+    return (lambda connection: NatsSession(connection, routes, bridge, Counter(),  # type: ignore[arg-type]
+                                           server_id="S", host="127.0.0.1", port=4222),
+            hello, lambda: not routes.index)
+
+
+@pytest.mark.parametrize("sessions", [redis_sessions, nats_sessions], ids=["redis", "nats"])
+def test_a_closed_connection_is_freed_without_the_cycle_collector(sessions):
+    make_session, (hello, lines), unsubscribed = sessions()
     alive: weakref.WeakSet = weakref.WeakSet()
 
     def make(connection):
-        session = RedisSession(connection, routes, bridge, Counter())  # type: ignore[arg-type]
+        session = make_session(connection)
         alive.add(session)
         alive.add(connection)
         return session
@@ -210,13 +235,13 @@ def test_a_closed_connection_is_freed_without_the_cycle_collector():
     try:
         for _ in range(3):
             sock = gevent.socket.create_connection(server.address)
-            sock.sendall(b"SUBSCRIBE a b\r\nPSUBSCRIBE c* d?\r\nPUBLISH x y\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\n")
+            sock.sendall(hello)
             received = b""
-            while received.count(b"\r\n") < 16:
+            while received.count(b"\r\n") < lines:
                 received += sock.recv(65536)
             sock.close()
         settle(lambda: not alive, "sessions and connections freed")
-        assert not routes.channels and not routes.patterns
+        assert unsubscribed()
     finally:
         gc.enable()
         server.stop()

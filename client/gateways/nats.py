@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from fyrehose.gateways.tcp import Connection
 
 SERVER_VERSION = "2.10.0"  # the nats-server release whose client protocol this gateway follows
-MAX_SUBSCRIPTIONS = 65536  # per client
+MAX_SUBSCRIPTIONS = 10000  # per client
 NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"  # the status-only header block nats-server answers with
 # the largest payload that fits one backbone message whatever its subject and reply subject
 # (an HPUB's size counts its header block too, which the envelope prefixes with 4 bytes of length)
