@@ -6,11 +6,21 @@ import signal
 from contextlib import contextmanager
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_gateway_redis_protocol import stringmatch
 
-from fyrehose.gateways.redis_glob import GlobIndex, compile_pattern, literal_prefix, match, translate
+from fyrehose.gateways.redis_glob import (
+    _NEVER,
+    _STAR,
+    GlobIndex,
+    _automaton,
+    atoms,
+    compile_pattern,
+    literal_prefix,
+    match,
+    translate,
+)
 
 ALPHABET = b"ab*?[]^-\\."
 globs = st.binary(max_size=12).map(lambda raw: bytes(ALPHABET[byte % len(ALPHABET)] for byte in raw))
@@ -32,6 +42,23 @@ def test_the_linear_matcher_agrees_with_the_regex_translation(pattern, channel):
 @given(globs, channels)
 def test_the_linear_matcher_agrees_with_stringmatchlen(pattern, channel):
     assert match(pattern, channel) == stringmatch(pattern, channel), translate(pattern)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(globs, channels)
+def test_the_re2_automaton_agrees_with_stringmatchlen(pattern, channel):
+    """The path taken by patterns with long wildcard segments, checked on every small pattern with a star."""
+    parsed = atoms(pattern)
+    assume(_STAR in parsed and _NEVER not in parsed)
+    assert _automaton(parsed)(channel) == stringmatch(pattern, channel), translate(pattern)
+
+
+def test_long_wildcard_segments_go_to_the_automaton():
+    for pattern in (b"*" + b"[ab]" * 126 + b"c*", b"*" + b"a?" * 250 + b"c*", b"x*" + b"?a" * 9 + b"*y"):
+        channel = b"x" + b"a" * 1000 + b"y"
+        assert compile_pattern(pattern).__name__ == "matches"
+        assert compile_pattern(pattern)(channel) == stringmatch(pattern, channel)
+    assert compile_pattern(b"*a*a*a*a*b").__name__ == "starred"  # many stars, short segments: the segment search
 
 
 @settings(max_examples=300, deadline=None)
@@ -78,6 +105,8 @@ HOSTILE = [
     (b"*" + b"?" * 500 + b"b*", b"a" * 1000),
     (b"*[a]*[a]*[a]*[a]*[a]*[a]*[^a]", b"a" * 1000),
     (b"a*" * 400 + b"b", b"a" * 1000),
+    (b"*" + b"[ab]" * 126 + b"b*", b"a" * 1024),
+    (b"*" + b"a?" * 250 + b"b*", b"a" * 1024),
 ]
 
 
