@@ -49,6 +49,7 @@ MAX_COUNT = 65536  # subscriptions counted for one pattern of one owner
 MAX_INTERVAL = 60.0  # seconds; a longer announced interval is taken as this
 MAX_OWNERS = 65536  # owners remembered at once; announcements from more are dropped
 MAX_OWNER = 256  # characters of an owner's name
+MAX_GLOBS = 16384  # distinct globs of all owners together (each may be tried on every subject counted)
 
 
 class LocalInterest:
@@ -149,7 +150,7 @@ class InterestTable:
     :data:`MAX_ENTRIES` patterns, counts clamped to :data:`MAX_COUNT`, the
     interval capped at :data:`MAX_INTERVAL`, globs no longer than
     :data:`~fyrehose.gateways.redis_glob.MAX_PATTERN`, at most
-    :data:`MAX_OWNERS` owners), and globs are matched in linear time through
+    :data:`MAX_OWNERS` owners and :data:`MAX_GLOBS` distinct globs), and globs are matched in linear time through
     one :class:`~fyrehose.gateways.redis_glob.GlobIndex`.  Without
     authentication the counts are therefore only as honest as the backbone's
     publishers; with it, only signed announcements reach the table.
@@ -192,6 +193,12 @@ class InterestTable:
         if owner not in self._owners and len(self._owners) >= MAX_OWNERS and interval > 0:
             self.rejected += 1
             return False
+        if self.channel_of is not None and interval > 0:
+            held = set(self._owners[owner].globs) if owner in self._owners else set()
+            new = sum(1 for glob in encoded if self._globs.get(glob) is None and glob not in held)
+            if len(self._globs) - sum(1 for glob in held if self._sole(glob, owner)) + new > MAX_GLOBS:
+                self.rejected += 1
+                return False
         self._forget(owner)
         if interval <= 0:
             return True
@@ -226,6 +233,11 @@ class InterestTable:
             for counts in self._globs.matching(self.channel_of(subject)):
                 total += sum(count for owner, count in counts.items() if owner != exclude)
         return total
+
+    def _sole(self, glob: bytes, owner: str) -> bool:
+        """Whether ``owner`` is the only one announcing ``glob`` (forgetting it frees the index entry)."""
+        counts = self._globs.get(glob)
+        return counts is not None and counts.keys() == {owner}
 
     def _forget(self, owner: str) -> None:
         state = self._owners.pop(owner, None)

@@ -262,3 +262,51 @@ def test_a_client_beyond_the_limit_is_told_and_closed(clients):
             sock.close()
     finally:
         server.stop()
+
+
+def test_the_table_holds_a_bounded_number_of_distinct_globs(monkeypatch):
+    import fyrehose.interest as interest
+
+    monkeypatch.setattr(interest, "MAX_GLOBS", 4)
+    table = InterestTable(subject_to_channel)
+    assert table.receive(announce("a", globs={"a*": 1, "b*": 1, "c*": 1}), 0.0)
+    assert table.receive(announce("b", globs={"a*": 1, "d*": 1}), 0.0)  # a* is shared: four distinct
+    assert not table.receive(announce("c", globs={"e*": 1}), 0.0)  # a fifth is refused
+    assert table.receive(announce("a", globs={"e*": 1}), 0.0)  # replacing its own frees b* and c*
+    assert table.count("e.x") == 1 and table.count("a.x") == 1
+
+
+class Recorder:
+    """A connection that keeps what the session sends."""
+
+    max_pending = 1 << 20
+    peer = "127.0.0.1:1"
+    last_input = 0.0
+
+    def __init__(self) -> None:
+        self.sent = b""
+
+    def send(self, data: bytes) -> None:
+        self.sent += data
+
+    def close(self, reason: str = "", farewell: bytes = b"") -> None:
+        self.sent += farewell
+
+
+def test_the_gateway_holds_a_bounded_number_of_distinct_patterns(monkeypatch):
+    import fyrehose.gateways.redis as redis
+
+    monkeypatch.setattr(redis, "MAX_GATEWAY_PATTERNS", 3)
+    routes, bridge = redis.RedisRoutes(), NoBackbone()
+    first, second = Recorder(), Recorder()
+    one = redis.RedisSession(first, routes, bridge, Counter())  # type: ignore[arg-type]
+    two = redis.RedisSession(second, routes, bridge, Counter())  # type: ignore[arg-type]
+    one.receive(b"PSUBSCRIBE a* b* c*\r\n")
+    two.receive(b"PSUBSCRIBE a* d*\r\n")
+    assert second.sent.endswith(b"-ERR this gateway holds its most distinct patterns (3); "
+                                b"subscribe to one already held\r\n")
+    assert second.sent.startswith(b"*3\r\n$10\r\npsubscribe\r\n$2\r\na*\r\n:1\r\n")  # a held one is shared
+    one.closed()
+    second.sent = b""
+    two.receive(b"PSUBSCRIBE d*\r\n")
+    assert second.sent == b"*3\r\n$10\r\npsubscribe\r\n$2\r\nd*\r\n:2\r\n"

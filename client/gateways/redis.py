@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 SERVER_VERSION = "7.0.0"  # the Redis release whose pub/sub replies this gateway follows
 MAX_SUBSCRIPTIONS = 10000  # channels + patterns per client
 MAX_PATTERNS = 256  # patterns per client (each is tried on channels its literal prefix does not rule out)
+MAX_GATEWAY_PATTERNS = 4096  # distinct patterns of all clients together: bounds the matching work per message
 MAX_CHANNEL = MAX_SUBJECT  # bytes of a channel name; no longer one can be carried on the backbone
 TOO_MANY_CLIENTS = resp.error("ERR max number of clients reached")
 NOPERM = resp.error("NOPERM this user has no permissions to access one of the channels used as arguments")
@@ -339,6 +340,11 @@ class RedisSession:
                     continue
                 if held is self.patterns and len(self.patterns) >= MAX_PATTERNS:
                     replies.append(resp.error(f"ERR at most {MAX_PATTERNS} pattern subscriptions per client"))
+                    continue
+                if held is self.patterns and self.routes.patterns.get(name) is None \
+                        and len(self.routes.patterns) >= MAX_GATEWAY_PATTERNS:
+                    replies.append(resp.error(f"ERR this gateway holds its most distinct patterns "
+                                              f"({MAX_GATEWAY_PATTERNS}); subscribe to one already held"))
                     continue
                 held[name] = None
                 register(name, self)
