@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fyrehose.envelope import Envelope
+from fyrehose.gateways.budget import InputBudget
 from fyrehose.gateways.channels import is_internal, pattern_is_internal, subject_to_channel
 from fyrehose.gateways.liveness import HANDSHAKE_TIMEOUT, IDLE, PING, STALE, IdleTimeout, NatsLiveness
-from fyrehose.gateways.lumberjack.connection import InputBudget
 from fyrehose.gateways.lumberjack.frames import FrameDecoder
 from fyrehose.gateways.tcp import GatewayServer
 from fyrehose.interest import (
@@ -140,6 +140,9 @@ class Blaster:
 
     def wake(self, now: float) -> None:
         pass
+
+    def held(self) -> int:
+        return 0
 
 
 def serve(make_session, **limits) -> GatewayServer:
@@ -310,3 +313,40 @@ def test_the_gateway_holds_a_bounded_number_of_distinct_patterns(monkeypatch):
     second.sent = b""
     two.receive(b"PSUBSCRIBE d*\r\n")
     assert second.sent == b"*3\r\n$10\r\npsubscribe\r\n$2\r\nd*\r\n:2\r\n"
+
+
+class Hoarder(Blaster):
+    """A session that keeps every byte it is sent unfinished (an incomplete command without end)."""
+
+    def __init__(self, connection, size: int) -> None:
+        super().__init__(connection, size)
+        self.kept = 0
+
+    def receive(self, data: bytes) -> None:
+        self.kept += len(data)
+
+    def farewell(self, reason: str) -> bytes:
+        return b"-ERR " + reason.encode() + b"\r\n"
+
+    def held(self) -> int:
+        return self.kept
+
+
+def test_all_clients_unfinished_input_shares_one_budget():
+    server = serve(lambda connection: Hoarder(connection, 0), max_input=256 << 10)
+    try:
+        first = gevent.socket.create_connection(server.address)
+        first.sendall(b"x" * (200 << 10))
+        settle(lambda: server.input_budget.used >= 200 << 10, "the first client's input held")
+        second = gevent.socket.create_connection(server.address)
+        second.sendall(b"y" * (100 << 10))
+        answer = b""
+        while chunk := second.recv(4096):
+            answer += chunk
+        assert answer == f"-ERR the gateway's input budget of {256 << 10} bytes is spent\r\n".encode()
+        assert server.stats["input budget refusals"] == 1
+        first.close()
+        second.close()
+        settle(lambda: server.input_budget.used == 0, "the budget released")
+    finally:
+        server.stop()

@@ -290,6 +290,7 @@ def test_one_command_is_bounded_in_total_not_only_per_argument():
     bulk = b"$1048576\r\n" + b"x" * (1 << 20) + b"\r\n"
     out = parser.feed(head + bulk * 3)
     assert out == [] and parser.failed is None
+    assert parser.held == (9 + resp.ARG_OVERHEAD) + 3 * ((1 << 20) + resp.ARG_OVERHEAD)  # what it holds, counted
     assert parser.feed(bulk[:20]) == [resp.RespError(f"Protocol error: command larger than {4 << 20} bytes")]
     assert len(parser._buffer) == 0  # what it held is let go at once
     empty = resp.CommandParser(max_command=64 * 1000)

@@ -135,6 +135,9 @@ class MarlinSession:
     def farewell(self, reason: str) -> bytes:
         return _error(reason)
 
+    def held(self) -> int:
+        return self.parser.held
+
     def wake_at(self) -> float | None:
         return None  # Marlin has no handshake nor keepalive; TCP keepalive finds dead peers
 

@@ -224,6 +224,9 @@ class NatsSession:
     def farewell(self, reason: str) -> bytes:
         return proto.error("Slow Consumer" if reason.startswith("slow consumer") else reason)
 
+    def held(self) -> int:
+        return self.parser.held
+
     def wake_at(self) -> float | None:
         return self.liveness.wake_at(self.connection.last_input)
 

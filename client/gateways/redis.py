@@ -194,6 +194,9 @@ class RedisSession:
     def farewell(self, reason: str) -> bytes:
         return resp.error(f"ERR {reason}")
 
+    def held(self) -> int:
+        return self.parser.held
+
     def wake_at(self) -> float | None:
         return self.idle.wake_at(self.connection.last_input, self._subscribed)
 

@@ -62,6 +62,11 @@ class CommandParser(StreamParser[Command, RespError]):
         self._remaining = 0  # elements of that array still to come
         self._bulk: int | None = None  # length of the bulk string being read
 
+    @property
+    def held(self) -> int:
+        """Bytes buffered, plus the arguments already read of an incomplete command."""
+        return len(self._buffer) + (self._size if self._args is not None else 0)
+
     def _fatal(self, reason: str) -> RespError:
         return RespError(reason)
 

@@ -42,7 +42,7 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
     try:
         server = GatewayServer(listen, lambda connection: make_session(connection, bridge),
                                max_pending=args.max_pending, max_clients=args.max_clients, stats=stats,
-                               max_output=args.max_output, refusal=refusal)
+                               max_output=args.max_output, max_input=args.max_input, refusal=refusal)
         server.start()
     except BaseException:
         bridge.close()

@@ -20,7 +20,10 @@ No single client can take the gateway from the others:
   whole loop.
 - *Memory*: besides each client's ``max_pending``, all clients' queued
   output shares one budget (``max_output``); when it is spent, the client
-  with the most unread output is disconnected as a slow consumer.  Nothing
+  with the most unread output is disconnected as a slow consumer.  All
+  clients' unfinished input (incomplete commands, each bounded by its
+  protocol's limits) shares another (``max_input``): a client whose input
+  would not fit is closed with the protocol's error.  Nothing
   on a connection's path refers back to it once it is closed, so its memory
   returns at once, without waiting for the cycle collector.
 - *Admission*: at ``max_clients`` a new connection is accepted, told the
@@ -44,6 +47,7 @@ from gevent.event import Event
 from gevent.server import StreamServer
 
 from fyrehose.addresses import Address
+from fyrehose.gateways.budget import InputBudget
 
 log = logging.getLogger("fyrehose.gateway")
 
@@ -69,6 +73,9 @@ class Session(Protocol):
 
     def wake(self, now: float) -> None:
         """No input arrived by :meth:`wake_at`: time to PING, or to close an idle or silent client."""
+
+    def held(self) -> int:
+        """Bytes of input received and not yet handled (an incomplete command or frame)."""
 
 
 class OutputBudget:
@@ -209,13 +216,14 @@ class GatewayServer:
 
     def __init__(self, listen: Address, make_session: SessionFactory, *, max_pending: int,
                  max_clients: int, stats: Counter, max_output: int = 1 << 62,
-                 refusal: bytes = b"") -> None:
+                 max_input: int = 1 << 62, refusal: bytes = b"") -> None:
         self.make_session = make_session
         self.max_pending = max_pending
         self.max_clients = max_clients
         self.refusal = refusal
         self.stats = stats
         self.budget = OutputBudget(max_output)
+        self.input_budget = InputBudget(max_input)
         self.clients = 0
         self._refusals_logged = 0.0  # when a refusal was last logged (a connection flood logs once a second)
         self.server = StreamServer(listen, self._handle)
@@ -262,6 +270,7 @@ class GatewayServer:
         connection = Connection(sock, peer, self.max_pending, self.stats, self.budget)
         self.stats["connections"] += 1
         session = None
+        claimed = 0  # bytes of self.input_budget this client's unfinished input holds
         try:
             session = connection.session = self.make_session(connection)
             while connection.closing is None:
@@ -285,11 +294,20 @@ class GatewayServer:
                     break
                 connection.last_input = time.monotonic()
                 session.receive(data)
+                held = session.held()
+                if not self.input_budget.resize(claimed, held):
+                    self.stats["input budget refusals"] += 1
+                    reason = f"the gateway's input budget of {self.input_budget.limit} bytes is spent"
+                    log.warning("%s disconnected: %s", connection.peer, reason)
+                    connection.close(reason, session.farewell(reason))
+                    break
+                claimed = held
                 gevent.sleep(0)  # every other client, and the backbone session, get their turn
         except Exception:  # a bug must cost one connection, never the gateway
             self.stats["session failures"] += 1
             log.exception("%s: session failed; disconnecting", connection.peer)
         finally:
+            self.input_budget.resize(claimed, 0)
             if session is not None:
                 session.closed()
             connection.close()

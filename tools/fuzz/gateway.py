@@ -85,6 +85,7 @@ class GatewayResult:
     internal_seen: int = 0
     probe_ms_median: float = 0.0  # an honest round trip while the attacks run (reported, never asserted)
     probe_ms_max: float = 0.0
+    failures: list[str] = field(default_factory=list)  # the first failed round trips, with what the gateway said
     attacks: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -215,6 +216,7 @@ class Honest:
         self.kind = kind
         self.address = address
         self.count = 0
+        self.failures: list[str] = []
         self.seen: Counter = Counter()
         self.received = b""
         if kind == "lumberjack":
@@ -237,14 +239,14 @@ class Honest:
         time.sleep(0.3)
 
     def probe(self) -> bool:
-        """One round trip within PROBE_TIMEOUT."""
+        """One round trip within PROBE_TIMEOUT; a failure's evidence is kept in :attr:`failures`."""
         self.count += 1
         mark = b"probe-%d" % self.count
         try:
             if self.kind == "lumberjack":
                 self.publisher.sendall(lumberjack_window(1) + lumberjack_json(self.count, b'{"probe":%d}' % self.count))
                 ack = b"2A" + self.count.to_bytes(4, "big")
-                return _read_until(self.publisher, ack, b"", self.seen) is not None
+                return self._judge(_read_until(self.publisher, ack, b"", self.seen), mark)
             if self.kind == "redis":
                 self.publisher.sendall(resp_command(b"PUBLISH", b"fuzz.probe", mark))
             elif self.kind == "nats":
@@ -252,14 +254,27 @@ class Honest:
             else:
                 self.publisher.sendall(marlin_message(b"fuzz.probe", mark))
             found = _read_until(self.subscriber, mark, self.received[-32:], self.seen)
-            if found is None:
-                return False
-            self.received = found
-            if self.kind != "marlin":
-                _drain(self.publisher)
-            return True
-        except OSError:
+            if found is not None:
+                self.received = found
+                if self.kind != "marlin":
+                    _drain(self.publisher)
+            return self._judge(found, mark)
+        except OSError as exc:
+            self.failures.append(f"{mark.decode()}: {exc}")
             return False
+
+    def _judge(self, found: bytes | None, mark: bytes) -> bool:
+        if found is not None:
+            return True
+        said = b""
+        for sock in (self.publisher, getattr(self, "subscriber", None)):
+            if sock is not None and select.select([sock], [], [], 0)[0]:
+                try:
+                    said += sock.recv(4096)[-200:]
+                except OSError:
+                    pass
+        self.failures.append(f"{mark.decode()}: nothing within {PROBE_TIMEOUT:g} s; the gateway said {said!r}")
+        return False
 
     def close(self) -> None:
         for sock in (getattr(self, "subscriber", None), self.publisher):
@@ -395,6 +410,7 @@ def fuzz_gateway(kind: str, inputs: int, seed: int, log=print) -> GatewayResult:
             result.alive = gateway.alive()
             result.attacks = dict(attacks)
             result.internal_seen = honest.seen["internal"]
+            result.failures = honest.failures[:3]
             if round_trips:
                 result.probe_ms_median = statistics.median(round_trips)
                 result.probe_ms_max = max(round_trips)
@@ -407,7 +423,8 @@ def fuzz_gateway(kind: str, inputs: int, seed: int, log=print) -> GatewayResult:
                 f"RSS {result.rss_start >> 20} -> {result.rss_middle >> 20} -> {result.rss_end >> 20} MiB, "
                 f"alive={result.alive} flat={result.flat}, honest round trips {result.probes - result.probes_failed}/"
                 f"{result.probes} (median {result.probe_ms_median:.1f} ms, max {result.probe_ms_max:.1f} ms), "
-                f"internal subjects seen {result.internal_seen}")
+                f"internal subjects seen {result.internal_seen}"
+                + "".join(f"\n  failed: {failure}" for failure in result.failures))
             return result
         finally:
             for sock in slow:

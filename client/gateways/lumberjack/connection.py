@@ -31,6 +31,7 @@ import gevent.event
 import gevent.queue
 
 from fyrehose.client import BackboneUnreachable, FyrehoseError, PublishTimeout
+from fyrehose.gateways.budget import InputBudget
 
 from .events import SubjectRule, to_message
 from .frames import DataFrame, LumberjackError
@@ -44,25 +45,6 @@ KEEPALIVE_INTERVAL = 5.0  # 'A 0' while events wait, well inside Beats' 30 s tim
 RETRY_DELAY = 0.5
 DEFAULT_STALL_TIMEOUT = 30.0  # seconds a frame may stay incomplete without a byte arriving
 _END = None
-
-
-class InputBudget:
-    """Bytes all connections' incomplete frames may commit together (declared sizes, not only what arrived).
-
-    Without it, every connection may hold a frame just under
-    ``--max-compressed-bytes``: ten of 30 MiB took a gateway from 43 to 350 MB.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-
-    def resize(self, held: int, wanted: int) -> bool:
-        """Move one connection's claim from ``held`` to ``wanted`` bytes; False (nothing moved) if over the limit."""
-        if wanted > held and self.used - held + wanted > self.limit:
-            return False
-        self.used += wanted - held
-        return True
 
 
 class Connection:

@@ -16,8 +16,9 @@ import gevent.event
 from gevent.server import StreamServer
 
 from fyrehose.addresses import Address
+from fyrehose.gateways.budget import InputBudget
 
-from .connection import DEFAULT_MAX_PENDING_BYTES, DEFAULT_STALL_TIMEOUT, Connection, InputBudget
+from .connection import DEFAULT_MAX_PENDING_BYTES, DEFAULT_STALL_TIMEOUT, Connection
 from .events import SubjectRule
 from .publisher import HoldingPublisher
 from .window import AckWindow
