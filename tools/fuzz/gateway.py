@@ -20,8 +20,11 @@ connection:
 - ``connections``: more connections at once than ``--max-clients``.
 
 The first batches are one of each class, the rest drawn at random.  An
-input is one command, operation or frame (a flood burst counts as one).
-Every ``PROBE_EVERY`` batches, and at the end, the honest clients must
+input is one command, operation or frame (a flood sends 4,096 of them on
+one connection).  Each attacker waits until the gateway has dealt with its
+batch, so the gateway faces one flooding client at a time (plus the
+slowloris connections), as the fairness promise is stated.
+Every ``PROBE_EVERY`` (10) batches, and at the end, the honest clients must
 round-trip one message through the gateway within ``PROBE_TIMEOUT`` seconds
 (for Lumberjack: an event acked), and the honest subscriber's wildcards that
 match every internal subject (``*.ANNOUNCE``, ``*.HB``, ...) must never have
@@ -57,10 +60,12 @@ LOOPBACK = "127.0.0.1"
 KINDS = ("redis", "nats", "marlin", "lumberjack")
 MAX_CLIENTS = 64
 SLOWLORIS = 32  # half-sent connections held open at once
-PROBE_EVERY = 25  # batches between two honest round trips
+PROBE_EVERY = 10  # batches between two honest round trips
 PROBE_TIMEOUT = 10.0
 SAMPLES = 10
 SEND_TIMEOUT = 2.0  # a gateway that stops reading an attacker (back-pressure) ends that batch
+DRAIN_TIMEOUT = 10.0  # how long an attacker waits for the gateway to get through its batch
+BATCH = {"garbage": 500, "patterns": 500, "internal": 500, "flood": 4096, "oversize": 4}  # inputs per connection
 ATTACKS = ("garbage", "patterns", "internal", "flood", "oversize", "slowloris", "connections")
 WEIGHTS = (40, 10, 10, 20, 3, 10, 2)
 FORGED_ANNOUNCEMENT = orjson.dumps({"owner": "forged", "interval": 3600, "subjects": {">": 1000000},
@@ -126,6 +131,10 @@ class Attacker:
         self.pool = list(self.seeds)
 
     def batch(self, attack: str, size: int) -> list[bytes]:
+        """``size`` inputs of one attack class (a flood: ``size`` commands of one kind, back to back)."""
+        if attack == "flood":
+            unit = self._flood()
+            return [unit] * (size if len(unit) < 1024 else min(size, 64))
         make: Callable[[], bytes] = getattr(self, f"_{attack}")
         return [make() for _ in range(size)]
 
@@ -167,14 +176,15 @@ class Attacker:
         return lumberjack_window(1) + lumberjack_json(1, orjson.dumps({"@metadata": {"beat": subject.decode()}}))
 
     def _flood(self) -> bytes:
+        """One command of a flood, cheap for the client and as costly as can be for the gateway."""
         rng, kind = self.rng, self.kind
         if kind == "redis":
-            return rng.choice((b"\r\n" * 4096, b"PING\r\n" * 1024, b"GET " + b"k" * 60000 + b"\r\n"))
+            return rng.choice((b"\r\n", b"PING\r\n", b"GET " + b"k" * 60000 + b"\r\n"))
         if kind == "nats":
-            return rng.choice((b"PONG\r\n" * 1024, b"PING\r\n" * 1024))
+            return rng.choice((b"PONG\r\n", b"PING\r\n"))
         if kind == "marlin":
-            return marlin_frame(0, b"flood") * 512
-        return lumberjack_window(1) * 1024
+            return marlin_frame(0, b"flood")
+        return lumberjack_window(1)
 
     def _oversize(self) -> bytes:
         rng, kind = self.rng, self.kind
@@ -311,14 +321,24 @@ def _drain(sock: socket.socket) -> None:
 # ---------------------------------------------------------------- the run
 
 def _attack(address, inputs: list[bytes]) -> None:
-    """One connection: send the batch, read what comes back, hang up."""
+    """One hostile client: send the batch, then read until the gateway has dealt with all of it and hung up.
+
+    Waiting for the end keeps the attackers to one flooding connection at a
+    time besides the slowloris ones: the fuzzer plays a single hostile client
+    per attack, not a crowd (closing at once would leave the gateway working
+    through dozens of closed connections' buffered input together).
+    """
     try:
         sock = socket.create_connection(address, timeout=SEND_TIMEOUT)
     except OSError:
         return
     try:
         sock.sendall(b"".join(inputs))
-        _drain(sock)
+        sock.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + DRAIN_TIMEOUT
+        while time.monotonic() < deadline and select.select([sock], [], [], deadline - time.monotonic())[0]:
+            if not sock.recv(1 << 20):
+                break
     except OSError:
         pass  # refused, closed or paused by the gateway: what an attacker gets
     finally:
@@ -386,9 +406,10 @@ def fuzz_gateway(kind: str, inputs: int, seed: int, log=print) -> GatewayResult:
                     _connections(address)
                     sent = MAX_CLIENTS + 16
                 else:
-                    size = min(inputs - result.inputs, 4 if attack == "oversize" else 500)
-                    _attack(address, attacker.batch(attack, size))
-                    sent = size
+                    size = min(inputs - result.inputs, BATCH[attack])
+                    batch = attacker.batch(attack, size)
+                    _attack(address, batch)
+                    sent = len(batch)
                 result.inputs += sent
                 attacks[attack] += sent
                 batches += 1
