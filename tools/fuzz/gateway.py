@@ -64,6 +64,7 @@ PROBE_EVERY = 10  # batches between two honest round trips
 PROBE_TIMEOUT = 10.0
 SAMPLES = 10
 SEND_TIMEOUT = 2.0  # a gateway that stops reading an attacker (back-pressure) ends that batch
+HOLD_BYTES = 4 << 20  # the Lumberjack gateway's --hold-bytes in the fuzz run (its default is 64 MiB)
 DRAIN_TIMEOUT = 10.0  # how long an attacker waits for the gateway to get through its batch
 BATCH = {"garbage": 500, "patterns": 500, "internal": 500, "flood": 4096, "oversize": 4}  # inputs per connection
 ATTACKS = ("garbage", "patterns", "internal", "flood", "oversize", "slowloris", "connections")
@@ -359,7 +360,8 @@ def _connections(address) -> None:
 def _gateway_argv(kind: str, port: int, backbone: str) -> list[str]:
     argv = FYREHOSE + ["gateway", kind, "--listen", f"{LOOPBACK}:{port}", "--backbone", backbone]
     if kind == "lumberjack":
-        return argv + ["--max-connections", str(MAX_CLIENTS), "--stall-timeout", "2"]
+        # --hold-bytes: what it keeps of the published events for FORWARDs grows to this by design
+        return argv + ["--max-connections", str(MAX_CLIENTS), "--stall-timeout", "2", "--hold-bytes", str(HOLD_BYTES)]
     return argv + ["--max-clients", str(MAX_CLIENTS)] + (["--handshake-timeout", "2"] if kind == "nats" else [])
 
 
