@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import orjson
 
 from .envelope import Envelope, EnvelopeError
+from .gateways.redis_glob import MAX_PATTERN, GlobIndex
 from .sessions import DEFAULT_INTERVAL, parse_json_object, parse_number
 from .subjects import SubjectIndex, check_pattern
 
@@ -42,8 +43,13 @@ INTEREST_SUBJECT = "_INTEREST.ANNOUNCE"
 MISSED_ANNOUNCEMENTS = 3  # an owner is forgotten after this many intervals without an announcement
 MAX_ANNOUNCEMENT = 60000  # bytes of JSON; beyond it an owner announces everything
 EVERYTHING = {">": 1}
-
-GlobMatcher = Callable[[str], Callable[[str], bool]]  # a glob -> whether a subject's channel matches it
+# bounds on what one announcement may claim (it may be forged by anyone who can publish on the backbone)
+MAX_ENTRIES = 16384  # subject patterns plus globs
+MAX_COUNT = 65536  # subscriptions counted for one pattern of one owner
+MAX_INTERVAL = 60.0  # seconds; a longer announced interval is taken as this
+MAX_OWNERS = 65536  # owners remembered at once; announcements from more are dropped
+MAX_OWNER = 256  # characters of an owner's name
+MAX_GLOBS = 16384  # distinct globs of all owners together (each may be tried on every subject counted)
 
 
 class LocalInterest:
@@ -129,21 +135,32 @@ class _Entry:
 class _Owner:
     expires: float
     subjects: dict[str, _Entry]
-    globs: list[tuple[Callable[[str], bool], int]]
+    globs: list[bytes]
 
 
 class InterestTable:
     """Everyone's announced interest: how many subscriptions, on owners other than one, match a subject.
 
-    ``glob_matcher`` turns an announced Redis glob into a predicate over
-    subjects (the Redis gateway's channel mapping); without it globs are kept
-    out of the counts, which only Redis receiver counts use.
+    ``channel_of`` maps a subject to the Redis channel it carries, over which
+    announced globs are matched; without it globs are kept out of the counts,
+    which only Redis receiver counts use.
+
+    Announcements come off the backbone, so anyone who can publish there can
+    forge one: each is bounded before it is believed (at most
+    :data:`MAX_ENTRIES` patterns, counts clamped to :data:`MAX_COUNT`, the
+    interval capped at :data:`MAX_INTERVAL`, globs no longer than
+    :data:`~fyrehose.gateways.redis_glob.MAX_PATTERN`, at most
+    :data:`MAX_OWNERS` owners and :data:`MAX_GLOBS` distinct globs), and globs are matched in linear time through
+    one :class:`~fyrehose.gateways.redis_glob.GlobIndex`.  Without
+    authentication the counts are therefore only as honest as the backbone's
+    publishers; with it, only signed announcements reach the table.
     """
 
-    def __init__(self, glob_matcher: GlobMatcher | None = None, misses: int = MISSED_ANNOUNCEMENTS) -> None:
-        self.glob_matcher = glob_matcher
+    def __init__(self, channel_of: Callable[[str], bytes] | None = None, misses: int = MISSED_ANNOUNCEMENTS) -> None:
+        self.channel_of = channel_of
         self.misses = misses
         self._index: SubjectIndex[_Entry] = SubjectIndex()
+        self._globs: GlobIndex[dict[str, int]] = GlobIndex()  # glob -> owner -> count
         self._owners: dict[str, _Owner] = {}
         self.rejected = 0  # announcements that were not well-formed, dropped
 
@@ -155,27 +172,47 @@ class InterestTable:
         try:
             document = parse_json_object(envelope.data)
             owner = document["owner"]
-            interval = parse_number(document.get("interval", DEFAULT_INTERVAL), "interval")
+            interval = min(parse_number(document.get("interval", DEFAULT_INTERVAL), "interval"), MAX_INTERVAL)
             subjects = document.get("subjects", {})
             globs = document.get("globs", {})
             if not isinstance(owner, str) or not isinstance(subjects, dict) or not isinstance(globs, dict):
                 raise ValueError("owner, subjects or globs of the wrong type")
+            if not 0 < len(owner) <= MAX_OWNER or len(subjects) + len(globs) > MAX_ENTRIES:
+                raise ValueError("owner name or number of patterns out of bounds")
             for pattern, count in list(subjects.items()) + list(globs.items()):
                 if not isinstance(count, int) or isinstance(count, bool) or count < 1:
                     raise ValueError(f"bad count for {pattern!r}")
             for pattern in subjects:
                 check_pattern(pattern)
-        except (KeyError, ValueError, EnvelopeError):
+            encoded = {glob.encode("latin-1"): min(count, MAX_COUNT) for glob, count in globs.items()}
+            if any(len(glob) > MAX_PATTERN for glob in encoded):
+                raise ValueError("glob too long")
+        except (KeyError, ValueError, EnvelopeError):  # UnicodeEncodeError is a ValueError
             self.rejected += 1
             return False
+        if owner not in self._owners and len(self._owners) >= MAX_OWNERS and interval > 0:
+            self.rejected += 1
+            return False
+        if self.channel_of is not None and interval > 0:
+            held = set(self._owners[owner].globs) if owner in self._owners else set()
+            new = sum(1 for glob in encoded if self._globs.get(glob) is None and glob not in held)
+            if len(self._globs) - sum(1 for glob in held if self._sole(glob, owner)) + new > MAX_GLOBS:
+                self.rejected += 1
+                return False
         self._forget(owner)
         if interval <= 0:
             return True
-        entries = {pattern: _Entry(owner, count) for pattern, count in subjects.items()}
+        entries = {pattern: _Entry(owner, min(count, MAX_COUNT)) for pattern, count in subjects.items()}
         for pattern, entry in entries.items():
             self._index.add(pattern, entry)
-        matchers = [(self.glob_matcher(glob), count) for glob, count in globs.items()] if self.glob_matcher else []
-        self._owners[owner] = _Owner(now + interval * self.misses, entries, matchers)
+        kept = list(encoded) if self.channel_of is not None else []
+        for glob in kept:
+            counts = self._globs.get(glob)
+            if counts is None:
+                self._globs.add(glob, {owner: encoded[glob]})
+            else:
+                counts[owner] = encoded[glob]
+        self._owners[owner] = _Owner(now + interval * self.misses, entries, kept)
         return True
 
     def expire(self, now: float) -> list[str]:
@@ -192,13 +229,24 @@ class InterestTable:
         except EnvelopeError:
             return 0
         total = sum(entry.count for entry in entries if entry.owner != exclude)
-        for owner, state in self._owners.items():
-            if owner != exclude:
-                total += sum(count for matches, count in state.globs if matches(subject))
+        if self._globs and self.channel_of is not None:
+            for counts in self._globs.matching(self.channel_of(subject)):
+                total += sum(count for owner, count in counts.items() if owner != exclude)
         return total
+
+    def _sole(self, glob: bytes, owner: str) -> bool:
+        """Whether ``owner`` is the only one announcing ``glob`` (forgetting it frees the index entry)."""
+        counts = self._globs.get(glob)
+        return counts is not None and counts.keys() == {owner}
 
     def _forget(self, owner: str) -> None:
         state = self._owners.pop(owner, None)
         if state is not None:
             for pattern, entry in state.subjects.items():
                 self._index.discard(pattern, entry)
+            for glob in state.globs:
+                counts = self._globs.get(glob)
+                if counts is not None:
+                    counts.pop(owner, None)
+                    if not counts:
+                        self._globs.discard(glob)

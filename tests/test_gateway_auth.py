@@ -68,12 +68,17 @@ def test_gateway_clients_get_only_verified_messages_and_gateway_publishes_are_si
             attacker.push(genuine[:-1] + b"!")                                      # tampered data
             attacker.push(attacker.forge(paul.session.name, Envelope("q.x", b"forged")))
             attacker.push(encode(Envelope("q.x", b"unsigned")))
+            forged = b'{"owner": "forged", "interval": 60, "subjects": {">": 50000}}'
+            attacker.push(encode(Envelope("_INTEREST.ANNOUNCE", forged)))          # an unsigned announcement
             paul.publish(b"genuine 2", subject="q.x")
             for kind, sock in sockets.items():
                 seen = read_until(sock, b"genuine 2")
                 assert seen.count(b"genuine 1") == 1, (kind, seen)
                 for attack in (b"genuine !", b"forged", b"unsigned"):
                     assert attack not in seen, (kind, attack, seen)
+            with socket.create_connection(gateways["redis"].address, timeout=5) as counter:
+                counter.sendall(b"*3\r\n$7\r\nPUBLISH\r\n$11\r\nnobody.here\r\n$1\r\nx\r\n")
+                assert int(counter.recv(64)[1:].strip()) < 50000  # the unsigned announcement counted nothing
 
             # the other way: what a gateway client publishes reaches an authenticating subscriber, signed
             stream = sam.subscribe("q.y")

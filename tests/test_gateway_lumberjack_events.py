@@ -65,6 +65,15 @@ def test_subject_field_lookup():
     assert number.subject({"code": " . "}) == "_._"
 
 
+def test_an_event_cannot_name_an_internal_subject():
+    rule = SubjectRule("type", "logs")
+    assert rule.subject({"type": "_INTEREST.ANNOUNCE"}) == "logs"
+    assert rule.subject({"type": "_SESSION.HB"}) == "logs"
+    assert rule.subject({"type": "_INBOX.reply"}) == "_INBOX.reply"
+    with pytest.raises(ValueError):
+        SubjectRule("type", "_SESSION.BYE")
+
+
 def test_a_bad_default_subject_or_empty_field_is_refused():
     with pytest.raises(EnvelopeError):
         SubjectRule("type", "has space")

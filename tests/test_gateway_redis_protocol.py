@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from fyrehose.gateways import resp
 from fyrehose.gateways.redis_glob import match, translate
+from fyrehose.gateways.streamparser import Malformed
 from fyrehose.process import ChildProcess, wait_until
 
 from support import LOOPBACK, free_port
@@ -43,7 +44,7 @@ def test_multibulk_commands_survive_any_chunking(commands, cuts):
 
 
 words = st.lists(st.binary(min_size=1, max_size=10).filter(
-    lambda word: not any(byte in word for byte in b" \t\r\n\"'\\\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0")),
+    lambda word: not any(byte in word for byte in b" \t\r\n\"'\\\x00\x0b\x0c")),  # NUL ends a line for Redis
     min_size=1, max_size=4).filter(lambda command: not command[0].startswith(b"*"))  # '*' starts multibulk
 
 
@@ -201,3 +202,96 @@ def _pings(client) -> bool:
 @pytest.mark.parametrize("pattern", [b"[", b"[^", b"\\", b"a[\\", b"[a-", b"[]]", b"**?*"])
 def test_glob_edge_patterns_compile(pattern):
     assert match(pattern, b"a") == stringmatch(pattern, b"a")
+
+
+# ---------------------------------------------------------------- inline commands and size limits
+
+def sdssplitargs(line: bytes) -> list[bytes] | None:
+    """Redis's sdssplitargs (sds.c), transcribed step by step: the oracle for the inline splitter (None: error)."""
+    line = line + b"\0"
+    args, p = [], 0
+    space = b" \t\n\v\f\r"
+    while True:
+        while line[p] and line[p] in space:
+            p += 1
+        if not line[p]:
+            return args
+        current, inq, insq, done = bytearray(), False, False, False
+        while not done:
+            c = line[p]
+            if inq:
+                if c == 0x5C and line[p + 1:p + 2] == b"x" and _hex(line[p + 2:p + 3]) and _hex(line[p + 3:p + 4]):
+                    current.append(int(line[p + 2:p + 4], 16))
+                    p += 3
+                elif c == 0x5C and line[p + 1]:
+                    p += 1
+                    current += {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("b"): b"\b",
+                                ord("a"): b"\a"}.get(line[p], bytes((line[p],)))
+                elif c == ord('"'):
+                    if line[p + 1] and line[p + 1] not in space:
+                        return None
+                    done = True
+                elif not c:
+                    return None
+                else:
+                    current.append(c)
+            elif insq:
+                if c == 0x5C and line[p + 1] == ord("'"):
+                    p += 1
+                    current.append(ord("'"))
+                elif c == ord("'"):
+                    if line[p + 1] and line[p + 1] not in space:
+                        return None
+                    done = True
+                elif not c:
+                    return None
+                else:
+                    current.append(c)
+            elif c in b" \n\r\t\0":
+                done = True
+            elif c == ord('"'):
+                inq = True
+            elif c == ord("'"):
+                insq = True
+            else:
+                current.append(c)
+            if line[p]:
+                p += 1
+        args.append(bytes(current))
+
+
+def _hex(char: bytes) -> bool:
+    return len(char) == 1 and char in b"0123456789abcdefABCDEF"
+
+
+inline_lines = st.binary(max_size=24).map(lambda raw: bytes(b"ab \t\"'\\xn1F\x0b\x00"[byte % 13] for byte in raw))
+
+
+@settings(max_examples=2000)
+@given(inline_lines)
+def test_inline_commands_split_as_redis_sdssplitargs(line):
+    expected = sdssplitargs(line)
+    if expected is None:
+        with pytest.raises(Malformed):
+            resp.split_inline(line)
+    else:
+        assert resp.split_inline(line) == expected
+
+
+def test_inline_floods_are_parsed_in_bulk():
+    parser = resp.CommandParser()
+    assert parser.feed(b"\r\n" * 50000 + b"PING\r\n") == [[b"PING"]]
+    assert parser.feed(b'SET "' + b"a" * 60000 + b'"\r\n') == [[b"SET", b"a" * 60000]]
+
+
+def test_one_command_is_bounded_in_total_not_only_per_argument():
+    parser = resp.CommandParser(max_bulk=1 << 20, max_command=4 << 20)
+    head = b"*100000\r\n$9\r\nSUBSCRIBE\r\n"
+    bulk = b"$1048576\r\n" + b"x" * (1 << 20) + b"\r\n"
+    out = parser.feed(head + bulk * 3)
+    assert out == [] and parser.failed is None
+    assert parser.held == (9 + resp.ARG_OVERHEAD) + 3 * ((1 << 20) + resp.ARG_OVERHEAD)  # what it holds, counted
+    assert parser.feed(bulk[:20]) == [resp.RespError(f"Protocol error: command larger than {4 << 20} bytes")]
+    assert len(parser._buffer) == 0  # what it held is let go at once
+    empty = resp.CommandParser(max_command=64 * 1000)
+    assert empty.feed(b"*1000000\r\n" + b"$0\r\n\r\n" * 2000)[-1].message.startswith("Protocol error: command larger")

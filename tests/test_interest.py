@@ -7,14 +7,8 @@ from hypothesis import strategies as st
 
 from fyrehose.envelope import Envelope, decode, encode
 from fyrehose.gateways.channels import subject_to_channel
-from fyrehose.gateways.redis_glob import compile_pattern
 from fyrehose.interest import INTEREST_SUBJECT, MAX_ANNOUNCEMENT, InterestTable, LocalInterest
 from fyrehose.subjects import match
-
-
-def redis_globs(glob: str):
-    matches = compile_pattern(glob.encode("latin-1"))
-    return lambda subject: matches(subject_to_channel(subject))
 
 
 def test_an_owner_announces_on_change_and_then_every_interval():
@@ -52,7 +46,7 @@ def test_an_owner_too_big_for_one_message_announces_everything():
 
 
 def test_the_table_counts_other_owners_and_forgets_the_silent_and_the_leaving():
-    table = InterestTable(redis_globs)
+    table = InterestTable(subject_to_channel)
     a, b = LocalInterest("gw.a"), LocalInterest("gw.b", interval=1.0)
     a.add("orders.*")
     a.add("orders.eu")
@@ -106,14 +100,14 @@ def test_the_table_agrees_with_a_direct_count(operations, subject):
 
 @given(st.binary(max_size=200))
 def test_malformed_announcements_are_counted_never_raised(data):
-    table = InterestTable(redis_globs)
+    table = InterestTable(subject_to_channel)
     accepted = table.receive(Envelope(INTEREST_SUBJECT, data), 0.0)
     assert table.rejected == (0 if accepted else 1)  # each refusal counted once, an accepted one never
     assert len(table) <= (1 if accepted else 0)
 
 
 def test_each_kind_of_malformed_announcement_is_counted():
-    table = InterestTable(redis_globs)
+    table = InterestTable(subject_to_channel)
     bad = [b"not json", b"[]", b'{"interval": 1}', b'{"owner": 7}', b'{"owner": "x", "subjects": []}',
            b'{"owner": "x", "subjects": {"a": 0}}', b'{"owner": "x", "globs": {"a*": true}}',
            b'{"owner": "x", "interval": "soon"}']

@@ -51,8 +51,8 @@ from gevent.timeout import Timeout
 from fyrehose.addresses import Address
 from fyrehose.auth import Credentials
 from fyrehose.envelope import Envelope, peek_subject
+from fyrehose.gateways.channels import is_internal, subject_to_channel
 from fyrehose.gateways.link import BackboneLink, wall_us
-from fyrehose.gateways.redis_glob import subject_matcher
 from fyrehose.interest import INTEREST_SUBJECT, InterestTable
 from fyrehose.sessions import SNAP_PREFIX
 from fyrehose.subject_session import SubjectSession
@@ -97,7 +97,7 @@ class Bridge:
         self.subjects = SubjectSession(credentials=credentials, interval=session_interval, stats=stats)
         self.session = self.subjects.session
         self.interest = self.subjects.interest  # this gateway's clients' subscriptions, announced by the link
-        self.table = InterestTable(subject_matcher)  # everyone's, from their announcements
+        self.table = InterestTable(subject_to_channel)  # everyone's, from their announcements
         self._inbox_prefix = self.subjects.inbox_prefix
         self._verifies = self.subjects.auth is not None
         self._waiters: dict[str, AsyncResult] = {}  # inbox -> where its answer goes
@@ -227,6 +227,8 @@ class Bridge:
         if opened is None or not accepted:
             return
         self._special(opened)
+        if is_internal(subject):  # the deployment's own traffic reaches no gateway client
+            return
         try:
             self.route(seq, opened)
         except Exception:  # one bad message must not stop the stream for everyone

@@ -9,6 +9,13 @@ the same thing to Redis, NATS and Marlin clients.  Every other channel
 ``_CHAN.<base64url without padding>``; a channel that itself starts with
 ``_CHAN.`` is encoded too, so the mapping is one-to-one.  The empty channel
 has no subject.
+
+Some subjects are the deployment's own (:data:`INTERNAL_PREFIXES`): interest
+announcements and session heartbeats.  A gateway client that could publish
+there would forge what every gateway believes (receiver counts, no-responders)
+under the gateway's own signature, and one that could read them would learn
+the deployment's sessions; so gateways refuse both (:func:`is_internal`,
+:func:`pattern_is_internal`) and never deliver them to wildcard subscriptions.
 """
 from __future__ import annotations
 
@@ -21,6 +28,24 @@ ENCODED_PREFIX = "_CHAN."
 _ENCODED_PREFIX_BYTES = ENCODED_PREFIX.encode()
 # the longest channel that still fits MAX_SUBJECT once encoded
 MAX_ENCODED_CHANNEL = (MAX_SUBJECT - len(ENCODED_PREFIX)) * 3 // 4
+
+
+INTERNAL_PREFIXES = ("_INTEREST.", "_SESSION.")
+_INTERNAL_ROOTS = frozenset(prefix[:-1] for prefix in INTERNAL_PREFIXES)
+
+
+def is_internal(subject: str) -> bool:
+    """Whether ``subject`` is one the deployment uses for itself (closed to gateway clients)."""
+    return subject.startswith(INTERNAL_PREFIXES)
+
+
+def pattern_is_internal(pattern: str) -> bool:
+    """Whether a subscription pattern names an internal subject tree (``_INTEREST.>``, ``_SESSION.HB``).
+
+    Patterns that only reach internal subjects through a wildcard (``>``,
+    ``*.ANNOUNCE``) are allowed; delivery skips internal subjects.
+    """
+    return pattern.split(".", 1)[0] in _INTERNAL_ROOTS
 
 
 class ChannelError(ValueError):

@@ -16,9 +16,15 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from fyrehose.codec import PayloadTooLarge
-from fyrehose.envelope import Envelope
+from fyrehose.envelope import MAX_SUBJECT, Envelope
 from fyrehose.gateways import marlin_protocol as proto
-from fyrehose.gateways.channels import ChannelError, channel_to_subject, channel_to_subject_or_none, subject_to_channel
+from fyrehose.gateways.channels import (
+    ChannelError,
+    channel_to_subject,
+    channel_to_subject_or_none,
+    is_internal,
+    subject_to_channel,
+)
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
 from fyrehose.gateways.options import add_server_arguments
 from fyrehose.gateways.sizes import checked
@@ -27,7 +33,7 @@ if TYPE_CHECKING:
     from fyrehose.gateways.bridge import Bridge
     from fyrehose.gateways.tcp import Connection
 
-MAX_SUBSCRIPTIONS = 65536  # channels per client
+MAX_SUBSCRIPTIONS = 10000  # channels per client
 MAX_FRAME = 1 << 20
 
 
@@ -42,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     routes = MarlinRoutes()
     return run_gateway(args, "marlin", stats, routes.route,
                        lambda connection, bridge: MarlinSession(connection, routes, bridge, stats),
-                       wants=routes.wants)
+                       wants=routes.wants, refusal=_error("max number of clients reached"))
 
 
 class MarlinRoutes:
@@ -134,6 +140,15 @@ class MarlinSession:
     def farewell(self, reason: str) -> bytes:
         return _error(reason)
 
+    def held(self) -> int:
+        return self.parser.held
+
+    def wake_at(self) -> float | None:
+        return None  # Marlin has no handshake nor keepalive; TCP keepalive finds dead peers
+
+    def wake(self, now: float) -> None:
+        pass
+
     def closed(self) -> None:
         for channel in self.channels:
             self.routes.unsubscribe(channel, self)
@@ -154,6 +169,10 @@ class MarlinSession:
     def _subscribe(self, channel: bytes) -> bytes:
         if not channel:
             return _error("cannot subscribe to the empty channel")
+        if len(channel) > MAX_SUBJECT:
+            return _error(f"channel of {len(channel)} bytes is too long (at most {MAX_SUBJECT})")
+        if is_internal(channel.decode("latin-1")):
+            return _error(f"permission denied: {_text(channel)} is internal to the deployment")
         if channel not in self.channels:
             if len(self.channels) >= MAX_SUBSCRIPTIONS:
                 return _error(f"at most {MAX_SUBSCRIPTIONS} channels per client; not subscribed to {_text(channel)}")
@@ -171,9 +190,12 @@ class MarlinSession:
     def _prepare(self, message: proto.Message) -> Envelope | str:
         """The message to publish, or why it cannot be."""
         try:
-            return checked(Envelope(channel_to_subject(message.channel), message.data))
+            message_envelope = checked(Envelope(channel_to_subject(message.channel), message.data))
         except (ChannelError, PayloadTooLarge) as exc:
             return f"message {message.id} not published: {exc}"
+        if is_internal(message_envelope.subject):
+            return f"message {message.id} not published: permission denied, {_text(message.channel)} is internal"
+        return message_envelope
 
     def _publish(self, batch: list[tuple[int, Envelope]]) -> list[bytes]:
         """Publish; RESPONSE ERRORs for what the backbone did not confirm."""

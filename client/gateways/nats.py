@@ -38,14 +38,18 @@ import argparse
 import itertools
 import os
 import random
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from fyrehose.argtypes import positive_duration, positive_int
 from fyrehose.codec import MAX_PAYLOAD, PayloadTooLarge
 from fyrehose.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status, check_subject
 from fyrehose.gateways import nats_protocol as proto
+from fyrehose.gateways.channels import is_internal, pattern_is_internal
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
+from fyrehose.gateways.liveness import HANDSHAKE_TIMEOUT, PING, STALE, NatsLiveness
 from fyrehose.gateways.options import add_server_arguments
 from fyrehose.gateways.sizes import checked
 from fyrehose.subjects import SubjectIndex, check_pattern, match
@@ -57,7 +61,7 @@ if TYPE_CHECKING:
     from fyrehose.gateways.tcp import Connection
 
 SERVER_VERSION = "2.10.0"  # the nats-server release whose client protocol this gateway follows
-MAX_SUBSCRIPTIONS = 65536  # per client
+MAX_SUBSCRIPTIONS = 10000  # per client
 MAX_IN_FLIGHT = 16384  # PUBs of one client submitted and not yet confirmed before its reading pauses
 NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"  # the status-only header block nats-server answers with
 # the largest payload that fits one backbone message whatever its subject and reply subject
@@ -67,6 +71,12 @@ ANNOUNCED_MAX_PAYLOAD = MAX_PAYLOAD - (8 + MAX_SUBJECT + 2 + MAX_SUBJECT + 4)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_server_arguments(parser)
+    parser.add_argument("--handshake-timeout", type=positive_duration, default=2.0, metavar="S",
+                        help="close a client that has not sent CONNECT within this time (default 2)")
+    parser.add_argument("--ping-interval", type=positive_duration, default=120.0, metavar="S",
+                        help="PING a client silent for this long, as nats-server does (default 120)")
+    parser.add_argument("--max-pings-out", type=positive_int, default=2, metavar="N",
+                        help="unanswered PINGs before a client is closed as stale (default 2)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,10 +87,30 @@ def run(args: argparse.Namespace) -> int:
     routes = NatsRoutes(stats)
     host, port = parse_hostport(args.listen)
     server_id = "FYREHOSE" + os.urandom(8).hex().upper()
+    def liveness() -> NatsLiveness:
+        return NatsLiveness(time.monotonic(), args.handshake_timeout, args.ping_interval, args.max_pings_out)
+
+    info = server_info(server_id, host, port)
     return run_gateway(args, "nats", stats, routes.route,
                        lambda connection, bridge: NatsSession(
-                           connection, routes, bridge, stats, server_id=server_id, host=host, port=port),
-                       wants=routes.wants)
+                           connection, routes, bridge, stats, server_id=server_id, host=host, port=port,
+                           liveness=liveness()),
+                       wants=routes.wants, refusal=proto.info(info) + proto.error("maximum connections exceeded"))
+
+
+def server_info(server_id: str, host: str, port: int) -> dict:
+    """The INFO fields every client of this gateway gets (each adds its own client_id and client_ip)."""
+    return {
+        "server_id": server_id,
+        "server_name": "fyrehose-nats-gateway",
+        "version": SERVER_VERSION,
+        "proto": 1,
+        "go": "python (fyrehose gateway)",
+        "host": host,
+        "port": port,
+        "headers": True,
+        "max_payload": ANNOUNCED_MAX_PAYLOAD,
+    }
 
 
 @dataclass(eq=False)
@@ -184,8 +214,9 @@ class NatsSession:
     _ids = itertools.count(1)
 
     def __init__(self, connection: Connection, routes: NatsRoutes, bridge: Bridge, stats: Counter, *,
-                 server_id: str, host: str, port: int) -> None:
+                 server_id: str, host: str, port: int, liveness: NatsLiveness | None = None) -> None:
         self.connection = connection
+        self.liveness = liveness or NatsLiveness(time.monotonic())
         self.routes = routes
         self.bridge = bridge
         self.stats = stats
@@ -198,16 +229,7 @@ class NatsSession:
         self.subscriptions: dict[str, NatsSubscription] = {}
         self._inflight: deque[tuple[AsyncResult, int]] = deque()  # submitted PUB batches, oldest first
         self._inflight_messages = 0
-        connection.send(proto.info({
-            "server_id": server_id,
-            "server_name": "fyrehose-nats-gateway",
-            "version": SERVER_VERSION,
-            "proto": 1,
-            "go": "python (fyrehose gateway)",
-            "host": host,
-            "port": port,
-            "headers": True,
-            "max_payload": ANNOUNCED_MAX_PAYLOAD,
+        connection.send(proto.info(server_info(server_id, host, port) | {
             "client_id": self.id,
             "client_ip": connection.peer.rpartition(":")[0],
         }))
@@ -259,6 +281,23 @@ class NatsSession:
     def farewell(self, reason: str) -> bytes:
         return proto.error("Slow Consumer" if reason.startswith("slow consumer") else reason)
 
+    def held(self) -> int:
+        return self.parser.held
+
+    def wake_at(self) -> float | None:
+        return self.liveness.wake_at(self.connection.last_input)
+
+    def wake(self, now: float) -> None:
+        action = self.liveness.wake(now, self.connection.last_input)
+        if action == PING:
+            self.connection.send(proto.PING)
+        elif action == HANDSHAKE_TIMEOUT:
+            self.stats["handshake timeouts"] += 1
+            self.connection.close("no CONNECT in time", proto.error("Authentication Timeout"))
+        elif action == STALE:
+            self.stats["stale connections"] += 1
+            self.connection.close("stale connection", proto.error("Stale Connection"))
+
     def closed(self) -> None:
         for subscription in self.subscriptions.values():
             self.routes.index.discard(subscription.subject, subscription)
@@ -291,6 +330,9 @@ class NatsSession:
         except EnvelopeError:
             self.stats["invalid publish subjects"] += 1
             return _Refusal("Invalid Publish Subject", fatal=False)
+        if is_internal(pub.subject):
+            self.stats["permission violations"] += 1
+            return _Refusal(f'Permissions Violation for Publish to "{pub.subject}"', fatal=False)
         try:
             return checked(Envelope(pub.subject, pub.payload, reply=pub.reply, headers=pub.headers))
         except PayloadTooLarge:
@@ -401,6 +443,7 @@ class NatsSession:
         if isinstance(operation, proto.Ping):
             return proto.PONG
         if isinstance(operation, proto.Pong):
+            self.liveness.pong()
             return b""
         if isinstance(operation, proto.Connect):
             return self._connect(operation.options)
@@ -409,6 +452,7 @@ class NatsSession:
         return self._unsubscribe(operation)  # type: ignore[arg-type]  # the only operation left is Unsub
 
     def _connect(self, options: dict) -> bytes | _Refusal:
+        self.liveness.connect()
         if options.get("echo") is False:
             self.echo = EchoFilter(self.connection.max_pending)
         if options.get("tls_required"):
@@ -423,6 +467,9 @@ class NatsSession:
             check_pattern(sub.subject)
         except EnvelopeError:
             return proto.error("Invalid Subject")
+        if pattern_is_internal(sub.subject):
+            self.stats["permission violations"] += 1
+            return proto.error(f'Permissions Violation for Subscription to "{sub.subject}"')
         previous = self.subscriptions.get(sub.sid)
         if previous is not None:
             self._drop(previous)

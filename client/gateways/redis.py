@@ -20,13 +20,21 @@ import itertools
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from fyrehose.argtypes import positive_duration
+from fyrehose.argtypes import non_negative_duration, positive_duration
 from fyrehose.codec import PayloadTooLarge
-from fyrehose.envelope import Envelope, EnvelopeError, MsgType, Status
+from fyrehose.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status
 from fyrehose.gateways import resp
-from fyrehose.gateways.channels import ChannelError, channel_to_subject, channel_to_subject_or_none, subject_to_channel
+from fyrehose.gateways.channels import (
+    ChannelError,
+    channel_to_subject,
+    channel_to_subject_or_none,
+    is_internal,
+    pattern_is_internal,
+    subject_to_channel,
+)
+from fyrehose.gateways.liveness import IdleTimeout
 from fyrehose.gateways.options import add_server_arguments
-from fyrehose.gateways.redis_glob import Matcher, compile_pattern
+from fyrehose.gateways.redis_glob import MAX_PATTERN, GlobIndex, literal_prefix
 from fyrehose.gateways.resp_hiredis import HiredisCommandParser
 from fyrehose.gateways.sizes import checked
 
@@ -35,8 +43,14 @@ if TYPE_CHECKING:
     from fyrehose.gateways.tcp import Connection
 
 SERVER_VERSION = "7.0.0"  # the Redis release whose pub/sub replies this gateway follows
-MAX_SUBSCRIPTIONS = 65536  # channels + patterns per client
+MAX_SUBSCRIPTIONS = 10000  # channels + patterns per client
+MAX_PATTERNS = 256  # patterns per client (each is tried on channels its literal prefix does not rule out)
+MAX_GATEWAY_PATTERNS = 4096  # distinct patterns of all clients together: bounds the matching work per message
+MAX_CHANNEL = MAX_SUBJECT  # bytes of a channel name; no longer one can be carried on the backbone
+TOO_MANY_CLIENTS = resp.error("ERR max number of clients reached")
+NOPERM = resp.error("NOPERM this user has no permissions to access one of the channels used as arguments")
 MAX_COMMAND_BULK = 1 << 20  # larger arguments end the connection; up to this, a clear error
+MAX_COMMAND = 2 << 20  # bytes of one whole command (its arguments and their overhead); more ends the connection
 SUBSCRIBED_CONTEXT = {b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscribe", b"ping", b"quit"}
 
 
@@ -44,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_server_arguments(parser)
     parser.add_argument("--request-timeout", type=positive_duration, default=1.0, metavar="S",
                         help="how long GET waits for the cache to answer (default 1)")
+    parser.add_argument("--idle-timeout", type=non_negative_duration, default=0.0, metavar="S",
+                        help="close a client silent for this long, unless it is subscribed, as redis-server's "
+                             "'timeout' does (default 0: never)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
     routes = RedisRoutes()
     return run_gateway(args, "redis", stats, routes.route,
                        lambda connection, bridge: RedisSession(
-                           connection, routes, bridge, stats, request_timeout=args.request_timeout),
-                       wants=routes.wants)
+                           connection, routes, bridge, stats, request_timeout=args.request_timeout,
+                           idle=IdleTimeout(args.idle_timeout)),
+                       wants=routes.wants, refusal=TOO_MANY_CLIENTS)
 
 
 class RedisRoutes:
@@ -62,7 +80,7 @@ class RedisRoutes:
 
     def __init__(self) -> None:
         self.channels: dict[bytes, dict[RedisSession, None]] = {}
-        self.patterns: dict[bytes, tuple[Matcher, dict[RedisSession, None]]] = {}
+        self.patterns: GlobIndex[tuple[bytes, dict[RedisSession, None]]] = GlobIndex()
         self.subjects: set[str] = set()  # the subjects of the channels in ``channels``, for ``wants``
 
     def subscribe(self, channel: bytes, session: RedisSession) -> None:
@@ -85,7 +103,11 @@ class RedisRoutes:
                 session.bridge.interest.remove(subject)
 
     def psubscribe(self, pattern: bytes, session: RedisSession) -> None:
-        self.patterns.setdefault(pattern, (compile_pattern(pattern), {}))[1][session] = None
+        entry = self.patterns.get(pattern)
+        if entry is None:
+            entry = (pattern, {})
+            self.patterns.add(pattern, entry)
+        entry[1][session] = None
         session.bridge.interest.add_glob(pattern)
 
     def punsubscribe(self, pattern: bytes, session: RedisSession) -> None:
@@ -93,15 +115,14 @@ class RedisRoutes:
         if entry is not None and session in entry[1]:
             del entry[1][session]
             if not entry[1]:
-                del self.patterns[pattern]
+                self.patterns.discard(pattern)
             session.bridge.interest.remove_glob(pattern)
 
     def receivers(self, channel: bytes) -> int:
         """How many deliveries a message on ``channel`` makes here (a client per matching subscription)."""
         count = len(self.channels.get(channel, ()))
-        for matches, sessions in self.patterns.values():
-            if matches(channel):
-                count += len(sessions)
+        for _, sessions in self.patterns.matching(channel):
+            count += len(sessions)
         return count
 
     def wants(self, subject: str) -> bool:
@@ -118,8 +139,8 @@ class RedisRoutes:
             frames = _Frames(3, MESSAGE_HEAD, tail)
             for session in list(sessions):
                 session.deliver(frames.get(session.resp3))
-        for pattern, (matches, sessions) in list(self.patterns.items()):
-            if sessions and matches(channel):
+        for pattern, sessions in self.patterns.matching(channel):
+            if sessions:
                 if not tail:
                     tail = resp.bulk(channel) + resp.bulk(message.data)
                 frames = _Frames(4, PMESSAGE_HEAD + resp.bulk(pattern), tail)
@@ -154,14 +175,15 @@ class RedisSession:
     _ids = itertools.count(1)
 
     def __init__(self, connection: Connection, routes: RedisRoutes, bridge: Bridge, stats: Counter,
-                 *, request_timeout: float = 1.0) -> None:
+                 *, request_timeout: float = 1.0, idle: IdleTimeout | None = None) -> None:
         self.connection = connection
+        self.idle = idle or IdleTimeout()
         self.routes = routes
         self.bridge = bridge
         self.stats = stats
         self.request_timeout = request_timeout
         self.id = next(self._ids)
-        self.parser = HiredisCommandParser(max_bulk=MAX_COMMAND_BULK)
+        self.parser = HiredisCommandParser(max_bulk=MAX_COMMAND_BULK, max_command=MAX_COMMAND)
         self.resp3 = False
         self.name: bytes | None = None
         self.channels: dict[bytes, None] = {}
@@ -196,6 +218,17 @@ class RedisSession:
 
     def farewell(self, reason: str) -> bytes:
         return resp.error(f"ERR {reason}")
+
+    def held(self) -> int:
+        return self.parser.held
+
+    def wake_at(self) -> float | None:
+        return self.idle.wake_at(self.connection.last_input, self._subscribed)
+
+    def wake(self, now: float) -> None:
+        if self.idle.wake(now, self.connection.last_input, self._subscribed):
+            self.stats["idle clients closed"] += 1
+            self.connection.close("idle timeout")  # silently, as redis-server does
 
     def closed(self) -> None:
         for channel in self.channels:
@@ -307,10 +340,14 @@ class RedisSession:
         return resp.simple("OK") if index == 0 else resp.error("ERR DB index is out of range")
 
     def _subscribe(self, args: list[bytes]) -> bytes:
-        return self._add(args, self.channels, self.routes.subscribe, b"subscribe")
+        if any(_internal_channel(channel) for channel in args):
+            return NOPERM
+        return self._add(args, self.channels, self.routes.subscribe, b"subscribe", MAX_CHANNEL)
 
     def _psubscribe(self, args: list[bytes]) -> bytes:
-        return self._add(args, self.patterns, self.routes.psubscribe, b"psubscribe")
+        if any(_internal_channel(literal_prefix(pattern)) for pattern in args):
+            return NOPERM
+        return self._add(args, self.patterns, self.routes.psubscribe, b"psubscribe", MAX_PATTERN)
 
     def _unsubscribe(self, args: list[bytes]) -> bytes:
         return self._remove(args, self.channels, self.routes.unsubscribe, b"unsubscribe")
@@ -318,12 +355,24 @@ class RedisSession:
     def _punsubscribe(self, args: list[bytes]) -> bytes:
         return self._remove(args, self.patterns, self.routes.punsubscribe, b"punsubscribe")
 
-    def _add(self, names: list[bytes], held: dict[bytes, None], register, kind: bytes) -> bytes:
+    def _add(self, names: list[bytes], held: dict[bytes, None], register, kind: bytes, longest: int) -> bytes:
         replies = []
         for name in names:
             if name not in held:
+                if len(name) > longest:
+                    replies.append(resp.error(f"ERR {kind.decode()} name of {len(name)} bytes is too long "
+                                              f"(at most {longest})"))
+                    continue
                 if len(self.channels) + len(self.patterns) >= MAX_SUBSCRIPTIONS:
                     replies.append(resp.error(f"ERR at most {MAX_SUBSCRIPTIONS} subscriptions per client"))
+                    continue
+                if held is self.patterns and len(self.patterns) >= MAX_PATTERNS:
+                    replies.append(resp.error(f"ERR at most {MAX_PATTERNS} pattern subscriptions per client"))
+                    continue
+                if held is self.patterns and self.routes.patterns.get(name) is None \
+                        and len(self.routes.patterns) >= MAX_GATEWAY_PATTERNS:
+                    replies.append(resp.error(f"ERR this gateway holds its most distinct patterns "
+                                              f"({MAX_GATEWAY_PATTERNS}); subscribe to one already held"))
                     continue
                 held[name] = None
                 register(name, self)
@@ -355,6 +404,8 @@ class RedisSession:
             message = checked(Envelope(channel_to_subject(channel), data))
         except (ChannelError, PayloadTooLarge) as exc:
             return resp.error(f"ERR {exc}")
+        if is_internal(message.subject):
+            return NOPERM
         return message, self.routes.receivers(channel) + self.bridge.subscribers_elsewhere(message.subject)
 
     def _get(self, args: list[bytes]) -> bytes:
@@ -390,6 +441,11 @@ COMMANDS = {
 
 def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
+
+
+def _internal_channel(channel: bytes) -> bool:
+    """Whether ``channel`` (or a pattern's literal prefix) lies in a subject tree the deployment keeps for itself."""
+    return pattern_is_internal(channel.decode("latin-1"))
 
 
 def _valid_name(name: bytes) -> bool:

@@ -6,10 +6,19 @@ inline commands (``PING\\r\\n``, as typed into telnet), in any chunking.
 Bad input ends the stream with one :class:`RespError` whose text follows
 Redis's own ``Protocol error: ...`` messages; the connection is then closed,
 as Redis does.
+
+Memory per connection is bounded: one argument by ``max_bulk`` (Redis's
+``proto-max-bulk-len``), one whole command by ``max_command`` (counting
+:data:`ARG_OVERHEAD` per argument, so a million empty arguments count too),
+which with the line limits bounds the unparsed input a connection can hold,
+as Redis's ``client-query-buffer-limit`` does.  Inline commands are split as
+Redis's ``sdssplitargs`` splits them, by one regular expression without
+backtracking (quotes and escapes included), so a 64 KiB line costs
+microseconds, and runs of blank lines are skipped at once.
 """
 from __future__ import annotations
 
-import shlex
+import re
 from dataclasses import dataclass
 
 from fyrehose.gateways.streamparser import Malformed, StreamParser
@@ -18,6 +27,18 @@ Command = list[bytes]
 
 MAX_ARGS = 1024 * 1024  # Redis's limit on multibulk length
 MAX_INLINE = 64 * 1024  # Redis's PROTO_INLINE_MAX_SIZE: longest line without its CRLF
+ARG_OVERHEAD = 64  # bytes an argument costs beyond its length (object and list slot), for max_command
+_BLANK_LINES = re.compile(rb"(?:\r?\n)+")
+# one argument of an inline command (sdssplitargs): plain bytes, then perhaps one quoted part that ends it
+_INLINE_ARG = re.compile(
+    rb"""[ \t\r\n\x0b\x0c]*+"""
+    rb"""(?P<plain>[^ \t\r\n"']*+)"""
+    rb"""(?:"(?P<double>(?:\\x[0-9a-fA-F]{2}|\\.|[^"\\])*+)"|'(?P<single>(?:\\'|[^'])*+)')?+""",
+    re.DOTALL)
+_SPECIAL = re.compile(rb"[\"'\x0b\x0c]")  # what bytes.split() would not read as sdssplitargs does
+_QUOTE_END = re.compile(rb"[ \t\r\n\x0b\x0c]|\Z")
+_ESCAPE = re.compile(rb"\\(x[0-9a-fA-F]{2}|.)", re.DOTALL)
+_ESCAPED = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"b": b"\b", b"a": b"\a"}
 
 
 @dataclass(frozen=True)
@@ -30,13 +51,21 @@ class RespError:
 class CommandParser(StreamParser[Command, RespError]):
     """Feed it bytes as they arrive; it returns every command completed so far."""
 
-    def __init__(self, max_bulk: int = 512 * 1024 * 1024, max_args: int = MAX_ARGS) -> None:
+    def __init__(self, max_bulk: int = 512 * 1024 * 1024, max_args: int = MAX_ARGS,
+                 max_command: int = 1 << 62) -> None:
         super().__init__()
         self.max_bulk = max_bulk
         self.max_args = max_args
+        self.max_command = max_command
+        self._size = 0  # bytes the command being read holds so far (with ARG_OVERHEAD each)
         self._args: Command | None = None  # the array being read
         self._remaining = 0  # elements of that array still to come
         self._bulk: int | None = None  # length of the bulk string being read
+
+    @property
+    def held(self) -> int:
+        """Bytes buffered, plus the arguments already read of an incomplete command."""
+        return len(self._buffer) + (self._size if self._args is not None else 0)
 
     def _fatal(self, reason: str) -> RespError:
         return RespError(reason)
@@ -70,7 +99,7 @@ class CommandParser(StreamParser[Command, RespError]):
                 raise Malformed("Protocol error: invalid multibulk length")
             if count <= 0:
                 return []
-            self._args, self._remaining = [], count
+            self._args, self._remaining, self._size = [], count, 0
         while self._remaining:
             if self._bulk is None:
                 if self._pos >= len(buffer):
@@ -84,6 +113,9 @@ class CommandParser(StreamParser[Command, RespError]):
                 length = _integer(line[1:], "invalid bulk length")
                 if not 0 <= length <= self.max_bulk:
                     raise Malformed("Protocol error: invalid bulk length")
+                self._size += length + ARG_OVERHEAD
+                if self._size > self.max_command:
+                    raise Malformed(f"Protocol error: command larger than {self.max_command} bytes")
                 self._bulk = length
             end = self._pos + self._bulk
             if len(buffer) < end + 2:
@@ -97,6 +129,10 @@ class CommandParser(StreamParser[Command, RespError]):
         return command
 
     def _inline(self) -> Command | None:
+        blank = _BLANK_LINES.match(self._buffer, self._pos)
+        if blank is not None:
+            self._pos = blank.end()
+            return []
         end = self._buffer.find(b"\n", self._pos)
         if end < 0:
             if len(self._buffer) - self._pos > MAX_INLINE:
@@ -104,11 +140,42 @@ class CommandParser(StreamParser[Command, RespError]):
             return None
         line = bytes(self._buffer[self._pos:end]).rstrip(b"\r")
         self._pos = end + 1
-        try:
-            words = shlex.split(line.decode("latin-1"))
-        except ValueError:
-            raise Malformed("Protocol error: unbalanced quotes in request") from None
-        return [word.encode("latin-1") for word in words]
+        return split_inline(line)
+
+
+def split_inline(line: bytes) -> Command:
+    """The arguments of an inline command, as Redis's ``sdssplitargs`` reads them."""
+    line = line.split(b"\x00", 1)[0]  # a C string to Redis: a NUL ends it
+    if _SPECIAL.search(line) is None:
+        return line.split()
+    args: Command = []
+    position, end = 0, len(line)
+    while True:
+        found = _INLINE_ARG.match(line, position)
+        assert found is not None  # every part of the expression may be empty
+        position = found.end()
+        plain, double, single = found.group("plain", "double", "single")
+        if double is None and single is None:
+            if plain:
+                args.append(plain)
+            if position >= end:
+                return args
+            if line[position] in b"\"'":
+                raise Malformed("Protocol error: unbalanced quotes in request")  # a quote that never closes
+            continue
+        if _QUOTE_END.match(line, position) is None:
+            raise Malformed("Protocol error: unbalanced quotes in request")  # a closing quote must end the argument
+        if double is not None:
+            args.append(plain + _ESCAPE.sub(_unescape, double))
+        else:
+            args.append(plain + single.replace(b"\\'", b"'"))
+
+
+def _unescape(found: re.Match) -> bytes:
+    code = found.group(1)
+    if len(code) == 3:
+        return bytes((int(code[1:], 16),))
+    return _ESCAPED.get(code, code)
 
 
 def _integer(text: bytes, what: str) -> int:

@@ -18,7 +18,7 @@ import secrets
 
 import hiredis
 
-from fyrehose.gateways.resp import Command, CommandParser, RespError
+from fyrehose.gateways.resp import ARG_OVERHEAD, Command, CommandParser, RespError
 
 # A command no client can guess, fed after the read: it comes back whole as the last command only
 # if the read ended exactly where a command ends (otherwise it is swallowed by, or breaks, the
@@ -41,9 +41,13 @@ class HiredisCommandParser(CommandParser):
             while (item := reader.gets()) is not False:
                 if item.__class__ is not list or len(item) > self.max_args:
                     return super().feed(data)
+                size = ARG_OVERHEAD * len(item)
                 for argument in item:
                     if argument.__class__ is not bytes or len(argument) > self.max_bulk:
                         return super().feed(data)
+                    size += len(argument)
+                if size > self.max_command:  # the pure parser refuses it as it would have alone
+                    return super().feed(data)
                 commands.append(item)
         except hiredis.ProtocolError:
             return super().feed(data)

@@ -31,8 +31,12 @@ SessionMaker = Callable[[Connection, Bridge], Session]
 
 def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,
                 make_session: SessionMaker, wants: Wants | None = None, *,
-                ssl_context: ssl.SSLContext | None = None) -> int:
-    """Serve until SIGTERM or SIGINT; print the listening address once ready (``ssl_context``: TLS clients)."""
+                ssl_context: ssl.SSLContext | None = None, refusal: bytes = b"") -> int:
+    """Serve until SIGTERM or SIGINT; print the listening address once ready.
+
+    ``ssl_context``: TLS clients; ``refusal``: what a client beyond ``--max-clients`` is told before it is
+    closed.
+    """
     if getattr(args, "workers", 1) > 1:  # kinds without --workers (command.WORKER_KINDS) run as one process
         return run_workers(args, kind)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -45,7 +49,8 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
     try:
         server = GatewayServer(listen, lambda connection: make_session(connection, bridge),
                                max_pending=args.max_pending, max_clients=args.max_clients, stats=stats,
-                               ssl_context=ssl_context)
+                               ssl_context=ssl_context, max_output=args.max_output, max_input=args.max_input,
+                               refusal=refusal)
         server.start()
     except BaseException:
         bridge.close()

@@ -26,6 +26,11 @@ class StreamParser(Generic[Item, Fatal]):
         self._pos = 0  # where the next item starts in _buffer
         self.failed: Fatal | None = None
 
+    @property
+    def held(self) -> int:
+        """Bytes of input received and not yet made into items (an incomplete one)."""
+        return len(self._buffer)
+
     def feed(self, data: bytes) -> list[Item | Fatal]:
         if self.failed is not None:
             return []

@@ -10,28 +10,52 @@ the reason logged, as nats-server does.  Input is read by one greenlet per
 client, which hands the bytes to the protocol session; a session may block
 (waiting for the backbone to confirm a publish), which simply stops reading
 from that client (TCP back-pressure).
+
+No single client can take the gateway from the others:
+
+- *Fairness*: a reader handles at most :data:`TURN_BYTES` of input, then
+  yields to every other greenlet (other clients, the backbone session's
+  timers, the fan-out) before reading again, so a client that streams
+  cheap commands as fast as it can gets one turn among many instead of the
+  whole loop.
+- *Memory*: besides each client's ``max_pending``, all clients' queued
+  output shares one budget (``max_output``); when it is spent, the client
+  with the most unread output is disconnected as a slow consumer.  All
+  clients' unfinished input (incomplete commands, each bounded by its
+  protocol's limits) shares another (``max_input``): a client whose input
+  would not fit is closed with the protocol's error.  Nothing
+  on a connection's path refers back to it once it is closed, so its memory
+  returns at once, without waiting for the cycle collector.
+- *Admission*: at ``max_clients`` a new connection is accepted, told the
+  protocol's own refusal (``refusal``) and closed, instead of waiting in the
+  listen backlog where it would hang.
+- *Deadlines*: a session may ask to be woken without input
+  (:meth:`Session.wake_at`), for handshake deadlines, idle timeouts and
+  keepalive PINGs; the reader waits for input only until then.
 """
 from __future__ import annotations
 
 import logging
 import socket
 import ssl
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
 
 import gevent
 from gevent.event import Event
-from gevent.pool import Pool
 from gevent.server import StreamServer
 
 from fyrehose.addresses import Address
+from fyrehose.gateways.budget import InputBudget
 
 log = logging.getLogger("fyrehose.gateway")
 
-READ_SIZE = 256 << 10  # larger reads make larger batches of confirmed publishes
+TURN_BYTES = 8 << 10  # input one client's session handles before the other greenlets get their turn
 CLOSE_GRACE = 5.0  # seconds a closing connection gets to flush its output
 TLS_HANDSHAKE_TIMEOUT = 10.0  # seconds a client gets to complete the TLS handshake
+REFUSAL_TIMEOUT = 1.0  # seconds a refused connection's last words may take to be written
 
 
 class Session(Protocol):
@@ -46,16 +70,46 @@ class Session(Protocol):
     def closed(self) -> None:
         """The client is gone: drop its subscriptions."""
 
+    def wake_at(self) -> float | None:
+        """When (``time.monotonic()``) to call :meth:`wake` if no input arrives before; None: never."""
+
+    def wake(self, now: float) -> None:
+        """No input arrived by :meth:`wake_at`: time to PING, or to close an idle or silent client."""
+
+    def held(self) -> int:
+        """Bytes of input received and not yet handled (an incomplete command or frame)."""
+
+
+class OutputBudget:
+    """The bytes all connections may have queued together; over it, the one furthest behind goes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.connections: dict[Connection, None] = {}
+
+    def claim(self, size: int) -> None:
+        self.used += size
+        while self.used > self.limit and self.connections:
+            furthest = max(self.connections, key=lambda connection: connection.pending)
+            if not furthest.pending:
+                break
+            furthest.slow_consumer(f"the gateway's output budget of {self.limit} bytes is spent")
+
 
 class Connection:
     """One client's socket with a bounded output queue, written by its own greenlet."""
 
-    def __init__(self, sock: socket.socket, peer: Address, max_pending: int, stats: Counter) -> None:
+    def __init__(self, sock: socket.socket, peer: Address, max_pending: int, stats: Counter,
+                 budget: OutputBudget | None = None) -> None:
         self.sock = sock
         self.peer = f"{peer[0]}:{peer[1]}"
         self.max_pending = max_pending
         self.stats = stats
         self.session: Session | None = None
+        self.budget = budget if budget is not None else OutputBudget(1 << 62)
+        self.budget.connections[self] = None
+        self.last_input = time.monotonic()  # when the client last sent anything
         self.pending = 0  # bytes queued or being written
         self.closing: str | None = None  # why the connection is ending, once it is
         self._chunks: list[bytes] = []
@@ -75,6 +129,7 @@ class Connection:
         self._chunks.append(data)
         self.pending += len(data)
         self._wake.set()
+        self.budget.claim(len(data))
 
     def close(self, reason: str = "closed", farewell: bytes = b"") -> None:
         """Hang up after what is queued (and ``farewell``) has been written, or after a grace period."""
@@ -101,7 +156,7 @@ class Connection:
         self.closing = reason
         dropped = sum(len(chunk) for chunk in self._chunks)
         self._chunks = []
-        self.pending -= dropped
+        self._written(dropped)
         if self._sending:  # a frame is half written: nothing more can be added intact
             self._hang_up()
             return
@@ -121,7 +176,7 @@ class Connection:
                     self._sending = True
                     sock.sendall(data)
                     self._sending = False
-                    self.pending -= len(data)
+                    self._written(len(data))
                 if self.closing is not None:
                     if self._farewell:
                         sock.sendall(self._farewell)
@@ -131,6 +186,11 @@ class Connection:
         self._sending = False
         self._release()
 
+    def _written(self, size: int) -> None:
+        """``size`` bytes of output left the queue (written or dropped)."""
+        self.pending -= size
+        self.budget.used -= size
+
     def _hang_up(self) -> None:
         if not self._writer.dead:
             self._writer.kill(block=False)
@@ -138,7 +198,9 @@ class Connection:
 
     def _release(self) -> None:
         self.closing = self.closing or "closed"
+        self._written(self.pending)  # whatever was still queued or half written is given up
         self._chunks = []
+        self.budget.connections.pop(self, None)
         if self._grace is not None and self._grace is not gevent.getcurrent():
             self._grace.kill(block=False)
         try:
@@ -152,15 +214,22 @@ SessionFactory = Callable[[Connection], Session]
 
 
 class GatewayServer:
-    """Accepts clients on ``listen`` and runs one session per client."""
+    """Accepts clients on ``listen`` and runs one session per client, at most ``max_clients`` at once."""
 
     def __init__(self, listen: Address | socket.socket, make_session: SessionFactory, *, max_pending: int,
-                 max_clients: int, stats: Counter, ssl_context: ssl.SSLContext | None = None) -> None:
+                 max_clients: int, stats: Counter, ssl_context: ssl.SSLContext | None = None,
+                 max_output: int = 1 << 62, max_input: int = 1 << 62, refusal: bytes = b"") -> None:
         self.make_session = make_session
         self.max_pending = max_pending
+        self.max_clients = max_clients
+        self.refusal = refusal
         self.stats = stats
         self.ssl_context = ssl_context
-        self.server = StreamServer(listen, self._handle, spawn=Pool(max_clients))
+        self.budget = OutputBudget(max_output)
+        self.input_budget = InputBudget(max_input)
+        self.clients = 0
+        self._refusals_logged = 0.0  # when a refusal was last logged (a connection flood logs once a second)
+        self.server = StreamServer(listen, self._handle)
 
     @property
     def address(self) -> Address:
@@ -174,6 +243,32 @@ class GatewayServer:
         self.server.stop(timeout=1)
 
     def _handle(self, sock: socket.socket, peer: Address) -> None:
+        if self.clients >= self.max_clients:
+            self._refuse(sock, peer)
+            return
+        self.clients += 1
+        try:
+            self._serve(sock, peer)
+        finally:
+            self.clients -= 1
+
+    def _refuse(self, sock: socket.socket, peer: Address) -> None:
+        """The protocol's "too many clients", then hang up (as redis-server and nats-server do)."""
+        self.stats["refused connections"] += 1
+        now = time.monotonic()
+        if now - self._refusals_logged >= 1.0:
+            self._refusals_logged = now
+            log.warning("%s:%s refused: %d clients connected (--max-clients); %d refused so far",
+                        peer[0], peer[1], self.clients, self.stats["refused connections"])
+        try:
+            sock.settimeout(REFUSAL_TIMEOUT)
+            if self.refusal:
+                sock.sendall(self.refusal)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def _serve(self, sock: socket.socket, peer: Address) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.ssl_context is not None:
             try:
@@ -184,24 +279,49 @@ class GatewayServer:
                 self.stats["tls handshake failures"] += 1
                 log.info("%s:%s: TLS handshake failed: %s", peer[0], peer[1], exc)
                 return
-        connection = Connection(sock, peer, self.max_pending, self.stats)
+        connection = Connection(sock, peer, self.max_pending, self.stats, self.budget)
         self.stats["connections"] += 1
         session = None
+        claimed = 0  # bytes of self.input_budget this client's unfinished input holds
         try:
             session = connection.session = self.make_session(connection)
             while connection.closing is None:
+                wake_at = session.wake_at()
+                timer = None if wake_at is None else gevent.Timeout(max(0.0, wake_at - time.monotonic()))
                 try:
-                    data = sock.recv(READ_SIZE)
+                    if timer is not None:
+                        timer.start()
+                    data = sock.recv(TURN_BYTES)
+                except gevent.Timeout as expired:
+                    if expired is not timer:
+                        raise
+                    session.wake(time.monotonic())
+                    continue
                 except OSError:
                     break
+                finally:
+                    if timer is not None:
+                        timer.close()
                 if not data:
                     break
+                connection.last_input = time.monotonic()
                 session.receive(data)
+                held = session.held()
+                if not self.input_budget.resize(claimed, held):
+                    self.stats["input budget refusals"] += 1
+                    reason = f"the gateway's input budget of {self.input_budget.limit} bytes is spent"
+                    log.warning("%s disconnected: %s", connection.peer, reason)
+                    connection.close(reason, session.farewell(reason))
+                    break
+                claimed = held
+                gevent.sleep(0)  # every other client, and the backbone session, get their turn
         except Exception:  # a bug must cost one connection, never the gateway
             self.stats["session failures"] += 1
             log.exception("%s: session failed; disconnecting", connection.peer)
         finally:
+            self.input_budget.resize(claimed, 0)
             if session is not None:
                 session.closed()
             connection.close()
             connection.wait_closed()  # the server closes the socket once this returns
+            connection.session = None  # no cycle between the connection and its session: memory returns now

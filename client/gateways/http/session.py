@@ -92,6 +92,18 @@ class HttpSession:
                 return b""
         return b""
 
+    def held(self) -> int:
+        """Input kept for what is not complete yet (a body, a WebSocket message, a RESP command): --max-input."""
+        if self.websocket is not None:
+            return self.websocket.held() + (self.resp.held() if self.resp is not None else 0)
+        return self._body_size + len(self.http.trailing_data[0])
+
+    def wake_at(self) -> float | None:
+        return None  # the idle deadline runs on a timer greenlet of the session's own
+
+    def wake(self, now: float) -> None:
+        """Never due: :meth:`wake_at` is always None."""
+
     def closed(self) -> None:
         self._stop_timer()
         if self.resp is not None:

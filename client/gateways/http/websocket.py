@@ -67,6 +67,10 @@ class WebSocketEndpoint:
         self._parts: list[bytes] = []
         self._size = 0
 
+    def held(self) -> int:
+        """Bytes of the message being received (bounded by --max-message)."""
+        return self._size
+
     @property
     def open(self) -> bool:
         return self._ws.state is ConnectionState.OPEN

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import argparse
 
-from fyrehose.argtypes import positive_int, publish_timeout
+from fyrehose.argtypes import positive_duration, positive_int, publish_timeout
 from fyrehose.client import MAX_PUBLISH_TIMEOUT
 from fyrehose.errors import InputError
 
-from .connection import DEFAULT_MAX_PENDING_BYTES
+from .connection import DEFAULT_MAX_PENDING_BYTES, DEFAULT_STALL_TIMEOUT
 from .events import DEFAULT_SUBJECT, DEFAULT_SUBJECT_FIELD
 from .frames import DEFAULT_MAX_COMPRESSED_BYTES
 
 DEFAULT_PUBLISH_TIMEOUT = 10.0
 DEFAULT_HOLD_BYTES = 64 << 20
+DEFAULT_MAX_BUFFERED_BYTES = 128 << 20
 PUBLISH_THREADS = 32
 
 
@@ -48,7 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"per connection, event bytes read but not yet published before reading pauses; "
                              f"the writer's window is advisory (default {DEFAULT_MAX_PENDING_BYTES})")
     parser.add_argument("--max-connections", type=positive_int, default=1024, metavar="N",
-                        help="connections served at once; more wait to be accepted (default 1024)")
+                        help="connections served at once; one more is closed at once (default 1024)")
+    parser.add_argument("--max-buffered-bytes", type=positive_int, default=DEFAULT_MAX_BUFFERED_BYTES, metavar="N",
+                        help="incomplete frames of all connections together, by declared size; a frame that "
+                             f"does not fit ends its connection (default {DEFAULT_MAX_BUFFERED_BYTES})")
+    parser.add_argument("--stall-timeout", type=positive_duration, default=DEFAULT_STALL_TIMEOUT, metavar="S",
+                        help="close a connection whose incomplete frame gets no byte for this long "
+                             f"(default {DEFAULT_STALL_TIMEOUT:g})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         server = LumberjackServer(listen, publisher, rule, tls=tls, max_connections=args.max_connections,
                                   max_compressed_bytes=args.max_compressed_bytes,
-                                  max_pending_bytes=args.max_pending_bytes)
+                                  max_pending_bytes=args.max_pending_bytes,
+                                  max_buffered_bytes=args.max_buffered_bytes, stall_timeout=args.stall_timeout)
         for signum in (signal.SIGTERM, signal.SIGINT):
             gevent.signal_handler(signum, server.stop)
         announce_ready("gateway lumberjack", server.address,

@@ -31,6 +31,7 @@ import gevent.event
 import gevent.queue
 
 from fyrehose.client import BackboneUnreachable, FyrehoseError, PublishTimeout
+from fyrehose.gateways.budget import InputBudget
 
 from .events import SubjectRule, to_message
 from .frames import DataFrame, LumberjackError
@@ -42,13 +43,18 @@ CHUNK_EVENTS = 512  # events per publish_many call: also the most a backbone out
 DEFAULT_MAX_PENDING_BYTES = 16 << 20  # read but unpublished message bytes per connection before reading pauses
 KEEPALIVE_INTERVAL = 5.0  # 'A 0' while events wait, well inside Beats' 30 s timeout
 RETRY_DELAY = 0.5
+DEFAULT_STALL_TIMEOUT = 30.0  # seconds a frame may stay incomplete without a byte arriving
 _END = None
 
 
 class Connection:
     def __init__(self, sock, peer: str, publisher: HoldingPublisher, rule: SubjectRule, window: AckWindow,
-                 stats: Counter, log: Callable[[str], None], max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
+                 stats: Counter, log: Callable[[str], None], max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+                 budget: InputBudget | None = None, stall_timeout: float = DEFAULT_STALL_TIMEOUT) -> None:
         self.sock = sock
+        self.budget = budget if budget is not None else InputBudget(1 << 62)
+        self.stall_timeout = stall_timeout
+        self._claimed = 0  # bytes of self.budget this connection's incomplete frame holds
         self.peer = peer
         self.publisher = publisher
         self.rule = rule
@@ -87,7 +93,7 @@ class Connection:
                         self._room.clear()
                         self._room.wait()
                     continue
-                data = self.sock.recv(RECEIVE_SIZE)
+                data = self._receive()
                 if not data:
                     if self.window.decoder.buffered:
                         raise LumberjackError(
@@ -95,6 +101,12 @@ class Connection:
                     return
                 self.stats["bytes received"] += len(data)
                 self._queue(self.window.feed(data))
+                committed = self.window.decoder.committed
+                if not self.budget.resize(self._claimed, committed):
+                    self.stats["frames refused: input budget spent"] += 1
+                    raise LumberjackError(f"a frame of {committed} bytes does not fit the gateway's input budget "
+                                          f"({self.budget.used} of {self.budget.limit} bytes committed)")
+                self._claimed = committed
         except LumberjackError as exc:
             self.stats["protocol errors"] += 1
             self.log(f"{self.peer}: bad input, connection closed: {exc}")
@@ -103,7 +115,18 @@ class Connection:
             self.log(f"{self.peer}: connection broken: {exc}")
             self._aborted.set()
         finally:
+            self.budget.resize(self._claimed, 0)
+            self._claimed = 0
             self._chunks.put(_END)
+
+    def _receive(self) -> bytes:
+        """The next bytes; a frame that stops arriving for ``stall_timeout`` ends the connection (slowloris)."""
+        if not self.window.decoder.buffered:
+            return self.sock.recv(RECEIVE_SIZE)
+        with gevent.Timeout(self.stall_timeout, False):
+            return self.sock.recv(RECEIVE_SIZE)
+        self.stats["stalled frames"] += 1
+        raise LumberjackError(f"no byte of an incomplete frame for {self.stall_timeout:g} s")
 
     def _queue(self, events: list[DataFrame]) -> None:
         """Queue the events as messages; those before a bad one are queued before its error is raised."""

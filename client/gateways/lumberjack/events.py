@@ -10,7 +10,9 @@ first; if there is none and the name has dots, it is a path through nested
 objects (``host.name`` reads ``{"host": {"name": ...}}``).  A string value is
 used as it is, a number as its JSON text; any other value, or no value,
 means the default subject.  The value then becomes a valid subject (see
-:func:`subject_from_value`).
+:func:`subject_from_value`); a subject the deployment keeps for itself
+(``_INTEREST.*``, ``_SESSION.*``: :func:`fyrehose.gateways.channels.is_internal`)
+is never taken from an event: such events go to the default subject.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import orjson
 from fyrehose.codec import MAX_PAYLOAD
 from fyrehose.envelope import MAX_SUBJECT, Envelope, check_subject, encode
 from fyrehose.errors import InputError
+from fyrehose.gateways.channels import is_internal
 
 from .frames import DataFrame, KeyValueData, LumberjackError
 
@@ -62,6 +65,8 @@ class SubjectRule:
         if not self.field:
             raise InputError("the subject field name must not be empty")
         check_subject(self.default)
+        if is_internal(self.default):
+            raise InputError(f"the default subject {self.default} is internal to the deployment")
 
     def subject(self, event: dict) -> str:
         value = event.get(self.field)
@@ -72,7 +77,8 @@ class SubjectRule:
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             return self.default
         text = value if isinstance(value, str) else orjson.dumps(value).decode()
-        return subject_from_value(text) or self.default
+        subject = subject_from_value(text)
+        return subject if subject is not None and not is_internal(subject) else self.default
 
 
 def to_message(frame: DataFrame, rule: SubjectRule) -> bytes:

@@ -110,6 +110,20 @@ class FrameDecoder:
         """Bytes of an incomplete frame held for the next :meth:`feed` (non-zero at EOF = truncated)."""
         return len(self._buffer)
 
+    @property
+    def committed(self) -> int:
+        """Bytes the incomplete frame will hold once whole, as far as its header tells (at least :attr:`buffered`).
+
+        Known as soon as a JSON or compressed frame's length has arrived, so a
+        driver can refuse a frame by its declared size before buffering it.
+        """
+        buffer = self._buffer
+        if len(buffer) >= _HEADER + 4 and buffer[1] == COMPRESSED:
+            return max(len(buffer), _HEADER + 4 + _U32.unpack_from(buffer, _HEADER)[0])
+        if len(buffer) >= _HEADER + 8 and buffer[1] == JSON:
+            return max(len(buffer), _HEADER + 8 + _U32_PAIR.unpack_from(buffer, _HEADER)[1])
+        return len(buffer)
+
     def feed(self, data: bytes) -> list[Frame]:
         if self._failed is not None:
             raise LumberjackError(f"stream already broken: {self._failed}")

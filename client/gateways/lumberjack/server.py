@@ -8,16 +8,17 @@ from __future__ import annotations
 import socket
 import ssl
 import sys
+import time
 from collections import Counter
 
 import gevent
 import gevent.event
-from gevent.pool import Pool
 from gevent.server import StreamServer
 
 from fyrehose.addresses import Address
+from fyrehose.gateways.budget import InputBudget
 
-from .connection import DEFAULT_MAX_PENDING_BYTES, Connection
+from .connection import DEFAULT_MAX_PENDING_BYTES, DEFAULT_STALL_TIMEOUT, Connection
 from .events import SubjectRule
 from .publisher import HoldingPublisher
 from .window import AckWindow
@@ -32,16 +33,22 @@ def _log(line: str) -> None:
 class LumberjackServer:
     def __init__(self, listen: Address, publisher: HoldingPublisher, rule: SubjectRule, *,
                  tls: ssl.SSLContext | None = None, max_connections: int = 1024,
-                 max_compressed_bytes: int, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
+                 max_compressed_bytes: int, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+                 max_buffered_bytes: int = 1 << 62, stall_timeout: float = DEFAULT_STALL_TIMEOUT) -> None:
         self.publisher = publisher
         self.rule = rule
         self.tls = tls
         self.max_compressed_bytes = max_compressed_bytes
         self.max_pending_bytes = max_pending_bytes
         self.stats: Counter[str] = Counter()
+        self.max_connections = max_connections
+        self.budget = InputBudget(max_buffered_bytes)
+        self.stall_timeout = stall_timeout
         self._connections: set[Connection] = set()
+        self._handlers: set[gevent.Greenlet] = set()
+        self._refusals_logged = 0.0
         self._stopped = gevent.event.Event()
-        self._server = StreamServer(listen, self._handle, spawn=Pool(max_connections))
+        self._server = StreamServer(listen, self._handle)
         self._server.init_socket()
         self.address: Address = self._server.address
 
@@ -59,11 +66,29 @@ class LumberjackServer:
         self._server.close()
         for connection in list(self._connections):
             connection.abort()
-        self._server.pool.join(timeout=grace)
-        self._server.pool.kill(block=True, timeout=1)
+        handlers = list(self._handlers)
+        gevent.joinall(handlers, timeout=grace)
+        gevent.killall(handlers, block=True, timeout=1)
 
     def _handle(self, sock: socket.socket, address: Address) -> None:
         peer = f"{address[0]}:{address[1]}"
+        if len(self._handlers) >= self.max_connections:  # Lumberjack has no error frame: closed at once
+            self.stats["connections refused"] += 1
+            now = time.monotonic()
+            if now - self._refusals_logged >= 1.0:  # a connection flood logs once a second
+                self._refusals_logged = now
+                _log(f"{peer}: refused, {len(self._handlers)} connections open (--max-connections); "
+                     f"{self.stats['connections refused']} refused so far")
+            sock.close()
+            return
+        handler = gevent.getcurrent()
+        self._handlers.add(handler)
+        try:
+            self._serve(sock, peer)
+        finally:
+            self._handlers.discard(handler)
+
+    def _serve(self, sock: socket.socket, peer: str) -> None:
         self.stats["connections"] += 1
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # an ack must not wait for the previous one's ACK
@@ -79,7 +104,7 @@ class LumberjackServer:
             sock.settimeout(None)
         connection = Connection(sock, peer, self.publisher, self.rule,
                                 AckWindow(max_compressed_bytes=self.max_compressed_bytes), self.stats, _log,
-                                self.max_pending_bytes)
+                                self.max_pending_bytes, self.budget, self.stall_timeout)
         self._connections.add(connection)
         try:
             connection.run()

@@ -1,0 +1,71 @@
+"""Deadlines a gateway keeps on each client without input: handshake, keepalive PINGs, idle timeout.
+
+A client that connects and then says nothing holds a slot of
+``--max-clients`` for ever unless someone ends it; nats-server closes a
+client that does not send CONNECT in time and one that stops answering its
+PINGs, and redis-server closes a client idle for longer than its ``timeout``
+(pub/sub clients excepted).  These are those rules, pure: times in
+(``time.monotonic()`` seconds), decisions out; the TCP driver
+(:mod:`fyrehose.gateways.tcp`) asks :meth:`wake_at` when to call back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PING = "ping"  # send the client a PING
+HANDSHAKE_TIMEOUT = "handshake timeout"  # close: no CONNECT in time
+STALE = "stale"  # close: PINGs unanswered
+IDLE = "idle"  # close: nothing received for the idle timeout
+
+
+@dataclass
+class NatsLiveness:
+    """nats-server's rules: CONNECT within ``handshake_timeout``; then a PING whenever the client was
+    silent for ``ping_interval``; stale once ``max_pings_out`` PINGs are unanswered."""
+
+    accepted: float
+    handshake_timeout: float = 2.0
+    ping_interval: float = 120.0
+    max_pings_out: int = 2
+    connected: bool = False
+    pings_out: int = 0
+    last_ping: float = 0.0
+
+    def connect(self) -> None:
+        self.connected = True
+
+    def pong(self) -> None:
+        self.pings_out = 0
+
+    def wake_at(self, last_input: float) -> float:
+        if not self.connected:
+            return self.accepted + self.handshake_timeout
+        return max(last_input, self.last_ping) + self.ping_interval
+
+    def wake(self, now: float, last_input: float) -> str | None:
+        """What to do now: PING, close (HANDSHAKE_TIMEOUT, STALE) or nothing yet."""
+        if now < self.wake_at(last_input):
+            return None
+        if not self.connected:
+            return HANDSHAKE_TIMEOUT
+        if self.pings_out >= self.max_pings_out:
+            return STALE
+        self.pings_out += 1
+        self.last_ping = now
+        return PING
+
+
+@dataclass
+class IdleTimeout:
+    """redis-server's ``timeout``: close a client silent for ``seconds`` (0: never), unless it is subscribed."""
+
+    seconds: float = 0.0
+
+    def wake_at(self, last_input: float, subscribed: bool) -> float | None:
+        if not self.seconds or subscribed:
+            return None
+        return last_input + self.seconds
+
+    def wake(self, now: float, last_input: float, subscribed: bool) -> str | None:
+        at = self.wake_at(last_input, subscribed)
+        return IDLE if at is not None and now >= at else None
