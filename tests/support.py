@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 
 from fyrehose import readiness
+from fyrehose.loadtest.prometheus import parse_samples
 from fyrehose.process import ChildProcess
 from fyrehose.readiness import READY_LINE
 
@@ -88,13 +89,7 @@ class BackboneProcess:
         """The Prometheus samples as {'name{labels}': value}."""
         url = f"http://{LOOPBACK}:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
-            text = response.read().decode()
-        samples = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                samples[name] = float(value)
-        return samples
+            return parse_samples(response.read().decode())
 
     def metric(self, name: str, default: float = 0.0) -> float:
         return self.metrics().get(name, default)

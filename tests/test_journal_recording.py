@@ -15,6 +15,7 @@ from fyrehose import Client, codec
 from fyrehose.journal.lag import Lag, LagClock, LagWarning
 from fyrehose.journal.report import records_in
 from fyrehose.journal.segment import decode_blocks
+from fyrehose.loadtest.prometheus import parse_samples
 from fyrehose.pacing import TokenBucket
 from fyrehose.process import wait_until
 from fyrehose.readiness import READY_LINE, free_port
@@ -91,13 +92,7 @@ def test_a_subscriber_that_lost_ten_percent_of_a_million_recovers_through_a_jour
 
 def scrape(address: str) -> dict[str, float]:
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name] = float(value)
-    return values
+        return parse_samples(response.read().decode())
 
 
 def test_metrics_show_lag_writes_fsyncs_and_losses(backbone_factory, journals):

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from fyrehose.loadtest.prometheus import parse_samples
 from fyrehose.process import FYREHOSE, ChildProcess
 from fyrehose.readiness import LOOPBACK, free_port
 from fyrehose.tools.bench.loadgen import LoadSpec, publisher_main
@@ -56,13 +57,7 @@ class JournalSettings:
 
 def _scrape(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/metrics", timeout=2) as response:
-        text = response.read().decode()
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name] = float(value)
-    return values
+        return parse_samples(response.read().decode())
 
 
 class _Journal:
