@@ -46,11 +46,11 @@ def test_nats_liveness_follows_nats_server():
 
 
 def test_idle_timeout_as_redis_server_timeout():
-    assert IdleTimeout(0).wake_at(5.0, subscribed=False) is None  # 0: never
+    assert IdleTimeout(0).wake_at(5.0, exempt=False) is None  # 0: never
     idle = IdleTimeout(30)
-    assert idle.wake_at(5.0, subscribed=False) == 35.0 and idle.wake(34.9, 5.0, False) is None
+    assert idle.wake_at(5.0, exempt=False) == 35.0 and idle.wake(34.9, 5.0, False) is None
     assert idle.wake(35.0, 5.0, False) == IDLE
-    assert idle.wake_at(5.0, subscribed=True) is None and idle.wake(99.0, 5.0, True) is None
+    assert idle.wake_at(5.0, exempt=True) is None and idle.wake(99.0, 5.0, True) is None
 
 
 # ---------------------------------------------------------------- internal subjects

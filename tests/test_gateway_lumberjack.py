@@ -301,11 +301,49 @@ def test_a_partial_window_is_acked_once_the_input_drains(backbone, gateway_facto
 
 def test_a_long_running_batch_is_kept_alive(backbone_factory, gateway_factory):
     backbone = backbone_factory()
-    gateway = gateway_factory(backbone)
+    gateway = gateway_factory(backbone, "--client-inactivity-timeout", "0.5")
     backbone.kill()
     with socket.create_connection((LOOPBACK, gateway.port), timeout=20) as sock:
         sock.sendall(encode_window(1) + json_frame(1, {"waits": True}))
-        assert decode_acks(sock.recv(6)) == [(VERSION_2, 0)]  # 'A 0' while the batch waits, as Logstash sends
+        # 'A 0' while the batch waits, as Logstash sends; the writer waiting for its acks is not inactive,
+        # though it says nothing for ten times the inactivity timeout before the first 'A 0' comes
+        assert decode_acks(sock.recv(6)) == [(VERSION_2, 0)]
+    assert "--client-inactivity-timeout" not in gateway.output()
+
+
+def hung_up(sock: socket.socket) -> bool:
+    """True once the gateway closes ``sock`` (end of file or reset); False if it sends something instead, or
+    nothing at all within the socket's timeout."""
+    try:
+        return sock.recv(64) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_silent_connections_are_closed_and_steady_writers_are_not(backbone_factory, gateway_factory,
+                                                                  recorder_factory):
+    backbone = backbone_factory()
+    gateway = gateway_factory(backbone, "--client-inactivity-timeout", "1")
+    recorder = recorder_factory(backbone)
+    silent = [socket.create_connection(gateway.address, timeout=20) for _ in range(5)]
+    windows = 12
+    with socket.create_connection(gateway.address, timeout=20) as steady:
+        for seq in range(1, windows + 1):  # a window every 0.2 s: 2.4 s in all, well past the timeout
+            steady.sendall(encode_window(1) + json_frame(seq, {"steady": seq}))
+            assert decode_acks(steady.recv(6)) == [(VERSION_2, seq)], f"window {seq} not acked"
+            time.sleep(0.2)
+    for sock in silent:
+        assert hung_up(sock), "a silent connection was not closed within 20 s"
+        sock.close()
+    assert [document["steady"] for document in recorder.wait_for(windows)] == list(range(1, windows + 1))
+    assert gateway.stop() == 0
+    log = gateway.output()
+    assert "nothing received for 1 s (--client-inactivity-timeout), connection closed" in log
+    # five silent sockets closed within a second of each other: fewer than five lines (once a second)
+    assert 1 <= log.count("(--client-inactivity-timeout)") < len(silent), log
+    assert re.search(r"inactive connections closed 5\b", log), log
 
 
 # ---------------------------------------------------------------- bad input
@@ -589,6 +627,8 @@ def test_bad_options_are_one_line_errors(backbone, certificates, tmp_path, capsy
                                                     "--tls-key", str(tmp_path / "missing.key"))
     assert "bad subject" in failure("--default-subject", "two words")
     assert "must be in (0, 25]" in failure("--publish-timeout", "30")
+    assert "is not a positive duration" in failure("--client-inactivity-timeout", "0")
+    assert "--client-inactivity-timeout" in failure("--client-inactivity-timeout", "soon")
     with socket.socket() as taken:
         taken.bind((LOOPBACK, 0))
         taken.listen()

@@ -4,9 +4,11 @@ A client that connects and then says nothing holds a slot of
 ``--max-clients`` for ever unless someone ends it; nats-server closes a
 client that does not send CONNECT in time and one that stops answering its
 PINGs, and redis-server closes a client idle for longer than its ``timeout``
-(pub/sub clients excepted).  These are those rules, pure: times in
-(``time.monotonic()`` seconds), decisions out; the TCP driver
-(:mod:`fyrehose.gateways.tcp`) asks :meth:`wake_at` when to call back.
+(pub/sub clients excepted), as Logstash's beats input does with its
+``client_inactivity_timeout``.  These are those rules, pure: times in
+(``time.monotonic()`` seconds), decisions out; the drivers (the TCP server,
+:mod:`fyrehose.gateways.tcp`, and the Lumberjack connection) ask
+:meth:`wake_at` when to call back.
 """
 from __future__ import annotations
 
@@ -57,15 +59,17 @@ class NatsLiveness:
 
 @dataclass
 class IdleTimeout:
-    """redis-server's ``timeout``: close a client silent for ``seconds`` (0: never), unless it is subscribed."""
+    """Close a client silent for ``seconds`` (0: never), unless it is ``exempt``: a client that is waiting
+    for the gateway is not idle.  redis-server's ``timeout`` (a subscriber is exempt) and Logstash's beats
+    input's ``client_inactivity_timeout`` (a connection whose events are being published is exempt)."""
 
     seconds: float = 0.0
 
-    def wake_at(self, last_input: float, subscribed: bool) -> float | None:
-        if not self.seconds or subscribed:
+    def wake_at(self, last_input: float, exempt: bool) -> float | None:
+        if not self.seconds or exempt:
             return None
         return last_input + self.seconds
 
-    def wake(self, now: float, last_input: float, subscribed: bool) -> str | None:
-        at = self.wake_at(last_input, subscribed)
+    def wake(self, now: float, last_input: float, exempt: bool) -> str | None:
+        at = self.wake_at(last_input, exempt)
         return IDLE if at is not None and now >= at else None

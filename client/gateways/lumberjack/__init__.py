@@ -16,7 +16,7 @@ from fyrehose.argtypes import positive_duration, positive_int, publish_timeout
 from fyrehose.client import MAX_PUBLISH_TIMEOUT
 from fyrehose.errors import InputError
 
-from .connection import DEFAULT_MAX_PENDING_BYTES, DEFAULT_STALL_TIMEOUT
+from .connection import DEFAULT_INACTIVITY_TIMEOUT, DEFAULT_MAX_PENDING_BYTES, DEFAULT_STALL_TIMEOUT
 from .events import DEFAULT_SUBJECT, DEFAULT_SUBJECT_FIELD
 from .frames import DEFAULT_MAX_COMPRESSED_BYTES
 
@@ -56,6 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stall-timeout", type=positive_duration, default=DEFAULT_STALL_TIMEOUT, metavar="S",
                         help="close a connection whose incomplete frame gets no byte for this long "
                              f"(default {DEFAULT_STALL_TIMEOUT:g})")
+    parser.add_argument("--client-inactivity-timeout", type=positive_duration, default=DEFAULT_INACTIVITY_TIMEOUT,
+                        metavar="S", help="close a connection that sends nothing for this long while none of its "
+                                          "events are being published, as Logstash's beats input does "
+                                          f"(default {DEFAULT_INACTIVITY_TIMEOUT:g})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         server = LumberjackServer(listen, publisher, rule, tls=tls, max_connections=args.max_connections,
                                   max_compressed_bytes=args.max_compressed_bytes,
                                   max_pending_bytes=args.max_pending_bytes,
-                                  max_buffered_bytes=args.max_buffered_bytes, stall_timeout=args.stall_timeout)
+                                  max_buffered_bytes=args.max_buffered_bytes, stall_timeout=args.stall_timeout,
+                                  inactivity_timeout=args.client_inactivity_timeout)
         for signum in (signal.SIGTERM, signal.SIGINT):
             gevent.signal_handler(signum, server.stop)
         announce_ready("gateway lumberjack", server.address,

@@ -12,6 +12,9 @@ slowed down by TCP itself and never disconnected.
 
 How a connection ends decides what happens to events already read:
 
+* the writer sends nothing for the inactivity timeout while none of its
+  events wait to be published (a silent socket holding a slot of
+  ``--max-connections``): nothing is pending, the connection is closed;
 * the writer closes its side, or sends bad input: the events read before
   that are still published and acked (the writer may be waiting for them);
   the bad input itself is reported on stderr and nothing after it is read;
@@ -32,6 +35,7 @@ import gevent.queue
 
 from fyrehose.client import BackboneUnreachable, FyrehoseError, PublishTimeout
 from fyrehose.gateways.budget import InputBudget
+from fyrehose.gateways.liveness import IdleTimeout
 
 from .events import SubjectRule, to_message
 from .frames import DataFrame, LumberjackError
@@ -44,16 +48,26 @@ DEFAULT_MAX_PENDING_BYTES = 16 << 20  # read but unpublished message bytes per c
 KEEPALIVE_INTERVAL = 5.0  # 'A 0' while events wait, well inside Beats' 30 s timeout
 RETRY_DELAY = 0.5
 DEFAULT_STALL_TIMEOUT = 30.0  # seconds a frame may stay incomplete without a byte arriving
+DEFAULT_INACTIVITY_TIMEOUT = 60.0  # seconds a writer may send nothing: Logstash's client_inactivity_timeout
 _END = None
+
+
+class Inactive(Exception):
+    """The writer sent nothing for the inactivity timeout while none of its events were being published."""
 
 
 class Connection:
     def __init__(self, sock, peer: str, publisher: HoldingPublisher, rule: SubjectRule, window: AckWindow,
                  stats: Counter, log: Callable[[str], None], max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
-                 budget: InputBudget | None = None, stall_timeout: float = DEFAULT_STALL_TIMEOUT) -> None:
+                 budget: InputBudget | None = None, stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+                 inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT,
+                 log_inactive: Callable[[str], None] | None = None) -> None:
         self.sock = sock
         self.budget = budget if budget is not None else InputBudget(1 << 62)
         self.stall_timeout = stall_timeout
+        self.idle = IdleTimeout(inactivity_timeout)
+        self.log_inactive = log_inactive or log  # the server's, logging once a second (a flood of silent sockets)
+        self._last_activity = time.monotonic()  # the writer's last byte, or the end of the last publishing
         self._claimed = 0  # bytes of self.budget this connection's incomplete frame holds
         self.peer = peer
         self.publisher = publisher
@@ -99,6 +113,7 @@ class Connection:
                         raise LumberjackError(
                             f"connection closed inside a frame ({self.window.decoder.buffered} bytes of it received)")
                     return
+                self._last_activity = time.monotonic()
                 self.stats["bytes received"] += len(data)
                 self._queue(self.window.feed(data))
                 committed = self.window.decoder.committed
@@ -107,6 +122,10 @@ class Connection:
                     raise LumberjackError(f"a frame of {committed} bytes does not fit the gateway's input budget "
                                           f"({self.budget.used} of {self.budget.limit} bytes committed)")
                 self._claimed = committed
+        except Inactive as exc:
+            self.stats["inactive connections closed"] += 1
+            self.log_inactive(f"{self.peer}: {exc}, connection closed; "
+                              f"{self.stats['inactive connections closed']} closed so far")
         except LumberjackError as exc:
             self.stats["protocol errors"] += 1
             self.log(f"{self.peer}: bad input, connection closed: {exc}")
@@ -120,13 +139,28 @@ class Connection:
             self._chunks.put(_END)
 
     def _receive(self) -> bytes:
-        """The next bytes; a frame that stops arriving for ``stall_timeout`` ends the connection (slowloris)."""
-        if not self.window.decoder.buffered:
-            return self.sock.recv(RECEIVE_SIZE)
-        with gevent.Timeout(self.stall_timeout, False):
-            return self.sock.recv(RECEIVE_SIZE)
-        self.stats["stalled frames"] += 1
-        raise LumberjackError(f"no byte of an incomplete frame for {self.stall_timeout:g} s")
+        """The next bytes; a frame that stops arriving for ``stall_timeout`` ends the connection (slowloris),
+        and so does a writer that sends nothing between frames for the inactivity timeout, unless some of
+        its events are still being published: it is waiting for their acks, not idle."""
+        if self.window.decoder.buffered:
+            with gevent.Timeout(self.stall_timeout, False):
+                return self.sock.recv(RECEIVE_SIZE)
+            self.stats["stalled frames"] += 1
+            raise LumberjackError(f"no byte of an incomplete frame for {self.stall_timeout:g} s")
+        while True:
+            wake_at = self.idle.wake_at(self._last_activity, self._publishing())
+            if wake_at is None:  # publishing (look again a timeout later), or no timeout at all
+                timeout = self.idle.seconds or None
+            else:
+                timeout = max(0.0, wake_at - time.monotonic())
+            with gevent.Timeout(timeout, False):
+                return self.sock.recv(RECEIVE_SIZE)
+            if self.idle.wake(time.monotonic(), self._last_activity, self._publishing()):
+                raise Inactive(f"nothing received for {self.idle.seconds:g} s (--client-inactivity-timeout)")
+
+    def _publishing(self) -> bool:
+        """Events of this connection are queued or being published: their acks are still to come."""
+        return self._pending_bytes > 0
 
     def _queue(self, events: list[DataFrame]) -> None:
         """Queue the events as messages; those before a bad one are queued before its error is raised."""
@@ -161,6 +195,7 @@ class Connection:
             else:
                 self.stats["events dropped unpublished"] += len(chunk)
             self._pending_bytes -= sum(map(len, chunk))
+            self._last_activity = time.monotonic()  # the writer waited for these acks: its silence counts from now
             self._room.set()
 
     def _publish(self, chunk: list[bytes]) -> bool:

@@ -18,7 +18,7 @@ from gevent.server import StreamServer
 from fyrehose.addresses import Address
 from fyrehose.gateways.budget import InputBudget
 
-from .connection import DEFAULT_MAX_PENDING_BYTES, DEFAULT_STALL_TIMEOUT, Connection
+from .connection import DEFAULT_INACTIVITY_TIMEOUT, DEFAULT_MAX_PENDING_BYTES, DEFAULT_STALL_TIMEOUT, Connection
 from .events import SubjectRule
 from .publisher import HoldingPublisher
 from .window import AckWindow
@@ -30,11 +30,25 @@ def _log(line: str) -> None:
     print(f"lumberjack {line}", file=sys.stderr, flush=True)
 
 
+class OnceASecond:
+    """Logs at most one line a second: a flood of refused or silent connections must not flood stderr."""
+
+    def __init__(self) -> None:
+        self._logged = float("-inf")
+
+    def __call__(self, line: str) -> None:
+        now = time.monotonic()
+        if now - self._logged >= 1.0:
+            self._logged = now
+            _log(line)
+
+
 class LumberjackServer:
     def __init__(self, listen: Address, publisher: HoldingPublisher, rule: SubjectRule, *,
                  tls: ssl.SSLContext | None = None, max_connections: int = 1024,
                  max_compressed_bytes: int, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
-                 max_buffered_bytes: int = 1 << 62, stall_timeout: float = DEFAULT_STALL_TIMEOUT) -> None:
+                 max_buffered_bytes: int = 1 << 62, stall_timeout: float = DEFAULT_STALL_TIMEOUT,
+                 inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT) -> None:
         self.publisher = publisher
         self.rule = rule
         self.tls = tls
@@ -44,9 +58,11 @@ class LumberjackServer:
         self.max_connections = max_connections
         self.budget = InputBudget(max_buffered_bytes)
         self.stall_timeout = stall_timeout
+        self.inactivity_timeout = inactivity_timeout
         self._connections: set[Connection] = set()
         self._handlers: set[gevent.Greenlet] = set()
-        self._refusals_logged = 0.0
+        self._log_refusal = OnceASecond()
+        self._log_inactive = OnceASecond()
         self._stopped = gevent.event.Event()
         self._server = StreamServer(listen, self._handle)
         self._server.init_socket()
@@ -74,11 +90,8 @@ class LumberjackServer:
         peer = f"{address[0]}:{address[1]}"
         if len(self._handlers) >= self.max_connections:  # Lumberjack has no error frame: closed at once
             self.stats["connections refused"] += 1
-            now = time.monotonic()
-            if now - self._refusals_logged >= 1.0:  # a connection flood logs once a second
-                self._refusals_logged = now
-                _log(f"{peer}: refused, {len(self._handlers)} connections open (--max-connections); "
-                     f"{self.stats['connections refused']} refused so far")
+            self._log_refusal(f"{peer}: refused, {len(self._handlers)} connections open (--max-connections); "
+                              f"{self.stats['connections refused']} refused so far")
             sock.close()
             return
         handler = gevent.getcurrent()
@@ -104,7 +117,8 @@ class LumberjackServer:
             sock.settimeout(None)
         connection = Connection(sock, peer, self.publisher, self.rule,
                                 AckWindow(max_compressed_bytes=self.max_compressed_bytes), self.stats, _log,
-                                self.max_pending_bytes, self.budget, self.stall_timeout)
+                                self.max_pending_bytes, self.budget, self.stall_timeout, self.inactivity_timeout,
+                                self._log_inactive)
         self._connections.add(connection)
         try:
             connection.run()
