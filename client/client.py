@@ -62,6 +62,7 @@ from fyrehose.publishing import Finished
 from fyrehose.recent_messages import MemoryJournal
 from fyrehose.routing import SubjectRouter
 from fyrehose.sessions import DEFAULT_INTERVAL, SNAP_PREFIX, SUB_STOP_PREFIX, LocalSession
+from fyrehose.snapshots import WITH_SEQUENCE
 from fyrehose.sockets import enlarge_buffers
 from fyrehose.subject_session import SubjectSession
 from fyrehose.subject_stream import InitialGate, SubjectMessage
@@ -476,8 +477,11 @@ class Client:
 
     def snapshot(self, subject: str, *, timeout: float = 2.0, retry: float = 0.5) -> SubjectMessage:
         """The cache's answer to ``_SNAP.<subject>``, under ``subject``: type ``initial`` with the value and
-        its status, ``snap``/``not_found`` when there is no record, ``drop``/``relocate`` for a moved one."""
-        answer = self.request(SNAP_PREFIX + subject, timeout=timeout, retry=retry)
+        its status, ``snap``/``not_found`` when there is no record, ``drop``/``relocate`` for a moved one.
+
+        The answer's ``record_seq`` is the sequence of the message that last
+        changed the record (None from a cache too old to report it)."""
+        answer = self.request(SNAP_PREFIX + subject, WITH_SEQUENCE, timeout=timeout, retry=retry)
         return SubjectMessage(answer.seq, replace(answer.envelope, subject=subject))
 
     def _send_start(self, start: Envelope) -> None:

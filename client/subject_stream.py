@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from .envelope import Envelope, MsgType, Status
 from .sessions import SUB_START_PREFIX, StartOptions
+from .snapshots import record_sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,11 @@ class SubjectMessage:
     @property
     def session(self) -> str | None:
         return self.envelope.session
+
+    @property
+    def record_seq(self) -> int | None:
+        """For a cache's snapshot answer: the sequence of the message that last changed the record (else None)."""
+        return record_sequence(self.envelope)
 
 
 ANSWER_TYPES = (MsgType.INITIAL, MsgType.SNAP, MsgType.DROP)  # drop: a relocate redirect answers too

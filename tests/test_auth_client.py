@@ -62,7 +62,7 @@ def test_the_cache_drops_forged_and_replayed_updates(backbone, tmp_path):
             cache_session = paul.auth.trusted_sessions()[0]
             paul.publish(b'{"px":1}', subject="q.x")
             first = genuine_bytes(listen, b'{"px":1}')
-            paul.publish(b'{"px":2}', subject="q.x")
+            last = paul.publish(b'{"px":2}', subject="q.x")
             attacker.push(first)                                                    # replay older state
             attacker.push(attacker.forge(paul.session.name, Envelope("q.x", b'{"px":666}')))
             attacker.push(encode(Envelope("q.x", b'{"px":667}')))
@@ -71,6 +71,7 @@ def test_the_cache_drops_forged_and_replayed_updates(backbone, tmp_path):
             answer = sam.snapshot("q.x", timeout=10)
             assert json.loads(answer.data) == {"px": 2}
             assert answer.session == cache_session
+            assert answer.record_seq == last  # signed with its header block; none of the dropped ones counted
     counts = cache.summary()
     assert counts["auth_replayed"] >= 1 and counts["auth_bad_digest"] >= 2 and counts["auth_unsigned"] >= 1
     attacker.close()

@@ -61,15 +61,21 @@ def test_initial_value_is_never_overtaken_by_older_state(backbone, tmp_path):
 def test_snapshots_not_found_found_and_relocated(backbone, tmp_path):
     with CacheProcess(backbone, tmp_path), Client(backbone.addr, user="sam") as client:
         missing = client.snapshot("q.none", timeout=5)
-        assert (missing.subject, missing.type, missing.status, missing.data) == \
-            ("q.none", MsgType.SNAP, Status.NOT_FOUND, b"")
-        client.publish(b"v1", subject="q.old", type=MsgType.INITIAL, status=Status.STALE)
+        assert (missing.subject, missing.type, missing.status, missing.data, missing.record_seq) == \
+            ("q.none", MsgType.SNAP, Status.NOT_FOUND, b"", None)
+        stale = client.publish(b"v1", subject="q.old", type=MsgType.INITIAL, status=Status.STALE)
+        client.publish(b"other", subject="q.other")  # later in the stream, another record
         found = client.snapshot("q.old", timeout=5)
-        assert (found.type, found.status, found.data) == (MsgType.INITIAL, Status.STALE, b"v1")
-        client.publish(b"q.new", subject="q.old", type=MsgType.DROP, status=Status.RELOCATE)
+        assert (found.type, found.status, found.data, found.record_seq) == (MsgType.INITIAL, Status.STALE, b"v1", stale)
+        assert found.seq > stale  # the answer's own place in the stream is later than the record's
+        relocated = client.publish(b"q.new", subject="q.old", type=MsgType.DROP, status=Status.RELOCATE)
         moved = client.snapshot("q.old", timeout=5)
-        assert (moved.type, moved.status, moved.data) == (MsgType.DROP, Status.RELOCATE, b"q.new")
-        assert client.snapshot("q.new", timeout=5).data == b"v1"
+        assert (moved.type, moved.status, moved.data, moved.record_seq) == \
+            (MsgType.DROP, Status.RELOCATE, b"q.new", relocated)
+        new = client.snapshot("q.new", timeout=5)
+        assert (new.data, new.record_seq) == (b"v1", relocated)
+        older = client.request("_SNAP.q.new", timeout=5)  # a requester that does not ask: the answer as it always was
+        assert (older.data, older.envelope.headers, older.record_seq) == (b"v1", None, None)
 
 
 def test_max_bytes_evicts_with_preempted_drops(backbone, tmp_path):

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from fyrehose.cache.core import RECORD_STATUSES, Cache
 from fyrehose.cache.merge import merge, merge_many
 from fyrehose.envelope import Envelope, MsgType, Status
+from fyrehose.snapshots import WITH_SEQUENCE
 
 INBOX = "_INBOX.sam.n1.1"
 SUBJECTS = ["a.b", "a.c", "q.x"]
@@ -42,7 +43,8 @@ kinds = st.sampled_from([MsgType.UPDATE] * 6 + [MsgType.INITIAL, MsgType.VERIFY,
 @st.composite
 def envelopes(draw):
     if draw(st.integers(0, 9)) == 0:  # a request between updates
-        return Envelope("_SNAP." + draw(st.sampled_from(SUBJECTS)), reply=INBOX, type=MsgType.UPDATE)
+        data = draw(st.sampled_from([b"", WITH_SEQUENCE]))  # answers with and without the record's sequence
+        return Envelope("_SNAP." + draw(st.sampled_from(SUBJECTS)), data, reply=INBOX, type=MsgType.UPDATE)
     kind = draw(kinds)
     status = draw(statuses)
     data = draw(payloads)
@@ -55,18 +57,19 @@ def envelopes(draw):
 
 
 def state(cache):
-    return [(s, r.data, r.status, r.relocated_to) for s, r in cache.records.items()], cache.bytes
+    return [(s, r.data, r.status, r.relocated_to, r.seq) for s, r in cache.records.items()], cache.bytes
 
 
 @settings(max_examples=300)
 @given(st.lists(envelopes(), max_size=40), st.data())
 def test_a_conflated_batch_leaves_the_same_records_and_answers_as_one_by_one(stream, data):
     one_by_one, batched = Cache(), Cache()
-    answers_one = [a for envelope in stream for a in one_by_one.receive(envelope, 0.0)]
+    seqs = list(range(100, 100 + len(stream)))  # each record keeps the sequence of its last update
+    answers_one = [a for envelope, seq in zip(stream, seqs) for a in one_by_one.receive(envelope, 0.0, seq)]
     cut = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=3)))
     answers_batched = []
     for start, end in zip([0] + cut, cut + [len(stream)]):  # any batch boundaries give the same
-        answers_batched += batched.receive_many(stream[start:end], 0.0)
+        answers_batched += batched.receive_many(stream[start:end], 0.0, seqs[start:end])
     assert state(batched) == state(one_by_one)
     assert answers_batched == answers_one
 

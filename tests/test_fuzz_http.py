@@ -43,9 +43,11 @@ def test_session_target_seeds_reach_every_route():
     assert outputs[0].startswith(b"HTTP/1.1 200 OK\r\n")  # /healthz
     assert b'{"seq": 1, "receivers": 0}' in outputs[1] and b'{"seq": 1, "receivers": 0}' in outputs[2]
     assert b"id: 1\nevent: fuzz.subject\ndata: routed\n\n" in outputs[3]  # the routed message reached the stream
-    assert outputs[4].startswith(b"HTTP/1.1 504 ")  # no cache answers in memory
+    assert outputs[4].startswith(b"HTTP/1.1 504 ")  # no cache answers in memory for a.b
     assert b"101 Switching Protocols" in outputs[5] and b"message" in outputs[5]
     assert b"pmessage" in outputs[7]
+    assert outputs[9].startswith(b"HTTP/1.1 304 ") and b'etag: "7"\r\nfyrehose-sequence: 7' in outputs[9]
+    assert b"HTTP/1.1 200 OK" in outputs[9] and outputs[9].endswith(b"\r\n\r\ncached")
 
 
 def test_session_target_runs_under_atheris():

@@ -87,21 +87,35 @@ def test_methods_and_unknown_routes(http_gateway):
     assert status_of(f"{base_url(http_gateway)}/resp")[0] == 426
 
 
+def last_headers(url: str, *args: str) -> tuple[int, dict[str, str]]:
+    """The status and header fields (names in lower case) of a GET, as curl received them."""
+    lines = curl("-D", "-", "-o", "/dev/null", *args, url).stdout.decode().strip().splitlines()
+    return int(lines[0].split()[1]), {name.lower(): value for name, value in (line.split(": ", 1) for line in lines[1:])}
+
+
 def test_last_value_from_the_cache(http_gateway, module_backbone, tmp_path):
     url = f"{base_url(http_gateway)}/v1/last/http.prices.acme"
     assert status_of(url)[0] == 504  # no cache runs
     with CacheProcess(module_backbone, tmp_path):
         assert wait_until(lambda: status_of(url)[0] == 404, timeout=15)
-        publish(http_gateway, "http.prices.acme", b"101.5")
-        assert wait_until(lambda: status_of(url) == (200, b"101.5"), timeout=15)
-        headers = curl("-D", "-", "-o", "/dev/null", url).stdout.decode()
-        fields = dict(line.split(": ", 1) for line in headers.strip().splitlines()[1:])
-        assert fields["fyrehose-status"] == "ok" and int(fields["fyrehose-sequence"]) > 0
-        assert status_of("-H", f"If-None-Match: {fields['etag']}", url)[0] == 304
-        publish(http_gateway, "http.prices.acme", b"102")
-        assert wait_until(lambda: status_of("-H", f"If-None-Match: {fields['etag']}", url) == (200, b"102"),
-                          timeout=15)
-
+        first = publish(http_gateway, "http.prices.acme", b'{"bid":101.5}')["seq"]
+        assert wait_until(lambda: status_of(url) == (200, b'{"bid":101.5}'), timeout=15)
+        publish(http_gateway, "http.prices.other", b"1")  # the stream moves on; the record's sequence does not
+        code, fields = last_headers(url)
+        assert code == 200 and fields["fyrehose-status"] == "ok"
+        assert fields["fyrehose-sequence"] == str(first) and fields["etag"] == f'"{first}"'
+        for tag in (f'"{first}"', f'W/"{first}"', f'"1", "{first}"', "*"):
+            code, fields = last_headers(url, "-H", f"If-None-Match: {tag}")
+            assert code == 304 and fields["etag"] == f'"{first}"', tag
+        assert status_of("-H", f'If-None-Match: "{first + 1}"', url) == (200, b'{"bid":101.5}')
+        second = publish(http_gateway, "http.prices.acme", b'{"ask":102}')["seq"]  # merged into the record
+        merged = b'{"bid":101.5,"ask":102}'
+        assert wait_until(lambda: status_of("-H", f'If-None-Match: "{first}"', url) == (200, merged), timeout=15)
+        code, fields = last_headers(url, "-H", f'If-None-Match: "{first}"')
+        assert (code, fields["fyrehose-sequence"], fields["etag"]) == (200, str(second), f'"{second}"')
+        assert status_of("-H", f'If-None-Match: "{second}"', url) == (304, b"")
+        publish(http_gateway, "http.prices.acme", b"102")  # not an object: replaces the record
+        assert wait_until(lambda: status_of(url) == (200, b"102"), timeout=15)
         async def get_over_websocket() -> list[bytes]:
             async with websockets.connect(f"ws://{LOOPBACK}:{http_gateway.port}/resp") as ws:
                 await ws.send(b"GET http.prices.acme\r\nGET http.prices.none\r\n")

@@ -11,6 +11,7 @@ import nats
 import pytest
 from node_clients import run_node
 
+from fyrehose.client import Client
 from fyrehose.gateways.nats import ANNOUNCED_MAX_PAYLOAD
 from fyrehose.process import ChildProcess, wait_until
 
@@ -259,11 +260,18 @@ def test_snapshot_requests_are_answered_by_the_cache(url, module_backbone, tmp_p
                     break
             assert answer is not None and answer.data == b'{"bid": 10}', answer
             assert answer.headers["Fyrehose-Type"] == "INITIAL"
+            assert "Fyrehose-Sequence" not in answer.headers  # not asked for
+            asked = await client.request("_SNAP.quotes.acme", b'{"sequence":true}', timeout=5)
+            assert asked.data == b'{"bid": 10}'
+            assert (asked.headers["Fyrehose-Type"], asked.headers["Fyrehose-Status"]) == ("INITIAL", "OK")
             missing = await client.request("_SNAP.quotes.none", b"", timeout=5)
             assert missing.data == b"" and missing.headers["Fyrehose-Status"] == "NOT_FOUND"
             await client.close()
+            return int(asked.headers["Fyrehose-Sequence"])
 
-        run(scenario())
+        sequence = run(scenario())
+        with Client(module_backbone.addr) as reader:  # the same record, read by the threaded client
+            assert reader.snapshot("quotes.acme", timeout=10).record_seq == sequence
     finally:
         cache.stop()
 

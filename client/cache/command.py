@@ -121,13 +121,15 @@ def _apply(cache: Cache, events: list[Event], known_subjects: dict[bytes, str] |
 
     answers: list[Envelope] = []
     opened: list[Envelope] = []
+    seqs: list[int] = []  # each opened envelope's backbone sequence: the records keep it
     for event in events:
         if isinstance(event, Lost):
-            answers += cache.receive_many(opened, now)
-            opened = []
+            answers += cache.receive_many(opened, now, seqs)
+            opened, seqs = [], []
             cache.lost()
         elif known_subjects is None:
             opened.append(event.envelope)  # type: ignore[union-attr]  # a pattern subscription yields SubjectMessages
+            seqs.append(event.seq)
         elif envelope.is_envelope(event.data):
             if len(known_subjects) > KNOWN_SUBJECTS:
                 known_subjects.clear()
@@ -136,7 +138,8 @@ def _apply(cache: Cache, events: list[Event], known_subjects: dict[bytes, str] |
                 cache.stats["damaged envelopes"] += 1
             else:
                 opened.append(decoded)
-    answers += cache.receive_many(opened, now)
+                seqs.append(event.seq)
+    answers += cache.receive_many(opened, now, seqs)
     return answers + cache.poll(now)
 
 

@@ -27,15 +27,22 @@ Record semantics (the cache's reading of the type/status table):
 Requests: ``_SNAP.<subject>`` and ``_SUB.START.<subject>`` with a reply
 subject under ``_INBOX.`` are answered there with type ``initial`` and the
 record's status and value, or with ``not_found`` and no data (type ``snap``
-for a snapshot, ``initial`` for a start).  ``_SUB.START`` with a session also
-registers the subscription in the :class:`~fyrehose.sessions.SessionTable`;
-``_SUB.STOP`` and ``_SESSION.BYE`` end it, as does the end of the session's
-heartbeats.  Subjects whose first token starts with ``_`` are never cached.
+for a snapshot, ``initial`` for a start).  A snapshot whose data asks for it
+(:mod:`fyrehose.snapshots`) also gets the record's sequence: that of the
+last message the record took in (the update, initial, verify or transient
+that last set it, the last of conflated updates, or the relocation that moved
+it), given with each envelope to :meth:`Cache.receive` by the driver, which
+reads the stream in order.  :meth:`Cache.lost` turns records stale without a
+message, so it leaves their sequences as they were.  ``_SUB.START`` with a
+session also registers the subscription in the
+:class:`~fyrehose.sessions.SessionTable`; ``_SUB.STOP`` and ``_SESSION.BYE``
+end it, as does the end of the session's heartbeats.  Subjects whose first token starts with ``_`` are never cached.
 """
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
+from itertools import repeat
 
 from fyrehose.cache.merge import merge, merge_many
 from fyrehose.codec import MAX_PAYLOAD
@@ -53,6 +60,7 @@ from fyrehose.sessions import (
     StartOptions,
     stop_wants_ack,
 )
+from fyrehose.snapshots import sequence_headers, wants_sequence
 
 STICKY = frozenset({Status.STALE, Status.FEED_DOWN, Status.TEMP_UNAVAIL, Status.BAD_ACCESS, Status.BAD_NAME,
                     Status.PERM_DENIED})
@@ -67,6 +75,7 @@ class Record:
     status: Status
     relocated_to: str | None = None  # a redirect left by drop/relocate
     size: int = 0
+    seq: int | None = None  # the backbone sequence of the message that last changed the record (None: not given)
 
 
 def is_cacheable(subject: str) -> bool:
@@ -91,7 +100,8 @@ class Cache:
 
     # ------------------------------------------------------------ input
 
-    def receive(self, envelope: Envelope, now: float) -> list[Envelope]:
+    def receive(self, envelope: Envelope, now: float, seq: int | None = None) -> list[Envelope]:
+        """One envelope of the stream; ``seq`` is its backbone sequence, kept by the record it changes."""
         subject = envelope.subject
         if subject in (HELLO, HEARTBEAT):
             if envelope.session is not None:
@@ -112,9 +122,9 @@ class Cache:
         if not is_cacheable(subject):
             self.stats["not cached"] += 1
             return []
-        return self._apply(envelope)
+        return self._apply(envelope, seq)
 
-    def receive_many(self, envelopes: list[Envelope], now: float) -> list[Envelope]:
+    def receive_many(self, envelopes: list[Envelope], now: float, seqs: list[int] | None = None) -> list[Envelope]:
         """:meth:`receive` for a batch, with the same records, statuses and answers as one by one.
 
         Consecutive ``update``s of one subject, with nothing else between them
@@ -123,11 +133,15 @@ class Cache:
         and stored once.  Subjects are stored in the order of their last update,
         so the least-recently-used order is also the same; only evictions under
         the memory bound happen after a subject's conflated updates instead of
-        after each of them.
+        after each of them.  ``seqs`` are the envelopes' backbone sequences
+        (as many as envelopes); a conflated record keeps its last update's.
         """
+        if seqs is not None and len(seqs) != len(envelopes):
+            raise ValueError("one sequence per envelope")
         answers: list[Envelope] = []
         runs: dict[str, list[Envelope]] = {}  # subject -> its updates, in the order of each subject's last one
-        for envelope in envelopes:
+        last_seqs: dict[str, int | None] = {}  # subject -> the sequence of its last update in ``runs``
+        for envelope, seq in zip(envelopes, seqs if seqs is not None else repeat(None)):
             subject = envelope.subject
             if envelope.type == MsgType.UPDATE and envelope.status in RECORD_STATUSES and is_cacheable(subject):
                 run = runs.pop(subject, None)
@@ -135,16 +149,18 @@ class Cache:
                     run = []
                 run.append(envelope)
                 runs[subject] = run
+                last_seqs[subject] = seq
                 continue
             if runs:
-                answers += self._apply_runs(runs)
+                answers += self._apply_runs(runs, last_seqs)
                 runs = {}
-            answers += self.receive(envelope, now)
+                last_seqs = {}
+            answers += self.receive(envelope, now, seq)
         if runs:
-            answers += self._apply_runs(runs)
+            answers += self._apply_runs(runs, last_seqs)
         return answers
 
-    def _apply_runs(self, runs: dict[str, list[Envelope]]) -> list[Envelope]:
+    def _apply_runs(self, runs: dict[str, list[Envelope]], last_seqs: dict[str, int | None]) -> list[Envelope]:
         evicted: list[Envelope] = []
         for subject, updates in runs.items():
             self.stats["updates"] += len(updates)
@@ -157,7 +173,7 @@ class Cache:
             for update in rest:
                 status = _status_after_update(status, update.status)
             evicted += self._store(subject, merge_many(base, [update.data for update in rest]) if rest else base,
-                                   status)
+                                   status, last_seqs[subject])
         return evicted
 
     def poll(self, now: float) -> list[Envelope]:
@@ -199,7 +215,7 @@ class Cache:
             self.stats["snapshots without inbox"] += 1
             return []
         self.stats["snapshots"] += 1
-        return [self._answer(target, reply, MsgType.SNAP)]
+        return [self._answer(target, reply, MsgType.SNAP, wants_sequence(envelope.data))]
 
     def _start(self, envelope: Envelope, target: str, now: float) -> list[Envelope]:
         if not self._request_target(target):
@@ -236,14 +252,15 @@ class Cache:
             answers.append(Envelope(reply, b"", MsgType.STOP, Status.ACK))
         return answers
 
-    def _answer(self, target: str, reply: str, not_found_type: MsgType) -> Envelope:
+    def _answer(self, target: str, reply: str, not_found_type: MsgType, with_sequence: bool = False) -> Envelope:
         record = self.records.get(target)
         if record is None:
             return Envelope(reply, b"", not_found_type, Status.NOT_FOUND)
         self.records.move_to_end(target)
+        headers = sequence_headers(record.seq) if with_sequence and record.seq is not None else None
         if record.relocated_to is not None:
-            return Envelope(reply, record.relocated_to.encode(), MsgType.DROP, Status.RELOCATE)
-        answer = Envelope(reply, record.data, MsgType.INITIAL, record.status)
+            return Envelope(reply, record.relocated_to.encode(), MsgType.DROP, Status.RELOCATE, headers=headers)
+        answer = Envelope(reply, record.data, MsgType.INITIAL, record.status, headers=headers)
         if len(encode(answer)) > MAX_PAYLOAD - ANSWER_HEADROOM:  # the inbox may be longer than the subject
             self.stats["answers too large"] += 1
             return Envelope(reply, b"", MsgType.INITIAL, Status.TEMP_UNAVAIL)
@@ -255,12 +272,12 @@ class Cache:
 
     # ------------------------------------------------------------ records
 
-    def _apply(self, envelope: Envelope) -> list[Envelope]:
+    def _apply(self, envelope: Envelope, seq: int | None) -> list[Envelope]:
         kind, status, subject = envelope.type, envelope.status, envelope.subject
         record = self.records.get(subject)
         live = record if record is not None and record.relocated_to is None else None
         if kind == MsgType.DROP:
-            return self._drop(envelope, live)
+            return self._drop(envelope, live, seq)
         if kind not in (MsgType.UPDATE, MsgType.INITIAL, MsgType.VERIFY, MsgType.TRANSIENT):
             self.stats["not cache input"] += 1  # snap/start/stop belong on inboxes and request subjects
             return []
@@ -273,17 +290,17 @@ class Cache:
             return []
         self.stats[f"{kind.name.lower()}s"] += 1
         if kind == MsgType.INITIAL:
-            return self._store(subject, envelope.data, status)
+            return self._store(subject, envelope.data, status, seq)
         if kind == MsgType.TRANSIENT:
             if live is not None:
-                live.status = _status_after_update(live.status, status)
+                live.status, live.seq = _status_after_update(live.status, status), seq
             return []
         if live is None:
-            return self._store(subject, envelope.data, Status.VERIFY if kind == MsgType.VERIFY else status)
+            return self._store(subject, envelope.data, Status.VERIFY if kind == MsgType.VERIFY else status, seq)
         new_status = status if kind == MsgType.VERIFY else _status_after_update(live.status, status)
-        return self._store(subject, merge(live.data, envelope.data), new_status)
+        return self._store(subject, merge(live.data, envelope.data), new_status, seq)
 
-    def _drop(self, envelope: Envelope, live: Record | None) -> list[Envelope]:
+    def _drop(self, envelope: Envelope, live: Record | None, seq: int | None) -> list[Envelope]:
         status, subject = envelope.status, envelope.subject
         self.stats[f"drop {status.name.lower()} received"] += 1
         if status in (Status.NOSUBSCRIBERS, Status.PREEMPTED):
@@ -303,12 +320,12 @@ class Cache:
         moved: list[Envelope] = []
         existing = self.records.get(target)
         if live is not None and (existing is None or existing.relocated_to is not None):
-            moved = self._store(target, live.data, live.status)
+            moved = self._store(target, live.data, live.status, seq)
         self._remove(subject)
-        return moved + self._put(subject, Record(b"", Status.OK, target))
+        return moved + self._put(subject, Record(b"", Status.OK, target, seq=seq))
 
-    def _store(self, subject: str, data: bytes, status: Status) -> list[Envelope]:
-        return self._put(subject, Record(data, status))
+    def _store(self, subject: str, data: bytes, status: Status, seq: int | None) -> list[Envelope]:
+        return self._put(subject, Record(data, status, seq=seq))
 
     def _put(self, subject: str, record: Record) -> list[Envelope]:
         self._remove(subject)

@@ -55,6 +55,7 @@ from fyrehose.gateways.channels import is_internal, subject_to_channel
 from fyrehose.gateways.link import BackboneLink, wall_us
 from fyrehose.interest import INTEREST_SUBJECT, InterestTable
 from fyrehose.sessions import SNAP_PREFIX
+from fyrehose.snapshots import WITH_SEQUENCE
 from fyrehose.subject_session import SubjectSession
 from fyrehose.tracker import Event, Lost
 
@@ -162,7 +163,8 @@ class Bridge:
     def snapshot(self, subject: str, timeout: float) -> Envelope | None:
         """The cache's answer to ``_SNAP.<subject>``, under ``subject``; None when no cache answered in time.
 
-        Asked again on a fresh inbox every quarter of ``timeout``.
+        Asked again on a fresh inbox every quarter of ``timeout``.  The answer
+        carries the record's sequence (:func:`fyrehose.snapshots.record_sequence`).
         """
         answer: AsyncResult = AsyncResult()
         inboxes = []
@@ -172,7 +174,7 @@ class Bridge:
                 reply = self.subjects.new_inbox()
                 inboxes.append(reply)
                 self._waiters[reply] = answer
-                self.link.send_unconfirmed([self.subjects.seal(Envelope(SNAP_PREFIX + subject, reply=reply))])
+                self.link.send_unconfirmed([self.subjects.seal(Envelope(SNAP_PREFIX + subject, WITH_SEQUENCE, reply=reply))])
                 remaining = deadline - time.monotonic()
                 try:
                     found: Envelope = answer.get(timeout=max(0.0, min(remaining, timeout / 4)))

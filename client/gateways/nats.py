@@ -12,8 +12,9 @@ all) and reaches every client that announced header support as an HMSG with
 exactly that block; clients without header support, and Redis or Marlin
 subscribers, get the payload alone, as nats-server does.  A message whose
 envelope type or status is not the default (a cache answer: INITIAL,
-NOT_FOUND) and carries no headers of its own reaches header clients as an
-HMSG with ``Fyrehose-Type`` and ``Fyrehose-Status`` headers.
+NOT_FOUND) reaches header clients as an HMSG with ``Fyrehose-Type`` and
+``Fyrehose-Status`` headers, after the fields of its own header block if it
+has a well-formed one (a snapshot answer's ``Fyrehose-Sequence``).
 
 No responders: a PUB or HPUB with a reply subject, from a client whose
 CONNECT asked for ``headers`` and ``no_responders`` (nats-py, nats.js and
@@ -181,9 +182,12 @@ class MessageFrames:
     def __init__(self, message: Envelope) -> None:
         self.message = message
         headers = message.headers
-        if headers is None and (message.type != MsgType.UPDATE or message.status != Status.OK):
-            headers = proto.header_block([("Fyrehose-Type", message.type.name),
-                                          ("Fyrehose-Status", message.status.name)])
+        if message.type != MsgType.UPDATE or message.status != Status.OK:
+            kind = proto.header_block([("Fyrehose-Type", message.type.name), ("Fyrehose-Status", message.status.name)])
+            if headers is None:
+                headers = kind
+            elif headers.startswith(b"NATS/1.0") and headers.endswith(b"\r\n\r\n"):
+                headers = headers[:-2] + kind[len(b"NATS/1.0\r\n"):]
         self.headers = headers
         self._head = b""
         self._msg_tail = b""

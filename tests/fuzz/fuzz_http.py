@@ -17,10 +17,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import instrumented, main  # noqa: E402
 
 with instrumented():
-    from fyrehose.envelope import Envelope
+    from fyrehose.envelope import Envelope, MsgType, Status
     from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
     from fyrehose.gateways.http.session import HttpSession
     from fyrehose.interest import LocalInterest
+    from fyrehose.snapshots import sequence_headers
 
 from wsproto.frame_protocol import FrameProtocol, Opcode  # noqa: E402
 
@@ -63,7 +64,7 @@ class MemoryConnection:
 
 
 class MemoryBridge:
-    """The bridge's public interface without a backbone: publishes are confirmed at once, no cache answers."""
+    """The bridge's public interface without a backbone: publishes are confirmed at once, a cache holds one record."""
 
     reachable = True
 
@@ -77,7 +78,9 @@ class MemoryBridge:
         return list(range(first, self.position + 1))
 
     def snapshot(self, subject: str, timeout: float) -> Envelope | None:
-        return None
+        if subject != "fuzz.cached":
+            return None
+        return Envelope(subject, b"cached", MsgType.INITIAL, Status.OK, headers=sequence_headers(7))
 
     def subscribers_elsewhere(self, subject: str) -> int:
         return 0
@@ -126,6 +129,8 @@ SEEDS = [
     b"\x01\x90\x89\x80\x00\x00\x00\x00\x88\x82\x00\x00\x00\x00\x03\xe8",
     b"\x02\x10*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\nPSUBSCRIBE fuzz.*\r\nPUBLISH fuzz.subject x\r\n",
     b"\x02\x10SUBSCRIBE fuzz.subject\r\nPING\r\nQUIT\r\n",
+    b"\x00\x30GET /v1/last/fuzz.cached HTTP/1.1\r\nHost: a\r\nIf-None-Match: \"1\", W/\"7\"\r\n\r\n"
+    b"GET /v1/last/fuzz.cached HTTP/1.1\r\nHost: a\r\n\r\n",
 ]
 
 

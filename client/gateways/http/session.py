@@ -10,7 +10,6 @@ response that lasts until the client leaves.
 """
 from __future__ import annotations
 
-import hashlib
 import http
 import json
 import logging
@@ -30,6 +29,7 @@ from fyrehose.gateways.http.stream import EventStream
 from fyrehose.gateways.http.websocket import RespMessages, WebSocketEndpoint
 from fyrehose.gateways.redis import RedisSession
 from fyrehose.gateways.sizes import checked
+from fyrehose.snapshots import record_sequence
 from fyrehose.subjects import check_pattern
 
 if TYPE_CHECKING:
@@ -257,10 +257,11 @@ class HttpSession:
             raise BadRequest(404, f"the cache holds no value for {subject}")
         if answer.type != MsgType.INITIAL:
             raise BadRequest(502, f"the cache answered {answer.type.name}/{answer.status.name}")
-        etag = '"' + hashlib.blake2b(bytes([answer.status]) + answer.data, digest_size=12).hexdigest() + '"'
-        headers = [("etag", etag), ("fyrehose-sequence", str(self.bridge.position)),
-                   ("fyrehose-status", answer.status.name.lower()), ("cache-control", "no-cache")]
-        if etag in [tag.strip() for tag in (_header(request, b"if-none-match") or b"").decode("latin-1").split(",")]:
+        headers = [("fyrehose-status", answer.status.name.lower()), ("cache-control", "no-cache")]
+        seq = record_sequence(answer)
+        if seq is not None:  # None only from a cache too old to report it: then no validator at all
+            headers += [("etag", f'"{seq}"'), ("fyrehose-sequence", str(seq))]
+        if seq is not None and _etag_matches(f'"{seq}"', request):
             fields = [SERVER, *headers]
             self.connection.send(self.http.send(h11.Response(status_code=304, headers=fields, reason=b"Not Modified"))
                                  + self.http.send(h11.EndOfMessage()))
@@ -342,6 +343,17 @@ def _header(request: h11.Request, name: bytes) -> bytes | None:
         if key == name:
             return bytes(value)
     return None
+
+
+def _etag_matches(etag: str, request: h11.Request) -> bool:
+    """Whether ``If-None-Match`` (every such header line) names ``etag``: RFC 9110's weak comparison, or ``*``."""
+    for key, value in request.headers:
+        if key == b"if-none-match":
+            for tag in bytes(value).decode("latin-1").split(","):
+                tag = tag.strip()
+                if tag == "*" or tag.removeprefix("W/") == etag:
+                    return True
+    return False
 
 
 def _allow(method: bytes, *methods: bytes) -> None:
