@@ -274,9 +274,10 @@ def test_subscriber_table_torn_by_a_dead_writer_reads_as_empty():
 def test_sequencer_state_and_flags_are_shared_words():
     state = SequencerState(memoryview(anonymous(SequencerState.SIZE)))
     state.last_issued = (1 << 48) - 1
-    state.store_gauges({"clients": 3, "journalers": 2})
+    state.store_gauges({"clients": 3, "journalers": 2, "multicast subscribers": 1})
     assert state.last_issued == (1 << 48) - 1
-    assert state.gauges() == {"plain subscribers": 0, "batch subscribers": 0, "journalers": 2, "clients": 3}
+    assert state.gauges() == {"plain subscribers": 0, "batch subscribers": 0, "journalers": 2, "clients": 3,
+                              "multicast subscribers": 1}
     words = Words(memoryview(anonymous(64)), 3)
     words[2] = True
     words[1] = 1 << 62
