@@ -20,8 +20,12 @@ WORKERS = 2
 @pytest.fixture
 def workers_gateway(module_backbone, tmp_path):
     gateway = GatewayProcess("redis", module_backbone.address, tmp_path, ["--workers", str(WORKERS)]).start()
+    pids = _pids(gateway)
     yield gateway
-    gateway.kill()
+    gateway.stop()  # SIGTERM: the supervisor stops its workers
+    for pid in pids:  # every process this test started is gone, whatever the test did to the supervisor
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _pids(gateway: GatewayProcess) -> list[int]:
@@ -119,6 +123,13 @@ def test_a_dead_worker_makes_the_gateway_exit_non_zero(workers_gateway):
     assert f"gateway worker 0 (pid {pids[0]}) exited" in workers_gateway.output()
     for pid in pids[1:]:
         wait_until(lambda pid=pid: not _alive(pid), 15, f"worker {pid} stopped")
+
+
+def test_workers_stop_by_themselves_when_their_supervisor_is_killed(workers_gateway):
+    pids = _pids(workers_gateway)
+    workers_gateway.kill()  # SIGKILL: the supervisor cannot stop anyone
+    for pid in pids:
+        wait_until(lambda pid=pid: not _alive(pid), 15, f"orphaned worker {pid} stopping by itself")
 
 
 def _alive(pid: int) -> bool:

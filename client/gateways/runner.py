@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import socket
 import ssl
@@ -25,6 +26,8 @@ from fyrehose.gateways.workers import reuse_port_listener, run_workers
 from fyrehose.readiness import announce_ready
 
 log = logging.getLogger("fyrehose.gateway")
+
+ORPHAN_POLL = 0.5  # seconds between a worker's looks at whether its supervisor still runs
 
 SessionMaker = Callable[[Connection, Bridge], Session]
 
@@ -60,6 +63,8 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
     stop = Event()
     for signum in (signal.SIGTERM, signal.SIGINT):  # before the readiness line: a stop right after it is clean
         gevent.signal_handler(signum, stop.set)
+    if getattr(args, "reuse_port", False):  # a worker of --workers N: it must not outlive its supervisor
+        gevent.spawn(_stop_when_orphaned, os.getppid(), stop)
     session = f", session {bridge.session.name}" if bridge.session is not None else ""
     announce_ready(f"gateway {kind}", server.address, f"backbone {args.backbone}{session}")
     stop.wait()
@@ -68,3 +73,12 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
     counts = dict(stats) | bridge.auth_counts()
     log.info("stopped; %s", ", ".join(f"{name} {count}" for name, count in sorted(counts.items())) or "idle")
     return 0
+
+
+def _stop_when_orphaned(supervisor: int, stop: Event) -> None:
+    """Stop this worker once its supervisor is gone, even killed with SIGKILL (it is then re-parented)."""
+    while not stop.is_set():
+        gevent.sleep(ORPHAN_POLL)
+        if os.getppid() != supervisor:
+            log.warning("supervisor (pid %d) is gone; stopping", supervisor)
+            stop.set()

@@ -14,7 +14,9 @@ clients as they include other gateways'.
 The workers' log lines are relayed to the supervisor's stderr.  A worker
 that exits on its own stops the others and makes the supervisor exit
 non-zero (a supervisor of the command restarts the whole gateway); SIGTERM
-or SIGINT stops every worker and exits 0 when all stopped cleanly.
+or SIGINT stops every worker and exits 0 when all stopped cleanly.  A
+worker outliving its supervisor (killed with SIGKILL) stops by itself once it
+sees it was re-parented (:func:`fyrehose.gateways.runner.run_gateway`).
 """
 from __future__ import annotations
 
