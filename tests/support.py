@@ -168,6 +168,17 @@ def workers_of(backbone) -> dict[str, psutil.Process]:
     return found
 
 
+def take(stream, count: int, timeout: float = 10.0) -> list:
+    """Up to ``count`` events of a subscription within ``timeout`` seconds (fewer when they do not come)."""
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        event = stream.get(timeout=max(0.01, deadline - time.monotonic()))
+        if event is not None:
+            got.append(event)
+    return got
+
+
 def take_until(stream, wanted, timeout=5.0):
     """The first event of ``stream`` for which ``wanted`` is true, within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -15,18 +15,7 @@ from fyrehose import BackboneUnreachable, Client, MessagesLost, PayloadTooLarge,
 from fyrehose.pacing import TokenBucket
 from fyrehose.tracker import Lost, Message
 
-from support import free_port
-
-
-def take(subscription, count, timeout=10.0):
-    """Up to ``count`` events within ``timeout`` seconds."""
-    events = []
-    deadline = time.monotonic() + timeout
-    while len(events) < count and time.monotonic() < deadline:
-        event = subscription.get(timeout=max(0.0, deadline - time.monotonic()))
-        if event is not None:
-            events.append(event)
-    return events
+from support import free_port, take
 
 
 def test_publish_returns_sequence_and_subscribers_get_each_message_once_in_order(backbone):

@@ -29,17 +29,7 @@ from fyrehose.tracker import Lost, Message
 
 from faults import FaultRelay
 from netns import ShapedNamespace, namespaces_available
-from support import FYREHOSE, BackboneProcess
-
-
-def take(stream, count: int, timeout: float) -> list:
-    got = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        event = stream.get(timeout=max(0.01, deadline - time.monotonic()))
-        if event is not None:
-            got.append(event)
-    return got
+from support import FYREHOSE, BackboneProcess, take
 
 
 def test_loss_reordering_and_duplication_both_ways_lose_and_repeat_nothing(backbone):

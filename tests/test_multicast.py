@@ -26,7 +26,7 @@ from fyrehose.tracker import Message
 
 from gateway_support import RawNats
 from netns import MulticastNamespace, namespaces_available
-from support import FYREHOSE, BackboneProcess, workers_of
+from support import FYREHOSE, BackboneProcess, take, workers_of
 
 pytestmark = pytest.mark.skipif(namespaces_available() is not None, reason=str(namespaces_available()))
 
@@ -50,16 +50,6 @@ def backbone(request, namespace, tmp_path):
         yield process.start()
     finally:
         process.kill()
-
-
-def take(stream, count: int, timeout: float) -> list:
-    got: list = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        event = stream.get(timeout=max(0.01, deadline - time.monotonic()))
-        if event is not None:
-            got.append(event)
-    return got
 
 
 def take_through(stream, last: int, timeout: float) -> list:
