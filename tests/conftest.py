@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from support import BackboneProcess
+from support import BackboneProcess, JournalProcess
 
 # The gateway fixtures (module_backbone, gateways) for every gateway test module.
 pytest_plugins = ["gateway_support"]
@@ -29,3 +29,18 @@ def backbone_factory(tmp_path):
 @pytest.fixture(params=BACKBONE_MODES, ids=lambda workers: f"workers={workers}")
 def backbone(request, backbone_factory) -> BackboneProcess:
     return backbone_factory(workers=request.param)
+
+
+@pytest.fixture
+def journals(tmp_path):
+    """``journals(backbone, name, *options)`` starts a journal process; every one is killed at the end."""
+    started: list[JournalProcess] = []
+
+    def start(backbone, name: str, *extra: str) -> JournalProcess:
+        journal = JournalProcess(backbone.address, tmp_path / name, *extra).start()
+        started.append(journal)
+        return journal
+
+    yield start
+    for journal in started:
+        journal.kill()

@@ -15,7 +15,7 @@ import psutil
 
 from fyrehose import readiness
 from fyrehose.loadtest.prometheus import parse_samples
-from fyrehose.process import ChildProcess
+from fyrehose.process import ChildProcess, wait_until
 from fyrehose.readiness import READY_LINE
 
 LOOPBACK = "127.0.0.1"
@@ -268,3 +268,16 @@ def last_written(directory: Path) -> int:
         gaps, _, _ = parse_gaps(gaps_path.read_bytes())
         last = max([last] + [g.to_seq for g in gaps])
     return last
+
+
+def journaling(publisher, *journals: JournalProcess) -> int:
+    """Publish probes until every journal has written one (it is subscribed); the last probe's sequence."""
+    deadline = time.monotonic() + 20
+    seq = publisher.publish(b"probe")
+    while not all(last_written(j.directory) >= seq for j in journals):
+        assert time.monotonic() < deadline, ["journals did not start journaling"] + [j.log.read_text() for j in journals]
+        assert all(j.alive() for j in journals), [j.log.read_text() for j in journals]
+        time.sleep(0.1)
+        seq = publisher.publish(b"probe")
+    wait_until(lambda: all(last_written(j.directory) >= seq for j in journals), 10, "the last probe")
+    return seq

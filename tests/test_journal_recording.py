@@ -21,33 +21,7 @@ from fyrehose.process import wait_until
 from fyrehose.readiness import READY_LINE, free_port
 from fyrehose.tracker import Message
 
-from support import JournalProcess, LossyRelay, last_written
-
-
-@pytest.fixture
-def journals(tmp_path):
-    started: list[JournalProcess] = []
-
-    def start(backbone, name: str, *extra: str) -> JournalProcess:
-        journal = JournalProcess(backbone.address, tmp_path / name, *extra).start()
-        started.append(journal)
-        wait_until(journal.running, 20, f"journal {name} (log {journal.log})")
-        return journal
-
-    yield start
-    for journal in started:
-        journal.kill()
-
-
-def journaling(publisher: Client, journal: JournalProcess) -> int:
-    """Publish probes until the journal has written one; the last probe's sequence."""
-    deadline = time.monotonic() + 20
-    seq = publisher.publish(b"probe")
-    while last_written(journal.directory) < seq:
-        assert time.monotonic() < deadline and journal.alive(), journal.log.read_text()
-        time.sleep(0.1)
-        seq = publisher.publish(b"probe")
-    return seq
+from support import LossyRelay, journaling, last_written
 
 
 def recover_ten_percent_through_the_journal_only(backbone_factory, journals, messages: int) -> None:
@@ -118,6 +92,7 @@ def test_metrics_show_lag_writes_fsyncs_and_losses(backbone_factory, journals):
 def test_forged_and_malformed_datagrams_on_the_journal_socket_are_dropped(backbone_factory, journals):
     backbone = backbone_factory(workers=0)
     journal = journals(backbone, "journal", "--no-parquet")
+    wait_until(journal.running, 20, f"the journal (log {journal.log})")
     host, port = READY_LINE.search(journal.log.read_text()).group("host", "port")
     with Client(backbone.addr, subscribe=False) as publisher:
         first = journaling(publisher, journal)

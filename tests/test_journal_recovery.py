@@ -25,40 +25,13 @@ from fyrehose.journal.report import records_in
 from fyrehose.process import wait_until
 from fyrehose.tracker import Message
 
-from support import JournalProcess, LossyRelay, last_written, run_cli
+from support import LossyRelay, journaling, last_written, run_cli
 
 
 @pytest.fixture
 def single_backbone(backbone_factory):
     """One backbone process: these tests are about the journal, not the backbone's modes."""
     return backbone_factory(workers=0)
-
-
-@pytest.fixture
-def journals(tmp_path):
-    started: list[JournalProcess] = []
-
-    def start(backbone, name: str, *extra: str) -> JournalProcess:
-        journal = JournalProcess(backbone.address, tmp_path / name, *extra).start()
-        started.append(journal)
-        return journal
-
-    yield start
-    for journal in started:
-        journal.kill()
-
-
-def journaling(publisher: Client, *journals: JournalProcess) -> int:
-    """Publish probes until every journal has written one (it is subscribed); the last probe's sequence."""
-    deadline = time.monotonic() + 20
-    seq = publisher.publish(b"probe")
-    while not all(last_written(j.directory) >= seq for j in journals):
-        assert time.monotonic() < deadline, "journals did not start journaling"
-        assert all(j.alive() for j in journals), [j.log.read_text() for j in journals]
-        time.sleep(0.1)
-        seq = publisher.publish(b"probe")
-    wait_until(lambda: all(last_written(j.directory) >= seq for j in journals), 10, "the last probe")
-    return seq
 
 
 def held(directory: Path, first: int, last: int) -> dict[int, bytes]:
