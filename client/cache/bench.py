@@ -65,13 +65,15 @@ def _probe(conn, backbone: str, subjects: int, every: float) -> None:
     times: list[float | None] = []
     with Client(backbone) as client:
         conn.send("ready")
-        while not conn.poll(every):
+        while True:  # the first snapshot at once: a run shorter than ``every`` is probed too
             began = time.perf_counter()
             try:
                 client.snapshot(f"bench.{random.randrange(subjects)}", timeout=PROBE_TIMEOUT, retry=PROBE_TIMEOUT)
                 times.append((time.perf_counter() - began) * 1000)
             except RequestTimeout:
                 times.append(None)
+            if conn.poll(every):
+                break
     conn.send(times)
     conn.close()
 
