@@ -44,12 +44,15 @@ def test_the_linear_matcher_agrees_with_stringmatchlen(pattern, channel):
     assert match(pattern, channel) == stringmatch(pattern, channel), translate(pattern)
 
 
+starred_globs = st.tuples(globs, globs).map(lambda halves: halves[0] + b"*" + halves[1])
+
+
 @settings(max_examples=1500, deadline=None)
-@given(globs, channels)
+@given(starred_globs, channels)
 def test_the_re2_automaton_agrees_with_stringmatchlen(pattern, channel):
     """The path taken by patterns with long wildcard segments, checked on every small pattern with a star."""
     parsed = atoms(pattern)
-    assume(_STAR in parsed and _NEVER not in parsed)
+    assume(_STAR in parsed and _NEVER not in parsed)  # rare: the star sits inside a class, or a class is empty
     assert _automaton(parsed)(channel) == stringmatch(pattern, channel), translate(pattern)
 
 
