@@ -11,11 +11,13 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from fyrehose.errors import CommandFailed
 
 TEMPORARY_SUFFIX = ".tmp"  # left behind only by a replacement cut short; its target is intact
+IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16
 
 
 def fsync_directory(directory: Path) -> None:
@@ -25,6 +27,19 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_all(fd: int, parts: Sequence[bytes]) -> None:
+    """Write every byte of ``parts`` in order, handing them to ``writev`` as they are, never joined into one copy."""
+    views = [memoryview(part) for part in parts if part]
+    start = 0
+    while start < len(views):
+        written = os.writev(fd, views[start:start + IOV_MAX])
+        while start < len(views) and written >= len(views[start]):
+            written -= len(views[start])
+            start += 1
+        if written:
+            views[start] = views[start][written:]
 
 
 def replace_atomically(path: Path, content: bytes, mode: int = 0o644) -> None:
@@ -39,9 +54,7 @@ def replace_atomically(path: Path, content: bytes, mode: int = 0o644) -> None:
     try:
         try:
             os.fchmod(fd, mode)
-            view = memoryview(content)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, [content])
         finally:
             os.close(fd)
         move_into_place(Path(temporary), path)

@@ -215,14 +215,20 @@ def frames_first(frames: bytes | memoryview, count: int) -> int:
     return first
 
 
-def encode_block(first: int, count: int, received_at: int, frames: bytes) -> bytes:
-    """A block around ``frames`` (checked by the caller: they must be DELIVERs first .. first + count - 1)."""
+def block_parts(first: int, count: int, received_at: int, frames: bytes) -> tuple[bytes, bytes, bytes]:
+    """A block around ``frames`` as its three parts, so a writer can hand them to ``writev`` without copying the
+    frames (checked by the caller: they must be DELIVERs first .. first + count - 1)."""
     if not 1 <= first or first + count - 1 > MAX_SEQUENCE or count < 1:
         raise SegmentError(f"sequences {first}..{first + count - 1} outside 1..{MAX_SEQUENCE}")
     if len(frames) > MAX_FRAMES:
         raise SegmentError(f"a block of {len(frames)} bytes exceeds one datagram ({MAX_FRAMES})")
     header = BLOCK_HEADER.pack(first, count, received_at, len(frames))
-    return header + frames + CHECKSUM.pack(zlib.crc32(frames, zlib.crc32(header)))
+    return header, frames, CHECKSUM.pack(zlib.crc32(frames, zlib.crc32(header)))
+
+
+def encode_block(first: int, count: int, received_at: int, frames: bytes) -> bytes:
+    """A block around ``frames``, in one piece."""
+    return b"".join(block_parts(first, count, received_at, frames))
 
 
 def decode_blocks(buffer: bytes | bytearray | memoryview, start: int = 0) -> BlockScan:

@@ -2,8 +2,8 @@
 
 New segments are written in format 2 (segment.py): a file header, then one
 block per stored datagram.  Each batch of blocks goes to the file in one
-``write`` on an ``O_APPEND``
-descriptor, with no user-space buffer, so everything up to the segment's size
+``writev`` (or a few) on an ``O_APPEND`` descriptor (each block's frames as received, never
+copied into one buffer), so everything up to the segment's size
 is in the kernel and readable by the FORWARD path at once.  Durability is the
 caller's choice of when to call :meth:`ActiveSegment.sync`.  Sealing fsyncs the
 file and only then writes its summary (atomically): a summary always describes
@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fyrehose.durable import fsync_directory, replace_atomically
-from fyrehose.journal.segment import FILE_HEADER, FORMAT_BLOCKS, Block, encode_block, log_name, summary_name
+from fyrehose.durable import fsync_directory, replace_atomically, write_all
+from fyrehose.journal.segment import FILE_HEADER, FORMAT_BLOCKS, Block, block_parts, log_name, summary_name
 from fyrehose.journal.summary import SegmentSummary, SummaryBuilder, encode_summary
 
 
@@ -50,9 +50,7 @@ class ActiveSegment:
 
     def write(self, blocks: list[Block]) -> None:
         """Append ``blocks`` to the file in one write; the caller then calls :meth:`noted` to account for them."""
-        view = memoryview(b"".join([encode_block(*block) for block in blocks]))
-        while view:
-            view = view[os.write(self._fd, view):]
+        write_all(self._fd, [part for block in blocks for part in block_parts(*block)])
         self._dirty = True
 
     def noted(self, blocks: list[Block]) -> None:
