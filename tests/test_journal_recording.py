@@ -254,6 +254,42 @@ def test_forwards_are_answered_with_stored_datagrams_cut_to_the_range_requesters
     assert burst_for(1000) == 50 and burst_for(10) == 16 and burst_for(10_000_000) == 1024
 
 
+def test_a_forward_for_what_the_writer_has_not_stored_yet_waits_for_it_instead_of_going_unanswered(tmp_path):
+    """The requester noticed the hole as the journal received the datagram; the writer stores it a moment later.
+    The FORWARD is answered with it then, not at once with nothing (which would leave the requester to retry)."""
+    import threading
+
+    from fyrehose.frame_run import FrameRun
+    from fyrehose.journal.forwarder import Forwarder
+    from fyrehose.journal.store import JournalStore
+
+    store = JournalStore(tmp_path)
+    store.open()
+    known = 200  # what the journal has received: stored only once the test says so
+    sock, done, stop = RecordingSocket(), [], threading.Event()
+    forwarder = Forwarder(sock, store.held_frames, done.append, rate=1_000_000, stats=Counter(),
+                          unwritten=lambda seq: store.written_through < seq <= known)
+    thread = threading.Thread(target=forwarder.run, args=(stop,))
+    thread.start()
+    try:
+        forwarder.offer(codec.Forward("127.0.0.1", 1001, 101, 200))
+        wait_until(lambda: forwarder._requesters, 5, "the FORWARD taken in")
+        time.sleep(0.05)
+        assert done == [] and sock.sent == []  # waiting for the writer, not answered with nothing
+        frames = b"".join(codec.encode_deliver(seq, b"%08d" % seq) for seq in range(1, 201))
+        store.write([FrameRun(1, 200, len(frames) // 200, frames)])
+        wait_until(lambda: done, 5, "the FORWARD answered")
+        forwarder.offer(codec.Forward("127.0.0.1", 1002, 150, 300))  # 201.. will never come: no waiting for it
+        wait_until(lambda: len(done) == 2, 5, "the second FORWARD answered")
+    finally:
+        stop.set()
+        thread.join(5)
+        store.close()
+    sent = {port: [seq for data in (d for (_, p), d in sock.sent if p == port)
+                   for _, _, seq in codec.scan(data, codec.DELIVER)[0]] for port in (1001, 1002)}
+    assert sent == {1001: list(range(101, 201)), 1002: list(range(150, 201))}
+
+
 def test_a_metrics_address_in_use_is_one_line(backbone_factory, tmp_path):
     from support import run_cli
 

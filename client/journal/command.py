@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seal a segment once its oldest record is this old (default 10min)")
     parser.add_argument("--give-up", type=positive_duration, default=15.0, metavar="S",
                         help="record a gap as lost after S seconds of REQUESTs to other clients (default 15)")
-    parser.add_argument("--forward-rate", type=positive_float, default=200_000, metavar="N",
+    parser.add_argument("--forward-rate", type=positive_float, default=1_000_000, metavar="N",
                         help="re-DELIVER at most N messages/s to each requester when answering FORWARDs "
                              "(default 200000)")
     parser.add_argument("--metrics", type=_argument(parse_hostport), metavar="HOST:PORT",

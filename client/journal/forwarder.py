@@ -6,6 +6,12 @@ the range is sent), each sent as it is: no message is decoded or encoded
 again.  Requesters are served in turn, each at most ``rate`` messages/s, so a
 wide range for one subscriber does not hold back another's few messages, and
 no requester is flooded faster than it was promised.
+
+A FORWARD can reach the journal before the datagrams it names are on disk:
+the requester noticed the hole as the journal received them, and the writer
+(an fsync, a batch) may be a few milliseconds behind.  Such a FORWARD waits,
+up to ``PATIENCE``, until the writer has them, instead of being answered with
+nothing and leaving the requester to retry after its back-off.
 """
 from __future__ import annotations
 
@@ -25,6 +31,8 @@ BURST_DATAGRAM = 1 << 10  # tokens a requester may spend at once: about one full
 BURST_SHARE = 20  # and at most a twentieth of a second's worth at its rate (at least MIN_BURST)
 MIN_BURST = 16
 IDLE_WAIT = 0.2
+PATIENCE = 0.5  # how long a FORWARD waits for the writer to store what it names
+WRITER_WAIT = 0.002
 
 
 def burst_for(rate: float) -> int:
@@ -35,7 +43,7 @@ def burst_for(rate: float) -> int:
 class _Requester:
     def __init__(self, rate: float, now: float) -> None:
         self.bucket = TokenBucket(rate, burst=burst_for(rate), now=now)
-        self.forwards: deque[codec.Forward] = deque()
+        self.forwards: deque[tuple[codec.Forward, float]] = deque()  # with the time each arrived
         self.current: codec.Forward | None = None
         self.datagrams: Iterator[tuple[int, int, bytes]] = iter(())
         self.next: tuple[int, int, bytes] | None = None
@@ -43,13 +51,16 @@ class _Requester:
 
 class Forwarder:
     """``frames(from_seq, to_seq)`` yields ``(first, last, frames)`` of what the journal holds of a range;
-    ``done(forward)`` is told when a FORWARD is answered (a repeated REQUEST is served again after that)."""
+    ``done(forward)`` is told when a FORWARD is answered (a repeated REQUEST is served again after that);
+    ``unwritten(seq)`` is true while ``seq`` is known to exist but is not yet stored (or recorded lost)."""
 
     def __init__(self, sock: socket.socket, frames: Callable[[int, int], Iterable[tuple[int, int, bytes]]],
-                 done: Callable[[codec.Forward], None], rate: float, stats: Counter[str]) -> None:
+                 done: Callable[[codec.Forward], None], rate: float, stats: Counter[str],
+                 unwritten: Callable[[int], bool] = lambda seq: False) -> None:
         self.sock = sock
         self.frames = frames
         self.done = done
+        self.unwritten = unwritten
         self.rate = rate
         self.stats = stats
         self.queue: queue.Queue[codec.Forward] = queue.Queue(maxsize=4096)
@@ -84,12 +95,13 @@ class Forwarder:
             forward = self.queue.get(timeout=IDLE_WAIT) if block else self.queue.get_nowait()
         except queue.Empty:
             return
+        now = time.monotonic()
         while True:
             target = (forward.addr, forward.port)
             requester = self._requesters.get(target)
             if requester is None:
-                requester = self._requesters[target] = _Requester(self.rate, time.monotonic())
-            requester.forwards.append(forward)
+                requester = self._requesters[target] = _Requester(self.rate, now)
+            requester.forwards.append((forward, now))
             try:
                 forward = self.queue.get_nowait()
             except queue.Empty:
@@ -106,7 +118,11 @@ class Forwarder:
                     requester.current = None
                 if not requester.forwards:
                     return None
-                forward = requester.current = requester.forwards.popleft()
+                forward, arrived = requester.forwards[0]
+                if self.unwritten(forward.to_seq) and now - arrived < PATIENCE:
+                    return WRITER_WAIT
+                requester.forwards.popleft()
+                requester.current = forward
                 requester.datagrams = iter(self.frames(forward.from_seq, forward.to_seq))
                 continue
             first, last, frames = requester.next

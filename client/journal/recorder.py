@@ -232,6 +232,11 @@ class Recorder:
         if self.on_lag is not None:
             self.on_lag(self.current_lag)
 
+    def unwritten(self, seq: int) -> bool:
+        """Whether ``seq`` is known to exist (received, or below the backbone's HEAD) but not yet written or lost."""
+        tracker = self.connection.tracker
+        return tracker is not None and self.store.written_through < seq <= tracker.highest
+
     def forward_done(self, forward: codec.Forward) -> None:
         self.connection.forward_done(forward)
 

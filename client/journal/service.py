@@ -73,7 +73,7 @@ class JournalService:
         sending = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # blocking sends, apart from the receive loop's
         sending.bind((recorder.address[0], 0))
         forwarder = Forwarder(sending, self.store.held_frames, recorder.forward_done, self.forward_rate,
-                              recorder.stats)
+                              recorder.stats, recorder.unwritten)
         recorder.on_forward = forwarder.offer
         receiving = threading.Event()  # set: the receive loop stops
         threads = [

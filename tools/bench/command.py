@@ -95,7 +95,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drop-every", type=non_negative_int, default=0, metavar="N",
                         help="fyrehose subscribers discard one DELIVER datagram in N as if the network lost it, so "
                              "the recovery column measures holes at the step's rate (default 0: none); the "
-                             "discarded ones count as loss before recovery")
+                             "discarded ones count as loss before recovery (with --journal: one more subscriber "
+                             "does so on a backbone with --recent-bytes 0, so only the journals can fill its holes)")
     parser.add_argument("--trace", metavar="DIR",
                         help="single-process backbones (fyrehose-single) write a stage trace of every step into "
                              "DIR, one STEP.trace each (python -m fyrehose.backbone.trace FILE; docs/operations.md)")
@@ -199,7 +200,8 @@ def _run_journals(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     settings = journal_mode.JournalSettings(
         journals=args.journal, publishers=args.publishers, payload=args.payload, duration=args.duration,
-        rate=args.rate, rounds=args.rounds, catch_up=args.catch_up, fsync=args.journal_fsync)
+        rate=args.rate, rounds=args.rounds, catch_up=args.catch_up, fsync=args.journal_fsync,
+        drop_every=args.drop_every)
     with tempfile.TemporaryDirectory(prefix="fyrehose-bench-journal-") as workdir:
         doc = journal_mode.document(settings, report.machine_info({}),
                                     journal_mode.run_rounds(settings, Path(workdir)))

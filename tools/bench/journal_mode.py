@@ -16,10 +16,18 @@ Per journal it reports:
   the HEAD (null when it did not within ``--catch-up`` seconds);
 - **permanent loss**: sequences the journal recorded as lost (``gaps.jsonl``).
 
+With ``--drop-every N`` the backbone keeps no recent messages (``--recent-bytes
+0``) and one more process subscribes (packed DELIVERs, no journal of its own)
+and discards one DELIVER datagram in N as if the network had lost it: every
+hole it REQUESTs can only be filled by the journals, from their segments.  It
+reports the holes' recovery times (noticed to filled: p50, p99, max) and the
+messages it never got, counted until ``--catch-up`` after publishing.
+
 Figures are medians over ``--rounds``; ``--json FILE`` writes the document.
 """
 from __future__ import annotations
 
+import array
 import multiprocessing
 import socket
 import statistics
@@ -33,7 +41,7 @@ from typing import TextIO
 from fyrehose.loadtest.prometheus import parse_samples
 from fyrehose.process import FYREHOSE, ChildProcess
 from fyrehose.readiness import LOOPBACK, free_port
-from fyrehose.tools.bench.loadgen import LoadSpec, publisher_main
+from fyrehose.tools.bench.loadgen import LoadSpec, publisher_main, subscriber_main
 from fyrehose.tools.bench.orchestra import _Child
 from fyrehose.tools.bench.servers import server_for
 from fyrehose.tools.bench.targets import BenchError, parse_targets
@@ -53,6 +61,7 @@ class JournalSettings:
     rounds: int
     catch_up: float  # seconds after publishing to wait for the journals to reach the HEAD
     fsync: str
+    drop_every: int = 0  # a recovering subscriber that drops one DELIVER datagram in N; 0: none
 
 
 def _scrape(port: int) -> dict[str, float]:
@@ -85,6 +94,8 @@ def measure_step(settings: JournalSettings, workdir: Path) -> dict:
     server = server_for(target, {}, workdir, 0, None)
     backbone_metrics = free_port(socket.SOCK_STREAM)
     server.command += ["--metrics", f"{LOOPBACK}:{backbone_metrics}"]
+    if settings.drop_every:
+        server.command += ["--recent-bytes", "0"]  # the subscriber's holes can be filled by the journals alone
     server.start()
     address = f"{server.address[0]}:{server.address[1]}"
     journals = [_Journal(n, address, workdir, settings.fsync) for n in range(1, settings.journals + 1)]
@@ -93,20 +104,28 @@ def measure_step(settings: JournalSettings, workdir: Path) -> dict:
     try:
         for journal in journals:
             journal.child.wait_ready(READY_TIMEOUT)
+        subscriber = None
+        if settings.drop_every:
+            subscriber = _Child(context, "subscriber", subscriber_main, LoadSpec(
+                "fyrehose", server.address, settings.payload, batch=True, drop_every=settings.drop_every))
+            children.append(subscriber)
+            subscriber.expect("ready", time.monotonic() + READY_TIMEOUT)
         per_publisher = None if settings.rate is None else settings.rate / settings.publishers
         spec = LoadSpec("fyrehose", server.address, settings.payload, rate=per_publisher)
-        children = [_Child(context, f"publisher-{n}", publisher_main, spec) for n in range(1, settings.publishers + 1)]
+        publishers = [_Child(context, f"publisher-{n}", publisher_main, spec) for n in range(1, settings.publishers + 1)]
+        children += publishers
         deadline = time.monotonic() + READY_TIMEOUT
-        for child in children:
+        for child in publishers:
             child.expect("ready", deadline)
         start = time.monotonic() + SETTLE
         end = start + settings.duration
-        for child in children:
-            child.conn.send(("start", start, end, end))
-        time.sleep(max(0.0, start - time.monotonic()))
         def head() -> float:
             return _scrape(backbone_metrics)["fyrehose_pushes_total"]
 
+        head_before = head()
+        for child in children:  # the subscriber goes on receiving (recoveries) while the journals catch up
+            child.conn.send(("start", start, end, end + settings.catch_up if child is subscriber else end))
+        time.sleep(max(0.0, start - time.monotonic()))
         head_start = head()
         first = [journal.sample() for journal in journals]
         while (now := time.monotonic()) < end:
@@ -116,7 +135,7 @@ def measure_step(settings: JournalSettings, workdir: Path) -> dict:
         head_end = head()
         last = [journal.sample() for journal in journals]
         ended = time.monotonic()
-        sent = sum(child.expect("result", ended + 30)["sent"] for child in children)
+        sent = sum(child.expect("result", ended + 30)["sent"] for child in publishers)
         final_head = head()
         caught_up: list[float | None] = [None] * len(journals)
         while time.monotonic() < ended + settings.catch_up and None in caught_up:
@@ -125,6 +144,10 @@ def measure_step(settings: JournalSettings, workdir: Path) -> dict:
                     caught_up[index] = time.monotonic() - ended
             time.sleep(0.05)
         after = [journal.sample() for journal in journals]
+        recovering = None
+        if subscriber is not None:
+            got = subscriber.expect("result", ended + settings.catch_up + 30)
+            recovering = _recovering(got, final_head - head_before)
     finally:
         for child in children:
             child.stop()
@@ -149,7 +172,22 @@ def measure_step(settings: JournalSettings, workdir: Path) -> dict:
             "forwarded": settled["fyrehose_journal_forwarded_total"],
         })
     return {"rate": settings.rate, "offered_per_s": sent / settings.duration,
-            "sequenced_per_s": sequenced, "head": final_head, "journals": results}
+            "sequenced_per_s": sequenced, "head": final_head, "journals": results, "subscriber": recovering}
+
+
+def _recovering(result: dict, published: float) -> dict:
+    """The recovering subscriber's figures: what reached it first time, what the journals filled, what never came."""
+    recovered = result["anomalies"]["recovered frames"]
+    times = sorted(result["recoveries"])
+
+    def at(share: float) -> float | None:
+        return 1000.0 * times[min(len(times) - 1, int(share * len(times)))] if times else None
+
+    latencies = sorted(array.array("q", result["latencies"]))
+    late = latencies[len(latencies) // 2] / 1e6 if latencies else None
+    return {"received": result["received"], "recovered": recovered, "holes_filled": len(times), "latency_p50_ms": late,
+            "requests": result["anomalies"]["REQUESTs"], "missing": max(0.0, published - result["received"] - recovered),
+            "recovery_p50_ms": at(0.50), "recovery_p99_ms": at(0.99), "recovery_max_ms": at(1.0)}
 
 
 def run_rounds(settings: JournalSettings, workdir: Path) -> list[dict]:
@@ -162,7 +200,22 @@ def run_rounds(settings: JournalSettings, workdir: Path) -> list[dict]:
               f"{step['sequenced_per_s']:,.0f}/s; worst journal {worst['journaled_per_s']:,.0f} msgs/s, lag "
               f"{worst['lag_messages_at_end']:,.0f} msgs / {worst['lag_seconds_at_end']:.2f} s at the end, "
               f"{worst['permanent_loss']:,.0f} lost", file=sys.stderr, flush=True)
+        if step["subscriber"] is not None:
+            print(f"round {number}/{settings.rounds}: recovering subscriber: "
+                  f"{_subscriber_line(step['subscriber'])}", file=sys.stderr, flush=True)
     return steps
+
+
+def _subscriber_line(sub: dict) -> str:
+    if sub["recovery_p50_ms"] is None:
+        times = "no hole filled"
+    else:
+        times = (f"recovery p50/p99/max {sub['recovery_p50_ms']:.1f} / {sub['recovery_p99_ms']:.1f} / "
+                 f"{sub['recovery_max_ms']:.1f} ms")
+    late = "" if sub["latency_p50_ms"] is None else f", its delivery latency p50 {sub['latency_p50_ms']:.1f} ms"
+    return (f"{sub['received']:,.0f} received{late}, {sub['recovered']:,.0f} recovered from the journals in "
+            f"{sub['holes_filled']:,} holes ({sub['requests']:,} REQUESTs), {times}, {sub['missing']:,.0f} never "
+            f"received")
 
 
 def document(settings: JournalSettings, machine: dict, steps: list[dict]) -> dict:
@@ -185,12 +238,21 @@ def document(settings: JournalSettings, machine: dict, steps: list[dict]) -> dic
         "machine": machine,
         "settings": {"journals": settings.journals, "publishers": settings.publishers, "payload": settings.payload,
                      "duration": settings.duration, "rate": settings.rate, "rounds": settings.rounds,
-                     "catch_up": settings.catch_up, "fsync": settings.fsync, "backbone": "fyrehose-single"},
+                     "catch_up": settings.catch_up, "fsync": settings.fsync, "backbone": "fyrehose-single",
+                     "drop_every": settings.drop_every},
         "offered_per_s": med([s["offered_per_s"] for s in steps]),
         "sequenced_per_s": med([s["sequenced_per_s"] for s in steps]),
         "journals": journals,
+        "subscriber": _worst_subscriber([s["subscriber"] for s in steps if s["subscriber"] is not None]),
         "rounds": steps,
     }
+
+
+def _worst_subscriber(rounds: list[dict]) -> dict | None:
+    """The recovering subscriber's round with the most messages missing, then the slowest recovery: never a median."""
+    if not rounds:
+        return None
+    return max(rounds, key=lambda sub: (sub["missing"], sub["recovery_max_ms"] or 0.0))
 
 
 def write_table(doc: dict, out: TextIO) -> None:
@@ -212,3 +274,6 @@ def write_table(doc: dict, out: TextIO) -> None:
               "backbone sequenced); own lag: the journal's fyrehose_journal_lag_seconds (a lower bound); catch-up: "
               "after publishing until the journal held everything (- : not within --catch-up); permanent loss: "
               "recorded in gaps.jsonl\n")
+    if doc["subscriber"] is not None:
+        out.write(f"subscriber dropping one DELIVER datagram in {settings['drop_every']} (backbone --recent-bytes 0; "
+                  f"worst round): {_subscriber_line(doc['subscriber'])}\n")

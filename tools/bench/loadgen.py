@@ -304,6 +304,9 @@ class _FyrehoseReceiver(_Receiver):
     def read(self) -> bytes | None:
         """The backbone's DELIVERs for the scanner; anything else goes through the session (ACKs) or is counted."""
         data, source = self.sock.recvfrom(self.read_size)
+        if data[:1] == DELIVER and source != self.spec.address:
+            self.recovery.take(data, time.monotonic)  # a journal's re-DELIVER, answering a REQUEST FORWARDed to it
+            return None
         if source == self.spec.address and data[:1] == DELIVER:
             self._delivers += 1
             if self.spec.drop_every and not self._delivers % self.spec.drop_every:
@@ -408,15 +411,14 @@ def receive(receiver: _Receiver, deadline: float) -> tuple[int, array.array]:
             tick(now)
             select.select((sock,), (), (), min(IDLE_WAIT, deadline - now))
             continue
-        if data is None:
-            continue
-        if not data:
-            raise StreamError("the server closed the connection")
-        got, stamps = feed(data)
-        count += got
-        if stamps and len(latencies) < MAX_SAMPLES:
-            arrived = monotonic_ns()
-            latencies.extend(arrived - stamp for stamp in stamps)
+        if data is not None:  # None: taken by the session (an ACK, a re-delivery, a datagram dropped on purpose)
+            if not data:
+                raise StreamError("the server closed the connection")
+            got, stamps = feed(data)
+            count += got
+            if stamps and len(latencies) < MAX_SAMPLES:
+                arrived = monotonic_ns()
+                latencies.extend(arrived - stamp for stamp in stamps)
         now = monotonic()
         if now >= deadline:
             break
