@@ -2,7 +2,9 @@
 
 The client subscribes to the whole stream in sequence order, so this process
 sees exactly the stream every other subscriber sees.  Events are taken in
-batches and applied with :meth:`~fyrehose.cache.core.Cache.receive_many`
+batches and handed to :meth:`~fyrehose.cache.core.Cache.receive_messages`
+raw (plain updates kept pending and folded when read), or, when the client
+opened and verified them, to :meth:`~fyrehose.cache.core.Cache.receive_many`
 (several updates of one subject conflated); whatever the cache returns is
 published by a thread of its own (signed when ``--auth-db`` is given, in which
 case the client has already dropped every envelope that failed verification).  A loss in the stream turns every
@@ -33,7 +35,6 @@ if TYPE_CHECKING:
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 DEFAULT_MAX_BYTES = 64 << 20
-KNOWN_SUBJECTS = 100_000  # subjects whose check is remembered, at most
 BATCH = 4096  # events applied together (conflated) at most: a snapshot waits for at most one batch before it
 
 
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     with Client(args.backbone, user=args.user, auth=credentials, session_interval=args.session_interval,
                 bind=args.bind, multicast=args.multicast) as client:
         # Without authentication nothing needs each envelope opened on the receive thread: the raw stream
-        # comes a datagram at a time and this thread opens the envelopes of a whole batch.
+        # comes a datagram at a time and the cache reads of each message only what it needs.
         raw = client.auth is None
         stream = client.subscribe(None if raw else ">", on_loss="yield", announce=False)
         client.interest.add("_SNAP.>")  # what it answers, announced so gateways know requests there have a responder
@@ -85,9 +86,8 @@ def run(args: argparse.Namespace) -> int:
         session = client.session.name if client.session is not None else "none"
         announce_ready("cache", client.address, f"backbone {args.backbone}, session {session}, "
                                                 f"max {args.max_bytes} bytes")
-        known_subjects: dict[bytes, str] | None = {} if raw else None
         while not stop.is_set():
-            out = _apply(cache, _batch(stream), known_subjects, time.monotonic())
+            out = _apply(cache, _batch(stream), raw, time.monotonic())
             if out:
                 answers.put(out)
         publisher.join()
@@ -109,36 +109,34 @@ def _batch(stream: Subscription) -> list[Event]:
     return events
 
 
-def _apply(cache: Cache, events: list[Event], known_subjects: dict[bytes, str] | None, now: float) -> list[Envelope]:
+def _apply(cache: Cache, events: list[Event], raw: bool, now: float) -> list[Envelope]:
     """Apply a batch in order (a loss turns every record stale where it happened); the answers to publish.
 
-    ``known_subjects`` is None for a pattern subscription (the client opened
-    the envelopes); otherwise the events are raw and are opened here, each
-    subject decoded and checked once (the memo is emptied past KNOWN_SUBJECTS).
+    ``raw``: the events are the raw stream, handed to the cache as they are
+    (it reads only what it needs of each); otherwise the client opened the
+    envelopes (a pattern subscription) and they are applied as envelopes.
     """
-    from fyrehose import envelope
     from fyrehose.tracker import Lost
 
     answers: list[Envelope] = []
+    if raw:
+        start = 0
+        for index in [index for index, event in enumerate(events) if event.__class__ is Lost]:
+            answers += cache.receive_messages(events[start:index], now)  # type: ignore[arg-type]  # Messages
+            cache.lost()
+            start = index + 1
+        answers += cache.receive_messages(events[start:] if start else events, now)  # type: ignore[arg-type]
+        return answers + cache.poll(now)
     opened: list[Envelope] = []
-    seqs: list[int] = []  # each opened envelope's backbone sequence: the records keep it
+    seqs: list[int] = []  # each envelope's backbone sequence: the records keep it
     for event in events:
         if isinstance(event, Lost):
             answers += cache.receive_many(opened, now, seqs)
             opened, seqs = [], []
             cache.lost()
-        elif known_subjects is None:
+        else:
             opened.append(event.envelope)  # type: ignore[union-attr]  # a pattern subscription yields SubjectMessages
             seqs.append(event.seq)
-        elif envelope.is_envelope(event.data):
-            if len(known_subjects) > KNOWN_SUBJECTS:
-                known_subjects.clear()
-            decoded = envelope.decode(event.data, known_subjects)
-            if decoded is None:
-                cache.stats["damaged envelopes"] += 1
-            else:
-                opened.append(decoded)
-                seqs.append(event.seq)
     answers += cache.receive_many(opened, now, seqs)
     return answers + cache.poll(now)
 

@@ -57,7 +57,8 @@ def merge_many(record: bytes, updates: list[bytes]) -> bytes:
     Only what the result depends on is decoded: nothing before the last update
     that is not a JSON object (it replaces the value outright), the record at
     most once, each update once, and the result is encoded once at the end
-    instead of after every update.
+    instead of after every update.  A patch with no nested object and no
+    ``null`` (its bytes hold neither) is applied as a dict update in place.
     """
     start = 0
     for index in range(len(updates) - 1, -1, -1):
@@ -76,6 +77,10 @@ def merge_many(record: bytes, updates: list[bytes]) -> bytes:
             value = _object(current)
         if value is None:
             current, value, merged = update, patch, False
+            continue
+        if b"{" not in update[1:] and b"null" not in update:  # a flat patch without deletions: a dict update
+            value.update(patch)  # type: ignore[union-attr]  # an object here; ours alone (decoded or merged here)
+            merged = True
             continue
         try:
             value = merge_patch(value, patch)
