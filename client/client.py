@@ -168,7 +168,7 @@ class Client:
                                              serves_forwards=self.journal is not None,
                                              tracker_options=tracker_options, stats=self.stats,
                                              vouch=self.auth.vouches if self.auth is not None else None,
-                                             confirm_retry=confirm_retry, whole_datagrams=True,
+                                             confirm_retry=confirm_retry, whole_datagrams=True, varied_runs=True,
                                              multicast=group is not None and subscribe)
         self._forward_rate = forward_rate
 

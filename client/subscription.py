@@ -108,6 +108,36 @@ class Subscription:
             raise MessagesLost(item)
         return item
 
+    def get_many(self, limit: int, timeout: float | None = None) -> list[Event]:
+        """Up to ``limit`` events in order: what is queued now, waiting up to ``timeout`` for the first (none
+        when it passes or the client closed).
+
+        For a reader that takes the stream in batches (the cache): a run's
+        messages are taken together instead of one call each.  A loss ends a
+        batch and comes first in the next one, so ``on_loss`` applies as in
+        :meth:`get`.
+        """
+        first = self.get(timeout)
+        if first is None:
+            return []
+        events = [first]
+        if first.__class__ is Lost:
+            return events
+        expanded, items = self._expanded, self._items
+        while len(events) < limit:
+            if expanded:
+                room = limit - len(events)
+                if len(expanded) <= room:
+                    events += expanded
+                    expanded.clear()
+                else:
+                    events += [expanded.popleft() for _ in range(room)]
+                continue
+            if self._overrun is not None or not items or items[0].__class__ is Lost or items[0] is _CLOSED:
+                break
+            events.append(self.get(0))  # type: ignore[arg-type]  # a message: queued, and neither loss nor end
+        return events
+
     @property
     def queued(self) -> int:
         """Entries waiting for the reader (a datagram's run counts once; the close marker included)."""
@@ -191,6 +221,4 @@ def _payload_bytes(run: FrameRun) -> int:
 
 def _messages(run: FrameRun) -> list[Message]:
     """A run's frames as the tracker's messages (named tuples built without a Python call each)."""
-    data, step, header = run.data, run.step, codec.FRAME_HEADER
-    payloads = [data[start + header:start + step] for start in range(0, len(data), step)]
-    return list(map(tuple.__new__, repeat(Message), zip(range(run.first, run.first + run.count), payloads)))
+    return list(map(tuple.__new__, repeat(Message), zip(range(run.first, run.first + run.count), run.payloads())))

@@ -99,14 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _batch(stream: Subscription) -> list[Event]:
     """What the stream holds now (up to BATCH events), waiting up to 0.2 s for the first."""
-    first = stream.get(timeout=0.2)
-    if first is None:
-        return []
-    events = [first]
-    get = stream.get
-    while len(events) < BATCH and (event := get(timeout=0)) is not None:
-        events.append(event)
-    return events
+    return stream.get_many(BATCH, timeout=0.2)
 
 
 def _apply(cache: Cache, events: list[Event], raw: bool, now: float) -> list[Envelope]:
