@@ -232,7 +232,9 @@ class Cache:
         records = self.records
         pending_subjects = self._pending
         move_to_end = records.move_to_end
+        overhead, max_pending = RECORD_OVERHEAD, MAX_PENDING
         room = self._lazy_room()
+        added = 0  # pending bytes taken since self.pending_bytes was last brought up to date
         updates = 0
         for seq, payload in messages:
             try:
@@ -241,8 +243,10 @@ class Cache:
                 key = b""
             subject = plain.get(key)
             if subject is not None:
-                cost = len(payload) + RECORD_OVERHEAD
+                cost = len(payload) + overhead
                 if cost > room:
+                    self.pending_bytes += added
+                    added = 0
                     self.settle()
                     room = self._lazy_room()
                 if cost <= room:
@@ -259,12 +263,14 @@ class Cache:
                             record.relocated_to, record.data, record.pending_replace = None, b"", True
                     pending.append(payload)
                     record.seq = seq
-                    self.pending_bytes += cost
+                    added += cost
                     room -= cost
                     updates += 1
-                    if len(pending) >= MAX_PENDING:
-                        self._settle(subject)
+                    if len(pending) >= max_pending:
+                        self._settle(subject)  # lowers self.pending_bytes by what it folds, ``added`` included
                     continue
+            self.pending_bytes += added
+            added = 0
             opened = envelopes.decode(payload, self._known_subjects)
             if opened is None:
                 if envelopes.is_envelope(payload):
@@ -276,10 +282,11 @@ class Cache:
                 if len(plain) >= KNOWN_PREFIXES:
                     plain.clear()
                 plain[bytes(key)] = opened.subject
-            if pending_subjects and len(payload) + RECORD_OVERHEAD > room:
+            if pending_subjects and len(payload) + overhead > room:
                 self.settle()  # near the memory bound: applied as one by one, evicting exactly then
             answers += self.receive(opened, now, seq)
             room = self._lazy_room()
+        self.pending_bytes += added
         if updates:
             self.stats["updates"] += updates
         return answers
@@ -331,10 +338,13 @@ class Cache:
             data, status, rest = payloads[0][offset:], payloads[0][_STATUS_AT], payloads[1:]
         else:
             data, status, rest = record.data, int(record.status), payloads
-        for payload in rest:
-            incoming = payload[_STATUS_AT]
-            if incoming in STICKY or status not in STICKY:  # _status_after_update on the statuses' values
-                status = incoming
+        incoming = [payload[_STATUS_AT] for payload in rest]
+        if not STICKY.isdisjoint(incoming):
+            for value in incoming:
+                if value in STICKY or status not in STICKY:  # _status_after_update on the statuses' values
+                    status = value
+        elif incoming and status not in STICKY:  # nothing sticky comes: the last status holds unless one stays
+            status = incoming[-1]
         if rest:
             data = merge_many(data, [payload[offset:] for payload in rest])
         record.data, record.status = data, _STATUSES[status]
