@@ -13,6 +13,7 @@ record stale, as the cache can no longer vouch for any of them.
 from __future__ import annotations
 
 import argparse
+import gc
 import queue
 import signal
 import sys
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 DEFAULT_MAX_BYTES = 64 << 20
+GC_THRESHOLD = (50_000, 20, 20)  # the cycle collector's generation thresholds (Python's default: 700, 10, 10)
 BATCH = 4096  # events applied together (conflated) at most: a snapshot waits for at most one batch before it
 
 
@@ -86,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         session = client.session.name if client.session is not None else "none"
         announce_ready("cache", client.address, f"backbone {args.backbone}, session {session}, "
                                                 f"max {args.max_bytes} bytes")
+        _collect_less()
         while not stop.is_set():
             out = _apply(cache, _batch(stream), raw, time.monotonic())
             if out:
@@ -95,6 +98,14 @@ def run(args: argparse.Namespace) -> int:
     summary = " ".join(f"{name.replace(' ', '_')}={value}" for name, value in sorted(counts.items()))
     sys.stderr.write(f"fyrehose cache: {len(cache.records)} records, {cache.bytes} bytes; {summary}\n")
     return 0
+
+
+def _collect_less() -> None:
+    """The stream allocates a few short-lived objects per message (the reader's messages, the scan's frame
+    places), which set off the cycle collector thousands of times a second, each pass walking what survived:
+    what exists once the cache runs is set aside for good, and a pass runs per GC_THRESHOLD allocations."""
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
 
 
 def _batch(stream: Subscription) -> list[Event]:
