@@ -2,10 +2,13 @@
 one envelope at a time, whatever the batches, the memory bound and the mix of messages."""
 from __future__ import annotations
 
+from unittest import mock
+
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fyrehose.cache import core
 from fyrehose.cache.core import MAX_PENDING, RECORD_STATUSES, Cache
 from fyrehose.envelope import Envelope, MsgType, Status, decode, encode
 from fyrehose.sessions import StartOptions
@@ -96,11 +99,13 @@ def state(cache):
 
 
 @settings(max_examples=400)
-@given(st.lists(messages(), max_size=60), st.sampled_from([64 << 20, 1500, 3000, 8000]), st.data())
-def test_raw_payloads_leave_the_same_records_and_answers_as_one_envelope_at_a_time(stream, max_bytes, data):
+@given(st.lists(messages(), max_size=60), st.sampled_from([64 << 20, 1500, 3000, 8000]),
+       st.sampled_from([(MAX_PENDING, core.MAX_PENDING_UPDATES), (3, 4), (2, 1)]), st.data())
+def test_raw_payloads_leave_the_same_records_and_answers_as_one_envelope_at_a_time(stream, max_bytes, limits, data):
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=3)))
     reference, expected = eager(stream, max_bytes)
-    cache, answers = lazy(stream, max_bytes, cuts)
+    with mock.patch.multiple(core, MAX_PENDING=limits[0], MAX_PENDING_UPDATES=limits[1]):  # folds at any point
+        cache, answers = lazy(stream, max_bytes, cuts)
     assert answers == expected
     assert state(cache) == state(reference)
 
@@ -141,3 +146,14 @@ def test_near_the_memory_bound_nothing_is_pending_and_evictions_come_in_order():
     assert not cache.records["p.5"].pending and cache.bytes <= 1000
     assert [(a.subject, a.status) for a in answers] == [(f"p.{i}", Status.PREEMPTED) for i in range(3)]
     assert answers == eager(stream, 1000)[1]
+
+
+def test_past_the_bound_on_all_pending_updates_the_longest_pending_record_is_folded():
+    stream = [(seq, encode(Envelope(f"p.{seq % 20}", orjson.dumps({"n": seq})))) for seq in range(1, 201)]
+    cache = Cache()
+    with mock.patch.object(core, "MAX_PENDING_UPDATES", 10):
+        for message in stream:
+            cache.receive_messages([message], 0.0)
+            assert cache.pending_updates <= 10  # folded a record at a time as the bound is passed, never in bursts
+            assert cache.pending_updates == sum(len(r.pending or []) for r in cache.records.values())
+    assert cache.pending_updates and all(orjson.loads(cache.get(f"p.{i % 20}").data) == {"n": i} for i in range(181, 201))

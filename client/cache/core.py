@@ -49,8 +49,11 @@ merged with :func:`~fyrehose.cache.merge.merge_many`, the result encoded
 once) only when something reads or replaces the record: a request for it, any
 other message about it (an ``initial`` or a removing ``drop`` discards them
 unread), a relocation to or from it, a loss, :meth:`Cache.get`, or
-MAX_PENDING of them.  Folding gives exactly the record eager application
-would have left.  Evictions too: pending updates are taken lazily only while
+MAX_PENDING of them; and while more than MAX_PENDING_UPDATES wait in all, the
+record pending longest is folded, so that folding keeps pace a little at a
+time instead of in bursts (updates round-robin over many subjects would
+otherwise reach MAX_PENDING together).  Folding gives exactly the record
+eager application would have left.  Evictions too: pending updates are taken lazily only while
 LAZY_EXPANSION times the stored and pending bytes fit the memory bound (no
 fold can then outgrow it, as re-encoding JSON grows no token more than
 4.5-fold: ``1e15`` becomes ``1000000000000000.0``); nearer the bound every
@@ -88,7 +91,8 @@ STICKY = frozenset({Status.STALE, Status.FEED_DOWN, Status.TEMP_UNAVAIL, Status.
 RECORD_STATUSES = STICKY | {Status.OK, Status.VERIFY, Status.CONFLATED, Status.FEED_SWITCH}
 RECORD_OVERHEAD = 256  # bytes charged per record on top of subject and value (the Python objects)
 ANSWER_HEADROOM = 300  # session, seqno and digest the driver adds to an answer
-MAX_PENDING = 256  # pending updates of one record before they are folded
+MAX_PENDING = 256  # pending updates of one record before they are folded (a snapshot then folds at most these)
+MAX_PENDING_UPDATES = 65_536  # pending updates in all, beyond which the record pending longest is folded
 LAZY_EXPANSION = 5  # a fold re-encodes JSON, which can grow it up to 4.5-fold: pending only while 5 x bytes fit
 KNOWN_PREFIXES = 100_000  # envelope header prefixes remembered for routing, at most (then forgotten at once)
 _PLAIN_UPDATE = envelopes.MAGIC + bytes((envelopes.VERSION, MsgType.UPDATE))
@@ -125,7 +129,8 @@ class Cache:
         self.bytes = 0
         self.stats: Counter[str] = Counter()
         self.pending_bytes = 0  # payloads and RECORD_OVERHEAD of every pending update
-        self._pending: set[str] = set()  # subjects whose records hold pending updates
+        self.pending_updates = 0
+        self._pending: OrderedDict[str, None] = OrderedDict()  # subjects with pending updates, longest pending first
         self._plain: dict[bytes, str] = {}  # header prefix of a plain update -> its (checked, cacheable) subject
         self._known_subjects: dict[bytes, str] = {}  # subjects already checked when decoding
 
@@ -235,6 +240,8 @@ class Cache:
         overhead, max_pending = RECORD_OVERHEAD, MAX_PENDING
         room = self._lazy_room()
         added = 0  # pending bytes taken since self.pending_bytes was last brought up to date
+        taken = 0  # pending updates taken since self.pending_updates was last brought up to date
+        left = MAX_PENDING_UPDATES - self.pending_updates  # more pending updates before the longest pending is folded
         updates = 0
         for seq, payload in messages:
             try:
@@ -246,9 +253,11 @@ class Cache:
                 cost = len(payload) + overhead
                 if cost > room:
                     self.pending_bytes += added
-                    added = 0
+                    self.pending_updates += taken
+                    added = taken = 0
                     self.settle()
                     room = self._lazy_room()
+                    left = MAX_PENDING_UPDATES
                 if cost <= room:
                     record = records.get(subject)
                     if record is None:
@@ -258,19 +267,27 @@ class Cache:
                     pending = record.pending
                     if pending is None:
                         pending = record.pending = []
-                        pending_subjects.add(subject)
+                        pending_subjects[subject] = None
                         if record.relocated_to is not None:  # the update replaces a redirect
                             record.relocated_to, record.data, record.pending_replace = None, b"", True
                     pending.append(payload)
                     record.seq = seq
                     added += cost
                     room -= cost
+                    taken += 1
+                    left -= 1
                     updates += 1
-                    if len(pending) >= max_pending:
-                        self._settle(subject)  # lowers self.pending_bytes by what it folds, ``added`` included
+                    if len(pending) >= max_pending or left < 0:
+                        self.pending_bytes += added
+                        self.pending_updates += taken
+                        added = taken = 0
+                        self._settle(subject if left >= 0 else next(iter(pending_subjects)))
+                        left = MAX_PENDING_UPDATES - self.pending_updates  # folding a little at a time, not in bursts
+                        room = self._lazy_room()
                     continue
             self.pending_bytes += added
-            added = 0
+            self.pending_updates += taken
+            added = taken = 0
             opened = envelopes.decode(payload, self._known_subjects)
             if opened is None:
                 if envelopes.is_envelope(payload):
@@ -286,7 +303,9 @@ class Cache:
                 self.settle()  # near the memory bound: applied as one by one, evicting exactly then
             answers += self.receive(opened, now, seq)
             room = self._lazy_room()
+            left = MAX_PENDING_UPDATES - self.pending_updates
         self.pending_bytes += added
+        self.pending_updates += taken
         if updates:
             self.stats["updates"] += updates
         return answers
@@ -318,11 +337,12 @@ class Cache:
                 pass
 
     def _take_pending(self, subject: str) -> tuple[Record, list[bytes]]:
-        self._pending.discard(subject)
+        del self._pending[subject]
         record = self.records[subject]
         payloads = record.pending or []
         record.pending = None
         self.pending_bytes -= sum(map(len, payloads)) + RECORD_OVERHEAD * len(payloads)
+        self.pending_updates -= len(payloads)
         return record, payloads
 
     def _settle(self, subject: str) -> None:
