@@ -157,3 +157,15 @@ def test_past_the_bound_on_all_pending_updates_the_longest_pending_record_is_fol
             assert cache.pending_updates <= 10  # folded a record at a time as the bound is passed, never in bursts
             assert cache.pending_updates == sum(len(r.pending or []) for r in cache.records.values())
     assert cache.pending_updates and all(orjson.loads(cache.get(f"p.{i % 20}").data) == {"n": i} for i in range(181, 201))
+
+
+def test_envelopes_applied_directly_between_raw_batches_evict_by_what_the_records_hold():
+    stream = [payload for i in range(4) for _, payload in plain_updates(3, f"p.{i}")]
+    bigger = encode(Envelope("p.9", b"x" * 18_700, MsgType.INITIAL))
+    reference, expected = eager(stream + [bigger], 20_000)
+    cache = Cache(20_000)
+    answers = cache.receive_messages(list(enumerate(stream, 1)), 0.0)
+    assert cache.pending_updates == 8  # all but the first of each subject
+    answers += cache.receive(decode(bigger), 0.0, len(stream) + 1)  # not through receive_messages: no room check
+    assert answers == expected and state(cache) == state(reference)
+    assert [a.subject for a in answers] == ["p.0"]

@@ -530,6 +530,8 @@ class Cache:
         record.size = len(subject.encode()) + payload + RECORD_OVERHEAD
         self.records[subject] = record
         self.bytes += record.size
+        if self.bytes > self.max_bytes and self._pending:
+            self.settle()  # evictions go by what the records hold (receive_messages never gets here with any pending)
         evicted = []
         while self.bytes > self.max_bytes and self.records:
             victim, old = self.records.popitem(last=False)
