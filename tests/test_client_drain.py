@@ -136,3 +136,18 @@ def test_get_many_takes_runs_in_bulk_up_to_its_limit_and_a_loss_starts_a_batch()
         subscription.get_many(100, timeout=0)
     assert [event.seq for event in subscription.get_many(100, timeout=0)] == [10, 11]
     assert subscription.get_many(100, timeout=0) == []
+
+
+def test_get_many_with_runs_hands_over_whole_datagrams_as_they_wait():
+    subscription = Subscription(on_loss="yield")
+    subscription._offer_run(run_of(1, 3))
+    subscription._offer(Message(4, b"four"))
+    subscription._offer_run(run_of(5, 4))
+    subscription._offer(Lost(9, 9, "gave up"))
+    subscription._offer_run(run_of(10, 2))
+    first = subscription.get_many(5, timeout=0, runs=True)  # the limit counts messages; a run comes whole
+    assert first == [run_of(1, 3), Message(4, b"four"), run_of(5, 4)]
+    assert subscription.get_many(100, timeout=0, runs=True) == [Lost(9, 9, "gave up")]
+    assert subscription.get_many(100, timeout=0, runs=True) == [run_of(10, 2)]
+    assert subscription.get_many(100, timeout=0, runs=True) == []
+    assert subscription._taken == subscription._offered == 11  # counted as their messages: the bound holds

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     from fyrehose.cache.core import Cache
     from fyrehose.client import Client
     from fyrehose.envelope import Envelope
+    from fyrehose.frame_run import FrameRun
     from fyrehose.subscription import Subscription
-    from fyrehose.tracker import Event
+    from fyrehose.tracker import Event, Message
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 DEFAULT_MAX_BYTES = 64 << 20
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                                                 f"max {args.max_bytes} bytes")
         _collect_less()
         while not stop.is_set():
-            out = _apply(cache, _batch(stream), raw, time.monotonic())
+            out = _apply(cache, _batch(stream, raw), raw, time.monotonic())
             if out:
                 answers.put(out)
         publisher.join()
@@ -108,28 +109,39 @@ def _collect_less() -> None:
     gc.set_threshold(*GC_THRESHOLD)
 
 
-def _batch(stream: Subscription) -> list[Event]:
-    """What the stream holds now (up to BATCH events), waiting up to 0.2 s for the first."""
-    return stream.get_many(BATCH, timeout=0.2)
+def _batch(stream: Subscription, raw: bool) -> list[Event | FrameRun]:
+    """What the stream holds now (up to BATCH messages; datagrams kept whole when raw), waiting up to 0.2 s for the
+    first."""
+    return stream.get_many(BATCH, timeout=0.2, runs=raw)
 
 
-def _apply(cache: Cache, events: list[Event], raw: bool, now: float) -> list[Envelope]:
+def _apply(cache: Cache, events: list[Event | FrameRun], raw: bool, now: float) -> list[Envelope]:
     """Apply a batch in order (a loss turns every record stale where it happened); the answers to publish.
 
-    ``raw``: the events are the raw stream, handed to the cache as they are
-    (it reads only what it needs of each); otherwise the client opened the
-    envelopes (a pattern subscription) and they are applied as envelopes.
+    ``raw``: the events are the raw stream, messages and whole datagrams,
+    handed to the cache as (sequence, payload) pairs (it reads only what it
+    needs of each); otherwise the client opened the envelopes (a pattern
+    subscription) and they are applied as envelopes.
     """
+    from fyrehose.frame_run import FrameRun
     from fyrehose.tracker import Lost
 
     answers: list[Envelope] = []
     if raw:
-        start = 0
-        for index in [index for index, event in enumerate(events) if event.__class__ is Lost]:
-            answers += cache.receive_messages(events[start:index], now)  # type: ignore[arg-type]  # Messages
-            cache.lost()
-            start = index + 1
-        answers += cache.receive_messages(events[start:] if start else events, now)  # type: ignore[arg-type]
+        messages: list[Message] = []
+        for event in events:
+            if isinstance(event, FrameRun):  # pairs made as the cache reads them, none kept
+                if messages:
+                    answers += cache.receive_messages(messages, now)
+                    messages = []
+                answers += cache.receive_messages(zip(range(event.first, event.last + 1), event.payloads()), now)
+            elif isinstance(event, Lost):
+                answers += cache.receive_messages(messages, now)
+                messages = []
+                cache.lost()
+            else:
+                messages.append(event)
+        answers += cache.receive_messages(messages, now)
         return answers + cache.poll(now)
     opened: list[Envelope] = []
     seqs: list[int] = []  # each envelope's backbone sequence: the records keep it
@@ -140,7 +152,7 @@ def _apply(cache: Cache, events: list[Event], raw: bool, now: float) -> list[Env
             cache.lost()
         else:
             opened.append(event.envelope)  # type: ignore[union-attr]  # a pattern subscription yields SubjectMessages
-            seqs.append(event.seq)
+            seqs.append(event.seq)  # type: ignore[union-attr]
     answers += cache.receive_many(opened, now, seqs)
     return answers + cache.poll(now)
 
