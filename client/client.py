@@ -168,7 +168,7 @@ class Client:
                                              serves_forwards=self.journal is not None,
                                              tracker_options=tracker_options, stats=self.stats,
                                              vouch=self.auth.vouches if self.auth is not None else None,
-                                             confirm_retry=confirm_retry, whole_datagrams=True,
+                                             confirm_retry=confirm_retry, whole_datagrams=True, varied_runs=True,
                                              multicast=group is not None and subscribe)
         self._forward_rate = forward_rate
 
@@ -502,7 +502,9 @@ class Client:
     def _route(self, message: Message) -> None:
         """One message in sequence order: authenticate it, then hand it to the subscriptions it matches."""
         opened: Envelope | None = None
-        if envelope.is_envelope(message.data) and (self.auth is not None or self._router.wants_envelopes):
+        router = self._router
+        if envelope.is_envelope(message.data) and (self.auth is not None or (
+                router.wants_envelopes and router.wants_envelope(envelope.peek_subject(message.data)))):
             opened, accepted, answers = self.subjects.open(message.data, _wall_us())
             for answer in answers:
                 self._send_unconfirmed(answer)

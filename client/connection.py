@@ -62,7 +62,9 @@ class BackboneConnection:
     messages, for a driver that accounts per datagram (the load test's
     subscribers); with ``buffer_runs`` too, such a datagram that arrives
     while a hole is open waits whole in the tracker and later comes out, in
-    order, among ``Incoming.events`` (the journal).
+    order, among ``Incoming.events`` (the journal); with ``varied_runs``
+    too, a datagram of frames of varied sizes that continues the stream goes
+    out whole as well (a FrameRun with step 0; the client's subscriptions).
     ``multicast``: the driver joined the backbone's multicast group (see
     :func:`fyrehose.group_socket.join_group`) and feeds what arrives there to
     :meth:`receive_group`; the KEEPALIVEs carry MULTICAST (and HEAD) until
@@ -76,8 +78,8 @@ class BackboneConnection:
                  serves_forwards: bool = True, tracker_options: dict[str, Any] | None = None,
                  token_source: Callable[[int], bytes] = os.urandom, stats: Counter[str] | None = None,
                  vouch: Callable[[bytes], bool] | None = None, confirm_retry: float = 0.2,
-                 whole_datagrams: bool = False, buffer_runs: bool = False, multicast: bool = False,
-                 multicast_fallback_after: float | None = None) -> None:
+                 whole_datagrams: bool = False, buffer_runs: bool = False, varied_runs: bool = False,
+                 multicast: bool = False, multicast_fallback_after: float | None = None) -> None:
         self.backbone = backbone
         self.flags = flags
         self.group_watch: GroupWatch | None = None
@@ -97,6 +99,7 @@ class BackboneConnection:
         self._vouch = vouch
         self.whole_datagrams = whole_datagrams  # in-order runs go out as FrameRuns, not messages
         self.buffer_runs = buffer_runs  # with whole_datagrams: runs beyond a hole wait whole (events may hold FrameRuns)
+        self.varied_runs = whole_datagrams and varied_runs  # runs of frames of varied sizes too (FrameRun step 0)
         self.publishes = PendingPublishes(retry=confirm_retry, stats=self.stats)
         self._tokens: deque[bytes] = deque(maxlen=TOKENS_REMEMBERED)
         self._next_keepalive = 0.0
@@ -236,7 +239,7 @@ class BackboneConnection:
         header = codec.FRAME_HEADER
         stored = incoming.stored
         events = incoming.events
-        if from_backbone and tracker is not None and spans and self._deliver_run(data, spans, tracker, incoming):
+        if from_backbone and tracker is not None and spans and self._deliver_run(data, spans, error, tracker, incoming):
             return
         for start, end, seq in spans:
             if not seq:
@@ -289,14 +292,18 @@ class BackboneConnection:
         self.stats["delivered frames"] += count
         return True
 
-    def _deliver_run(self, data: bytes, spans: list[tuple[int, int, int]], tracker: SequenceTracker,
-                     incoming: Incoming) -> bool:
+    def _deliver_run(self, data: bytes, spans: list[tuple[int, int, int]], error: str | None,
+                     tracker: SequenceTracker, incoming: Incoming) -> bool:
         """The common case in one step: the backbone's DELIVERs continue the stream without a gap."""
         first = spans[0][2]
         count = len(spans)
         if first < 1 or spans[-1][2] != first + count - 1 or [seq for _, _, seq in spans] != list(
                 range(first, first + count)):
             return False
+        if self.varied_runs and error is None and tracker.advance(first, count):
+            incoming.runs.append(FrameRun(first, count, 0, data, spans))
+            self.stats["delivered frames"] += count
+            return True
         header = codec.FRAME_HEADER
         return self._take_run(first, [data[start + header:end] for start, end, _ in spans], tracker, incoming)
 

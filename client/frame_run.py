@@ -1,10 +1,13 @@
-"""Consecutive DELIVER frames of one size, kept as the datagram that brought them.
+"""Consecutive DELIVER frames, kept as the datagram that brought them.
 
 A BATCH subscriber's datagram from the backbone is usually hundreds of frames
-of one size whose sequence numbers continue the stream.  A subscriber that
-measures or journals rather than hands each message to an application (the
-load test's) keeps such a datagram whole: one object, one journal entry and
-one accounting step per datagram instead of per message.
+whose sequence numbers continue the stream, often all of one size.  A
+subscriber that measures or journals rather than hands each message to an
+application (the load test's) keeps such a datagram whole: one object, one
+journal entry and one accounting step per datagram instead of per message.
+A client keeps datagrams of frames of varied sizes whole too (``step`` 0,
+the frames' places in ``spans``), so a backlog waiting for its reader is a
+few objects per datagram rather than one per message.
 """
 from __future__ import annotations
 
@@ -18,16 +21,28 @@ from fyrehose import codec
 class FrameRun:
     first: int  # the sequence of the first frame; frame i is first + i
     count: int
-    step: int  # bytes per frame, header included
+    step: int  # bytes per frame, header included; 0: frames of varied sizes, placed by ``spans``
     data: bytes  # the frames back to back, as the backbone sent them
+    spans: list[tuple[int, int, int]] | None = None  # with step 0: (start, end, sequence) of each frame (codec.scan)
 
     @property
     def last(self) -> int:
         return self.first + self.count - 1
 
     def payload(self, seq: int) -> bytes:
+        if self.spans is not None:
+            start, end, _ = self.spans[seq - self.first]
+            return self.data[start + codec.FRAME_HEADER:end]
         start = (seq - self.first) * self.step
         return self.data[start + codec.FRAME_HEADER:start + self.step]
+
+    def payloads(self) -> list[bytes]:
+        """Every frame's payload, in order."""
+        data, header = self.data, codec.FRAME_HEADER
+        if self.spans is not None:
+            return [data[start + header:end] for start, end, _ in self.spans]
+        step = self.step
+        return [data[start + header:start + step] for start in range(0, len(data), step)]
 
     def messages(self, from_seq: int | None = None, to_seq: int | None = None) -> Iterator[tuple[int, bytes]]:
         """(sequence, payload) of the frames in ``from_seq..to_seq`` (all by default), ascending."""

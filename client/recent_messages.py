@@ -40,9 +40,10 @@ class MemoryJournal:
         entries = self._entries
         limit = self.max_bytes
         added = count = 0
-        runs = bool(self._run_firsts)
+        last_run = self._in_run(self._run_firsts[-1]) if self._run_firsts else None  # runs never overlap: it ends last
+        runs_end = last_run.last if last_run is not None else 0  # a message after it lies in no run
         for seq, data in messages:
-            if seq not in entries and len(data) <= limit and not (runs and self._in_run(seq)):
+            if seq not in entries and len(data) <= limit and not (seq <= runs_end and self._in_run(seq)):
                 entries[seq] = data
                 added += len(data)
                 count += 1

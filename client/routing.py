@@ -43,6 +43,11 @@ class SubjectRouter:
         """Whether opening envelopes is worth it; read without the lock, as a hint, on the receive thread."""
         return bool(self._patterns or self._gated or self._waiters)
 
+    def wants_envelope(self, subject: str | None) -> bool:
+        """Whether a message on ``subject`` needs its envelope opened (a hint read without the lock, as
+        ``wants_envelopes``): any may match a pattern or gate, but only an inbox waited on answers a request."""
+        return bool(self._patterns or self._gated) or subject in self._waiters
+
     # ------------------------------------------------------------ callers' side
 
     def add(self, subscription: Subscription, now: float) -> None:

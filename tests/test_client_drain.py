@@ -121,3 +121,33 @@ def _iterate_slowly(backbone, burst: int) -> None:
             publisher.wait()
         assert seqs == list(range(seqs[0], seqs[0] + burst))
         assert sub.stats["requests"] == 0 and sub.stats["lost"] == 0, dict(sub.stats)
+
+
+def test_get_many_takes_runs_in_bulk_up_to_its_limit_and_a_loss_starts_a_batch():
+    subscription = Subscription(on_loss="raise")
+    subscription._offer_run(run_of(1, 3))
+    subscription._offer(Message(4, b"four"))
+    subscription._offer_run(run_of(5, 4))
+    subscription._offer(Lost(9, 9, "gave up"))
+    subscription._offer_run(run_of(10, 2))
+    assert [event.seq for event in subscription.get_many(6, timeout=0)] == [1, 2, 3, 4, 5, 6]
+    assert [event.seq for event in subscription.get_many(100, timeout=0)] == [7, 8]  # the loss ends the batch
+    with pytest.raises(MessagesLost):  # and raises as get would, on_loss="raise"
+        subscription.get_many(100, timeout=0)
+    assert [event.seq for event in subscription.get_many(100, timeout=0)] == [10, 11]
+    assert subscription.get_many(100, timeout=0) == []
+
+
+def test_get_many_with_runs_hands_over_whole_datagrams_as_they_wait():
+    subscription = Subscription(on_loss="yield")
+    subscription._offer_run(run_of(1, 3))
+    subscription._offer(Message(4, b"four"))
+    subscription._offer_run(run_of(5, 4))
+    subscription._offer(Lost(9, 9, "gave up"))
+    subscription._offer_run(run_of(10, 2))
+    first = subscription.get_many(5, timeout=0, runs=True)  # the limit counts messages; a run comes whole
+    assert first == [run_of(1, 3), Message(4, b"four"), run_of(5, 4)]
+    assert subscription.get_many(100, timeout=0, runs=True) == [Lost(9, 9, "gave up")]
+    assert subscription.get_many(100, timeout=0, runs=True) == [run_of(10, 2)]
+    assert subscription.get_many(100, timeout=0, runs=True) == []
+    assert subscription._taken == subscription._offered == 11  # counted as their messages: the bound holds

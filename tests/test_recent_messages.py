@@ -118,3 +118,47 @@ def test_a_peers_redelivery_is_never_taken_as_a_whole_run():
     assert connection.receive(datagram(1, 5), BACKBONE, 0.0).runs == [run_of(1, 5)]
     incoming = connection.receive(datagram(6, 5), ("127.0.0.1", 9999), 0.0)  # a stranger's: nothing asked
     assert not incoming.runs and not incoming.stored and connection.stats["DELIVERs from strangers"] == 5
+
+
+def varied(seq: int) -> bytes:
+    return payload(seq, 1 + seq % 5)  # frames of several sizes in one datagram
+
+
+@given(st.lists(st.tuples(st.integers(1, 60), st.integers(1, 12)), min_size=1, max_size=25))
+def test_datagrams_of_varied_frame_sizes_go_out_whole_as_message_by_message_does(arrivals):
+    """With varied_runs a datagram of frames of several sizes that continues the stream is a run (step 0)."""
+    whole = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH, whole_datagrams=True, varied_runs=True)
+    single = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH)
+    whole.track(1)
+    single.track(1)
+    released_whole, released_single = [], []
+    stored_whole, stored_single = MemoryJournal(1 << 20), MemoryJournal(1 << 20)
+    for first, count in arrivals:
+        data = codec.pack([codec.Deliver(seq, varied(seq)) for seq in range(first, first + count)])
+        incoming = whole.receive(data, BACKBONE, 0.0)
+        stored_whole.add_many(incoming.stored)
+        released_whole += [event for event in incoming.events if isinstance(event, Message)]
+        for run in incoming.runs:
+            stored_whole.add_run(run)
+            released_whole += [Message(seq, data) for seq, data in run.messages()]
+            assert run.payloads() == [data for _, data in run.messages()]
+        incoming = single.receive(data, BACKBONE, 0.0)
+        stored_single.add_many(incoming.stored)
+        released_single += [event for event in incoming.events if isinstance(event, Message)]
+    assert released_whole == released_single
+    assert list(stored_whole.held(1, 100)) == list(stored_single.held(1, 100))
+    assert all(stored_whole.get(seq) == data for seq, data in stored_single.held(1, 100))
+    assert whole.tracker.next == single.tracker.next and whole.tracker.holes == single.tracker.holes
+
+
+def test_a_datagram_of_varied_frame_sizes_is_one_run_only_when_asked_for():
+    data = codec.pack([codec.Deliver(seq, varied(seq)) for seq in range(1, 6)])
+    asked = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH, whole_datagrams=True, varied_runs=True)
+    plain = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH, whole_datagrams=True)
+    asked.track(1)
+    plain.track(1)
+    run, = asked.receive(data, BACKBONE, 0.0).runs
+    assert (run.first, run.count, run.step) == (1, 5, 0) and list(run.messages()) == [
+        (seq, varied(seq)) for seq in range(1, 6)]
+    incoming = plain.receive(data, BACKBONE, 0.0)  # the journal's and the load test's: uniform runs only
+    assert not incoming.runs and [event.seq for event in incoming.events] == [1, 2, 3, 4, 5]

@@ -177,3 +177,13 @@ def test_a_waiting_reader_wakes_for_a_run_offered_from_another_thread():
     reader.join(10)
     assert [message.seq for message in got.get(timeout=1)] == [1, 2, 3]
     assert subscription.get(timeout=0) is None
+
+
+def test_with_only_requests_waiting_only_their_inboxes_want_an_envelope_opened():
+    router, _ = _router()
+    assert not router.wants_envelope("prices.acme")
+    router.add_waiter("_INBOX.test.9", queue.Queue())
+    assert router.wants_envelope("_INBOX.test.9") and not router.wants_envelope("prices.acme")
+    assert not router.wants_envelope(None)  # a raw payload
+    router.add(Subscription(on_loss="yield", pattern="news.>"), 0.0)
+    assert router.wants_envelope("prices.acme")  # a pattern may match any subject

@@ -2,7 +2,9 @@
 
 The client subscribes to the whole stream in sequence order, so this process
 sees exactly the stream every other subscriber sees.  Events are taken in
-batches and applied with :meth:`~fyrehose.cache.core.Cache.receive_many`
+batches and handed to :meth:`~fyrehose.cache.core.Cache.receive_messages`
+raw (plain updates kept pending and folded when read), or, when the client
+opened and verified them, to :meth:`~fyrehose.cache.core.Cache.receive_many`
 (several updates of one subject conflated); whatever the cache returns is
 published by a thread of its own (signed when ``--auth-db`` is given, in which
 case the client has already dropped every envelope that failed verification).  A loss in the stream turns every
@@ -11,6 +13,7 @@ record stale, as the cache can no longer vouch for any of them.
 from __future__ import annotations
 
 import argparse
+import gc
 import queue
 import signal
 import sys
@@ -28,12 +31,13 @@ if TYPE_CHECKING:
     from fyrehose.cache.core import Cache
     from fyrehose.client import Client
     from fyrehose.envelope import Envelope
+    from fyrehose.frame_run import FrameRun
     from fyrehose.subscription import Subscription
-    from fyrehose.tracker import Event
+    from fyrehose.tracker import Event, Message
 
 DEFAULT_BACKBONE = "127.0.0.1:2323"
 DEFAULT_MAX_BYTES = 64 << 20
-KNOWN_SUBJECTS = 100_000  # subjects whose check is remembered, at most
+GC_THRESHOLD = (50_000, 20, 20)  # the cycle collector's generation thresholds (Python's default: 700, 10, 10)
 BATCH = 4096  # events applied together (conflated) at most: a snapshot waits for at most one batch before it
 
 
@@ -73,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     with Client(args.backbone, user=args.user, auth=credentials, session_interval=args.session_interval,
                 bind=args.bind, multicast=args.multicast) as client:
         # Without authentication nothing needs each envelope opened on the receive thread: the raw stream
-        # comes a datagram at a time and this thread opens the envelopes of a whole batch.
+        # comes a datagram at a time and the cache reads of each message only what it needs.
         raw = client.auth is None
         stream = client.subscribe(None if raw else ">", on_loss="yield", announce=False)
         client.interest.add("_SNAP.>")  # what it answers, announced so gateways know requests there have a responder
@@ -85,9 +89,9 @@ def run(args: argparse.Namespace) -> int:
         session = client.session.name if client.session is not None else "none"
         announce_ready("cache", client.address, f"backbone {args.backbone}, session {session}, "
                                                 f"max {args.max_bytes} bytes")
-        known_subjects: dict[bytes, str] | None = {} if raw else None
+        _collect_less()
         while not stop.is_set():
-            out = _apply(cache, _batch(stream), known_subjects, time.monotonic())
+            out = _apply(cache, _batch(stream, raw), raw, time.monotonic())
             if out:
                 answers.put(out)
         publisher.join()
@@ -97,48 +101,58 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _batch(stream: Subscription) -> list[Event]:
-    """What the stream holds now (up to BATCH events), waiting up to 0.2 s for the first."""
-    first = stream.get(timeout=0.2)
-    if first is None:
-        return []
-    events = [first]
-    get = stream.get
-    while len(events) < BATCH and (event := get(timeout=0)) is not None:
-        events.append(event)
-    return events
+def _collect_less() -> None:
+    """The stream allocates a few short-lived objects per message (the reader's messages, the scan's frame
+    places), which set off the cycle collector thousands of times a second, each pass walking what survived:
+    what exists once the cache runs is set aside for good, and a pass runs per GC_THRESHOLD allocations."""
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
 
 
-def _apply(cache: Cache, events: list[Event], known_subjects: dict[bytes, str] | None, now: float) -> list[Envelope]:
+def _batch(stream: Subscription, raw: bool) -> list[Event | FrameRun]:
+    """What the stream holds now (up to BATCH messages; datagrams kept whole when raw), waiting up to 0.2 s for the
+    first."""
+    return stream.get_many(BATCH, timeout=0.2, runs=raw)
+
+
+def _apply(cache: Cache, events: list[Event | FrameRun], raw: bool, now: float) -> list[Envelope]:
     """Apply a batch in order (a loss turns every record stale where it happened); the answers to publish.
 
-    ``known_subjects`` is None for a pattern subscription (the client opened
-    the envelopes); otherwise the events are raw and are opened here, each
-    subject decoded and checked once (the memo is emptied past KNOWN_SUBJECTS).
+    ``raw``: the events are the raw stream, messages and whole datagrams,
+    handed to the cache as (sequence, payload) pairs (it reads only what it
+    needs of each); otherwise the client opened the envelopes (a pattern
+    subscription) and they are applied as envelopes.
     """
-    from fyrehose import envelope
+    from fyrehose.frame_run import FrameRun
     from fyrehose.tracker import Lost
 
     answers: list[Envelope] = []
+    if raw:
+        messages: list[Message] = []
+        for event in events:
+            if isinstance(event, FrameRun):  # pairs made as the cache reads them, none kept
+                if messages:
+                    answers += cache.receive_messages(messages, now)
+                    messages = []
+                answers += cache.receive_messages(zip(range(event.first, event.last + 1), event.payloads()), now)
+            elif isinstance(event, Lost):
+                answers += cache.receive_messages(messages, now)
+                messages = []
+                cache.lost()
+            else:
+                messages.append(event)
+        answers += cache.receive_messages(messages, now)
+        return answers + cache.poll(now)
     opened: list[Envelope] = []
-    seqs: list[int] = []  # each opened envelope's backbone sequence: the records keep it
+    seqs: list[int] = []  # each envelope's backbone sequence: the records keep it
     for event in events:
         if isinstance(event, Lost):
             answers += cache.receive_many(opened, now, seqs)
             opened, seqs = [], []
             cache.lost()
-        elif known_subjects is None:
+        else:
             opened.append(event.envelope)  # type: ignore[union-attr]  # a pattern subscription yields SubjectMessages
-            seqs.append(event.seq)
-        elif envelope.is_envelope(event.data):
-            if len(known_subjects) > KNOWN_SUBJECTS:
-                known_subjects.clear()
-            decoded = envelope.decode(event.data, known_subjects)
-            if decoded is None:
-                cache.stats["damaged envelopes"] += 1
-            else:
-                opened.append(decoded)
-                seqs.append(event.seq)
+            seqs.append(event.seq)  # type: ignore[union-attr]
     answers += cache.receive_many(opened, now, seqs)
     return answers + cache.poll(now)
 

@@ -37,13 +37,37 @@ message, so it leaves their sequences as they were.  ``_SUB.START`` with a
 session also registers the subscription in the
 :class:`~fyrehose.sessions.SessionTable`; ``_SUB.STOP`` and ``_SESSION.BYE``
 end it, as does the end of the session's heartbeats.  Subjects whose first token starts with ``_`` are never cached.
+
+Pending updates: most of a busy stream is plain updates (type ``update``, a
+record status, no reply, session or digest).  :meth:`Cache.receive_messages`
+reads only their header, which a memo of header prefixes (envelope start up
+to the end of the subject) turns into the subject in one lookup, and appends
+the raw payload to the record's pending list; the record also moves to the
+most-recently-used end and takes the update's sequence, as it would have
+applied it.  The pending updates of a record are folded (each decoded once,
+merged with :func:`~fyrehose.cache.merge.merge_many`, the result encoded
+once) only when something reads or replaces the record: a request for it, any
+other message about it (an ``initial`` or a removing ``drop`` discards them
+unread), a relocation to or from it, a loss, :meth:`Cache.get`, or
+MAX_PENDING of them; and while more than MAX_PENDING_UPDATES wait in all, the
+record pending longest is folded, so that folding keeps pace a little at a
+time instead of in bursts (updates round-robin over many subjects would
+otherwise reach MAX_PENDING together).  Folding gives exactly the record
+eager application would have left.  Evictions too: pending updates are taken lazily only while
+LAZY_EXPANSION times the stored and pending bytes fit the memory bound (no
+fold can then outgrow it, as re-encoding JSON grows no token more than
+4.5-fold: ``1e15`` becomes ``1000000000000000.0``); nearer the bound every
+record is folded and messages are applied one by one, evicting exactly when
+they would.
 """
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import repeat
 
+from fyrehose import envelope as envelopes
 from fyrehose.cache.merge import merge, merge_many
 from fyrehose.codec import MAX_PAYLOAD
 from fyrehose.envelope import Envelope, EnvelopeError, MsgType, Status, check_subject, encode
@@ -67,6 +91,14 @@ STICKY = frozenset({Status.STALE, Status.FEED_DOWN, Status.TEMP_UNAVAIL, Status.
 RECORD_STATUSES = STICKY | {Status.OK, Status.VERIFY, Status.CONFLATED, Status.FEED_SWITCH}
 RECORD_OVERHEAD = 256  # bytes charged per record on top of subject and value (the Python objects)
 ANSWER_HEADROOM = 300  # session, seqno and digest the driver adds to an answer
+MAX_PENDING = 256  # pending updates of one record before they are folded (a snapshot then folds at most these)
+MAX_PENDING_UPDATES = 65_536  # pending updates in all, beyond which the record pending longest is folded
+LAZY_EXPANSION = 5  # a fold re-encodes JSON, which can grow it up to 4.5-fold: pending only while 5 x bytes fit
+KNOWN_PREFIXES = 100_000  # envelope header prefixes remembered for routing, at most (then forgotten at once)
+_PLAIN_UPDATE = envelopes.MAGIC + bytes((envelopes.VERSION, MsgType.UPDATE))
+_STATUS_AT, _FLAGS_AT, _PLAIN_FIXED = 4, 5, 8  # the status and flags bytes, the subject's start
+_STATUSES = tuple(Status)  # by value
+_PLAIN_FLAGS = envelopes.FLAG_REPLY | envelopes.FLAG_SESSION | envelopes.FLAG_DIGEST  # version 1 reads no other bit
 
 
 @dataclass(slots=True)
@@ -76,6 +108,8 @@ class Record:
     relocated_to: str | None = None  # a redirect left by drop/relocate
     size: int = 0
     seq: int | None = None  # the backbone sequence of the message that last changed the record (None: not given)
+    pending: list[bytes] | None = None  # plain updates' payloads not applied yet, oldest first
+    pending_replace: bool = False  # the first pending update creates the record (``data`` holds nothing yet)
 
 
 def is_cacheable(subject: str) -> bool:
@@ -94,15 +128,28 @@ class Cache:
         self.records: OrderedDict[str, Record] = OrderedDict()
         self.bytes = 0
         self.stats: Counter[str] = Counter()
+        self.pending_bytes = 0  # payloads and RECORD_OVERHEAD of every pending update
+        self.pending_updates = 0
+        self._pending: OrderedDict[str, None] = OrderedDict()  # subjects with pending updates, longest pending first
+        self._plain: dict[bytes, str] = {}  # header prefix of a plain update -> its (checked, cacheable) subject
+        self._known_subjects: dict[bytes, str] = {}  # subjects already checked when decoding
 
     def get(self, subject: str) -> Record | None:
+        self._settle(subject)
         return self.records.get(subject)
+
+    def settle(self) -> None:
+        """Fold every pending update (what :attr:`records` then holds is what eager application leaves)."""
+        for subject in list(self._pending):
+            self._settle(subject)
 
     # ------------------------------------------------------------ input
 
     def receive(self, envelope: Envelope, now: float, seq: int | None = None) -> list[Envelope]:
         """One envelope of the stream; ``seq`` is its backbone sequence, kept by the record it changes."""
         subject = envelope.subject
+        if self._pending:
+            self._settle_for(envelope)
         if subject in (HELLO, HEARTBEAT):
             if envelope.session is not None:
                 try:
@@ -163,6 +210,7 @@ class Cache:
     def _apply_runs(self, runs: dict[str, list[Envelope]], last_seqs: dict[str, int | None]) -> list[Envelope]:
         evicted: list[Envelope] = []
         for subject, updates in runs.items():
+            self._settle(subject)
             self.stats["updates"] += len(updates)
             self.stats["conflated updates"] += len(updates) - 1
             record = self.records.get(subject)
@@ -176,6 +224,154 @@ class Cache:
                                    status, last_seqs[subject])
         return evicted
 
+    def receive_messages(self, messages: Iterable[tuple[int, bytes]], now: float) -> list[Envelope]:
+        """The stream's (backbone sequence, payload) pairs in order: the records and answers :meth:`receive`
+        gives for each decoded envelope (raw payloads are no cache input and are skipped).
+
+        A plain update whose header prefix is known only becomes pending (the
+        module's "Pending updates"); anything else is decoded and applied at
+        once, after the pending updates it concerns are folded.
+        """
+        answers: list[Envelope] = []
+        plain = self._plain
+        records = self.records
+        pending_subjects = self._pending
+        move_to_end = records.move_to_end
+        overhead, max_pending = RECORD_OVERHEAD, MAX_PENDING
+        room = self._lazy_room()
+        added = 0  # pending bytes taken since self.pending_bytes was last brought up to date
+        taken = 0  # pending updates taken since self.pending_updates was last brought up to date
+        left = MAX_PENDING_UPDATES - self.pending_updates  # more pending updates before the longest pending is folded
+        updates = 0
+        for seq, payload in messages:
+            try:
+                key = payload[:8 + (payload[6] << 8 | payload[7])]
+            except IndexError:  # shorter than an envelope's fixed part
+                key = b""
+            subject = plain.get(key)
+            if subject is not None:
+                cost = len(payload) + overhead
+                if cost > room:
+                    self.pending_bytes += added
+                    self.pending_updates += taken
+                    added = taken = 0
+                    self.settle()
+                    room = self._lazy_room()
+                    left = MAX_PENDING_UPDATES
+                if cost <= room:
+                    record = records.get(subject)
+                    if record is None:
+                        record = records[subject] = Record(b"", Status.OK, pending_replace=True)
+                    else:
+                        move_to_end(subject)
+                    pending = record.pending
+                    if pending is None:
+                        pending = record.pending = []
+                        pending_subjects[subject] = None
+                        if record.relocated_to is not None:  # the update replaces a redirect
+                            record.relocated_to, record.data, record.pending_replace = None, b"", True
+                    pending.append(payload)
+                    record.seq = seq
+                    added += cost
+                    room -= cost
+                    taken += 1
+                    left -= 1
+                    updates += 1
+                    if len(pending) >= max_pending or left < 0:
+                        self.pending_bytes += added
+                        self.pending_updates += taken
+                        added = taken = 0
+                        self._settle(subject if left >= 0 else next(iter(pending_subjects)))
+                        left = MAX_PENDING_UPDATES - self.pending_updates  # folding a little at a time, not in bursts
+                        room = self._lazy_room()
+                    continue
+            self.pending_bytes += added
+            self.pending_updates += taken
+            added = taken = 0
+            opened = envelopes.decode(payload, self._known_subjects)
+            if opened is None:
+                if envelopes.is_envelope(payload):
+                    self.stats["damaged envelopes"] += 1
+                continue
+            if len(self._known_subjects) > KNOWN_PREFIXES:
+                self._known_subjects.clear()
+            if subject is None and _is_plain(payload, opened):  # applied now, taken as pending from the next one on
+                if len(plain) >= KNOWN_PREFIXES:
+                    plain.clear()
+                plain[bytes(key)] = opened.subject
+            if pending_subjects and len(payload) + overhead > room:
+                self.settle()  # near the memory bound: applied as one by one, evicting exactly then
+            answers += self.receive(opened, now, seq)
+            room = self._lazy_room()
+            left = MAX_PENDING_UPDATES - self.pending_updates
+        self.pending_bytes += added
+        self.pending_updates += taken
+        if updates:
+            self.stats["updates"] += updates
+        return answers
+
+    def _lazy_room(self) -> int:
+        """Bytes of pending updates (payload and RECORD_OVERHEAD each) that may still be taken lazily."""
+        return self.max_bytes // LAZY_EXPANSION - self.bytes - self.pending_bytes
+
+    def _settle_for(self, envelope: Envelope) -> None:
+        """Before ``envelope`` is applied: fold the pending updates it reads, discard those it replaces."""
+        subject = envelope.subject
+        if subject.startswith(SNAP_PREFIX):
+            self._settle(subject[len(SNAP_PREFIX):])
+            return
+        if subject.startswith(SUB_START_PREFIX):
+            self._settle(subject[len(SUB_START_PREFIX):])
+            return
+        kind, status = envelope.type, envelope.status
+        if subject in self._pending:
+            if (kind == MsgType.INITIAL and (status in RECORD_STATUSES or status == Status.NOT_FOUND)) or (
+                    kind == MsgType.DROP and status not in (Status.NOSUBSCRIBERS, Status.PREEMPTED, Status.RELOCATE)):
+                self._take_pending(subject)  # the record is replaced or removed: what was pending no longer matters
+            else:
+                self._settle(subject)
+        if kind == MsgType.DROP and status == Status.RELOCATE:
+            try:
+                self._settle(envelope.data.decode())
+            except UnicodeDecodeError:
+                pass
+
+    def _take_pending(self, subject: str) -> tuple[Record, list[bytes]]:
+        del self._pending[subject]
+        record = self.records[subject]
+        payloads = record.pending or []
+        record.pending = None
+        self.pending_bytes -= sum(map(len, payloads)) + RECORD_OVERHEAD * len(payloads)
+        self.pending_updates -= len(payloads)
+        return record, payloads
+
+    def _settle(self, subject: str) -> None:
+        """Apply the record's pending updates: one decode each, one merge, one encode."""
+        if subject not in self._pending:
+            return
+        record, payloads = self._take_pending(subject)
+        self.stats["conflated updates"] += len(payloads) - 1
+        raw_subject = len(subject.encode())
+        offset = _PLAIN_FIXED + raw_subject  # every payload has this subject and no optional field
+        if record.pending_replace:
+            record.pending_replace = False
+            data, status, rest = payloads[0][offset:], payloads[0][_STATUS_AT], payloads[1:]
+        else:
+            data, status, rest = record.data, int(record.status), payloads
+        incoming = [payload[_STATUS_AT] for payload in rest]
+        if not STICKY.isdisjoint(incoming):
+            for value in incoming:
+                if value in STICKY or status not in STICKY:  # _status_after_update on the statuses' values
+                    status = value
+        elif incoming and status not in STICKY:  # nothing sticky comes: the last status holds unless one stays
+            status = incoming[-1]
+        if rest:
+            data = merge_many(data, [payload[offset:] for payload in rest])
+        record.data, record.status = data, _STATUSES[status]
+        size = raw_subject + len(data) + RECORD_OVERHEAD
+        self.bytes += size - record.size
+        record.size = size
+
     def poll(self, now: float) -> list[Envelope]:
         """Timers: subscriptions of sessions whose heartbeats stopped."""
         return self._nosubscribers(self.sessions.expire(now))
@@ -186,6 +382,7 @@ class Cache:
     def lost(self) -> None:
         """The driver's stream lost messages: every record may have missed updates, so all turn stale."""
         self.stats["losses"] += 1
+        self.settle()
         for record in self.records.values():
             if record.relocated_to is None and record.status not in STICKY:
                 record.status = Status.STALE
@@ -333,6 +530,8 @@ class Cache:
         record.size = len(subject.encode()) + payload + RECORD_OVERHEAD
         self.records[subject] = record
         self.bytes += record.size
+        if self.bytes > self.max_bytes and self._pending:
+            self.settle()  # evictions go by what the records hold (receive_messages never gets here with any pending)
         evicted = []
         while self.bytes > self.max_bytes and self.records:
             victim, old = self.records.popitem(last=False)
@@ -345,6 +544,13 @@ class Cache:
         record = self.records.pop(subject, None)
         if record is not None:
             self.bytes -= record.size
+
+
+def _is_plain(payload: bytes, opened: Envelope) -> bool:
+    """Whether ``payload`` (opened as ``opened``) is a plain update: its header prefix then routes the same
+    prefix lazily (type update, a record status, version 1 without reply, session or digest, a cached subject)."""
+    return (payload[:len(_PLAIN_UPDATE)] == _PLAIN_UPDATE and not payload[_FLAGS_AT] & _PLAIN_FLAGS
+            and opened.status in RECORD_STATUSES and is_cacheable(opened.subject))
 
 
 def _status_after_update(current: Status, incoming: Status) -> Status:

@@ -57,19 +57,25 @@ def merge_many(record: bytes, updates: list[bytes]) -> bytes:
     Only what the result depends on is decoded: nothing before the last update
     that is not a JSON object (it replaces the value outright), the record at
     most once, each update once, and the result is encoded once at the end
-    instead of after every update.
+    instead of after every update.  Patches with no nested object and no
+    ``null`` (their bytes hold neither) are applied as dict updates.
     """
     start = 0
     for index in range(len(updates) - 1, -1, -1):
         if updates[index][:1] != b"{":  # not an object, so a replacement: what came before it no longer matters
             record, start = updates[index], index + 1
             break
+    tail = updates[start:]  # each starts with "{": an object, unless it is no JSON at all
+    flat = _merge_flat(record, tail)
+    if flat is not None:
+        return flat
     current: bytes = record
     value: object = _UNPARSED  # the decoded current value once needed (None: not an object)
     merged = False  # whether ``value`` is newer than ``current``
-    for update in updates[start:]:
-        patch = _object(update)
-        if patch is None:
+    for update in tail:
+        try:
+            patch = orjson.loads(update)
+        except orjson.JSONDecodeError:
             current, value, merged = update, _UNPARSED, False
             continue
         if value is _UNPARSED:
@@ -83,3 +89,23 @@ def merge_many(record: bytes, updates: list[bytes]) -> bytes:
         except RecursionError:  # as merge: no field-wise merge for nesting deeper than Python recurses
             current, value, merged = update, _UNPARSED, False
     return orjson.dumps(value) if merged else current
+
+
+def _merge_flat(record: bytes, patches: list[bytes]) -> bytes | None:
+    """:func:`merge_many` of patches that are all flat objects without ``null`` (each is then a dict update),
+    found with one scan of their bytes; None when they are not (or are no JSON), for the general way."""
+    joined = b"".join(patches)
+    if not patches or joined.count(b"{") != len(patches) or b"null" in joined:  # a nested object or a deletion
+        return None
+    try:
+        decoded = list(map(orjson.loads, patches))
+    except orjson.JSONDecodeError:
+        return None
+    value = _object(record)
+    if value is None:  # the first patch replaces the record, as it is
+        if len(patches) == 1:
+            return patches[0]
+        value = decoded.pop(0)
+    for patch in decoded:
+        value.update(patch)
+    return orjson.dumps(value)
