@@ -111,7 +111,7 @@ class PendingPublishes:
                 taken = len(batch.seqs) - start
                 pending.append((first + taken, count - taken, seq + taken))
                 count = taken
-            if batch is None or batch.left <= 0 or any(batch.seqs[start:start + count]):
+            if batch is None or batch.left <= 0 or (batch.left < len(batch.seqs) and any(batch.seqs[start:start + count])):
                 finished += self.confirm([(first + i, seq + i) for i in range(count)])  # retries: one by one
                 continue
             batch.seqs[start:start + count] = range(seq, seq + count)
