@@ -335,7 +335,7 @@ class Client:
                 f"{finished.unconfirmed} of {len(payloads)} messages unconfirmed after {timeout:g} s; "
                 "they may or may not have been published"
             )
-        return finished.seqs
+        return list(finished.seqs)
 
     def _send_to_backbone(self, datagrams: list[bytes]) -> None:
         for datagram in datagrams:

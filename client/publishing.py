@@ -32,24 +32,34 @@ class _Batch:
     number: int
     first: int  # the tag of its first message; message i has tag first + i
     frames: list[bytes] | bytes  # PUSH frames, kept to send again; or all of them back to back, of one size
-    seqs: list[int]  # 0 until the message's CONFIRM arrived
+    seqs: list[int] | range  # 0 until the message's CONFIRM arrived; a range once one run confirmed them all
     left: int  # messages still unconfirmed; -1 once given up
     deadline: float
     next_retry: float
     retry: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Finished:
     """A batch that needs no more work: every sequence number, in publish order, or None when it timed out."""
 
     batch: int
-    seqs: list[int] | None
+    seqs: list[int] | range | None  # a range when one run of CONFIRMs brought them all (the usual case)
     unconfirmed: int = 0  # messages without a CONFIRM at the deadline (they may or may not be published)
 
     @property
     def confirmed(self) -> bool:
         return self.seqs is not None
+
+    def __eq__(self, other: object) -> bool:
+        """The same batch with the same numbers, whether they are held as a list or as a range."""
+        if not isinstance(other, Finished):
+            return NotImplemented
+        if (self.batch, self.unconfirmed) != (other.batch, other.unconfirmed):
+            return False
+        if self.seqs is None or other.seqs is None:
+            return self.seqs is other.seqs
+        return list(self.seqs) == list(other.seqs)
 
 
 class PendingPublishes:
@@ -111,10 +121,13 @@ class PendingPublishes:
                 taken = len(batch.seqs) - start
                 pending.append((first + taken, count - taken, seq + taken))
                 count = taken
-            if batch is None or batch.left <= 0 or any(batch.seqs[start:start + count]):
+            if batch is None or batch.left <= 0 or (batch.left < len(batch.seqs) and any(batch.seqs[start:start + count])):
                 finished += self.confirm([(first + i, seq + i) for i in range(count)])  # retries: one by one
                 continue
-            batch.seqs[start:start + count] = range(seq, seq + count)
+            if count == len(batch.seqs):  # the whole batch in one run: its numbers without an int each
+                batch.seqs = range(seq, seq + count)
+            else:
+                batch.seqs[start:start + count] = range(seq, seq + count)
             batch.left -= count
             self._last = batch
             if not batch.left:

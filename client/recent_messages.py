@@ -25,6 +25,7 @@ class MemoryJournal:
         self._count = 0
         self._entries: OrderedDict[int, bytes | FrameRun] = OrderedDict()  # by (first) sequence, oldest first
         self._run_firsts: list[int] = []  # the runs' first sequences, ascending
+        self._highest = 0  # no sequence above this was ever kept (evicted ones included)
 
     def __len__(self) -> int:
         return self._count
@@ -47,6 +48,8 @@ class MemoryJournal:
                 entries[seq] = data
                 added += len(data)
                 count += 1
+                if seq > self._highest:
+                    self._highest = seq
         self.bytes += added
         self._count += count
         self._evict()
@@ -58,13 +61,18 @@ class MemoryJournal:
         nothing kept can overlap; a message kept alone strictly inside a run
         added later would be kept twice (and answered once).
         """
-        if run.first in self or run.last in self or self._overlaps(run):
+        beyond = run.first > self._highest  # the usual case: nothing kept can overlap it, and it is the last run
+        if not beyond and (run.first in self or run.last in self or self._overlaps(run)):
             self.add_many(run.messages())
             return
         if len(run.data) > self.max_bytes:
             return
         self._entries[run.first] = run
-        insort(self._run_firsts, run.first)
+        if beyond:
+            self._run_firsts.append(run.first)
+        else:
+            insort(self._run_firsts, run.first)
+        self._highest = max(self._highest, run.last)
         self.bytes += len(run.data)
         self._count += run.count
         self._evict()

@@ -133,6 +133,10 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def render(summary: dict, steps: list[dict]) -> str:
     """The capacity summary for the terminal: one row per phase, then the verdict."""
     batches = f" publishing batches of {summary['batch']}" if summary.get("batch") else ""
@@ -140,7 +144,7 @@ def render(summary: dict, steps: list[dict]) -> str:
         f"fyrehose loadtest: {summary['shape']} shape, {summary['users']} publishers{batches}, "
         f"{summary['subscribers']} subscribers, backbone {summary['backbone']}",
         f"{'phase':<16} {'offered/s':>10} {'delivered/s':>12} {'loss before':>12} {'loss after':>11} "
-        f"{'p50 ms':>8} {'p99 ms':>8} {'cpu bb':>7} {'cpu gen':>7} {'cpu host':>8}  sustained",
+        f"{'p50 ms':>8} {'p99 ms':>8} {'cpu bb':>7} {'cpu gen':>7} {'cpu host':>8} {'us bb':>6} {'us gen':>6}  sustained",
     ]
     for step in steps:
         load = step.get("load") or {}
@@ -149,7 +153,8 @@ def render(summary: dict, steps: list[dict]) -> str:
             f"{step['loss_before_recovery']:>12.3%} {step['loss_after_recovery']:>11.3%} "
             f"{_ms(step['p50_ms']):>8} {_ms(step['p99_ms']):>8} "
             f"{percent(load.get('backbone_busiest')):>7} {percent(load.get('generator_busiest')):>7} "
-            f"{percent(load.get('host_busy')):>8}  "
+            f"{percent(load.get('host_busy')):>8} {_us(load.get('backbone_us_per_message')):>6} "
+            f"{_us(load.get('generator_us_per_message')):>6}  "
             + ("yes" if step["sustained"] else "no: " + "; ".join(step["reasons"]))
         )
     lines.append(

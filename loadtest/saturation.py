@@ -85,6 +85,7 @@ class PhaseLoad:
     backbone_us_per_message: float | None  # CPU of all the backbone's processes per message it sequenced
     saturated: str  # "backbone", "load generator", "both", "host", "neither", or "unknown" without the samples
     host_busy: float | None = None  # share of all this host's CPU time that was busy (None: not sampled)
+    generator_us_per_message: float | None = None  # CPU of all the Locust processes per message sequenced
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -105,13 +106,21 @@ def phase_load(samples: list[Sample], t_start: float, t_end: float) -> PhaseLoad
     seconds = last.t - first.t
     backbone = _busiest(first.backbone_cpu, last.backbone_cpu, seconds)
     generator = _busiest(first.generator_cpu, last.generator_cpu, seconds)
-    cost = None
-    both = first.backbone_cpu.keys() & last.backbone_cpu.keys()  # backbone processes sampled at both ends
-    if first.sequenced is not None and last.sequenced is not None and last.sequenced > first.sequenced and both:
-        spent = sum(last.backbone_cpu[name] - first.backbone_cpu[name] for name in both)
-        cost = spent / (last.sequenced - first.sequenced) * 1e6
+    cost = generator_cost = None
+    if first.sequenced is not None and last.sequenced is not None and last.sequenced > first.sequenced:
+        sequenced = last.sequenced - first.sequenced
+        cost = _spent_per_message(first.backbone_cpu, last.backbone_cpu, sequenced)
+        generator_cost = _spent_per_message(first.generator_cpu, last.generator_cpu, sequenced)
     host = busy_share(first.host_cpu, last.host_cpu) if first.host_cpu and last.host_cpu else None
-    return PhaseLoad(backbone, generator, cost, _verdict(backbone, generator, host), host)
+    return PhaseLoad(backbone, generator, cost, _verdict(backbone, generator, host), host, generator_cost)
+
+
+def _spent_per_message(first: dict[str, float], last: dict[str, float], messages: float) -> float | None:
+    """µs of CPU that the processes sampled at both ends spent together per message; None if there are none."""
+    both = first.keys() & last.keys()
+    if not both:
+        return None
+    return sum(last[name] - first[name] for name in both) / messages * 1e6
 
 
 def _verdict(backbone: float | None, generator: float | None, host: float | None) -> str:
@@ -140,8 +149,11 @@ def describe(load: PhaseLoad) -> str:
                  load.saturated, f"the {load.saturated} saturated")
     line = (f"the limit: {limit} (busiest backbone process {percent(load.backbone_busiest)} of a core, "
             f"busiest Locust process {percent(load.generator_busiest)}, host {percent(load.host_busy)} busy)")
-    if load.backbone_us_per_message is not None:
-        line += f"; the backbone spent {load.backbone_us_per_message:.2f} us of CPU per message"
+    costs = [f"the {side} spent {value:.2f} us of CPU per message" for side, value in
+             (("backbone", load.backbone_us_per_message), ("Locust processes", load.generator_us_per_message))
+             if value is not None]
+    if costs:
+        line += "; " + ", ".join(costs)
     return line
 
 

@@ -11,11 +11,14 @@ import logging
 import random
 import socket
 import time
+from dataclasses import dataclass
 
 import gevent
 import gevent.event
 import gevent.queue
+from gevent.socket import wait_read, wait_write
 from locust import User, task
+from locust.env import Environment
 
 from fyrehose import codec
 from fyrehose.addresses import parse_hostport, route_source
@@ -24,13 +27,13 @@ from fyrehose.loadtest.account import DeliveryAccount
 from fyrehose.loadtest.coordination import ProcessRun
 from fyrehose.loadtest.push_session import PushSession
 from fyrehose.loadtest.rates import Pacer
-from fyrehose.loadtest.session import SubscriberSession
+from fyrehose.loadtest.session import Delivery, SubscriberSession
 from fyrehose.loadtest.stamp import stamp
 from fyrehose.loadtest.tally import RunTally
 from fyrehose.pacing import TokenBucket
 from fyrehose.publishing import Finished
 from fyrehose.sockets import enlarge_buffers
-from fyrehose.tracker import Event, Lost
+from fyrehose.tracker import Lost
 
 PUSH = "PUSH"
 DELIVER = "DELIVER"
@@ -38,6 +41,8 @@ ACK_WAIT = 5.0  # seconds a subscriber waits for its first KEEPALIVE-ACK
 PUMP_SLICE = 1.0  # seconds one receive task runs, so Locust can stop the user between tasks
 FORWARD_RATE = 50_000  # re-DELIVERs per second, as the Client paces them
 SOCKET_BUFFER = 8 << 20
+REPORT_EVERY = 256  # deliveries a subscriber reports to Locust at the latest, when its socket never runs dry
+SEND_WAIT = 0.05  # seconds a send waits for room in a full socket buffer
 
 logger = logging.getLogger(__name__)
 
@@ -56,11 +61,13 @@ class Publisher(User):
     def on_start(self) -> None:
         settings = self.load.settings
         self.batch = settings.batch
+        self.request_name = f"publish x{self.batch}" if self.batch else "publish"
         if self.batch:
-            self.channel = PushChannel.of_process(settings.backbone, settings.timeout)
+            self.channel = PushChannel.of_process(settings.backbone, settings.timeout, self.environment,
+                                                  self.request_name)
+            self.in_flight: int | None = None
         else:
             self.client = Client(settings.backbone, subscribe=False)
-        self.request_name = f"publish x{self.batch}" if self.batch else "publish"
         start = max(self.load.elapsed(), 0.0)  # users start during the lead-in, before the first phase
         rate = self._rate(start)
         self.pacer = Pacer(start + (random.random() / rate if rate > 0 else 0.0))
@@ -78,52 +85,93 @@ class Publisher(User):
     @task
     def publish(self) -> None:
         run = self.load
+        if self.batch:
+            self.channel.wait(self.in_flight)  # one request in flight per user: its previous one has finished
         elapsed = run.elapsed()
         if not self.pacer.take(elapsed, self._rate(elapsed)):
             return
         phase = run.schedule.index_at(elapsed)  # now: while publishing, a truncation may replace the schedule
         payload = stamp(time.time_ns(), run.settings.size)
-        count = max(self.batch, 1)
+        if self.batch:
+            self.in_flight = self.channel.publish([payload] * self.batch, phase)
+            return
         error: Exception | None = None
         started = time.perf_counter()
-        if self.batch:
-            if not self.channel.publish([payload] * count):
-                error = PublishTimeout(f"{count} messages not all confirmed within {run.settings.timeout:g} s")
-        else:
-            try:
-                self.client.publish(payload, timeout=run.settings.timeout)
-            except FyrehoseError as exc:
-                error = exc
-        response_ms = (time.perf_counter() - started) * 1000
-        self.environment.events.request.fire(
-            request_type=PUSH, name=self.request_name, response_time=response_ms, response_length=len(payload) * count,
-            exception=error, context={},
-        )
-        run.count_push(phase, response_ms, error is not None, count)
+        try:
+            self.client.publish(payload, timeout=run.settings.timeout)
+        except FyrehoseError as exc:
+            error = exc
+        report_push(self.environment, self.request_name, phase, (time.perf_counter() - started) * 1000, error,
+                    len(payload), 1)
 
     def on_stop(self) -> None:
         if not self.batch:
             self.client.close()
 
 
+def send(sock: socket.socket, datagram: bytes, target: tuple[str, int]) -> bool:
+    """Whether ``datagram`` went out on the non-blocking ``sock``: a full send buffer is waited for once."""
+    try:
+        sock.sendto(datagram, target)
+        return True
+    except BlockingIOError:
+        pass
+    except OSError:
+        return False
+    try:
+        wait_write(sock.fileno(), SEND_WAIT)
+        sock.sendto(datagram, target)
+        return True
+    except OSError:  # TimeoutError included
+        return False
+
+
+def report_push(environment: Environment, name: str, phase: int, response_ms: float, error: Exception | None,
+                size: int, messages: int) -> None:
+    """A finished publish request, to Locust's statistics and to the run's tally."""
+    environment.events.request.fire(request_type=PUSH, name=name, response_time=response_ms, response_length=size,
+                                    exception=error, context={})
+    Publisher.load.count_push(phase, response_ms, error is not None, messages)
+
+
+@dataclass
+class Request:
+    """A batch in flight: what its report needs, and the user waiting for it to finish, if one is."""
+
+    phase: int
+    messages: int
+    size: int  # bytes, of all the messages
+    started: float  # perf_counter seconds
+    finished: gevent.event.Event | None = None
+
+
 class PushChannel:
-    """The Locust process's one socket and :class:`PushSession`, driven by one greenlet; users wait on events."""
+    """The Locust process's one socket and :class:`PushSession`, driven by one greenlet.
+
+    The greenlet reports each request when its last CONFIRM comes (or its
+    timeout passes): a publishing user goes on to pace its next request at
+    once and waits only if that one is due before the previous has finished,
+    so a request costs the user one wake-up (its pacing), not two.
+    """
 
     _process: PushChannel | None = None
 
     @classmethod
-    def of_process(cls, backbone: str, timeout: float) -> PushChannel:
+    def of_process(cls, backbone: str, timeout: float, environment: Environment, name: str) -> PushChannel:
         if cls._process is None:
-            cls._process = cls(parse_hostport(backbone), timeout)
+            cls._process = cls(parse_hostport(backbone), timeout, environment, name)
         return cls._process
 
-    def __init__(self, backbone: tuple[str, int], timeout: float) -> None:
+    def __init__(self, backbone: tuple[str, int], timeout: float, environment: Environment, name: str) -> None:
         self.backbone = backbone
+        self.environment = environment
+        self.name = name
         self.session = PushSession(backbone, timeout=timeout)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         enlarge_buffers(self.sock, SOCKET_BUFFER)
         self.sock.bind((route_source(backbone), 0))
-        self._waiting: dict[int, gevent.event.AsyncResult] = {}
+        self.sock.setblocking(False)
+        self._requests: dict[int, Request] = {}
         self._pump = gevent.spawn(self._run)
         deadline = time.monotonic() + ACK_WAIT
         while not self.session.acked and time.monotonic() < deadline:
@@ -133,48 +181,71 @@ class PushChannel:
             self.sock.close()
             raise BackboneUnreachable(f"no KEEPALIVE-ACK from {backbone[0]}:{backbone[1]} within {ACK_WAIT:g} s")
 
-    def publish(self, payloads: list[bytes]) -> bool:
-        """Publish ``payloads`` as one batch; whether every message was CONFIRMed in time."""
+    def publish(self, payloads: list[bytes], phase: int) -> int:
+        """Send ``payloads`` as one batch, published in ``phase``; its number, to :meth:`wait` for."""
+        started = time.perf_counter()
         number, datagrams = self.session.publish(payloads, time.monotonic())
-        result = self._waiting[number] = gevent.event.AsyncResult()
+        self._requests[number] = Request(phase, len(payloads), len(payloads[0]) * len(payloads), started)
         for datagram in datagrams:
             self._send(datagram)
+        return number
+
+    def wait(self, number: int | None) -> None:
+        """Until batch ``number`` has been reported (at once if it has been, or for None)."""
+        request = self._requests.get(number) if number is not None else None
+        if request is None:
+            return
+        request.finished = gevent.event.Event()
         # the pump finishes every batch by its timeout (it wakes at least every 50 ms); waiting longer
         # than that means the pump is gone, and the batch counts as not confirmed rather than hanging the user
-        confirmed = result.wait(self.session.timeout + 1.0) is True
-        self._waiting.pop(number, None)
-        return confirmed
+        if not request.finished.wait(self.session.timeout + 1.0):
+            self._report(number, False)
 
     def _send(self, datagram: bytes) -> None:
-        try:
-            self.sock.sendto(datagram, self.backbone)
-        except OSError:
-            self.session.stats["send errors"] += 1  # a full send buffer: the retry sends it again
+        if not send(self.sock, datagram, self.backbone):
+            self.session.stats["send errors"] += 1  # the retry sends it again
 
     def _run(self) -> None:
+        """Reads CONFIRMs until the socket is empty, and only then waits in the hub (or for the session's timers)."""
         session = self.session
         sock = self.sock
+        fileno = sock.fileno()
+        now = time.monotonic()
         while True:
-            now = time.monotonic()
-            sends, finished = session.poll(now)
-            for datagram in sends:
-                self._send(datagram)
-            self._resolve(finished)
-            sock.settimeout(min(max(session.next_deadline() - time.monotonic(), 0.001), 0.05))
+            if now >= session.next_deadline():
+                sends, finished = session.poll(now)
+                for datagram in sends:
+                    self._send(datagram)
+                self._resolve(finished)
             try:
                 datagram, source = sock.recvfrom(65536)
-            except TimeoutError:
+            except BlockingIOError:
+                try:
+                    wait_read(fileno, min(max(session.next_deadline() - time.monotonic(), 0.001), 0.05))
+                except TimeoutError:
+                    pass
+                now = time.monotonic()
                 continue
             except OSError:
                 session.stats["receive errors"] += 1
                 continue
-            self._resolve(session.receive(datagram, source, time.monotonic()))
+            now = time.monotonic()
+            self._resolve(session.receive(datagram, source, now))
 
     def _resolve(self, finished: list[Finished]) -> None:
         for batch in finished:
-            waiter = self._waiting.pop(batch.batch, None)
-            if waiter is not None:
-                waiter.set(batch.confirmed)
+            self._report(batch.batch, batch.confirmed)
+
+    def _report(self, number: int, confirmed: bool) -> None:
+        request = self._requests.pop(number, None)
+        if request is None:
+            return
+        response_ms = (time.perf_counter() - request.started) * 1000
+        error = None if confirmed else PublishTimeout(
+            f"{request.messages} messages not all confirmed within {self.session.timeout:g} s")
+        report_push(self.environment, self.name, request.phase, response_ms, error, request.size, request.messages)
+        if request.finished is not None:
+            request.finished.set()
 
 
 class Subscriber(User):
@@ -198,6 +269,7 @@ class Subscriber(User):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         enlarge_buffers(self.sock, SOCKET_BUFFER, (socket.SO_RCVBUF,))
         self.sock.bind(("0.0.0.0", 0))
+        self.sock.setblocking(False)
         self.sock_address = self.sock.getsockname()
         self.forwards: gevent.queue.Queue = gevent.queue.Queue(maxsize=1024)
         self.forwarder = gevent.spawn(self._serve_forwards)
@@ -213,18 +285,29 @@ class Subscriber(User):
         self._pump(time.monotonic() + PUMP_SLICE)
 
     def _pump(self, until: float, until_acked: bool = False) -> None:
+        """Reads datagrams until the socket is empty, then reports what they released in one go and waits in the
+        hub (or for the session's timers): a wake-up, not each datagram, costs a greenlet switch and a Locust
+        event."""
         session = self.session
         sock = self.sock
+        fileno = sock.fileno()
+        released: list[Delivery | Lost] = []
         now = time.monotonic()
         while now < until and not (until_acked and session.acked):
-            sends, events = session.poll(now)
-            for datagram in sends:
-                self._send(datagram, self.backbone)
-            self._report(events)
-            sock.settimeout(min(max(session.deadline() - now, 0.001), until - now))
+            if now >= session.deadline():
+                sends, events = session.poll(now)
+                for datagram in sends:
+                    self._send(datagram, self.backbone)
+                released += session.release(events, time.time_ns())
             try:
                 datagram, source = sock.recvfrom(65536)
-            except TimeoutError:
+            except BlockingIOError:
+                self._report(released)
+                released = []
+                try:
+                    wait_read(fileno, min(max(session.deadline() - now, 0.001), until - now))
+                except TimeoutError:
+                    pass
                 now = time.monotonic()
                 continue
             except OSError:
@@ -233,21 +316,27 @@ class Subscriber(User):
                 continue
             now = time.monotonic()
             events, forward = session.receive(datagram, source, now)
-            self._report(events)
+            if events:
+                released += session.release(events, time.time_ns())
+                if len(released) >= REPORT_EVERY:
+                    self._report(released)
+                    released = []
             if forward is not None:
                 if self.forwards.full():
                     session.stats["forwards dropped"] += 1
                     session.forward_done(forward)
                 else:
                     self.forwards.put_nowait(forward)
+        self._report(released)
 
-    def _report(self, events: list[Event]) -> None:
-        """Each message's latency into the tally; to Locust, one DELIVER per message, or with ``--batch``
-        one per run of messages released together (the statistics' own cost is per request)."""
+    def _report(self, released: list[Delivery | Lost]) -> None:
+        """What the session released (each message's latency is in the tally already), to Locust: one DELIVER
+        per message, or with ``--batch`` one per name for all the runs of messages released since the last
+        report (the statistics' own cost is per request)."""
         fire = self.environment.events.request.fire
         batched = self.load.settings.batch > 0
         run: dict[str, list[float]] = {}  # name -> [latency of its first message, bytes]
-        for item in self.session.release(events, time.time_ns()):
+        for item in released:
             if isinstance(item, Lost):
                 fire(request_type=DELIVER, name="lost", response_time=None, response_length=0,
                      exception=MessagesLost(item), context={})
@@ -278,13 +367,11 @@ class Subscriber(User):
             self.session.forward_done(forward)
 
     def _send(self, datagram: bytes, target: tuple[str, int]) -> None:
-        try:
-            self.sock.sendto(datagram, target)
-        except OSError:
+        if not send(self.sock, datagram, target):
             self.session.stats["send errors"] += 1
 
     def finish(self) -> None:
-        self._report(self.session.finish(time.monotonic()))
+        self._report(self.session.release(self.session.finish(time.monotonic()), time.time_ns()))
 
     def snapshot(self) -> RunTally:
         return self.session.snapshot()

@@ -63,7 +63,9 @@ def test_the_busiest_process_of_each_side_counts_and_the_backbone_cost_sums_its_
     assert load.backbone_busiest == pytest.approx(0.95)  # the sequencer, not the receive worker
     assert load.generator_busiest == pytest.approx(0.95)  # the worker, not the master
     assert load.backbone_us_per_message == pytest.approx((3.0 + 9.5) / 10_000_000 * 1e6)
+    assert load.generator_us_per_message == pytest.approx((1.0 + 9.5) / 10_000_000 * 1e6)  # master and worker
     assert load.saturated == "both"
+    assert "the Locust processes spent 1.05 us of CPU per message" in describe(load)
 
 
 def test_only_the_samples_within_the_phase_count():
