@@ -209,7 +209,7 @@ class BackboneLink:
                 start = 0
                 for waiter in waiters:
                     end = start + len(waiter.payloads)
-                    waiter.result.set(batch.seqs[start:end])
+                    waiter.result.set(list(batch.seqs[start:end]))  # a list, however the batch holds them
                     start = end
                 continue
             for waiter in waiters:
