@@ -123,13 +123,19 @@ def _iterate_slowly(backbone, burst: int) -> None:
         assert sub.stats["requests"] == 0 and sub.stats["lost"] == 0, dict(sub.stats)
 
 
-def test_get_many_takes_runs_in_bulk_up_to_its_limit_and_a_loss_starts_a_batch():
-    subscription = Subscription(on_loss="raise")
+def waiting(on_loss: str) -> Subscription:
+    """A subscription holding runs 1-3 and 5-8 around message 4, then the loss of 9, then run 10-11."""
+    subscription = Subscription(on_loss=on_loss)
     subscription._offer_run(run_of(1, 3))
     subscription._offer(Message(4, b"four"))
     subscription._offer_run(run_of(5, 4))
     subscription._offer(Lost(9, 9, "gave up"))
     subscription._offer_run(run_of(10, 2))
+    return subscription
+
+
+def test_get_many_takes_runs_in_bulk_up_to_its_limit_and_a_loss_starts_a_batch():
+    subscription = waiting("raise")
     assert [event.seq for event in subscription.get_many(6, timeout=0)] == [1, 2, 3, 4, 5, 6]
     assert [event.seq for event in subscription.get_many(100, timeout=0)] == [7, 8]  # the loss ends the batch
     with pytest.raises(MessagesLost):  # and raises as get would, on_loss="raise"
@@ -139,12 +145,7 @@ def test_get_many_takes_runs_in_bulk_up_to_its_limit_and_a_loss_starts_a_batch()
 
 
 def test_get_many_with_runs_hands_over_whole_datagrams_as_they_wait():
-    subscription = Subscription(on_loss="yield")
-    subscription._offer_run(run_of(1, 3))
-    subscription._offer(Message(4, b"four"))
-    subscription._offer_run(run_of(5, 4))
-    subscription._offer(Lost(9, 9, "gave up"))
-    subscription._offer_run(run_of(10, 2))
+    subscription = waiting("yield")
     first = subscription.get_many(5, timeout=0, runs=True)  # the limit counts messages; a run comes whole
     assert first == [run_of(1, 3), Message(4, b"four"), run_of(5, 4)]
     assert subscription.get_many(100, timeout=0, runs=True) == [Lost(9, 9, "gave up")]

@@ -85,23 +85,24 @@ def datagram(first: int, count: int, size: int = 8) -> bytes:
     return codec.pack([codec.Deliver(seq, payload(seq, size)) for seq in range(first, first + count)])
 
 
-@given(st.lists(st.tuples(st.integers(1, 60), st.integers(1, 12)), min_size=1, max_size=25))
-def test_whole_datagrams_release_and_store_what_message_by_message_does(arrivals):
-    """Datagrams in any order, overlapping: as runs when they continue the stream, else as messages."""
-    whole = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH, whole_datagrams=True)
+def release_and_store_as_message_by_message(arrivals, frames_of, **whole_options) -> None:
+    """Datagrams in any order, overlapping: a connection keeping them whole (``whole_options``) releases and
+    stores exactly what one taking them message by message does."""
+    whole = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH, whole_datagrams=True, **whole_options)
     single = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH)
     whole.track(1)
     single.track(1)
     released_whole, released_single = [], []
     stored_whole, stored_single = MemoryJournal(1 << 20), MemoryJournal(1 << 20)
     for first, count in arrivals:
-        data = datagram(first, count)
+        data = codec.pack([codec.Deliver(seq, frames_of(seq)) for seq in range(first, first + count)])
         incoming = whole.receive(data, BACKBONE, 0.0)
         stored_whole.add_many(incoming.stored)
         released_whole += [event for event in incoming.events if isinstance(event, Message)]
         for run in incoming.runs:
             stored_whole.add_run(run)
             released_whole += [Message(seq, data) for seq, data in run.messages()]
+            assert run.payloads() == [data for _, data in run.messages()]
         incoming = single.receive(data, BACKBONE, 0.0)
         assert not incoming.runs
         stored_single.add_many(incoming.stored)
@@ -109,7 +110,17 @@ def test_whole_datagrams_release_and_store_what_message_by_message_does(arrivals
     assert released_whole == released_single
     assert len(stored_whole) == len(stored_single) == len({seq for seq, _ in stored_single.held(1, 100)})
     assert list(stored_whole.held(1, 100)) == list(stored_single.held(1, 100))
+    assert all(stored_whole.get(seq) == data for seq, data in stored_single.held(1, 100))
     assert whole.tracker.next == single.tracker.next and whole.tracker.holes == single.tracker.holes
+
+
+arrivals = st.lists(st.tuples(st.integers(1, 60), st.integers(1, 12)), min_size=1, max_size=25)
+
+
+@given(arrivals)
+def test_whole_datagrams_release_and_store_what_message_by_message_does(arrivals):
+    """As runs when they continue the stream, else as messages."""
+    release_and_store_as_message_by_message(arrivals, lambda seq: payload(seq, 8))
 
 
 def test_a_peers_redelivery_is_never_taken_as_a_whole_run():
@@ -124,31 +135,10 @@ def varied(seq: int) -> bytes:
     return payload(seq, 1 + seq % 5)  # frames of several sizes in one datagram
 
 
-@given(st.lists(st.tuples(st.integers(1, 60), st.integers(1, 12)), min_size=1, max_size=25))
+@given(arrivals)
 def test_datagrams_of_varied_frame_sizes_go_out_whole_as_message_by_message_does(arrivals):
     """With varied_runs a datagram of frames of several sizes that continues the stream is a run (step 0)."""
-    whole = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH, whole_datagrams=True, varied_runs=True)
-    single = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH)
-    whole.track(1)
-    single.track(1)
-    released_whole, released_single = [], []
-    stored_whole, stored_single = MemoryJournal(1 << 20), MemoryJournal(1 << 20)
-    for first, count in arrivals:
-        data = codec.pack([codec.Deliver(seq, varied(seq)) for seq in range(first, first + count)])
-        incoming = whole.receive(data, BACKBONE, 0.0)
-        stored_whole.add_many(incoming.stored)
-        released_whole += [event for event in incoming.events if isinstance(event, Message)]
-        for run in incoming.runs:
-            stored_whole.add_run(run)
-            released_whole += [Message(seq, data) for seq, data in run.messages()]
-            assert run.payloads() == [data for _, data in run.messages()]
-        incoming = single.receive(data, BACKBONE, 0.0)
-        stored_single.add_many(incoming.stored)
-        released_single += [event for event in incoming.events if isinstance(event, Message)]
-    assert released_whole == released_single
-    assert list(stored_whole.held(1, 100)) == list(stored_single.held(1, 100))
-    assert all(stored_whole.get(seq) == data for seq, data in stored_single.held(1, 100))
-    assert whole.tracker.next == single.tracker.next and whole.tracker.holes == single.tracker.holes
+    release_and_store_as_message_by_message(arrivals, varied, varied_runs=True)
 
 
 def test_a_datagram_of_varied_frame_sizes_is_one_run_only_when_asked_for():
