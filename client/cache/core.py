@@ -239,8 +239,6 @@ class Cache:
         move_to_end = records.move_to_end
         overhead, max_pending = RECORD_OVERHEAD, MAX_PENDING
         room = self._lazy_room()
-        added = 0  # pending bytes taken since self.pending_bytes was last brought up to date
-        taken = 0  # pending updates taken since self.pending_updates was last brought up to date
         left = MAX_PENDING_UPDATES - self.pending_updates  # more pending updates before the longest pending is folded
         updates = 0
         for seq, payload in messages:
@@ -252,9 +250,6 @@ class Cache:
             if subject is not None:
                 cost = len(payload) + overhead
                 if cost > room:
-                    self.pending_bytes += added
-                    self.pending_updates += taken
-                    added = taken = 0
                     self.settle()
                     room = self._lazy_room()
                     left = MAX_PENDING_UPDATES
@@ -272,22 +267,16 @@ class Cache:
                             record.relocated_to, record.data, record.pending_replace = None, b"", True
                     pending.append(payload)
                     record.seq = seq
-                    added += cost
+                    self.pending_bytes += cost
+                    self.pending_updates += 1
                     room -= cost
-                    taken += 1
                     left -= 1
                     updates += 1
                     if len(pending) >= max_pending or left < 0:
-                        self.pending_bytes += added
-                        self.pending_updates += taken
-                        added = taken = 0
                         self._settle(subject if left >= 0 else next(iter(pending_subjects)))
                         left = MAX_PENDING_UPDATES - self.pending_updates  # folding a little at a time, not in bursts
                         room = self._lazy_room()
                     continue
-            self.pending_bytes += added
-            self.pending_updates += taken
-            added = taken = 0
             opened = envelopes.decode(payload, self._known_subjects)
             if opened is None:
                 if envelopes.is_envelope(payload):
@@ -304,8 +293,6 @@ class Cache:
             answers += self.receive(opened, now, seq)
             room = self._lazy_room()
             left = MAX_PENDING_UPDATES - self.pending_updates
-        self.pending_bytes += added
-        self.pending_updates += taken
         if updates:
             self.stats["updates"] += updates
         return answers
