@@ -342,19 +342,18 @@ class Cache:
         offset = _PLAIN_FIXED + raw_subject  # every payload has this subject and no optional field
         if record.pending_replace:
             record.pending_replace = False
-            data, status, rest = payloads[0][offset:], payloads[0][_STATUS_AT], payloads[1:]
+            data, status, rest = payloads[0][offset:], _STATUSES[payloads[0][_STATUS_AT]], payloads[1:]
         else:
-            data, status, rest = record.data, int(record.status), payloads
-        incoming = [payload[_STATUS_AT] for payload in rest]
+            data, status, rest = record.data, record.status, payloads
+        incoming = [_STATUSES[payload[_STATUS_AT]] for payload in rest]
         if not STICKY.isdisjoint(incoming):
             for value in incoming:
-                if value in STICKY or status not in STICKY:  # _status_after_update on the statuses' values
-                    status = value
+                status = _status_after_update(status, value)
         elif incoming and status not in STICKY:  # nothing sticky comes: the last status holds unless one stays
             status = incoming[-1]
         if rest:
             data = merge_many(data, [payload[offset:] for payload in rest])
-        record.data, record.status = data, _STATUSES[status]
+        record.data, record.status = data, status
         size = raw_subject + len(data) + RECORD_OVERHEAD
         self.bytes += size - record.size
         record.size = size
