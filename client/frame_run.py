@@ -46,6 +46,8 @@ class FrameRun:
 
     def messages(self, from_seq: int | None = None, to_seq: int | None = None) -> Iterator[tuple[int, bytes]]:
         """(sequence, payload) of the frames in ``from_seq..to_seq`` (all by default), ascending."""
+        if from_seq is None and to_seq is None:  # the whole run: its payloads sliced in one pass
+            return zip(range(self.first, self.last + 1), self.payloads())
         low = self.first if from_seq is None else max(from_seq, self.first)
         high = self.last if to_seq is None else min(to_seq, self.last)
         return ((seq, self.payload(seq)) for seq in range(low, high + 1))

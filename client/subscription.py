@@ -237,4 +237,4 @@ def _payload_bytes(run: FrameRun) -> int:
 
 def _messages(run: FrameRun) -> list[Message]:
     """A run's frames as the tracker's messages (named tuples built without a Python call each)."""
-    return list(map(tuple.__new__, repeat(Message), zip(range(run.first, run.first + run.count), run.payloads())))
+    return list(map(tuple.__new__, repeat(Message), run.messages()))

@@ -134,7 +134,7 @@ def _apply(cache: Cache, events: list[Event | FrameRun], raw: bool, now: float) 
                 if messages:
                     answers += cache.receive_messages(messages, now)
                     messages = []
-                answers += cache.receive_messages(zip(range(event.first, event.last + 1), event.payloads()), now)
+                answers += cache.receive_messages(event.messages(), now)
             elif isinstance(event, Lost):
                 answers += cache.receive_messages(messages, now)
                 messages = []
