@@ -30,7 +30,6 @@ from __future__ import annotations
 import array
 import multiprocessing
 import socket
-import statistics
 import sys
 import time
 import urllib.request
@@ -41,6 +40,7 @@ from typing import TextIO
 from fyrehose.loadtest.prometheus import parse_samples
 from fyrehose.process import FYREHOSE, ChildProcess
 from fyrehose.readiness import LOOPBACK, free_port
+from fyrehose.tools.bench import stats
 from fyrehose.tools.bench.loadgen import LoadSpec, publisher_main, subscriber_main
 from fyrehose.tools.bench.orchestra import _Child
 from fyrehose.tools.bench.servers import server_for
@@ -178,16 +178,13 @@ def measure_step(settings: JournalSettings, workdir: Path) -> dict:
 def _recovering(result: dict, published: float) -> dict:
     """The recovering subscriber's figures: what reached it first time, what the journals filled, what never came."""
     recovered = result["anomalies"]["recovered frames"]
-    times = sorted(result["recoveries"])
-
-    def at(share: float) -> float | None:
-        return 1000.0 * times[min(len(times) - 1, int(share * len(times)))] if times else None
-
-    latencies = sorted(array.array("q", result["latencies"]))
-    late = latencies[len(latencies) // 2] / 1e6 if latencies else None
-    return {"received": result["received"], "recovered": recovered, "holes_filled": len(times), "latency_p50_ms": late,
-            "requests": result["anomalies"]["REQUESTs"], "missing": max(0.0, published - result["received"] - recovered),
-            "recovery_p50_ms": at(0.50), "recovery_p99_ms": at(0.99), "recovery_max_ms": at(1.0)}
+    times = result["recoveries"]
+    recovery_p50, recovery_p99 = stats.recovery_ms(times)
+    latency_p50, _, _ = stats.latency_ms(array.array("q", result["latencies"]))
+    return {"received": result["received"], "recovered": recovered, "holes_filled": len(times),
+            "latency_p50_ms": latency_p50, "requests": result["anomalies"]["REQUESTs"],
+            "missing": max(0.0, published - result["received"] - recovered), "recovery_p50_ms": recovery_p50,
+            "recovery_p99_ms": recovery_p99, "recovery_max_ms": max(times) * 1e3 if times else None}
 
 
 def run_rounds(settings: JournalSettings, workdir: Path) -> list[dict]:
@@ -219,16 +216,12 @@ def _subscriber_line(sub: dict) -> str:
 
 
 def document(settings: JournalSettings, machine: dict, steps: list[dict]) -> dict:
-    def med(values: list) -> float | None:
-        present = [v for v in values if v is not None]
-        return statistics.median(present) if present else None
-
     journals = []
     for index in range(settings.journals):
         per_round = [step["journals"][index] for step in steps]
         journals.append({
             "journal": per_round[0]["journal"],
-            **{key: med([r[key] for r in per_round]) for key in (
+            **{key: stats.median([r[key] for r in per_round]) for key in (
                 "journaled_per_s", "lag_messages_at_end", "lag_seconds_at_end", "journal_lag_seconds_at_end",
                 "max_lag_seconds", "catch_up_s")},
             "caught_up_rounds": sum(r["catch_up_s"] is not None for r in per_round),
@@ -240,8 +233,8 @@ def document(settings: JournalSettings, machine: dict, steps: list[dict]) -> dic
                      "duration": settings.duration, "rate": settings.rate, "rounds": settings.rounds,
                      "catch_up": settings.catch_up, "fsync": settings.fsync, "backbone": "fyrehose-single",
                      "drop_every": settings.drop_every},
-        "offered_per_s": med([s["offered_per_s"] for s in steps]),
-        "sequenced_per_s": med([s["sequenced_per_s"] for s in steps]),
+        "offered_per_s": stats.median([s["offered_per_s"] for s in steps]),
+        "sequenced_per_s": stats.median([s["sequenced_per_s"] for s in steps]),
         "journals": journals,
         "subscriber": _worst_subscriber([s["subscriber"] for s in steps if s["subscriber"] is not None]),
         "rounds": steps,
