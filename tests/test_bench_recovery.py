@@ -33,6 +33,22 @@ def test_a_lost_datagram_is_requested_and_its_answer_counted_as_recovered_and_ti
     assert [round(s, 6) for s in tracker.recoveries] == [0.024]
 
 
+def test_a_peers_answer_fills_only_awaited_frames_and_a_forged_one_nothing():
+    tracker = SequenceTracker(request_delay=0.02)
+    recovery = HoleRecovery(tracker)
+    recovery.take(datagram(1, 10), lambda: T0)
+    recovery.take(datagram(21, 10), lambda: T0 + 0.001)  # 11..20 lost
+    recovery.take_peer(datagram(11, 10), lambda: T0 + 0.002)  # before any REQUEST: nobody asked a peer yet
+    assert tracker.poll(T0 + 0.021)[0] == [(11, 20)]
+    recovery.take_peer(datagram(31, 10), lambda: T0 + 0.022)  # forged: beyond the stream, awaited by no hole
+    recovery.take_peer(datagram(1, 5), lambda: T0 + 0.022)  # stale: already delivered
+    assert recovery.strangers == 3 and recovery.recovered == 0 and tracker.holes == [(11, 20)]
+    recovery.take_peer(datagram(16, 10), lambda: T0 + 0.03)  # 16..20 answer the hole; 21..25 are not taken again
+    assert recovery.recovered == 5 and tracker.holes == [(11, 15)] and recovery.strangers == 3
+    recovery.take_peer(datagram(11, 5), lambda: T0 + 0.04)
+    assert recovery.recovered == 10 and tracker.holes == [] and tracker.next == 31
+
+
 def test_a_late_original_before_any_request_is_not_an_answer():
     recovery = HoleRecovery(SequenceTracker())
     recovery.take(datagram(1, 5), lambda: T0)

@@ -305,7 +305,7 @@ class _FyrehoseReceiver(_Receiver):
         """The backbone's DELIVERs for the scanner; anything else goes through the session (ACKs) or is counted."""
         data, source = self.sock.recvfrom(self.read_size)
         if data[:1] == DELIVER and source != self.spec.address:
-            self.recovery.take(data, time.monotonic)  # a journal's re-DELIVER, answering a REQUEST FORWARDed to it
+            self.recovery.take_peer(data, time.monotonic)  # a journal answering a REQUEST FORWARDed to it
             return None
         if source == self.spec.address and data[:1] == DELIVER:
             self._delivers += 1
@@ -322,7 +322,8 @@ class _FyrehoseReceiver(_Receiver):
 
     def anomalies(self) -> dict[str, int]:
         scanner = self.scanner
-        dropped = sum(count for reason, count in self.connection.stats.items() if "stranger" in reason)
+        dropped = self.recovery.strangers + sum(
+            count for reason, count in self.connection.stats.items() if "stranger" in reason)
         return {"malformed datagrams": scanner.malformed, "duplicate frames": scanner.duplicates,
                 "untracked frames": scanner.untracked, "datagrams from strangers": dropped,
                 "REQUESTs": self.connection.stats["requests"], "recovered frames": self.recovery.recovered}

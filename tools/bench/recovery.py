@@ -23,6 +23,7 @@ class HoleRecovery:
     def __init__(self, tracker: SequenceTracker) -> None:
         self.tracker = tracker
         self.recovered = 0  # frames that filled a REQUESTed hole
+        self.strangers = 0  # datagrams from another address that answered no hole
 
     def take(self, datagram: bytes, clock: Callable[[], float]) -> bool:
         """Track one DELIVER datagram from the backbone; True when it answers a REQUEST (the scanner skips it)."""
@@ -50,6 +51,20 @@ class HoleRecovery:
         if answer:
             self.recovered += len(spans) - (tracker.duplicates - before)
         return answer
+
+    def take_peer(self, datagram: bytes, clock: Callable[[], float]) -> None:
+        """A re-DELIVER from another address than the backbone's (a journal answering a REQUEST the backbone
+        FORWARDed to it): only frames a hole awaits are taken, as a client takes a peer's; a datagram with none
+        is a stranger's, counted."""
+        tracker = self.tracker
+        spans, _ = codec.scan(datagram, codec.DELIVER)
+        awaited = [span for span in spans if span[2] and tracker.awaits(span[2])]
+        if not awaited:
+            self.strangers += 1
+            return
+        before = tracker.duplicates
+        self._deliver(awaited, clock())
+        self.recovered += len(awaited) - (tracker.duplicates - before)
 
     def _deliver(self, spans: list[tuple[int, int, int]], now: float) -> None:
         deliver = self.tracker.deliver
