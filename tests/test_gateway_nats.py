@@ -90,12 +90,19 @@ def test_request_reply_through_inboxes(url):
     async def scenario():
         responder = await nats.connect(url)
         requester = await nats.connect(url)
+        live = asyncio.Event()
 
         async def answer(message):
+            if not message.reply:  # the responder's own probe came back: its SUB is in place at the gateway
+                live.set()
+                return
             await message.respond(b"echo:" + message.data)
 
         await responder.subscribe("service.echo", cb=answer)
-        await responder.flush()
+        # (not flush(): nats-py writes its PING ahead of a SUB still in its buffer, so the PONG may come first;
+        # a PUB queued behind the SUB and echoed back proves the SUB arrived)
+        await responder.publish("service.echo", b"probe")
+        await asyncio.wait_for(live.wait(), 10)
         replies = [await requester.request("service.echo", b"%d" % index, timeout=5) for index in range(5)]
         assert [reply.data for reply in replies] == [b"echo:%d" % index for index in range(5)]
         with pytest.raises(nats.errors.NoRespondersError):  # at once, as from nats-server, not after the timeout
