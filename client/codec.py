@@ -501,6 +501,16 @@ def scan(datagram: bytes | bytearray | memoryview, frame_type: int) -> tuple[lis
     return spans, None
 
 
+def consecutive_first(spans: list[tuple[int, int, int]]) -> int:
+    """The first sequence when :func:`scan`'s DELIVER ``spans`` count up by one from a valid (non-zero) one, else 0."""
+    first = spans[0][2] if spans else 0
+    count = len(spans)
+    if first < 1 or spans[-1][2] != first + count - 1 or [seq for _, _, seq in spans] != list(
+            range(first, first + count)):
+        return 0
+    return first
+
+
 def _decode_one_fixed(datagram: bytes, kind: int) -> Frame:
     size = len(datagram)
     if kind in (REQUEST, FORWARD):

@@ -241,6 +241,9 @@ class BackboneConnection:
         events = incoming.events
         if from_backbone and tracker is not None and spans and self._deliver_run(data, spans, error, tracker, incoming):
             return
+        if tracker is not None and spans and (from_backbone or self._vouch is None) and self._fill_run(
+                data, spans, from_backbone, tracker, incoming, now):
+            return
         for start, end, seq in spans:
             if not seq:
                 self.stats["malformed"] += 1
@@ -295,10 +298,9 @@ class BackboneConnection:
     def _deliver_run(self, data: bytes, spans: list[tuple[int, int, int]], error: str | None,
                      tracker: SequenceTracker, incoming: Incoming) -> bool:
         """The common case in one step: the backbone's DELIVERs continue the stream without a gap."""
-        first = spans[0][2]
+        first = codec.consecutive_first(spans)
         count = len(spans)
-        if first < 1 or spans[-1][2] != first + count - 1 or [seq for _, _, seq in spans] != list(
-                range(first, first + count)):
+        if not first:
             return False
         if self.varied_runs and error is None and tracker.advance(first, count):
             incoming.runs.append(FrameRun(first, count, 0, data, spans))
@@ -306,6 +308,28 @@ class BackboneConnection:
             return True
         header = codec.FRAME_HEADER
         return self._take_run(first, [data[start + header:end] for start, end, _ in spans], tracker, incoming)
+
+    def _fill_run(self, data: bytes, spans: list[tuple[int, int, int]], from_backbone: bool,
+                  tracker: SequenceTracker, incoming: Incoming, now: float) -> bool:
+        """Re-DELIVERs filling holes (an answer to a REQUEST), one step per hole instead of per frame; a peer's
+        frames are taken only for holes REQUESTed.  False when they are not consecutive or reach beyond the
+        highest sequence seen."""
+        first = codec.consecutive_first(spans)
+        if not first:
+            return False
+        header = codec.FRAME_HEADER
+        payloads = [data[start + header:end] for start, end, _ in spans]
+        filled = tracker.fill_run(first, payloads, now, requested=not from_backbone)
+        if filled is None:
+            return False
+        events, taken = filled
+        for low, high in taken:  # a copy already stored is not stored again
+            incoming.stored.extend(zip(range(low, high + 1), payloads[low - first:high - first + 1]))
+        incoming.events.extend(events)
+        if not from_backbone:  # not a hole we asked for: forged or stale
+            self.stats["DELIVERs from strangers"] += len(spans) - sum(high - low + 1 for low, high in taken)
+        self.stats["delivered frames"] += len(spans)
+        return True
 
     def _take_run(self, first: int, payloads: list[bytes], tracker: SequenceTracker, incoming: Incoming) -> bool:
         """Hand the tracker DELIVERs ``first``, ``first + 1``, ...; False when they do not continue the stream."""

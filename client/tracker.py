@@ -10,8 +10,9 @@ from the start position onwards comes out exactly once, either as a
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import count, repeat, takewhile
 from typing import NamedTuple
 
 from fyrehose.frame_run import FrameRun
@@ -49,6 +50,10 @@ class _Hole:
     noticed: float  # when the hole was first seen; give-up time counts from here
     next_request: float
     attempts: int = 0
+
+
+def _hole_last(hole: _Hole) -> int:
+    return hole.last
 
 
 class SequenceTracker:
@@ -120,11 +125,16 @@ class SequenceTracker:
         backbone's (a journaling client answering a FORWARD); the client
         drops a stranger's DELIVER of anything else.
         """
-        for hole in self._holes:
-            if hole.first > seq:
-                return False
-            if seq <= hole.last:
-                return hole.attempts > 0
+        return self.awaits_any(seq, seq)
+
+    def awaits_any(self, first: int, last: int) -> bool:
+        """Whether any of ``first..last`` lies in a hole already REQUESTed and not yet filled."""
+        holes = self._holes
+        index = bisect_left(holes, first, key=_hole_last)  # the first hole not wholly below first
+        while index < len(holes) and holes[index].first <= last:
+            if holes[index].attempts:
+                return True
+            index += 1
         return False
 
     def deliver(self, seq: int, data: bytes, now: float) -> list[Event]:
@@ -225,6 +235,53 @@ class SequenceTracker:
             return self._give_up_front("buffer full")
         return []
 
+    def fill_run(self, first: int, payloads: list[bytes], now: float, *,
+                 requested: bool = False) -> tuple[list[Event], list[tuple[int, int]]] | None:
+        """Take re-DELIVERs ``first``, ``first + 1``, ... that lie at or below :attr:`highest`, in one step per
+        hole they fill instead of one per message (an answer to a REQUEST is whole datagrams of a hole).
+
+        Returns the events now ready and the ranges taken (the rest were
+        duplicates, counted as such); with ``requested`` only holes already
+        REQUESTed take anything (a peer's answer: the caller counts the rest as
+        a stranger's, not as duplicates).  None when the run reaches beyond
+        :attr:`highest` (the caller takes it otherwise).
+        """
+        last = first + len(payloads) - 1
+        if self.next is None or not payloads or last > self.highest:
+            return None
+        holes, buffer = self._holes, self._buffer
+        taken: list[tuple[int, int]] = []
+        index = bisect_left(holes, first, key=_hole_last)  # the first hole not wholly below the run
+        while index < len(holes) and holes[index].first <= last:
+            hole = holes[index]
+            if requested and not hole.attempts:
+                index += 1
+                continue
+            low, high = max(first, hole.first), min(last, hole.last)
+            buffer.update(zip(range(low, high + 1), payloads[low - first:high - first + 1]))
+            taken.append((low, high))
+            if low == hole.first and high == hole.last:
+                del holes[index]
+                if len(self.recoveries) < MAX_RECOVERIES:
+                    self.recoveries.append(now - hole.noticed)
+                continue
+            if low == hole.first:
+                hole.first = high + 1
+            elif high == hole.last:
+                hole.last = low - 1
+            else:
+                holes.insert(index + 1, _Hole(high + 1, hole.last, hole.noticed, hole.next_request, hole.attempts))
+                hole.last = low - 1
+            index += 1
+        if not requested:
+            self.duplicates += len(payloads) - sum(high - low + 1 for low, high in taken)
+        events: list[Event] = []
+        if taken:
+            self._drain(events)
+            if len(buffer) + self._run_messages > self.max_buffered:
+                events += self._give_up_front("buffer full")
+        return events, taken
+
     def head(self, last_issued: int, now: float) -> None:
         """Learn the backbone's last issued sequence (from a KEEPALIVE-ACK) to notice lost tails."""
         if self.next is None or last_issued <= self.highest:
@@ -292,9 +349,10 @@ class SequenceTracker:
         buffer, runs = self._buffer, self._runs
         seq = self.next
         while True:
-            if seq in buffer:
-                events.append(Message(seq, buffer.pop(seq)))
-                seq += 1
+            if seq in buffer:  # the consecutive ones at once, without a Python step per message
+                ready = range(seq, seq + len(list(takewhile(buffer.__contains__, count(seq)))))
+                events += map(tuple.__new__, repeat(Message), zip(ready, map(buffer.pop, ready)))
+                seq = ready.stop
             elif runs and seq in runs:
                 run = runs.pop(seq)
                 self._run_messages -= run.count

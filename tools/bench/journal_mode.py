@@ -143,11 +143,11 @@ def measure_step(settings: JournalSettings, workdir: Path) -> dict:
                 if caught_up[index] is None and _position(journal.sample()) >= final_head:
                     caught_up[index] = time.monotonic() - ended
             time.sleep(0.05)
-        after = [journal.sample() for journal in journals]
         recovering = None
         if subscriber is not None:
             got = subscriber.expect("result", ended + settings.catch_up + 30)
             recovering = _recovering(got, final_head - head_before)
+        after = [journal.sample() for journal in journals]  # after the subscriber's last recoveries: it counts them
     finally:
         for child in children:
             child.stop()

@@ -273,6 +273,8 @@ class _FyrehoseReceiver(_Receiver):
         super().__init__(spec)
         self.scanner = DeliverScanner(spec.payload_size)
         flags = codec.FLAG_NOJOURNAL | codec.FLAG_REDELIVERING | (codec.FLAG_BATCH if spec.batch else 0)
+        if spec.drop_every:  # it must notice a dropped last datagram too, as a Client does: by the HEAD in its ACKs
+            flags |= codec.FLAG_HEAD
         # the client's protocol state for KEEPALIVEs, their ACKs and the REQUESTs of holes; DELIVERs are
         # counted by the scanner, and ordered only as far as noticing and timing holes needs (HoleRecovery)
         self.connection = BackboneConnection(spec.address, flags=flags, keepalive_interval=KEEPALIVE_INTERVAL)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fyrehose import codec
+from fyrehose.frame_run import FrameRun
 from fyrehose.tracker import SequenceTracker
 
 
@@ -39,17 +40,24 @@ class HoleRecovery:
                 count = len(datagram) // step
                 if codec.consecutive_u48(datagram, 3, step, count) == first and (
                         tracker.advance(first, count)
-                        or tracker.deliver_ahead(first, [b""] * count, clock()) is not None):
-                    return False  # continues the stream, or (a hole open) lies beyond it: noticed in one step
+                        or tracker.buffer_run(FrameRun(first, count, step, datagram), clock()) is not None):
+                    return False  # continues the stream, or (a hole open) lies beyond it, kept whole: one step
         spans, _ = codec.scan(datagram, codec.DELIVER)
         if not tracker.holes:  # out of order or skipping ahead: noticed here
             self._deliver(spans, clock())
             return False
-        answer = any(tracker.awaits(seq) for _, _, seq in spans)
-        before = tracker.duplicates
-        self._deliver(spans, clock())
+        first = codec.consecutive_first(spans)
+        answer = tracker.awaits_any(first, first + len(spans) - 1) if first else any(
+            tracker.awaits(seq) for _, _, seq in spans)
+        filled = tracker.fill_run(first, [b""] * len(spans), clock()) if first else None
+        if filled is not None:
+            taken = sum(high - low + 1 for low, high in filled[1])
+        else:
+            before = tracker.duplicates
+            self._deliver(spans, clock())
+            taken = len(spans) - (tracker.duplicates - before)
         if answer:
-            self.recovered += len(spans) - (tracker.duplicates - before)
+            self.recovered += taken
         return answer
 
     def take_peer(self, datagram: bytes, clock: Callable[[], float]) -> None:
@@ -58,6 +66,15 @@ class HoleRecovery:
         is a stranger's, counted."""
         tracker = self.tracker
         spans, _ = codec.scan(datagram, codec.DELIVER)
+        first = codec.consecutive_first(spans)
+        filled = tracker.fill_run(first, [b""] * len(spans), clock(), requested=True) if first else None
+        if filled is not None:  # one step per hole, not per frame
+            taken = sum(high - low + 1 for low, high in filled[1])
+            if taken:
+                self.recovered += taken
+            else:
+                self.strangers += 1
+            return
         awaited = [span for span in spans if span[2] and tracker.awaits(span[2])]
         if not awaited:
             self.strangers += 1
