@@ -36,6 +36,32 @@ def test_updates_before_a_replacement_are_not_decoded():
     assert merge_many(b'{"a":1}', [b'{"b":2}', b'{"a":null}']) == b'{"b":2}'
 
 
+def test_patches_invalid_one_by_one_are_not_merged_because_their_join_is_valid_json():
+    """Flat patches are decoded together as one JSON array: these parse that way, but not each on its own."""
+    record = b'{"x":1}'
+    for patches in ([b'{"a":"}', b'{","b":2}'],  # one object holding "},{" instead of two
+                    [b'{}, "', b'{"'],  # an object and a string instead of two objects
+                    [b'{"a":"}', b'{","b":2}', b'{"c":3}'],
+                    [b'{"a":1}', b'{"b":"}', b'{","c":3}', b'{"d":4}'],
+                    [b'{"a":1} ', b'{"b":2}\n']):  # trailing whitespace is still an object on its own
+        assert merge_many(record, patches) == functools.reduce(merge, patches, record), patches
+
+
+flat_values = st.integers(-5, 5) | st.text(alphabet='{},":[] a1\\', max_size=4)
+
+
+@given(st.lists(st.dictionaries(st.sampled_from(["a", "b", "{", "},{"]), flat_values, max_size=3), min_size=1,
+                max_size=5), st.data())
+def test_patches_cut_anywhere_between_braces_merge_as_one_by_one(objects, data):
+    """Valid objects joined, then cut at any "," before a "{", inside strings too: the pieces merge as one by one."""
+    text = b",".join(map(orjson.dumps, objects))
+    places = [i for i in range(len(text) - 1) if text[i:i + 2] == b",{"]
+    cuts = sorted(data.draw(st.sets(st.sampled_from(places)))) if places else []
+    patches = [text[start:end] for start, end in zip([0] + [cut + 1 for cut in cuts], cuts + [len(text)])]
+    record = data.draw(st.sampled_from([b'{"a":0}', b"plain", b"{}"]))
+    assert merge_many(record, patches) == functools.reduce(merge, patches, record)
+
+
 statuses = st.sampled_from(sorted(RECORD_STATUSES) + [Status.NOT_FOUND, Status.EXPIRED])
 kinds = st.sampled_from([MsgType.UPDATE] * 6 + [MsgType.INITIAL, MsgType.VERIFY, MsgType.TRANSIENT, MsgType.DROP])
 

@@ -3,7 +3,8 @@
 The client subscribes to the whole stream in sequence order, so this process
 sees exactly the stream every other subscriber sees.  Events are taken in
 batches and handed to :meth:`~fyrehose.cache.core.Cache.receive_messages`
-raw (plain updates kept pending and folded when read), or, when the client
+and :meth:`~fyrehose.cache.core.Cache.receive_run` (a whole datagram) raw
+(plain updates kept pending and folded when read), or, when the client
 opened and verified them, to :meth:`~fyrehose.cache.core.Cache.receive_many`
 (several updates of one subject conflated); whatever the cache returns is
 published by a thread of its own (signed when ``--auth-db`` is given, in which
@@ -119,8 +120,8 @@ def _apply(cache: Cache, events: list[Event | FrameRun], raw: bool, now: float) 
     """Apply a batch in order (a loss turns every record stale where it happened); the answers to publish.
 
     ``raw``: the events are the raw stream, messages and whole datagrams,
-    handed to the cache as (sequence, payload) pairs (it reads only what it
-    needs of each); otherwise the client opened the envelopes (a pattern
+    handed to the cache as (sequence, payload) pairs, a datagram as its first
+    sequence and payloads (it reads only what it needs of each); otherwise the client opened the envelopes (a pattern
     subscription) and they are applied as envelopes.
     """
     from fyrehose.frame_run import FrameRun
@@ -130,11 +131,11 @@ def _apply(cache: Cache, events: list[Event | FrameRun], raw: bool, now: float) 
     if raw:
         messages: list[Message] = []
         for event in events:
-            if isinstance(event, FrameRun):  # pairs made as the cache reads them, none kept
+            if isinstance(event, FrameRun):  # a datagram's consecutive frames: the cache routes them together
                 if messages:
                     answers += cache.receive_messages(messages, now)
                     messages = []
-                answers += cache.receive_messages(event.messages(), now)
+                answers += cache.receive_run(event.first, event.payloads(), now)
             elif isinstance(event, Lost):
                 answers += cache.receive_messages(messages, now)
                 messages = []

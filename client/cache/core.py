@@ -44,7 +44,9 @@ reads only their header, which a memo of header prefixes (envelope start up
 to the end of the subject) turns into the subject in one lookup, and appends
 the raw payload to the record's pending list; the record also moves to the
 most-recently-used end and takes the update's sequence, as it would have
-applied it.  The pending updates of a record are folded (each decoded once,
+applied it.  :meth:`Cache.receive_run` does the same for a datagram's run of
+frames at once: the prefixes of all its payloads looked up together, and
+each record's updates appended in one go.  The pending updates of a record are folded (each decoded once,
 merged with :func:`~fyrehose.cache.merge.merge_many`, the result encoded
 once) only when something reads or replaces the record: a request for it, any
 other message about it (an ``initial`` or a removing ``drop`` discards them
@@ -234,9 +236,7 @@ class Cache:
         """
         answers: list[Envelope] = []
         plain = self._plain
-        records = self.records
         pending_subjects = self._pending
-        move_to_end = records.move_to_end
         overhead, max_pending = RECORD_OVERHEAD, MAX_PENDING
         room = self._lazy_room()
         left = MAX_PENDING_UPDATES - self.pending_updates  # more pending updates before the longest pending is folded
@@ -254,19 +254,8 @@ class Cache:
                     room = self._lazy_room()
                     left = MAX_PENDING_UPDATES
                 if cost <= room:
-                    record = records.get(subject)
-                    if record is None:
-                        record = records[subject] = Record(b"", Status.OK, pending_replace=True)
-                    else:
-                        move_to_end(subject)
-                    pending = record.pending
-                    if pending is None:
-                        pending = record.pending = []
-                        pending_subjects[subject] = None
-                        if record.relocated_to is not None:  # the update replaces a redirect
-                            record.relocated_to, record.data, record.pending_replace = None, b"", True
+                    pending = self._pending_list(subject, seq)
                     pending.append(payload)
-                    record.seq = seq
                     self.pending_bytes += cost
                     self.pending_updates += 1
                     room -= cost
@@ -296,6 +285,88 @@ class Cache:
         if updates:
             self.stats["updates"] += updates
         return answers
+
+    def receive_run(self, first: int, payloads: list[bytes], now: float) -> list[Envelope]:
+        """:meth:`receive_messages` of payloads with the consecutive sequences ``first``, ``first + 1``, ... (a
+        datagram's run of frames), with the same records, statuses, order, sequences, evictions and answers.
+
+        The header prefixes of the whole run are looked up at once; each stretch of plain updates whose prefixes
+        are all known is taken by :meth:`_take_plain_run`, the messages between stretches by
+        :meth:`receive_messages`.
+        """
+        plain = self._plain
+        try:
+            keys = [payload[:8 + (payload[6] << 8 | payload[7])] for payload in payloads]
+        except IndexError:  # shorter than an envelope's fixed part: no known prefix
+            keys = [payload[:8 + (payload[6] << 8 | payload[7])] if len(payload) >= _PLAIN_FIXED else b""
+                    for payload in payloads]
+        subjects = list(map(plain.get, keys))
+        answers: list[Envelope] = []
+        start, count = 0, len(payloads)
+        while start < count:
+            try:
+                end = subjects.index(None, start)
+            except ValueError:
+                end = count
+            if end > start:
+                answers += self._take_plain_run(first + start, subjects[start:end], payloads[start:end], now)
+            stop = end
+            while stop < count and subjects[stop] is None:
+                stop += 1
+            if stop > end:
+                known = len(plain)
+                answers += self.receive_messages(zip(range(first + end, first + stop), payloads[end:stop]), now)
+                if len(plain) < known:  # the memo was full and forgotten: later stretches are looked up again
+                    subjects[stop:] = map(plain.get, keys[stop:])
+            start = stop
+        return answers
+
+    def _take_plain_run(self, first: int, subjects: list[str], payloads: list[bytes], now: float) -> list[Envelope]:
+        """Plain updates of known ``subjects`` with the sequences ``first``, ``first + 1``, ...: all pending at once
+        when they fit the lazy room together, otherwise one by one through :meth:`receive_messages`.
+
+        Each update is taken as :meth:`receive_messages` takes it, without its checks after every update: the
+        room is checked once for the run, and a record that reaches MAX_PENDING is folded only after the run (it
+        may then hold more, by the run's updates of it: MAX_PENDING is a rough bound), as is the record pending
+        longest while more than MAX_PENDING_UPDATES wait.  Folding later leaves the same records.
+        """
+        count = len(payloads)
+        cost = sum(map(len, payloads)) + RECORD_OVERHEAD * count
+        if cost > self._lazy_room():
+            return self.receive_messages(zip(range(first, first + count), payloads), now)
+        pending_list, max_pending = self._pending_list, MAX_PENDING
+        full: list[str] = []  # subjects whose records reached MAX_PENDING (some more than once)
+        for subject, seq, payload in zip(subjects, range(first, first + count), payloads):
+            pending = pending_list(subject, seq)
+            pending.append(payload)
+            if len(pending) >= max_pending:
+                full.append(subject)
+        self.pending_bytes += cost
+        self.pending_updates += count
+        self.stats["updates"] += count
+        for subject in full:
+            self._settle(subject)
+        while self.pending_updates > MAX_PENDING_UPDATES:
+            self._settle(next(iter(self._pending)))
+        return []
+
+    def _pending_list(self, subject: str, seq: int) -> list[bytes]:
+        """The pending list to append a plain update of ``subject`` with sequence ``seq`` to, its record left as
+        applying the update would: created if missing (or replacing a redirect), at the most-recently-used end,
+        with the update's sequence."""
+        record = self.records.get(subject)
+        if record is None:
+            record = self.records[subject] = Record(b"", Status.OK, pending_replace=True)
+        else:
+            self.records.move_to_end(subject)
+        record.seq = seq
+        pending = record.pending
+        if pending is None:
+            pending = record.pending = []
+            self._pending[subject] = None
+            if record.relocated_to is not None:  # the update replaces a redirect
+                record.relocated_to, record.data, record.pending_replace = None, b"", True
+        return pending
 
     def _lazy_room(self) -> int:
         """Bytes of pending updates (payload and RECORD_OVERHEAD each) that may still be taken lazily."""

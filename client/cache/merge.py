@@ -93,13 +93,25 @@ def merge_many(record: bytes, updates: list[bytes]) -> bytes:
 
 def _merge_flat(record: bytes, patches: list[bytes]) -> bytes | None:
     """:func:`merge_many` of patches that are all flat objects without ``null`` (each is then a dict update),
-    found with one scan of their bytes; None when they are not (or are no JSON), for the general way."""
-    joined = b"".join(patches)
-    if not patches or joined.count(b"{") != len(patches) or b"null" in joined:  # a nested object or a deletion
+    found with one scan of their bytes; None when they are not (or are no JSON), for the general way.
+
+    The patches (each starting with ``{``, as :func:`merge_many` hands them over) are decoded in one call, as
+    the JSON array ``[p1,...,pn]``.  That array may parse where some patch alone would not (``{"a":"}`` and
+    ``{","b":2}`` join into one object), so the result is taken only when it is n objects while the bytes hold
+    exactly n ``{``: each ``{`` then opens one of the array's objects, the k-th the one starting patch k, and
+    the separator before object k+1 can only be the comma put right before patch k+1, so object k ends within
+    patch k followed by whitespace alone: each patch was that object on its own.
+    """
+    if not patches:
+        return None
+    array = b"[%b]" % b",".join(patches)
+    if array.count(b"{") != len(patches) or b"null" in array:  # a nested object or a deletion
         return None
     try:
-        decoded = list(map(orjson.loads, patches))
+        decoded = orjson.loads(array)
     except orjson.JSONDecodeError:
+        return None
+    if len(decoded) != len(patches) or set(map(type, decoded)) != {dict}:
         return None
     value = _object(record)
     if value is None:  # the first patch replaces the record, as it is
