@@ -281,3 +281,15 @@ def journaling(publisher, *journals: JournalProcess) -> int:
         seq = publisher.publish(b"probe")
     wait_until(lambda: all(last_written(j.directory) >= seq for j in journals), 10, "the last probe")
     return seq
+
+
+async def nats_flushed(client) -> None:
+    """Wait until the server has taken everything a nats-py ``client`` sent, the SUBs it just made included.
+
+    nats-py's ``flush()`` writes its PING straight to the socket, ahead of
+    commands still in its buffer (a SUB just made), so that PONG alone proves
+    nothing about them; by the time it comes back the buffer has been written,
+    so a second PING follows them.
+    """
+    await client.flush()
+    await client.flush()

@@ -26,7 +26,7 @@ from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
 from fyrehose.process import wait_until
 
 from gateway_support import GatewayProcess, MarlinClient, raw_subscriber
-from support import LOOPBACK, run_cli
+from support import LOOPBACK, nats_flushed, run_cli
 
 # ---------------------------------------------------------------- channels <-> subjects
 
@@ -166,7 +166,7 @@ def test_every_gateway_and_the_udp_client_see_one_order(gateways, module_backbon
     async def exercise() -> list[bytes]:
         nc = await nats.connect(f"nats://{LOOPBACK}:{gateways['nats'].port}")
         sub = await nc.subscribe(subject)
-        await nc.flush()
+        await nats_flushed(nc)
         for index in range(per_source):
             await nc.publish(subject, b"nats-%d" % index)
             redis_client.publish(subject, b"redis-%d" % index)

@@ -16,7 +16,7 @@ from fyrehose.gateways.nats import ANNOUNCED_MAX_PAYLOAD
 from fyrehose.process import ChildProcess, wait_until
 
 from gateway_support import MarlinClient, RawNats, raw_subscriber
-from support import FYREHOSE, LOOPBACK, free_port
+from support import FYREHOSE, LOOPBACK, free_port, nats_flushed
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_publish_subscribe_with_wildcards_in_order(url):
         one = await subscriber.subscribe("orders.*.new")
         rest = await subscriber.subscribe("orders.>")
         exact = await subscriber.subscribe("orders.eu.new")
-        await subscriber.flush()
+        await nats_flushed(subscriber)
         for index in range(50):
             await publisher.publish("orders.eu.new", b"%d" % index)
         await publisher.publish("orders.eu.new.extra", b"deep")
@@ -66,7 +66,7 @@ def test_queue_group_gets_each_message_once(url):
         subscriptions = [await member.subscribe("jobs.run", queue="workers") for member in members]
         plain = await observer.subscribe("jobs.run")
         for client in members + [observer]:
-            await client.flush()
+            await nats_flushed(client)
         publisher = await nats.connect(url)
         for index in range(60):
             await publisher.publish("jobs.run", b"%d" % index)
@@ -141,7 +141,7 @@ def test_headers_travel_end_to_end_to_nats_py(url):
         subscriber = await nats.connect(url)
         publisher = await nats.connect(url)
         subscription = await subscriber.subscribe("hdr.>")
-        await subscriber.flush()
+        await nats_flushed(subscriber)
         await publisher.publish("hdr.one", b"\x00\xffbinary", headers={"X-Trace": "abc", "Content-Type": "a/b"})
         await publisher.publish("hdr.two", b"plain")
         first, second = await collect(subscription, 2)
@@ -152,7 +152,7 @@ def test_headers_travel_end_to_end_to_nats_py(url):
             await subscriber.publish(message.reply, b"pong:" + message.data, headers={"Seen": message.headers["Ask"]})
 
         await subscriber.subscribe("hdr.service", cb=answer)
-        await subscriber.flush()
+        await nats_flushed(subscriber)
         reply = await publisher.request("hdr.service", b"ping", timeout=5, headers={"Ask": "42"})
         assert reply.data == b"pong:ping" and reply.headers == {"Seen": "42"}
         await subscriber.close()
