@@ -44,7 +44,6 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Protocol
 
 from fyrehose import codec, envelope
 from fyrehose.addresses import Address, parse_hostport, resolve_ipv4, route_source
@@ -54,6 +53,7 @@ from fyrehose.envelope import Envelope, MsgType, Status
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, RequestTimeout
 from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of this module's API
 from fyrehose.fatal import guarded
+from fyrehose.forwarding import FORWARD_BURST, FORWARD_RATE, MessageStore, deliveries
 from fyrehose.frame_run import FrameRun
 from fyrehose.group_socket import join_group
 from fyrehose.multicast import fallback_notice, parse_group
@@ -73,14 +73,6 @@ from fyrehose.tracker import Event, Lost, Message, SequenceTracker
 _CONFIRM = bytes([codec.CONFIRM])
 
 
-class MessageStore(Protocol):
-    """Where a client keeps delivered messages to answer FORWARDs from."""
-
-    def add_many(self, messages: Iterable[tuple[int, bytes]]) -> None: ...
-
-    def held(self, from_seq: int, to_seq: int) -> Iterable[tuple[int, bytes]]: ...
-
-
 RECEIVE_BUFFER = 8 << 20  # a second of a fast stream: what arrives while the application is busy waits here
 SEND_WAIT = 1.0  # seconds a send waits for room in the socket's send buffer before it counts as failed
 DRAIN_LIMIT = 64  # datagrams taken from the socket in one go before the timers run again
@@ -93,7 +85,7 @@ class Client:
     ``subscribe=False`` sets NOSUBSCRIBE (a pure publisher); ``journal=False``
     sets NOJOURNAL.  A client that does not subscribe holds nothing to serve, so
     it is NOJOURNAL too, unless it has a ``store`` that its owner fills (a
-    publisher keeping what it published, as the Lumberjack gateway does).  ``journal_bytes`` bounds the in-memory journal that
+    publisher keeping what it published).  ``journal_bytes`` bounds the in-memory journal that
     answers FORWARDs, ``forward_rate`` paces those answers (messages/s);
     ``store`` replaces that in-memory journal with another :class:`MessageStore`
     (the disk journal does).
@@ -125,7 +117,7 @@ class Client:
         confirm_retry: float = 0.2,
         request_delay: float = 0.02,
         give_up_after: float = 10.0,
-        forward_rate: float = 50_000,
+        forward_rate: float = FORWARD_RATE,
         bind: Address | None = None,
         store: MessageStore | None = None,
         user: str | None = None,
@@ -664,7 +656,7 @@ class Client:
     # ------------------------------------------------------------ serving FORWARDs
 
     def _forward_loop(self) -> None:
-        bucket = TokenBucket(self._forward_rate, burst=256, now=time.monotonic())
+        bucket = TokenBucket(self._forward_rate, burst=FORWARD_BURST, now=time.monotonic())
         while not self._closed:
             try:
                 forward = self._forwards.get(timeout=0.2)
@@ -674,7 +666,7 @@ class Client:
                 return
             self.connection.forward_done(forward)
             target = (forward.addr, forward.port)
-            for seq, payload in self.journal.held(forward.from_seq, forward.to_seq):
+            for datagram in deliveries(self.journal, forward):
                 if self._closed:
                     return
                 delay = bucket.wait_time(time.monotonic())
@@ -682,7 +674,7 @@ class Client:
                     time.sleep(delay)
                     delay = bucket.wait_time(time.monotonic())
                 try:
-                    self.sock.sendto(codec.encode_deliver(seq, payload), target)
+                    self.sock.sendto(datagram, target)
                     self.stats["forwarded"] += 1
                 except OSError:
                     self.stats["send errors"] += 1

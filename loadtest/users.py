@@ -20,9 +20,9 @@ from gevent.socket import wait_read, wait_write
 from locust import User, task
 from locust.env import Environment
 
-from fyrehose import codec
 from fyrehose.addresses import parse_hostport, route_source
 from fyrehose.client import BackboneUnreachable, Client, FyrehoseError, MessagesLost, PublishTimeout
+from fyrehose.forwarding import FORWARD_BURST, FORWARD_RATE, deliveries
 from fyrehose.loadtest.account import DeliveryAccount
 from fyrehose.loadtest.coordination import ProcessRun
 from fyrehose.loadtest.push_session import PushSession
@@ -39,7 +39,6 @@ PUSH = "PUSH"
 DELIVER = "DELIVER"
 ACK_WAIT = 5.0  # seconds a subscriber waits for its first KEEPALIVE-ACK
 PUMP_SLICE = 1.0  # seconds one receive task runs, so Locust can stop the user between tasks
-FORWARD_RATE = 50_000  # re-DELIVERs per second, as the Client paces them
 SOCKET_BUFFER = 8 << 20
 REPORT_EVERY = 256  # deliveries a subscriber reports to Locust at the latest, when its socket never runs dry
 SEND_WAIT = 0.05  # seconds a send waits for room in a full socket buffer
@@ -354,16 +353,16 @@ class Subscriber(User):
 
     def _serve_forwards(self) -> None:
         """Re-DELIVERs what a peer REQUESTed from this subscriber's journal, paced like the Client's forwarder."""
-        bucket = TokenBucket(FORWARD_RATE, burst=256, now=time.monotonic())
+        bucket = TokenBucket(FORWARD_RATE, burst=FORWARD_BURST, now=time.monotonic())
         while True:
             forward = self.forwards.get()
             target = (forward.addr, forward.port)
-            for seq, payload in self.session.journal.held(forward.from_seq, forward.to_seq):
+            for datagram in deliveries(self.session.journal, forward):
                 delay = bucket.wait_time(time.monotonic())
                 while delay > 0:
                     gevent.sleep(delay)
                     delay = bucket.wait_time(time.monotonic())
-                self._send(codec.encode_deliver(seq, payload), target)
+                self._send(datagram, target)
             self.session.forward_done(forward)
 
     def _send(self, datagram: bytes, target: tuple[str, int]) -> None:

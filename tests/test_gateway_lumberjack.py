@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+import psutil
 import pylogbeat
 import pytest
 from node_clients import run_node
@@ -423,6 +424,33 @@ def test_a_late_subscriber_recovers_acked_events_from_the_gateway(backbone, gate
     late = recorder_factory(backbone)
     assert late.wait_for(10) == [{"early": n} for n in range(10)]
     assert late.lost == 0
+
+
+def test_the_gateway_is_one_thread_while_shipping(backbone, gateway_factory, recorder_factory):
+    """Connections and the backbone link (publishing, FORWARDs) are greenlets of the hub's thread: no thread pool,
+    no client threads."""
+    gateway = gateway_factory(backbone)
+    recorder = recorder_factory(backbone)
+    process = psutil.Process(gateway.child.pid)
+    shipped = threading.Event()
+
+    def ship() -> None:
+        with beats_client(gateway) as client:
+            for number in range(0, 2000, 100):
+                client.send([{"n": number + k} for k in range(100)])
+        shipped.set()
+
+    shipper = threading.Thread(target=ship, daemon=True)
+    shipper.start()
+    threads = [process.num_threads()]
+    while not shipped.is_set() and len(threads) < 20_000:
+        threads.append(process.num_threads())
+        time.sleep(0.001)
+    shipper.join(30)
+    threads.append(process.num_threads())
+    assert shipped.is_set()
+    assert set(threads) == {1}, f"thread counts seen: {sorted(set(threads))}"
+    assert [document["n"] for document in recorder.wait_for(2000)] == list(range(2000))
 
 
 def journaled_ids(directory: Path) -> set[int]:

@@ -14,6 +14,14 @@ callback starts a single :class:`~fyrehose.publishing.PendingPublishes`
 batch for all of them, so one CONFIRM datagram answers many clients.  Each
 waiter gets the sequence numbers of its own messages, in its own order, once
 all of them are confirmed (or an error once the batch's deadline passed).
+
+A gateway that only publishes (the Lumberjack gateway) runs the link without
+``on_events``: NOSUBSCRIBE, nothing tracked.  With a ``held`` store it is
+also a journaling client: it keeps what the backbone confirmed and answers
+the backbone's FORWARDs from it (:mod:`fyrehose.forwarding`) in a greenlet
+of its own, paced by a token bucket, so a subscriber that missed a DELIVER
+(or a backbone that died between CONFIRM and DELIVER) still gets every
+confirmed message from the gateway.
 """
 from __future__ import annotations
 
@@ -25,18 +33,22 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 
 import gevent
 from gevent import socket
 from gevent.event import AsyncResult, Event
+from gevent.queue import Full, Queue
 
 from fyrehose import codec
 from fyrehose.addresses import Address, parse_hostport, resolve_ipv4, route_source
 from fyrehose.connection import BackboneConnection, Incoming
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout
 from fyrehose.fatal import guarded
+from fyrehose.forwarding import FORWARD_BURST, FORWARD_RATE, MessageStore, deliveries
 from fyrehose.group_socket import join_group
 from fyrehose.multicast import fallback_notice
+from fyrehose.pacing import TokenBucket
 from fyrehose.publishing import Finished
 from fyrehose.sockets import enlarge_buffers
 from fyrehose.subject_session import SubjectSession
@@ -45,13 +57,13 @@ from fyrehose.tracker import Lost
 
 log = logging.getLogger("fyrehose.gateway")
 
-FLAGS = codec.FLAG_HEAD | codec.FLAG_BATCH | codec.FLAG_NOJOURNAL  # a gateway serves clients, not FORWARDs
 KEEPALIVE_INTERVAL = 0.5
 UNREACHABLE_AFTER = 5.0
 RECEIVE_BUFFER = 8 << 20
 TIMER_PERIOD = 0.02  # the longest the session's timers wait while datagrams keep arriving
 TRACKER_OPTIONS = {"request_delay": 0.02, "give_up_after": 10.0}
 YIELD_EVERY = 16  # datagrams taken in a row before the clients' greenlets get a turn
+FORWARDS_QUEUED = 1024  # FORWARDs waiting for their answer; more are dropped (the requester asks again)
 
 EventsHandler = Callable[[list[StreamEvent]], None]
 
@@ -68,17 +80,24 @@ def wall_us() -> int:
 
 
 class BackboneLink:
-    """One gateway process's session with the backbone, subscribed to the whole stream.
+    """One gateway process's session with the backbone: subscribed to the whole stream, or a publisher only.
 
-    ``from_seq`` starts the ordered stream there instead of at whatever
-    arrives first: the first DELIVER (or the backbone's HEAD) opens a hole
-    back to it, which the tracker REQUESTs, as ``fyrehose sub --from`` does.
+    ``on_events`` gets the ordered stream; ``from_seq`` starts it there
+    instead of at whatever arrives first: the first DELIVER (or the
+    backbone's HEAD) opens a hole back to it, which the tracker REQUESTs, as
+    ``fyrehose sub --from`` does.  Without ``on_events`` the link only
+    publishes (NOSUBSCRIBE).  ``held`` keeps every confirmed message
+    (its owner bounds it) and makes the link answer FORWARDs from it at
+    ``forward_rate`` messages/s; without it the link is NOJOURNAL.
     """
 
-    def __init__(self, backbone: str, subjects: SubjectSession, on_events: EventsHandler, *, stats: Counter,
-                 publish_timeout: float = 5.0, bind: Address | None = None,
+    def __init__(self, backbone: str, subjects: SubjectSession, on_events: EventsHandler | None, *,
+                 stats: Counter, publish_timeout: float = 5.0, bind: Address | None = None,
                  unreachable_after: float = UNREACHABLE_AFTER, multicast: Address | None = None,
-                 from_seq: int | None = None) -> None:
+                 from_seq: int | None = None, held: MessageStore | None = None,
+                 forward_rate: float = FORWARD_RATE) -> None:
+        if on_events is None and (multicast is not None or from_seq is not None):
+            raise ValueError("a link that only publishes takes no stream: no multicast group, no from_seq")
         host, port = parse_hostport(backbone, 2323)
         self.backbone: Address = (resolve_ipv4(host), port)  # sources compare as IP literals
         self.subjects = subjects
@@ -86,12 +105,19 @@ class BackboneLink:
         self.stats = stats
         self.publish_timeout = publish_timeout
         self.unreachable_after = unreachable_after
+        self.held = held
+        self.forward_rate = forward_rate
+        flags = codec.FLAG_BATCH
+        flags |= codec.FLAG_NOSUBSCRIBE if on_events is None else codec.FLAG_HEAD
+        if held is None:
+            flags |= codec.FLAG_NOJOURNAL
         auth = subjects.auth
-        self.connection = BackboneConnection(self.backbone, flags=FLAGS, keepalive_interval=KEEPALIVE_INTERVAL,
-                                             serves_forwards=False, tracker_options=TRACKER_OPTIONS, stats=stats,
-                                             vouch=auth.vouches if auth is not None else None,
+        self.connection = BackboneConnection(self.backbone, flags=flags, keepalive_interval=KEEPALIVE_INTERVAL,
+                                             serves_forwards=held is not None, tracker_options=TRACKER_OPTIONS,
+                                             stats=stats, vouch=auth.vouches if auth is not None else None,
                                              multicast=multicast is not None)
-        self.connection.track(from_seq)
+        if on_events is not None:
+            self.connection.track(from_seq)
         self.publishes = self.connection.publishes
         self.sock = socket.socket(stdlib_socket.AF_INET, stdlib_socket.SOCK_DGRAM)
         enlarge_buffers(self.sock, RECEIVE_BUFFER)
@@ -103,6 +129,9 @@ class BackboneLink:
         self._batches: dict[int, list[_Waiter]] = {}  # batch number -> its waiters, in payload order
         self._next_timers = 0.0
         self._receiver = gevent.spawn(guarded(self._receive_loop, "gateway backbone receive"))
+        self._forwards: Queue[codec.Forward | None] = Queue(FORWARDS_QUEUED)  # None: the link closed
+        if held is not None:
+            gevent.spawn(guarded(self._forward_loop, "gateway forwarder"))
         self.group = multicast
         self._group_sock: socket.socket | None = None
         self._group_receiver: gevent.Greenlet | None = None
@@ -132,6 +161,10 @@ class BackboneLink:
             pass
         if self._receiver is not gevent.getcurrent():
             self._receiver.join(2 * TIMER_PERIOD + 0.2)  # it sees _closed within its longest wait
+        try:  # wakes the forwarder if it waits for one; a busy one sees _closed before its next datagram
+            self._forwards.put_nowait(None)
+        except Full:
+            pass
         self._leave_group()
         for waiters in self._batches.values():
             for waiter in waiters:
@@ -206,6 +239,10 @@ class BackboneLink:
             if waiters is None:
                 continue
             if batch.seqs is not None:
+                if self.held is not None:  # kept before any waiter hears of it: a FORWARD may follow at once
+                    payloads = waiters[0].payloads if len(waiters) == 1 else chain.from_iterable(
+                        waiter.payloads for waiter in waiters)
+                    self.held.add_many(zip(batch.seqs, payloads))
                 start = 0
                 for waiter in waiters:
                     end = start + len(waiter.payloads)
@@ -250,7 +287,9 @@ class BackboneLink:
         if incoming.acked:
             self._acked.set()
         if incoming.events:
-            self.on_events(incoming.events)
+            self.on_events(incoming.events)  # type: ignore[misc]  # only a subscribed link tracks the stream
+        if incoming.forwards:
+            self._queue_forwards(incoming.forwards)
         if incoming.fell_back:
             print(fallback_notice(self.group, self.backbone), file=sys.stderr, flush=True)  # type: ignore[arg-type]  # only a joined link falls back
             self._leave_group()
@@ -291,7 +330,42 @@ class BackboneLink:
         if expired:
             self._finish(expired)
         if events:
-            self.on_events(events)
+            self.on_events(events)  # type: ignore[misc]  # only a subscribed link tracks the stream
+
+    # ------------------------------------------------------------ serving FORWARDs
+
+    def _queue_forwards(self, forwards: list[codec.Forward]) -> None:
+        for forward in forwards:
+            try:
+                self._forwards.put_nowait(forward)
+            except Full:
+                self.stats["forwards dropped"] += 1
+                self.connection.forward_done(forward)
+
+    def _forward_loop(self) -> None:
+        """Answer each FORWARD in turn from the held store, every re-DELIVER waiting for a token of the bucket."""
+        held = self.held
+        assert held is not None  # the loop runs only for a link that holds
+        bucket = TokenBucket(self.forward_rate, burst=FORWARD_BURST, now=time.monotonic())
+        while not self._closed:
+            forward = self._forwards.get()
+            if forward is None:
+                return
+            self.connection.forward_done(forward)
+            self.stats["forwards"] += 1
+            target = (forward.addr, forward.port)
+            for datagram in deliveries(held, forward):
+                delay = bucket.wait_time(time.monotonic())
+                while delay > 0:
+                    gevent.sleep(delay)
+                    delay = bucket.wait_time(time.monotonic())
+                if self._closed:
+                    return
+                try:
+                    self.sock.sendto(datagram, target)
+                    self.stats["forwarded"] += 1
+                except OSError:
+                    self.stats["send errors"] += 1
 
 
 def _first_of(event: StreamEvent) -> int:

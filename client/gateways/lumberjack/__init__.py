@@ -23,7 +23,6 @@ from .frames import DEFAULT_MAX_COMPRESSED_BYTES
 DEFAULT_PUBLISH_TIMEOUT = 10.0
 DEFAULT_HOLD_BYTES = 64 << 20
 DEFAULT_MAX_BUFFERED_BYTES = 128 << 20
-PUBLISH_THREADS = 32
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,16 +65,17 @@ def run(args: argparse.Namespace) -> int:
     import os
     import signal
     import sys
+    from collections import Counter
 
     import gevent
 
     from fyrehose.addresses import parse_hostport
-    from fyrehose.client import Client
+    from fyrehose.gateways.link import BackboneLink
     from fyrehose.readiness import announce_ready
     from fyrehose.recent_messages import MemoryJournal
+    from fyrehose.subject_session import SubjectSession
 
     from .events import SubjectRule
-    from .publisher import HoldingPublisher
     from .server import LumberjackServer
     from .tls import server_context
 
@@ -88,11 +88,11 @@ def run(args: argparse.Namespace) -> int:
     backbone = parse_hostport(args.backbone, 2323)
     tls = server_context(args.tls_cert, args.tls_key, args.tls_ca) if args.tls_cert else None
 
-    store = MemoryJournal(args.hold_bytes)
-    client = Client(backbone, subscribe=False, store=store, journal_bytes=args.hold_bytes, bind=args.bind)
-    publisher = HoldingPublisher(client, store, args.publish_timeout, PUBLISH_THREADS)
+    link_stats: Counter[str] = Counter()
+    link = BackboneLink(args.backbone, SubjectSession(stats=link_stats), None, stats=link_stats,
+                        publish_timeout=args.publish_timeout, bind=args.bind, held=MemoryJournal(args.hold_bytes))
     try:
-        server = LumberjackServer(listen, publisher, rule, tls=tls, max_connections=args.max_connections,
+        server = LumberjackServer(listen, link, rule, tls=tls, max_connections=args.max_connections,
                                   max_compressed_bytes=args.max_compressed_bytes,
                                   max_pending_bytes=args.max_pending_bytes,
                                   max_buffered_bytes=args.max_buffered_bytes, stall_timeout=args.stall_timeout,
@@ -104,8 +104,7 @@ def run(args: argparse.Namespace) -> int:
         server.serve()
         server.close(grace=args.publish_timeout + 1)
     finally:
-        publisher.close()
-        client.close()
-    stats = ", ".join(f"{name} {count}" for name, count in sorted(server.stats.items()))
+        link.close()
+    stats = ", ".join(f"{name} {count}" for name, count in sorted((server.stats + link_stats).items()))
     print(f"fyrehose gateway lumberjack stopped: {stats or 'no connections'}", file=sys.stderr, flush=True)
     return 0

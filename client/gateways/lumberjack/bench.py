@@ -11,8 +11,8 @@ round, three ways of getting the same events confirmed by the backbone:
 * ``pylogbeat``: the same through pylogbeat, a real Beats-protocol client,
   whose own per-event encoding is timed too;
 * ``direct``: ``Client.publish_many`` of the same envelopes in chunks of 512
-  (what the gateway itself does per connection): the ceiling the gateway works
-  under.
+  (the gateway's chunks, confirmed the same way): the ceiling the gateway
+  works under.
 
 It prints one JSON line (every round, medians, the ratio of the medians and
 the machine's cores) and a table.

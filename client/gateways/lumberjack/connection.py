@@ -2,10 +2,11 @@
 
 The reader greenlet feeds received bytes to the window and queues the events
 as envelope messages, in chunks; the publisher greenlet publishes each chunk
-(:class:`~.publisher.HoldingPublisher`) and writes the acks the window gives
-for it.  Both run in the gevent hub's thread, so a TLS socket is never read
-and written by two OS threads at once (OpenSSL does not allow that).  The
-writer's window is advisory; what bounds a connection is ``max_pending_bytes``
+through the gateway's :class:`~fyrehose.gateways.link.BackboneLink` (which
+returns once the backbone CONFIRMed every message) and writes the acks the
+window gives for it.  Both run in the gevent hub's thread, so a TLS socket is
+never read and written by two OS threads at once (OpenSSL does not allow
+that).  The writer's window is advisory; what bounds a connection is ``max_pending_bytes``
 of messages read and not yet published: beyond it the reader stops reading
 until the publisher catches up, so a writer that outruns the backbone is
 slowed down by TCP itself and never disconnected.
@@ -33,17 +34,17 @@ import gevent
 import gevent.event
 import gevent.queue
 
-from fyrehose.client import BackboneUnreachable, FyrehoseError, PublishTimeout
+from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout
 from fyrehose.gateways.budget import InputBudget
+from fyrehose.gateways.link import BackboneLink
 from fyrehose.gateways.liveness import IdleTimeout
 
 from .events import SubjectRule, to_message
 from .frames import DataFrame, LumberjackError
-from .publisher import HoldingPublisher
 from .window import AckWindow
 
 RECEIVE_SIZE = 1 << 16
-CHUNK_EVENTS = 512  # events per publish_many call: also the most a backbone outage can duplicate per connection
+CHUNK_EVENTS = 512  # events per publish: also the most a backbone outage can duplicate per connection
 DEFAULT_MAX_PENDING_BYTES = 16 << 20  # read but unpublished message bytes per connection before reading pauses
 KEEPALIVE_INTERVAL = 5.0  # 'A 0' while events wait, well inside Beats' 30 s timeout
 RETRY_DELAY = 0.5
@@ -57,7 +58,7 @@ class Inactive(Exception):
 
 
 class Connection:
-    def __init__(self, sock, peer: str, publisher: HoldingPublisher, rule: SubjectRule, window: AckWindow,
+    def __init__(self, sock, peer: str, publisher: BackboneLink, rule: SubjectRule, window: AckWindow,
                  stats: Counter, log: Callable[[str], None], max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  budget: InputBudget | None = None, stall_timeout: float = DEFAULT_STALL_TIMEOUT,
                  inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT,
@@ -213,7 +214,7 @@ class Connection:
                 if self._aborted.wait(RETRY_DELAY):
                     return False
                 continue
-            except FyrehoseError as exc:  # the client closed: the gateway is stopping
+            except FyrehoseError as exc:  # the link closed: the gateway is stopping
                 self.log(f"{self.peer}: {len(chunk)} events not published: {exc}")
                 self.abort()
                 return False

@@ -17,10 +17,10 @@ from gevent.server import StreamServer
 
 from fyrehose.addresses import Address
 from fyrehose.gateways.budget import InputBudget
+from fyrehose.gateways.link import BackboneLink
 
 from .connection import DEFAULT_INACTIVITY_TIMEOUT, DEFAULT_MAX_PENDING_BYTES, DEFAULT_STALL_TIMEOUT, Connection
 from .events import SubjectRule
-from .publisher import HoldingPublisher
 from .window import AckWindow
 
 HANDSHAKE_TIMEOUT = 10.0
@@ -44,7 +44,7 @@ class OnceASecond:
 
 
 class LumberjackServer:
-    def __init__(self, listen: Address, publisher: HoldingPublisher, rule: SubjectRule, *,
+    def __init__(self, listen: Address, publisher: BackboneLink, rule: SubjectRule, *,
                  tls: ssl.SSLContext | None = None, max_connections: int = 1024,
                  max_compressed_bytes: int, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  max_buffered_bytes: int = 1 << 62, stall_timeout: float = DEFAULT_STALL_TIMEOUT,
