@@ -171,6 +171,36 @@ def test_a_group_that_never_arrives_falls_back_to_unicast_and_loses_nothing(name
     assert len(notices) == 1 and MULTICAST in notices[0]
 
 
+def test_a_gateway_whose_group_never_arrives_falls_back_and_lives_on(namespace, tmp_path):
+    """As above, for a gateway: leaving the group is no dead worker, and its clients get the stream by unicast."""
+    interface = MulticastNamespace.VETH[1].split("/")[0]
+    backbone = BackboneProcess(tmp_path / "state", prefix=namespace.prefix,
+                               extra=["--multicast", MULTICAST, "--multicast-interface", interface]).start()
+    gateway = ChildProcess(namespace.prefix + FYREHOSE + ["gateway", "nats", "--listen", "127.0.0.1:0", "--backbone",
+                                                          backbone.address, "--multicast", MULTICAST],
+                           tmp_path / "gateway.log")
+    try:
+        _, port = gateway.wait_ready(20)
+        nats = RawNats(("127.0.0.1", port))
+        nats.send(b'CONNECT {"verbose":false}\r\nSUB after.> 1\r\nPING\r\n')
+        assert nats.line() == b"PONG"
+        with Client(backbone.addr, subscribe=False) as publisher:
+            deadline = time.monotonic() + 15
+            while "falling back to unicast" not in gateway.output() and time.monotonic() < deadline:
+                publisher.publish(b"x", subject="before.x")  # HEAD advances
+                time.sleep(0.05)
+            assert "falling back to unicast" in gateway.output(), "the gateway never fell back"
+            publisher.publish(b"by unicast", subject="after.x")
+        assert nats.line() == b"MSG after.x 1 10" and nats.line() == b"by unicast"
+        assert gateway.alive()
+        nats.sock.close()
+        assert gateway.stop(10) == 0
+        assert "died" not in gateway.output()
+    finally:
+        gateway.kill()
+        backbone.kill()
+
+
 def test_datagrams_on_the_group_from_another_address_are_dropped_and_counted(backbone):
     with Client(backbone.addr, multicast=MULTICAST) as joined, Client(backbone.addr, subscribe=False) as publisher:
         wait_for_joined(backbone, 1)
@@ -249,6 +279,9 @@ def test_a_gateway_takes_the_group_for_its_clients(backbone, namespace, tmp_path
             publisher.publish(b"42.5", subject="market.eurusd")
         assert nats.line() == b"MSG market.eurusd 1 4" and nats.line() == b"42.5"
         assert backbone.metric("fyrehose_multicast_subscribers") == 1
+        nats.sock.close()
+        assert gateway.stop(10) == 0  # leaving the group on the way out is no dead worker
+        assert "died" not in gateway.output()
     finally:
         gateway.kill()
 

@@ -134,11 +134,10 @@ class BackboneLink:
             gevent.spawn(guarded(self._forward_loop, "gateway forwarder"))
         self.group = multicast
         self._group_sock: socket.socket | None = None
-        self._group_receiver: gevent.Greenlet | None = None
         if multicast is not None:  # the group's DELIVERs, read by a greenlet of their own
             joined = join_group(multicast, self.backbone, RECEIVE_BUFFER)
             self._group_sock = socket.socket(stdlib_socket.AF_INET, stdlib_socket.SOCK_DGRAM, fileno=joined.detach())
-            self._group_receiver = gevent.spawn(guarded(self._group_loop, "gateway multicast receive"))
+            gevent.spawn(guarded(self._group_loop, "gateway multicast receive"))
         if not self._acked.wait(unreachable_after):
             self.close()
             raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} within {unreachable_after:g} s")
@@ -313,13 +312,11 @@ class BackboneLink:
             self._apply(connection.receive_group(data, source, time.monotonic()))
 
     def _leave_group(self) -> None:
+        """Close the group's socket: its receive greenlet, woken with an error or at its next datagram, sees
+        that it is no longer the link's group and ends (killing it would be a worker dying, for a command)."""
         group, self._group_sock = self._group_sock, None
-        if group is None:
-            return
-        receiver = self._group_receiver
-        if receiver is not None and receiver is not gevent.getcurrent():
-            receiver.kill(block=False)
-        group.close()
+        if group is not None:
+            group.close()
 
     def _timers(self, now: float) -> None:
         self.send_unconfirmed(self.subjects.timers(now, wall_us()))
