@@ -1,7 +1,8 @@
 """The Locust users: thin gevent drivers around the fyrehose client and the measuring subscriber session.
 
-Locust has patched the process with gevent before this module loads, so the
-Client's threads are greenlets and every socket wait here is cooperative.
+Both drive pure sessions (:class:`PushSession`, :class:`SubscriberSession`)
+over non-blocking sockets; every wait is a gevent wait on the process's one
+loop, and no thread is started.
 Both classes get the process's :class:`ProcessRun` as the class attribute
 ``load`` when a test starts (see locustfile.py).
 """
@@ -21,7 +22,7 @@ from locust import User, task
 from locust.env import Environment
 
 from fyrehose.addresses import parse_hostport, route_source
-from fyrehose.client import BackboneUnreachable, Client, FyrehoseError, MessagesLost, PublishTimeout
+from fyrehose.errors import BackboneUnreachable, MessagesLost, PublishTimeout
 from fyrehose.forwarding import FORWARD_BURST, FORWARD_RATE, deliveries
 from fyrehose.loadtest.account import DeliveryAccount
 from fyrehose.loadtest.coordination import ProcessRun
@@ -49,10 +50,9 @@ logger = logging.getLogger(__name__)
 class Publisher(User):
     """Publishes stamped messages with CONFIRM at its share of the offered rate; each round trip is one PUSH request.
 
-    With ``--batch N`` a request is N messages (one stamp: one publish time)
-    packed into tagged PUSH datagrams of the process's :class:`PushChannel`,
-    confirmed together; without, one ``Client.publish`` of this user's own
-    client.
+    A request is ``--batch N`` messages (one stamp: one publish time), or
+    one message without it, packed into tagged PUSH datagrams of the
+    process's :class:`PushChannel` and confirmed together.
     """
 
     load: ProcessRun
@@ -61,12 +61,9 @@ class Publisher(User):
         settings = self.load.settings
         self.batch = settings.batch
         self.request_name = f"publish x{self.batch}" if self.batch else "publish"
-        if self.batch:
-            self.channel = PushChannel.of_process(settings.backbone, settings.timeout, self.environment,
-                                                  self.request_name)
-            self.in_flight: int | None = None
-        else:
-            self.client = Client(settings.backbone, subscribe=False)
+        self.channel = PushChannel.of_process(settings.backbone, settings.timeout, self.environment,
+                                              self.request_name)
+        self.in_flight: int | None = None
         start = max(self.load.elapsed(), 0.0)  # users start during the lead-in, before the first phase
         rate = self._rate(start)
         self.pacer = Pacer(start + (random.random() / rate if rate > 0 else 0.0))
@@ -84,28 +81,13 @@ class Publisher(User):
     @task
     def publish(self) -> None:
         run = self.load
-        if self.batch:
-            self.channel.wait(self.in_flight)  # one request in flight per user: its previous one has finished
+        self.channel.wait(self.in_flight)  # one request in flight per user: its previous one has finished
         elapsed = run.elapsed()
         if not self.pacer.take(elapsed, self._rate(elapsed)):
             return
         phase = run.schedule.index_at(elapsed)  # now: while publishing, a truncation may replace the schedule
         payload = stamp(time.time_ns(), run.settings.size)
-        if self.batch:
-            self.in_flight = self.channel.publish([payload] * self.batch, phase)
-            return
-        error: Exception | None = None
-        started = time.perf_counter()
-        try:
-            self.client.publish(payload, timeout=run.settings.timeout)
-        except FyrehoseError as exc:
-            error = exc
-        report_push(self.environment, self.request_name, phase, (time.perf_counter() - started) * 1000, error,
-                    len(payload), 1)
-
-    def on_stop(self) -> None:
-        if not self.batch:
-            self.client.close()
+        self.in_flight = self.channel.publish([payload] * max(self.batch, 1), phase)
 
 
 def send(sock: socket.socket, datagram: bytes, target: tuple[str, int]) -> bool:
