@@ -15,6 +15,7 @@ import psutil
 
 from fyrehose import readiness
 from fyrehose.loadtest.prometheus import parse_samples
+from fyrehose.pacing import TokenBucket
 from fyrehose.process import ChildProcess, wait_until
 from fyrehose.readiness import READY_LINE
 
@@ -293,3 +294,19 @@ async def nats_flushed(client) -> None:
     """
     await client.flush()
     await client.flush()
+
+
+class WatchedBucket(TokenBucket):
+    """A token bucket that records what it answered (each 0 lets one re-DELIVER go): put in place of a
+    forwarder's own with monkeypatch, it shows the pacing without timing anything."""
+
+    made: list[WatchedBucket] = []
+
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        super().__init__(rate, burst, now)
+        self.answers: list[float] = []
+        WatchedBucket.made.append(self)
+
+    def wait_time(self, now: float) -> float:
+        self.answers.append(super().wait_time(now))
+        return self.answers[-1]

@@ -12,10 +12,9 @@ from conftest import BACKBONE_MODES
 
 import fyrehose.client
 from fyrehose import BackboneUnreachable, Client, MessagesLost, PayloadTooLarge, codec
-from fyrehose.pacing import TokenBucket
 from fyrehose.tracker import Lost, Message
 
-from support import free_port, take
+from support import WatchedBucket, free_port, take
 
 
 def test_publish_returns_sequence_and_subscribers_get_each_message_once_in_order(backbone):
@@ -162,21 +161,6 @@ def test_duplicate_delivers_are_discarded(backbone):
         events = take(stream, 2, timeout=2)
         assert [e.seq for e in events] == [seq2]
         assert sub.stats["DELIVERs from strangers"] == 5  # not a requested hole: never reaches the tracker
-
-
-class WatchedBucket(TokenBucket):
-    """The client's own token bucket, recording what it answered (each 0 lets one re-DELIVER go)."""
-
-    made: list[WatchedBucket] = []
-
-    def __init__(self, rate: float, burst: int, now: float) -> None:
-        super().__init__(rate, burst, now)
-        self.answers: list[float] = []
-        WatchedBucket.made.append(self)
-
-    def wait_time(self, now: float) -> float:
-        self.answers.append(super().wait_time(now))
-        return self.answers[-1]
 
 
 def test_forwards_are_paced(backbone, monkeypatch):

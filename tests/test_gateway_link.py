@@ -19,24 +19,11 @@ import fyrehose.gateways.link
 from fyrehose import codec
 from fyrehose.forwarding import FORWARD_BURST, FORWARD_RATE
 from fyrehose.gateways.link import BackboneLink
-from fyrehose.pacing import TokenBucket
 from fyrehose.recent_messages import MemoryJournal
+from fyrehose.sockets import enlarge_buffers
 from fyrehose.subject_session import SubjectSession
 
-
-class WatchedBucket(TokenBucket):
-    """The link's own token bucket, recording what it answered (each 0 lets one re-DELIVER go)."""
-
-    made: list[WatchedBucket] = []
-
-    def __init__(self, rate: float, burst: int, now: float) -> None:
-        super().__init__(rate, burst, now)
-        self.answers: list[float] = []
-        WatchedBucket.made.append(self)
-
-    def wait_time(self, now: float) -> float:
-        self.answers.append(super().wait_time(now))
-        return self.answers[-1]
+from support import WatchedBucket
 
 
 @pytest.fixture
@@ -61,6 +48,7 @@ class Requester:
     def __init__(self, backbone) -> None:
         self.backbone = backbone.addr
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        enlarge_buffers(self.sock, 8 << 20)  # a burst of answers waits here while this process's links run
         self.sock.bind(("127.0.0.1", 0))
         token = os.urandom(codec.TOKEN_SIZE)  # registered, but takes no stream and is no journaler itself
         self.sock.sendto(codec.encode(codec.Keepalive(flags=codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL,
