@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,11 +59,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _start(argv: list[str], log: Path, stack: ExitStack,
-           signals: tuple[tuple[int, float], ...] = ((signal.SIGTERM, STOP_TIMEOUT),)) -> subprocess.Popen:
-    """Start ``argv`` logging to ``log``; ``stack`` stops it by its PID with ``signals``, then SIGKILL."""
+           stop: Callable[[ChildProcess], object] = lambda child: child.stop(STOP_TIMEOUT)) -> subprocess.Popen:
+    """Start ``argv`` logging to ``log``; ``stack`` stops it by its PID with ``stop`` (default: SIGTERM, then
+    SIGKILL)."""
     child = ChildProcess(argv, log)
-    stack.callback(child.stop, signals=signals)
+    stack.callback(stop, child)
     return child.proc
+
+
+def _interrupt_twice(out: Path) -> Callable[[ChildProcess], None]:
+    """How the web UI's Locust master stops: it writes its HTML report when interrupted, but while an
+    autostarted test runs the first interrupt only ends the test (the run then writes summary.json) and leaves
+    the UI up; the second, sent once that is done (a fixed pause lost the report on a busy host), quits."""
+    def stop(child: ChildProcess) -> None:
+        if child.alive():
+            child.proc.send_signal(signal.SIGINT)
+            deadline = time.monotonic() + STOP_TIMEOUT
+            while child.alive() and not (out / "summary.json").exists() and time.monotonic() < deadline:
+                time.sleep(WEB_POLL)
+        child.stop(signals=((signal.SIGINT, STOP_TIMEOUT),))
+
+    return stop
 
 
 def _wait_for_backbone(address: str, timeout: float, process: subprocess.Popen | None = None) -> None:
@@ -198,10 +215,9 @@ def _start_locust(settings: LoadSettings, args: argparse.Namespace, out: Path, s
         master_args += ["--web-host", LOOPBACK, "--web-port", str(args.web_port), "--autostart"]
     else:
         master_args += ["--headless"]
-    # Locust writes its HTML report when interrupted (not on SIGTERM).  While an autostarted test runs in
-    # web mode, the first interrupt only ends the test and leaves the UI up; the second one quits.
-    master = _start(locust + master_args + settings.to_locust_argv(), out / "locust.log", stack,
-                    ((signal.SIGINT, 3.0), (signal.SIGINT, STOP_TIMEOUT)))
+    # Locust writes its HTML report when interrupted (not on SIGTERM).
+    interrupt = _interrupt_twice(out) if args.web else lambda child: child.stop(signals=((signal.SIGINT, STOP_TIMEOUT),))
+    master = _start(locust + master_args + settings.to_locust_argv(), out / "locust.log", stack, interrupt)
     sampler.watch("locust", master.pid)
     return master
 
