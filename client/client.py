@@ -53,7 +53,7 @@ from fyrehose.envelope import Envelope, MsgType, Status
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, RequestTimeout
 from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of this module's API
 from fyrehose.fatal import guarded
-from fyrehose.forwarding import FORWARD_BURST, FORWARD_RATE, MessageStore, deliveries
+from fyrehose.forwarding import FORWARD_BURST, FORWARD_RATE, MessageStore, deliveries, paced
 from fyrehose.frame_run import FrameRun
 from fyrehose.group_socket import join_group
 from fyrehose.multicast import fallback_notice, parse_group
@@ -666,13 +666,7 @@ class Client:
                 return
             self.connection.forward_done(forward)
             target = (forward.addr, forward.port)
-            for datagram in deliveries(self.journal, forward):
-                if self._closed:
-                    return
-                delay = bucket.wait_time(time.monotonic())
-                while delay > 0:
-                    time.sleep(delay)
-                    delay = bucket.wait_time(time.monotonic())
+            for datagram in paced(deliveries(self.journal, forward), bucket, time.sleep, lambda: self._closed):
                 try:
                     self.sock.sendto(datagram, target)
                     self.stats["forwarded"] += 1

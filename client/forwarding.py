@@ -6,16 +6,18 @@ order, one frame per datagram (the FORWARD does not say whether the
 requester takes BATCH), and nothing for what it does not hold.  The answers
 are paced by a :class:`~fyrehose.pacing.TokenBucket` of ``FORWARD_RATE``
 messages/s with bursts of ``FORWARD_BURST``, so a wide range cannot flood
-the requester; the driver sleeps as the bucket says, in its own way (the
-threaded :class:`fyrehose.Client`, the gateways' gevent link, the load
-test's subscribers).
+the requester: :func:`paced` waits as the bucket says, with the driver's own
+sleep (``time.sleep`` in the threaded :class:`fyrehose.Client`,
+``gevent.sleep`` in the gateways' link and the load test's subscribers).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from fyrehose import codec
+from fyrehose.pacing import TokenBucket
 
 FORWARD_RATE = 50_000  # re-DELIVERs per second, by default
 FORWARD_BURST = 256  # re-DELIVERs sent at once before the rate applies
@@ -33,3 +35,17 @@ def deliveries(store: MessageStore, forward: codec.Forward) -> Iterator[bytes]:
     """The DELIVER datagrams that answer ``forward`` from ``store``, to send to ``(forward.addr, forward.port)``."""
     for seq, payload in store.held(forward.from_seq, forward.to_seq):
         yield codec.encode_deliver(seq, payload)
+
+
+def paced(datagrams: Iterable[bytes], bucket: TokenBucket, sleep: Callable[[float], object],
+          stopped: Callable[[], bool] = lambda: False) -> Iterator[bytes]:
+    """Each of ``datagrams`` once ``bucket`` has a token for it, waiting meanwhile with ``sleep``; none more once
+    ``stopped()`` (asked before each token is taken, so every token taken is a datagram handed out)."""
+    for datagram in datagrams:
+        if stopped():
+            return
+        delay = bucket.wait_time(time.monotonic())
+        while delay > 0:
+            sleep(delay)
+            delay = bucket.wait_time(time.monotonic())
+        yield datagram

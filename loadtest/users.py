@@ -23,7 +23,7 @@ from locust.env import Environment
 
 from fyrehose.addresses import parse_hostport, route_source
 from fyrehose.errors import BackboneUnreachable, MessagesLost, PublishTimeout
-from fyrehose.forwarding import FORWARD_BURST, FORWARD_RATE, deliveries
+from fyrehose.forwarding import FORWARD_BURST, FORWARD_RATE, deliveries, paced
 from fyrehose.loadtest.account import DeliveryAccount
 from fyrehose.loadtest.coordination import ProcessRun
 from fyrehose.loadtest.push_session import PushSession
@@ -339,11 +339,7 @@ class Subscriber(User):
         while True:
             forward = self.forwards.get()
             target = (forward.addr, forward.port)
-            for datagram in deliveries(self.session.journal, forward):
-                delay = bucket.wait_time(time.monotonic())
-                while delay > 0:
-                    gevent.sleep(delay)
-                    delay = bucket.wait_time(time.monotonic())
+            for datagram in paced(deliveries(self.session.journal, forward), bucket, gevent.sleep):
                 self._send(datagram, target)
             self.session.forward_done(forward)
 

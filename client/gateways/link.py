@@ -45,7 +45,7 @@ from fyrehose.addresses import Address, parse_hostport, resolve_ipv4, route_sour
 from fyrehose.connection import BackboneConnection, Incoming
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout
 from fyrehose.fatal import guarded
-from fyrehose.forwarding import FORWARD_BURST, FORWARD_RATE, MessageStore, deliveries
+from fyrehose.forwarding import FORWARD_BURST, FORWARD_RATE, MessageStore, deliveries, paced
 from fyrehose.group_socket import join_group
 from fyrehose.multicast import fallback_notice
 from fyrehose.pacing import TokenBucket
@@ -351,12 +351,8 @@ class BackboneLink:
             self.connection.forward_done(forward)
             self.stats["forwards"] += 1
             target = (forward.addr, forward.port)
-            for datagram in deliveries(held, forward):
-                delay = bucket.wait_time(time.monotonic())
-                while delay > 0:
-                    gevent.sleep(delay)
-                    delay = bucket.wait_time(time.monotonic())
-                if self._closed:
+            for datagram in paced(deliveries(held, forward), bucket, gevent.sleep, lambda: self._closed):
+                if self._closed:  # closed while it waited for the token: the socket may be gone
                     return
                 try:
                     self.sock.sendto(datagram, target)
