@@ -9,8 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from fyrehose.addresses import Address
-from fyrehose.codec import FLAG_BATCH, FLAG_MULTICAST, FLAG_NOJOURNAL, FLAG_NOSUBSCRIBE
+from fyrehose.protocol.codec import FLAG_BATCH, FLAG_MULTICAST, FLAG_NOJOURNAL, FLAG_NOSUBSCRIBE, Address
 
 CLIENT_LIFETIME = 5.0
 

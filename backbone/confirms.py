@@ -16,9 +16,9 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from fyrehose.addresses import Address
-from fyrehose.codec import Run
+from fyrehose.protocol.codec import Address, Run
 
 
 @dataclass(slots=True, eq=False)
@@ -81,6 +81,16 @@ class _SourceSpans:
                 span.end = low
                 self.add(span)
         return pieces
+
+
+class ConfirmMemory(Protocol):
+    """What the core asks of a memory of confirmed tags: this one, or the multi-process backbone's shared table."""
+
+    def lookup(self, source: Address, tag: int) -> int | None: ...
+
+    def known(self, source: Address, tags: Sequence[int]) -> bool: ...
+
+    def remember_runs(self, source: Address, runs: list[Run], now: float) -> None: ...
 
 
 class ConfirmCache:

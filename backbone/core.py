@@ -22,11 +22,8 @@ from array import array
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 
-from fyrehose import codec
-from fyrehose.addresses import Address
 from fyrehose.backbone.clients import ClientTable
-from fyrehose.backbone.confirm_table import SharedConfirmTable
-from fyrehose.backbone.confirms import ConfirmCache
+from fyrehose.backbone.confirms import ConfirmCache, ConfirmMemory
 from fyrehose.backbone.intake import AddressPolicy, KeepaliveIn, RequestIn, read_control
 from fyrehose.backbone.pushes import (
     LogEntry,
@@ -42,6 +39,8 @@ from fyrehose.backbone.ratelimit import SourceRateLimiter
 from fyrehose.backbone.recent_log import DEFAULT_BYTES, RecentLog
 from fyrehose.backbone.redelivery import BYTE_RATE, DATAGRAM_RATE, Redeliveries
 from fyrehose.backbone.sequence_counter import DEFAULT_BLOCK, SequenceCounter, SequenceExhausted
+from fyrehose.protocol import codec
+from fyrehose.protocol.codec import Address
 
 _SEQ_FIELD = struct.Struct(">HI")
 REPEAT_WINDOW = 2.0  # a REQUEST for the same hole again within this: the FORWARDed client did not answer
@@ -77,7 +76,7 @@ class Backbone:
         client_capacity: int = 65536,
         rng: random.Random | None = None,
         rate_limit: float = 0,
-        confirmed: ConfirmCache | SharedConfirmTable | None = None,
+        confirmed: ConfirmMemory | None = None,
         recent_bytes: int = DEFAULT_BYTES,
         redeliver_datagrams: float = DATAGRAM_RATE,
         redeliver_bytes: float = BYTE_RATE,
@@ -159,7 +158,7 @@ class Backbone:
             self.counters["forwards"] += 1
         if journaler is None or repeated:
             # only to a live subscriber: it gets these messages anyway, so a spoofed REQUEST from
-            # anyone else cannot make the backbone send more than it was sent (tests/test_abuse.py)
+            # anyone else cannot make the backbone send more than it was sent (tests/backbone/test_abuse.py)
             member = self.clients.get(requester)
             held = self.recent.first
             if member is not None and member.subscribes and member.expires > now and held is not None \

@@ -11,8 +11,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from fyrehose import codec
-from fyrehose.addresses import Address
+from fyrehose.protocol import codec
+from fyrehose.protocol.codec import Address
 
 
 @dataclass(frozen=True, slots=True)

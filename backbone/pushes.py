@@ -5,7 +5,7 @@ Python loop per frame where it can.  A datagram whose frames all have the same
 length (the common case of a publisher packing fixed-size messages) is
 validated and stamped with a handful of strided slice operations, which run in
 C; so are its tags read and its CONFIRMs written when it carries tags; any
-other datagram takes the frame-by-frame path of :func:`fyrehose.codec.scan`.
+other datagram takes the frame-by-frame path of :func:`fyrehose.protocol.codec.scan`.
 Both paths give byte-identical results.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from fyrehose import codec
+from fyrehose.protocol import codec
 
 _RUN = codec.MAX_DATAGRAM // codec.FRAME_HEADER + 1  # most frames one datagram can hold
 _DELIVER_RUN = bytes([codec.DELIVER]) * _RUN

@@ -21,8 +21,8 @@ import mmap
 from array import array
 from typing import NamedTuple
 
-from fyrehose import codec
 from fyrehose.backbone.pushes import LogEntry
+from fyrehose.protocol import codec
 
 DEFAULT_BYTES = 64 << 20
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from fyrehose import codec
-from fyrehose.addresses import Address
 from fyrehose.backbone.recent_log import RecentLog
+from fyrehose.protocol import codec
+from fyrehose.protocol.codec import Address
 
 DATAGRAM_RATE = 20_000.0  # datagrams/s to one requester
 BYTE_RATE = 200e6  # bytes/s to one requester: about 2.7 million 64-byte messages/s in full datagrams

@@ -7,13 +7,13 @@ again (numbers reserved but never issued are skipped).
 
 Once half a block is issued the next block is reserved, while the numbers
 issued are still covered by the reservation before: a driver persists it in
-the background (fyrehose.backbone.statefile.ReservationWriter) and the loop
+the background (fyrehose.backbone.host.statefile.ReservationWriter) and the loop
 that sends never waits for the disk, except for the very first reservation
 or when half a block goes out faster than one write.
 """
 from __future__ import annotations
 
-from fyrehose.codec import MAX_SEQUENCE
+from fyrehose.protocol.codec import MAX_SEQUENCE
 
 DEFAULT_BLOCK = 1 << 16
 

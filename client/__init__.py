@@ -1,5 +1,5 @@
 """fyrehose: a sequenced pub/sub backbone over UDP.  ``from fyrehose import Client`` is all a script needs."""
-from fyrehose.client import (
+from fyrehose.drivers.client import (
     BackboneUnreachable,
     Client,
     FyrehoseError,
@@ -7,8 +7,8 @@ from fyrehose.client import (
     PublishTimeout,
     Subscription,
 )
-from fyrehose.codec import MAX_PAYLOAD, PayloadTooLarge, ProtocolError
-from fyrehose.tracker import Lost, Message
+from fyrehose.protocol.codec import MAX_PAYLOAD, PayloadTooLarge, ProtocolError
+from fyrehose.protocol.tracker import Lost, Message
 
 __all__ = [
     "BackboneUnreachable",

@@ -1,6 +1,6 @@
 """``python -m fyrehose``: the same as the ``fyrehose`` command."""
 import sys
 
-from fyrehose.cli import main
+from fyrehose.commands.main import main
 
 sys.exit(main())

@@ -2,12 +2,12 @@
 
 They live apart from the client so that subscriptions, commands and callers can
 share them.  Every :class:`FyrehoseError` that reaches the command line is
-reported as one line and exit 1 (:mod:`fyrehose.cli`); an exception of any
+reported as one line and exit 1 (:mod:`fyrehose.commands.main`); an exception of any
 other class is a bug and is shown with its traceback.
 """
 from __future__ import annotations
 
-from fyrehose.tracker import Lost
+from fyrehose.protocol.tracker import Lost
 
 
 class FyrehoseError(Exception):

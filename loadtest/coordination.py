@@ -19,11 +19,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
-from fyrehose.durable import replace_atomically
 from fyrehose.loadtest.rates import RateSchedule
 from fyrehose.loadtest.results import judge, judge_all, summarize
 from fyrehose.loadtest.settings import LoadSettings
 from fyrehose.loadtest.tally import RunTally
+from fyrehose.runtime.durable import replace_atomically
 
 TALLY = "fyrehose:tally"
 TRUNCATE = "fyrehose:truncate"

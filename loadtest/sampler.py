@@ -20,9 +20,9 @@ from pathlib import Path
 
 import psutil
 
-from fyrehose.fatal import guarded
 from fyrehose.loadtest.prometheus import parse_samples
-from fyrehose.machine_cpu import process_cpu_seconds
+from fyrehose.runtime.fatal import guarded
+from fyrehose.runtime.machine_cpu import process_cpu_seconds
 
 SCRAPE_TIMEOUT = 2.0
 

@@ -30,7 +30,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from fyrehose.machine_cpu import busy_share
+from fyrehose.runtime.machine_cpu import busy_share
 
 SATURATED = 0.8  # share of one core from which a process is the limit
 HOST_SATURATED = 0.85  # share of all the host's CPU time from which its cores are the limit

@@ -11,13 +11,13 @@ import argparse
 import math
 from dataclasses import dataclass, field, fields
 
-from fyrehose.addresses import parse_hostport
-from fyrehose.argtypes import duration as duration_type
-from fyrehose.client import MAX_PUBLISH_TIMEOUT
-from fyrehose.codec import FRAME_HEADER, MAX_DATAGRAM, MAX_PAYLOAD
 from fyrehose.errors import InputError
 from fyrehose.loadtest.rates import SHAPES, RateSchedule, build_schedule
 from fyrehose.loadtest.stamp import MIN_SIZE
+from fyrehose.net.addresses import parse_hostport
+from fyrehose.protocol.codec import FRAME_HEADER, MAX_DATAGRAM, MAX_PAYLOAD
+from fyrehose.protocol.publishing import MAX_PUBLISH_TIMEOUT
+from fyrehose.runtime.argtypes import duration as duration_type
 
 PREFIX = "fyrehose-"
 

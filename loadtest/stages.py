@@ -1,7 +1,7 @@
 """CPU per message of the load test's pure sessions, stage by stage, offline: what the generator costs before sockets.
 
 ``python -m fyrehose.loadtest.stages [--batch 500] [--payload 64] [--requests 400] [--json PATH]``
-drives one :class:`PushSession` and one :class:`SubscriberSession` against the
+drives one :class:`ConfirmedPublisher` and one :class:`MeasuringSubscriber` against the
 pure backbone core (no sockets, no Locust, no gevent) and times, with the
 process's CPU clock, each stage over ``--requests`` requests of ``--batch``
 messages:
@@ -27,12 +27,12 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from fyrehose import codec
 from fyrehose.backbone.core import Backbone
 from fyrehose.loadtest.account import DeliveryAccount
-from fyrehose.loadtest.push_session import PushSession
-from fyrehose.loadtest.session import SubscriberSession
+from fyrehose.loadtest.confirmed_publisher import ConfirmedPublisher
+from fyrehose.loadtest.measuring_subscriber import MeasuringSubscriber
 from fyrehose.loadtest.stamp import stamp
+from fyrehose.protocol import codec
 
 BACKBONE = ("127.0.0.1", 2323)
 PUBLISHER = ("127.0.0.1", 40001)
@@ -43,8 +43,8 @@ STAGES = ("publish", "confirm", "deliver", "backbone")
 def measure(batch: int, payload: int, requests: int) -> dict:
     """µs of CPU per message of each stage over ``requests`` requests of ``batch`` messages."""
     backbone = Backbone(recent_bytes=0)
-    publisher = PushSession(BACKBONE, timeout=60.0)
-    subscriber = SubscriberSession(BACKBONE, DeliveryAccount(lambda published: 0), give_up_after=60.0)
+    publisher = ConfirmedPublisher(BACKBONE, timeout=60.0)
+    subscriber = MeasuringSubscriber(BACKBONE, DeliveryAccount(lambda published: 0), give_up_after=60.0)
     spent = dict.fromkeys(STAGES, 0.0)
     cpu = time.process_time
     now = 1000.0

@@ -11,8 +11,8 @@ import sys
 from array import array
 from itertools import groupby
 
-from fyrehose import codec
-from fyrehose.frame_run import FrameRun
+from fyrehose.protocol import codec
+from fyrehose.protocol.frame_run import FrameRun
 
 MARKER = b"FHLT"
 _STAMP = struct.Struct(">4sQ")

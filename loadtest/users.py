@@ -1,6 +1,6 @@
 """The Locust users: thin gevent drivers around the fyrehose client and the measuring subscriber session.
 
-Both drive pure sessions (:class:`PushSession`, :class:`SubscriberSession`)
+Both drive pure sessions (:class:`ConfirmedPublisher`, :class:`MeasuringSubscriber`)
 over non-blocking sockets; every wait is a gevent wait on the process's one
 loop, and no thread is started.
 Both classes get the process's :class:`ProcessRun` as the class attribute
@@ -21,20 +21,20 @@ from gevent.socket import wait_read, wait_write
 from locust import User, task
 from locust.env import Environment
 
-from fyrehose.addresses import parse_hostport, route_source
 from fyrehose.errors import BackboneUnreachable, MessagesLost, PublishTimeout
-from fyrehose.forwarding import FORWARD_BURST, FORWARD_RATE, deliveries, paced
 from fyrehose.loadtest.account import DeliveryAccount
+from fyrehose.loadtest.confirmed_publisher import ConfirmedPublisher
 from fyrehose.loadtest.coordination import ProcessRun
-from fyrehose.loadtest.push_session import PushSession
+from fyrehose.loadtest.measuring_subscriber import Delivery, MeasuringSubscriber
 from fyrehose.loadtest.rates import Pacer
-from fyrehose.loadtest.session import Delivery, SubscriberSession
 from fyrehose.loadtest.stamp import stamp
 from fyrehose.loadtest.tally import RunTally
-from fyrehose.pacing import TokenBucket
-from fyrehose.publishing import Finished
-from fyrehose.sockets import enlarge_buffers
-from fyrehose.tracker import Lost
+from fyrehose.net.addresses import parse_hostport, route_source
+from fyrehose.net.sockets import enlarge_buffers
+from fyrehose.protocol.forwarding import FORWARD_BURST, FORWARD_RATE, deliveries, paced
+from fyrehose.protocol.pacing import TokenBucket
+from fyrehose.protocol.publishing import Finished
+from fyrehose.protocol.tracker import Lost
 
 PUSH = "PUSH"
 DELIVER = "DELIVER"
@@ -127,7 +127,7 @@ class Request:
 
 
 class PushChannel:
-    """The Locust process's one socket and :class:`PushSession`, driven by one greenlet.
+    """The Locust process's one socket and :class:`ConfirmedPublisher`, driven by one greenlet.
 
     The greenlet reports each request when its last CONFIRM comes (or its
     timeout passes): a publishing user goes on to pace its next request at
@@ -147,7 +147,7 @@ class PushChannel:
         self.backbone = backbone
         self.environment = environment
         self.name = name
-        self.session = PushSession(backbone, timeout=timeout)
+        self.session = ConfirmedPublisher(backbone, timeout=timeout)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         enlarge_buffers(self.sock, SOCKET_BUFFER)
         self.sock.bind((route_source(backbone), 0))
@@ -245,7 +245,7 @@ class Subscriber(User):
     def on_start(self) -> None:
         settings = self.load.settings
         self.backbone = parse_hostport(settings.backbone)
-        self.session = SubscriberSession(self.backbone, DeliveryAccount(self.load.phase_of_ns),
+        self.session = MeasuringSubscriber(self.backbone, DeliveryAccount(self.load.phase_of_ns),
                                          give_up_after=max(settings.drain, 0.5))
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         enlarge_buffers(self.sock, SOCKET_BUFFER, (socket.SO_RCVBUF,))
@@ -339,7 +339,7 @@ class Subscriber(User):
         while True:
             forward = self.forwards.get()
             target = (forward.addr, forward.port)
-            for datagram in paced(deliveries(self.session.journal, forward), bucket, gevent.sleep):
+            for datagram in paced(deliveries(self.session.journal, forward), bucket, gevent.sleep, time.monotonic):
                 self._send(datagram, target)
             self.session.forward_done(forward)
 

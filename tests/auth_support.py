@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import socket
 
-from fyrehose import codec
-from fyrehose.auth import AuthDatabase, Authenticator, Credentials
-from fyrehose.envelope import Envelope, decode, encode
-from fyrehose.sessions import LocalSession
+from fyrehose.protocol import codec
+from fyrehose.subjects.auth import AuthDatabase, Authenticator, Credentials
+from fyrehose.subjects.envelope import Envelope, decode, encode
+from fyrehose.subjects.session_table import LocalSession
 
 from support import take_until
 

@@ -1,9 +1,18 @@
 """Fixtures that start real backbones on loopback and always stop them by PID."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from fyrehose.runtime.readiness import PORT_RANGE_VARIABLE
+
 from support import BackboneProcess, JournalProcess
+
+# Each test worker (pytest-xdist runs several side by side) hands out loopback ports from a range of its own, below
+# the kernel's ephemeral ports, so no two workers' tests ever pick the same port.
+_worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+os.environ[PORT_RANGE_VARIABLE] = f"{12000 + 2000 * _worker}-{14000 + 2000 * _worker}"
 
 # The gateway fixtures (module_backbone, gateways) for every gateway test module.
 pytest_plugins = ["gateway_support"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fyrehose.process import ChildProcess
+from fyrehose.runtime.process import ChildProcess
 from fyrehose.tools.fuzz.subscribers import raw_subscriber  # noqa: F401 - the gateway tests import it from here
 
 from support import FYREHOSE, LOOPBACK, BackboneProcess

@@ -14,11 +14,11 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fyrehose import codec
-from fyrehose.addresses import Address
 from fyrehose.backbone.core import Backbone
-from fyrehose.connection import BackboneConnection
-from fyrehose.tracker import Event, Lost, Message
+from fyrehose.protocol import codec
+from fyrehose.protocol.codec import Address
+from fyrehose.protocol.connection import BackboneConnection
+from fyrehose.protocol.tracker import Event, Lost, Message
 
 BACKBONE: Address = ("127.0.0.1", 2323)
 Rule = Callable[[bytes, Address, Address], bool]  # (datagram, source, destination) -> applies

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import psutil
 
-from fyrehose import readiness
 from fyrehose.loadtest.prometheus import parse_samples
-from fyrehose.pacing import TokenBucket
-from fyrehose.process import ChildProcess, wait_until
-from fyrehose.readiness import READY_LINE
+from fyrehose.protocol.pacing import TokenBucket
+from fyrehose.runtime import readiness
+from fyrehose.runtime.process import ChildProcess, wait_until
+from fyrehose.runtime.readiness import READY_LINE
 
 LOOPBACK = "127.0.0.1"
-FYREHOSE = [sys.executable, "-m", "fyrehose.cli"]
+FYREHOSE = [sys.executable, "-m", "fyrehose.commands.main"]
 
 
 def free_port(kind: int = socket.SOCK_DGRAM) -> int:

@@ -35,5 +35,5 @@ def test_every_package_folder_is_listed_in_setup_cfg():
 
 def test_console_script_and_import_name():
     config = _config()
-    assert "fyrehose = fyrehose.cli:main" in config["options.entry_points"]["console_scripts"]
+    assert "fyrehose = fyrehose.commands.main:main" in config["options.entry_points"]["console_scripts"]
     assert config["metadata"]["name"] == "fyrehose"

@@ -28,14 +28,14 @@ Requests: ``_SNAP.<subject>`` and ``_SUB.START.<subject>`` with a reply
 subject under ``_INBOX.`` are answered there with type ``initial`` and the
 record's status and value, or with ``not_found`` and no data (type ``snap``
 for a snapshot, ``initial`` for a start).  A snapshot whose data asks for it
-(:mod:`fyrehose.snapshots`) also gets the record's sequence: that of the
+(:mod:`fyrehose.subjects.snapshots`) also gets the record's sequence: that of the
 last message the record took in (the update, initial, verify or transient
 that last set it, the last of conflated updates, or the relocation that moved
 it), given with each envelope to :meth:`Cache.receive` by the driver, which
 reads the stream in order.  :meth:`Cache.lost` turns records stale without a
 message, so it leaves their sequences as they were.  ``_SUB.START`` with a
 session also registers the subscription in the
-:class:`~fyrehose.sessions.SessionTable`; ``_SUB.STOP`` and ``_SESSION.BYE``
+:class:`~fyrehose.subjects.session_table.SessionTable`; ``_SUB.STOP`` and ``_SESSION.BYE``
 end it, as does the end of the session's heartbeats.  Subjects whose first token starts with ``_`` are never cached.
 
 Pending updates: most of a busy stream is plain updates (type ``update``, a
@@ -69,11 +69,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import repeat
 
-from fyrehose import envelope as envelopes
 from fyrehose.cache.merge import merge, merge_many
-from fyrehose.codec import MAX_PAYLOAD
-from fyrehose.envelope import Envelope, EnvelopeError, MsgType, Status, check_subject, encode
-from fyrehose.sessions import (
+from fyrehose.protocol.codec import MAX_PAYLOAD
+from fyrehose.subjects import envelope as envelopes
+from fyrehose.subjects.envelope import Envelope, EnvelopeError, MsgType, Status, check_subject, encode
+from fyrehose.subjects.session_table import (
     BYE,
     HEARTBEAT,
     HELLO,
@@ -86,7 +86,7 @@ from fyrehose.sessions import (
     StartOptions,
     stop_wants_ack,
 )
-from fyrehose.snapshots import sequence_headers, wants_sequence
+from fyrehose.subjects.snapshots import sequence_headers, wants_sequence
 
 STICKY = frozenset({Status.STALE, Status.FEED_DOWN, Status.TEMP_UNAVAIL, Status.BAD_ACCESS, Status.BAD_NAME,
                     Status.PERM_DENIED})

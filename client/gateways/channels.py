@@ -2,7 +2,7 @@
 
 Redis channels and Marlin channels are arbitrary byte strings; backbone
 subjects are dot-separated UTF-8 tokens without whitespace or wildcards
-(:func:`fyrehose.envelope.check_subject`).  A channel that already is a valid
+(:func:`fyrehose.subjects.envelope.check_subject`).  A channel that already is a valid
 literal subject travels as-is, so ``news.sports`` or ``user:42:events`` mean
 the same thing to Redis, NATS and Marlin clients.  Every other channel
 (whitespace, ``*``/``>``, empty tokens, bytes that are not UTF-8) travels as
@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from fyrehose.envelope import MAX_SUBJECT, EnvelopeError, check_subject
+from fyrehose.subjects.envelope import MAX_SUBJECT, EnvelopeError, check_subject
 
 ENCODED_PREFIX = "_CHAN."
 _ENCODED_PREFIX_BYTES = ENCODED_PREFIX.encode()

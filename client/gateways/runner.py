@@ -18,35 +18,36 @@ from collections.abc import Callable
 import gevent
 from gevent.event import Event
 
-from fyrehose.addresses import Address, parse_hostport
-from fyrehose.auth_options import credentials_from
-from fyrehose.gateways.bridge import Bridge, Route, Wants
-from fyrehose.gateways.tcp import Connection, GatewayServer, Session
+from fyrehose.gateways.hub import GatewayHub, Route, Wants
+from fyrehose.gateways.tcp import ClientConnection, GatewayServer, TcpClient
 from fyrehose.gateways.workers import reuse_port_listener, run_workers
-from fyrehose.readiness import announce_ready
+from fyrehose.net.addresses import parse_hostport
+from fyrehose.protocol.codec import Address
+from fyrehose.runtime.credentials import credentials_from
+from fyrehose.runtime.readiness import announce_ready
 
 log = logging.getLogger("fyrehose.gateway")
 
 ORPHAN_POLL = 0.5  # seconds between a worker's looks at whether its supervisor still runs
 
-SessionMaker = Callable[[Connection, Bridge], Session]
+ConnectionMaker = Callable[[TcpClient, GatewayHub], ClientConnection]
 
 
 def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,
-                make_session: SessionMaker, wants: Wants | None = None, *,
+                make_session: ConnectionMaker, wants: Wants | None = None, *,
                 ssl_context: ssl.SSLContext | None = None, refusal: bytes = b"") -> int:
     """Serve until SIGTERM or SIGINT; print the listening address once ready.
 
     ``ssl_context``: TLS clients; ``refusal``: what a client beyond ``--max-clients`` is told before it is
     closed.
     """
-    if getattr(args, "workers", 1) > 1:  # kinds without --workers (command.WORKER_KINDS) run as one process
+    if getattr(args, "workers", 1) > 1:  # kinds without --workers (workers.WORKER_KINDS) run as one process
         return run_workers(args, kind)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s fyrehose {kind} gateway: %(message)s")
     host, port = parse_hostport(args.listen)
     listen: Address | socket.socket = reuse_port_listener(host, port) if getattr(args, "reuse_port", False) else (host, port)
-    bridge = Bridge(args.backbone, route, stats=stats, publish_timeout=args.publish_timeout,
+    bridge = GatewayHub(args.backbone, route, stats=stats, publish_timeout=args.publish_timeout,
                     credentials=credentials_from(args), session_interval=args.session_interval,
                     bind=args.bind, wants=wants, multicast=args.multicast)
     try:

@@ -1,9 +1,9 @@
 """Whether one backbone message can carry what a gateway client publishes."""
 from __future__ import annotations
 
-from fyrehose import envelope
-from fyrehose.codec import MAX_PAYLOAD, PayloadTooLarge
-from fyrehose.envelope import Envelope
+from fyrehose.protocol.codec import MAX_PAYLOAD, PayloadTooLarge
+from fyrehose.subjects import envelope
+from fyrehose.subjects.envelope import Envelope
 
 
 def checked(message: Envelope) -> Envelope:

@@ -2,7 +2,7 @@
 
 A gateway serves many TCP clients from one ordered backbone stream, so one
 client that stops reading must not hold up the others or make the gateway's
-memory grow.  Output therefore goes through :meth:`Connection.send`, which
+memory grow.  Output therefore goes through :meth:`TcpClient.send`, which
 only queues (it never blocks the fan-out) up to ``max_pending`` bytes; a
 client that falls further behind is disconnected as a slow consumer, with
 the protocol's own last words when they can still be delivered intact, and
@@ -30,7 +30,7 @@ No single client can take the gateway from the others:
   protocol's own refusal (``refusal``) and closed, instead of waiting in the
   listen backlog where it would hang.
 - *Deadlines*: a session may ask to be woken without input
-  (:meth:`Session.wake_at`), for handshake deadlines, idle timeouts and
+  (:meth:`ClientConnection.wake_at`), for handshake deadlines, idle timeouts and
   keepalive PINGs; the reader waits for input only until then.
 """
 from __future__ import annotations
@@ -47,8 +47,8 @@ import gevent
 from gevent.event import Event
 from gevent.server import StreamServer
 
-from fyrehose.addresses import Address
 from fyrehose.gateways.budget import InputBudget
+from fyrehose.protocol.codec import Address
 
 log = logging.getLogger("fyrehose.gateway")
 
@@ -58,7 +58,7 @@ TLS_HANDSHAKE_TIMEOUT = 10.0  # seconds a client gets to complete the TLS handsh
 REFUSAL_TIMEOUT = 1.0  # seconds a refused connection's last words may take to be written
 
 
-class Session(Protocol):
+class ClientConnection(Protocol):
     """What a gateway keeps per client: the protocol state and its subscriptions."""
 
     def receive(self, data: bytes) -> None:
@@ -86,7 +86,7 @@ class OutputBudget:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.used = 0
-        self.connections: dict[Connection, None] = {}
+        self.connections: dict[TcpClient, None] = {}
 
     def claim(self, size: int) -> None:
         self.used += size
@@ -97,7 +97,7 @@ class OutputBudget:
             furthest.slow_consumer(f"the gateway's output budget of {self.limit} bytes is spent")
 
 
-class Connection:
+class TcpClient:
     """One client's socket with a bounded output queue, written by its own greenlet."""
 
     def __init__(self, sock: socket.socket, peer: Address, max_pending: int, stats: Counter,
@@ -106,7 +106,7 @@ class Connection:
         self.peer = f"{peer[0]}:{peer[1]}"
         self.max_pending = max_pending
         self.stats = stats
-        self.session: Session | None = None
+        self.session: ClientConnection | None = None
         self.budget = budget if budget is not None else OutputBudget(1 << 62)
         self.budget.connections[self] = None
         self.last_input = time.monotonic()  # when the client last sent anything
@@ -210,13 +210,13 @@ class Connection:
         self.sock.close()
 
 
-SessionFactory = Callable[[Connection], Session]
+ConnectionFactory = Callable[[TcpClient], ClientConnection]
 
 
 class GatewayServer:
     """Accepts clients on ``listen`` and runs one session per client, at most ``max_clients`` at once."""
 
-    def __init__(self, listen: Address | socket.socket, make_session: SessionFactory, *, max_pending: int,
+    def __init__(self, listen: Address | socket.socket, make_session: ConnectionFactory, *, max_pending: int,
                  max_clients: int, stats: Counter, ssl_context: ssl.SSLContext | None = None,
                  max_output: int = 1 << 62, max_input: int = 1 << 62, refusal: bytes = b"") -> None:
         self.make_session = make_session
@@ -279,7 +279,7 @@ class GatewayServer:
                 self.stats["tls handshake failures"] += 1
                 log.info("%s:%s: TLS handshake failed: %s", peer[0], peer[1], exc)
                 return
-        connection = Connection(sock, peer, self.max_pending, self.stats, self.budget)
+        connection = TcpClient(sock, peer, self.max_pending, self.stats, self.budget)
         self.stats["connections"] += 1
         session = None
         claimed = 0  # bytes of self.input_budget this client's unfinished input holds

@@ -29,10 +29,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from fyrehose.addresses import parse_hostport
 from fyrehose.errors import CommandFailed
-from fyrehose.process import FYREHOSE, ChildProcess
-from fyrehose.readiness import READY_LINE, announce_ready
+from fyrehose.net.addresses import parse_hostport
+from fyrehose.runtime.process import FYREHOSE, ChildProcess
+from fyrehose.runtime.readiness import READY_LINE, announce_ready
+
+# Kinds served by the common gevent runner, which can run as several processes on one port.
+WORKER_KINDS = ("redis", "nats", "marlin")
 
 log = logging.getLogger("fyrehose.gateway")
 

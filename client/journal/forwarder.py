@@ -22,10 +22,10 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 
-from fyrehose import codec
-from fyrehose.addresses import Address
 from fyrehose.journal.segment import Block, cut_frames
-from fyrehose.pacing import TokenBucket
+from fyrehose.protocol import codec
+from fyrehose.protocol.codec import Address
+from fyrehose.protocol.pacing import TokenBucket
 
 BURST_DATAGRAM = 1 << 10  # tokens a requester may spend at once: about one full datagram of small frames
 BURST_SHARE = 20  # and at most a twentieth of a second's worth at its rate (at least MIN_BURST)

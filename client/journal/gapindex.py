@@ -16,9 +16,9 @@ from pathlib import Path
 
 import orjson
 
-from fyrehose.codec import MAX_SEQUENCE
-from fyrehose.durable import fsync_directory
 from fyrehose.errors import InputError
+from fyrehose.protocol.codec import MAX_SEQUENCE
+from fyrehose.runtime.durable import fsync_directory
 
 FILE_NAME = "gaps.jsonl"
 

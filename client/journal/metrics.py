@@ -1,6 +1,6 @@
 """The running journal's Prometheus metrics: lag, write rate, fsync latency, losses, FORWARD service.
 
-Served with the backbone's exposition code (:mod:`fyrehose.backbone.metrics`);
+Served with the backbone's exposition code (:mod:`fyrehose.runtime.metrics`);
 this module only says what the journal counts.  Every figure is read from
 what the recording path keeps anyway, so a scrape costs the journal nothing.
 """
@@ -10,9 +10,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from fyrehose.backbone.metrics import Metric
 from fyrehose.journal.lag import Lag
 from fyrehose.journal.store import FsyncTimes
+from fyrehose.runtime.metrics import Metric
 
 
 class JournalMetrics:

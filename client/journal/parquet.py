@@ -23,9 +23,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fyrehose.durable import fsync_directory, move_into_place
-from fyrehose.envelope import peek_subject
 from fyrehose.journal.segment import Record
+from fyrehose.runtime.durable import fsync_directory, move_into_place
+from fyrehose.subjects.envelope import peek_subject
 
 SCHEMA = pa.schema([
     pa.field("seq", pa.int64(), nullable=False),

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fyrehose.codec import encode_deliver
 from fyrehose.journal.segment import (
     FILE_HEADER,
     FORMAT_BLOCKS,
@@ -33,6 +32,7 @@ from fyrehose.journal.segment import (
     summary_name,
 )
 from fyrehose.journal.summary import SegmentSummary, SummaryBuilder, decode_summary
+from fyrehose.protocol.codec import encode_deliver
 
 FIRST_CHUNK = 64 << 10  # a FORWARD of a few sequences reads little; the chunks double up to READ_CHUNK
 READ_CHUNK = 1 << 20

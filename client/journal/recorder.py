@@ -3,7 +3,7 @@
 The receive loop does per-datagram work only.  A BATCH datagram from the
 backbone that continues the stream (the usual case) is checked with a few
 strided comparisons and handed on whole, as a
-:class:`~fyrehose.frame_run.FrameRun` (``BackboneConnection(whole_datagrams=
+:class:`~fyrehose.protocol.frame_run.FrameRun` (``BackboneConnection(whole_datagrams=
 True)``); only while a hole is open, or for datagrams of mixed frame sizes,
 does the connection's tracker order messages one by one.  The writer thread
 takes everything waiting in the ring at once and appends it to the segment
@@ -23,17 +23,18 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 
-from fyrehose import codec
-from fyrehose.addresses import Address, route_source
-from fyrehose.connection import BackboneConnection, Incoming
 from fyrehose.errors import BackboneUnreachable
-from fyrehose.frame_run import FrameRun
-from fyrehose.group_socket import join_group
 from fyrehose.journal.lag import Lag, LagClock
 from fyrehose.journal.store import JournalStore
-from fyrehose.multicast import fallback_notice
-from fyrehose.sockets import enlarge_buffers
-from fyrehose.tracker import Event, Lost
+from fyrehose.net.addresses import route_source
+from fyrehose.net.group_socket import join_group
+from fyrehose.net.sockets import enlarge_buffers
+from fyrehose.protocol import codec
+from fyrehose.protocol.codec import Address
+from fyrehose.protocol.connection import BackboneConnection, Incoming
+from fyrehose.protocol.frame_run import FrameRun
+from fyrehose.protocol.multicast import fallback_notice
+from fyrehose.protocol.tracker import Event, Lost
 
 RECEIVE_BUFFER = 64 << 20  # what arrives while the writer catches up waits here
 RING_BYTES = 256 << 20

@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from fyrehose.envelope import peek_subject
 from fyrehose.journal.gapindex import FILE_NAME as GAPS_FILE
 from fyrehose.journal.gapindex import parse_gaps, utc_iso
 from fyrehose.journal.reader import FileScan, SegmentFile, list_segments, read_range, scan_segment
 from fyrehose.journal.segment import Record
 from fyrehose.journal.summary import SegmentSummary
+from fyrehose.subjects.envelope import peek_subject
 
 MAX_GAP_LINES = 20
 

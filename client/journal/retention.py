@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fyrehose.argtypes import duration
+from fyrehose.runtime.argtypes import duration
 
 _DURATION_UNITS = {"s": 1, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SIZE_UNITS = {
@@ -59,7 +59,7 @@ def parse_quantity(text: str) -> tuple[str, float]:
 
     Durations are written as every duration option takes them (plain seconds
     ``15``, or ``15s``, ``1m30s``, ``12h``, ``7d``, ``500ms``: see
-    :func:`fyrehose.argtypes.duration`), or with the units min and w.  Sizes
+    :func:`fyrehose.runtime.argtypes.duration`), or with the units min and w.  Sizes
     take B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of
     1024), in any letter case.  A bare "m" is minutes (``5m``), as in every
     duration option; megabytes are MB or MiB.

@@ -20,9 +20,9 @@ import struct
 import zlib
 from typing import NamedTuple
 
-from fyrehose import codec
-from fyrehose.codec import MAX_PAYLOAD, MAX_SEQUENCE
 from fyrehose.errors import InputError
+from fyrehose.protocol import codec
+from fyrehose.protocol.codec import MAX_PAYLOAD, MAX_SEQUENCE
 
 HEADER = struct.Struct(">QqI")
 CHECKSUM = struct.Struct(">I")

@@ -19,17 +19,17 @@ import threading
 import time
 from typing import TextIO
 
-from fyrehose.addresses import Address
 from fyrehose.errors import CommandFailed
-from fyrehose.fatal import guarded
 from fyrehose.journal.export_worker import ExportWorker
 from fyrehose.journal.forwarder import Forwarder
 from fyrehose.journal.lag import Lag, LagWarning
 from fyrehose.journal.recorder import Recorder
 from fyrehose.journal.retention import Retention
 from fyrehose.journal.store import JournalStore, SealedSegment
-from fyrehose.readiness import announce_ready
-from fyrehose.tracker import Lost
+from fyrehose.protocol.codec import Address
+from fyrehose.protocol.tracker import Lost
+from fyrehose.runtime.fatal import guarded
+from fyrehose.runtime.readiness import announce_ready
 
 KEEP_ALL = Retention()  # no age or size limit
 RETENTION_EVERY = 30.0  # seconds between retention checks besides the one after each export
@@ -119,8 +119,8 @@ class JournalService:
             self.forwarded = recorder.stats["forwarded"]
 
     def _serve_metrics(self, recorder: Recorder):  # noqa: ANN202 (the server type comes with a lazy import)
-        from fyrehose.backbone.metrics import MetricsServer
         from fyrehose.journal.metrics import JournalMetrics
+        from fyrehose.runtime.metrics import MetricsServer
 
         tracker = recorder.connection.tracker
         metrics = JournalMetrics(lambda: recorder.current_lag, self.store.stats, recorder.stats,

@@ -26,17 +26,17 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fyrehose.codec import encode_deliver
-from fyrehose.durable import DirectoryInUse, DirectoryLock, fsync_directory, replace_atomically
 from fyrehose.errors import CommandFailed
-from fyrehose.frame_run import FrameRun
 from fyrehose.journal.gapindex import Gap, GapIndex, utc_iso
 from fyrehose.journal.reader import SEGMENTS_DIR, FileScan, list_segments, read_frames, read_range, scan_segment
 from fyrehose.journal.retention import Retention, SegmentState, expired_segments
 from fyrehose.journal.segment import FORMAT_BLOCKS, MAX_FRAMES, Block, Record, block_size, summary_name
 from fyrehose.journal.summary import SegmentSummary, encode_summary
 from fyrehose.journal.writer import ActiveSegment
-from fyrehose.tracker import Event, Lost, Message
+from fyrehose.protocol.codec import encode_deliver
+from fyrehose.protocol.frame_run import FrameRun
+from fyrehose.protocol.tracker import Event, Lost, Message
+from fyrehose.runtime.durable import DirectoryInUse, DirectoryLock, fsync_directory, replace_atomically
 
 FSYNC_MODES = ("always", "interval", "never")
 LOCK_NAME = "lock"
@@ -245,7 +245,7 @@ class JournalStore:
     def write(self, events: Iterable[Event | FrameRun]) -> list[Gap]:
         """Append a subscription's ordered events, or whole datagrams in order; the gaps recorded on the way.
 
-        A :class:`~fyrehose.frame_run.FrameRun` (a DELIVER datagram that
+        A :class:`~fyrehose.protocol.frame_run.FrameRun` (a DELIVER datagram that
         continued the stream) is stored as it arrived, one block; consecutive
         messages are packed into blocks.  A :class:`Lost` range goes to the gap
         index, after the blocks before it are fsynced, so no crash can leave a

@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fyrehose.durable import fsync_directory, replace_atomically, write_all
 from fyrehose.journal.segment import FILE_HEADER, FORMAT_BLOCKS, Block, block_parts, log_name, summary_name
 from fyrehose.journal.summary import SegmentSummary, SummaryBuilder, encode_summary
+from fyrehose.runtime.durable import fsync_directory, replace_atomically, write_all
 
 
 class ActiveSegment:

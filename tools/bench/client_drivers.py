@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from fyrehose.addresses import Address
+from fyrehose.protocol.codec import Address
 from fyrehose.tools.bench.loadgen import _await_start, _describe, _leave_interrupts_to_the_orchestrator
 from fyrehose.tools.bench.targets import FYREHOSE, NATS, REDIS
 
@@ -64,7 +64,7 @@ def _fyrehose_publish(spec: ClientSpec, ready: Callable[[], None]) -> None:
 
 def _fyrehose_subscribe(spec: ClientSpec, ready: Callable[[], None]) -> Iterated:
     from fyrehose import Client
-    from fyrehose.tracker import Lost
+    from fyrehose.protocol.tracker import Lost
 
     received = lost = 0
     with Client(spec.address) as client:

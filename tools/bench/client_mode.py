@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from fyrehose.machine_cpu import process_cpu_seconds
+from fyrehose.runtime.machine_cpu import process_cpu_seconds
 from fyrehose.tools.bench import stats
 from fyrehose.tools.bench.client_drivers import ClientSpec, publisher_main, subscriber_main
 from fyrehose.tools.bench.orchestra import _Child

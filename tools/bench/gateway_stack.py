@@ -16,8 +16,8 @@ from pathlib import Path
 
 import psutil
 
-from fyrehose.process import ChildProcess
-from fyrehose.readiness import free_port
+from fyrehose.runtime.process import ChildProcess
+from fyrehose.runtime.readiness import free_port
 from fyrehose.tools.bench.servers import LOOPBACK, START_TIMEOUT, STOP_TIMEOUT, ServerProcess
 from fyrehose.tools.bench.targets import BenchError, Target
 
@@ -28,12 +28,12 @@ class GatewayStack(ServerProcess):
     def __init__(self, target: Target, workdir: Path) -> None:
         backbone = f"{LOOPBACK}:{free_port(socket.SOCK_DGRAM)}"
         port = free_port(socket.SOCK_STREAM)
-        command = [sys.executable, "-m", "fyrehose.cli", "gateway", target.gateway, "--listen", f"{LOOPBACK}:{port}",
+        command = [sys.executable, "-m", "fyrehose.commands.main", "gateway", target.gateway, "--listen", f"{LOOPBACK}:{port}",
                    "--backbone", backbone, "--max-clients", "4096", "--max-pending", str(1 << 30)]
         if target.gateway_workers > 1:
             command += ["--workers", str(target.gateway_workers)]
         super().__init__(target, command, (LOOPBACK, port), workdir)
-        self.backbone_command = [sys.executable, "-m", "fyrehose.cli", "backbone", "--listen", backbone,
+        self.backbone_command = [sys.executable, "-m", "fyrehose.commands.main", "backbone", "--listen", backbone,
                                  "--workers", "0", "--state-dir", str(workdir / "state")]
         self.backbone: ChildProcess | None = None
 

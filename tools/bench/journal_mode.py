@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import TextIO
 
 from fyrehose.loadtest.prometheus import parse_samples
-from fyrehose.process import FYREHOSE, ChildProcess
-from fyrehose.readiness import LOOPBACK, free_port
+from fyrehose.runtime.process import FYREHOSE, ChildProcess
+from fyrehose.runtime.readiness import LOOPBACK, free_port
 from fyrehose.tools.bench import stats
 from fyrehose.tools.bench.loadgen import LoadSpec, publisher_main, subscriber_main
 from fyrehose.tools.bench.orchestra import _Child

@@ -23,11 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from fyrehose import codec
-from fyrehose.addresses import Address
-from fyrehose.backbone.udp import SOCKET_BUFFER
-from fyrehose.connection import BackboneConnection
-from fyrehose.sockets import enlarge_buffers
+from fyrehose.backbone.host.udp import SOCKET_BUFFER
+from fyrehose.net.sockets import enlarge_buffers
+from fyrehose.protocol import codec
+from fyrehose.protocol.codec import Address
+from fyrehose.protocol.connection import BackboneConnection
 from fyrehose.tools.bench import wire
 from fyrehose.tools.bench.offer_schedule import OfferSchedule
 from fyrehose.tools.bench.recovery import HoleRecovery

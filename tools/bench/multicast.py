@@ -37,10 +37,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
-from fyrehose import codec
-from fyrehose.backbone.supervisor import auto_workers
-from fyrehose.connection import BackboneConnection
-from fyrehose.group_socket import join_group
+from fyrehose.backbone.multiprocess.supervisor import auto_workers
+from fyrehose.net.group_socket import join_group
+from fyrehose.protocol import codec
+from fyrehose.protocol.connection import BackboneConnection
 from fyrehose.tools.bench import report, scaling
 from fyrehose.tools.bench.loadgen import (
     KEEPALIVE_INTERVAL,
@@ -250,7 +250,7 @@ def _in_own_namespace(args: argparse.Namespace) -> int:
     _ip("netns", "add", name)
     try:
         _ip("-n", name, "link", "set", "lo", "up")
-        inner = [sys.executable, "-m", "fyrehose.cli", "bench", "--multicast", "--payload", str(args.payload),
+        inner = [sys.executable, "-m", "fyrehose.commands.main", "bench", "--multicast", "--payload", str(args.payload),
                  "--duration", str(args.duration), "--rounds", str(args.rounds), "--grace", str(args.grace),
                  "--publishers", str(args.publishers), "--workers", str(args.workers)]
         if args.rate is not None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from fyrehose.machine_cpu import busy_share, process_cpu_seconds
+from fyrehose.runtime.machine_cpu import busy_share, process_cpu_seconds
 from fyrehose.tools.bench import stats
 from fyrehose.tools.bench.loadgen import LoadSpec, publisher_main, subscriber_main
 from fyrehose.tools.bench.search import RateSearch, StepOutcome

@@ -1,7 +1,7 @@
 """The bench's fyrehose subscribers recover holes as a real subscriber does, and time each one.
 
 A hole is noticed when a datagram skips sequences; the subscriber's
-:class:`~fyrehose.tracker.SequenceTracker` REQUESTs it (the receiver's
+:class:`~fyrehose.protocol.tracker.SequenceTracker` REQUESTs it (the receiver's
 KEEPALIVE timer sends what the connection's ``poll`` returns) and records,
 per hole filled, the time from noticing it to its last sequence's arrival:
 the bench's recovery column.  A datagram that answers a REQUEST is kept out
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fyrehose import codec
-from fyrehose.frame_run import FrameRun
-from fyrehose.tracker import SequenceTracker
+from fyrehose.protocol import codec
+from fyrehose.protocol.frame_run import FrameRun
+from fyrehose.protocol.tracker import SequenceTracker
 
 
 class HoleRecovery:

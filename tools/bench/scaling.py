@@ -26,7 +26,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import TextIO
 
-from fyrehose.backbone.supervisor import default_sizes
+from fyrehose.backbone.multiprocess.supervisor import default_sizes
 
 CORES = (8, 16, 32)
 SUBSCRIBERS = (4, 16, 64, 256)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import abc
 import struct
 
-from fyrehose import codec
+from fyrehose.protocol import codec
 from fyrehose.tools.bench.wire import MARK, MIN_PAYLOAD, STAMP, nats_message_head, resp_message_head
 
 MAX_LINE = 64 * 1024  # longest control line or bulk header accepted before the stream is declared broken

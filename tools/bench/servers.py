@@ -15,10 +15,10 @@ from pathlib import Path
 
 import psutil
 
-from fyrehose.addresses import Address
-from fyrehose.backbone.supervisor import default_sizes
-from fyrehose.process import ChildProcess, wait_until
-from fyrehose.readiness import free_port, keepalive_answered
+from fyrehose.backbone.multiprocess.supervisor import default_sizes
+from fyrehose.protocol.codec import Address
+from fyrehose.runtime.process import ChildProcess, wait_until
+from fyrehose.runtime.readiness import free_port, keepalive_answered
 from fyrehose.tools.bench import wire
 from fyrehose.tools.bench.loadgen import read_chunk, resp_request
 from fyrehose.tools.bench.scanning import NatsStream, StreamError
@@ -170,7 +170,7 @@ def server_for(target: Target, binaries: dict[str, str], workdir: Path, workers:
             workers = 0
         elif workers == "auto":  # the multi-process layout as it sizes itself, even where --workers auto picks one process
             workers = default_sizes()[0]
-        command = [sys.executable, "-m", "fyrehose.cli", "backbone", "--listen", f"{LOOPBACK}:{port}",
+        command = [sys.executable, "-m", "fyrehose.commands.main", "backbone", "--listen", f"{LOOPBACK}:{port}",
                    "--workers", str(workers), "--state-dir", str(workdir / "state")]
         if target.multiprocess and fanout is not None:
             command += ["--fanout", str(fanout)]

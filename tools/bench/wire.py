@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from fyrehose import codec
+from fyrehose.protocol import codec
 
 MARK = ord("@")
 FILL = b"x"

@@ -37,9 +37,10 @@ from pathlib import Path
 
 import psutil
 
-from fyrehose import codec, envelope
-from fyrehose.process import FYREHOSE, ChildProcess, wait_until
-from fyrehose.readiness import free_port
+from fyrehose.protocol import codec
+from fyrehose.runtime.process import FYREHOSE, ChildProcess, wait_until
+from fyrehose.runtime.readiness import free_port
+from fyrehose.subjects import envelope
 from fyrehose.tools.fuzz.backbone import FLAT_SLACK, conclude, rss_of
 from fyrehose.tools.fuzz.mutation import mutation_inputs
 from fyrehose.tools.fuzz.subscribers import drain, raw_subscriber
@@ -173,7 +174,7 @@ def _enveloped_lines(text: bytes, real: bytes) -> int:
 
 def _lumberjack_still_publishes(port: int, client_factory: Callable, published: int) -> tuple[int, int, str]:
     """The Lumberjack gateway only publishes: after the fuzzing one v2 event is acked and reaches the backbone."""
-    from fyrehose.gateways.lumberjack.frames import decode_acks, encode_json, encode_window
+    from fyrehose.gateways.lumberjack.protocol import decode_acks, encode_json, encode_window
 
     event = json.dumps({"message": "after the fuzzing", "fuzz": True}).encode()
     with client_factory() as observer:

@@ -51,8 +51,8 @@ from pathlib import Path
 import orjson
 import psutil
 
-from fyrehose.process import FYREHOSE, ChildProcess
-from fyrehose.readiness import free_port
+from fyrehose.runtime.process import FYREHOSE, ChildProcess
+from fyrehose.runtime.readiness import free_port
 from fyrehose.tools.fuzz.backbone import FLAT_SLACK, conclude, rss_of
 from fyrehose.tools.fuzz.mutation import mutate
 

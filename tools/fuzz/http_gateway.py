@@ -34,8 +34,8 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, Request
 from wsproto.frame_protocol import FrameProtocol
 
-from fyrehose.process import FYREHOSE, ChildProcess
-from fyrehose.readiness import free_port
+from fyrehose.runtime.process import FYREHOSE, ChildProcess
+from fyrehose.runtime.readiness import free_port
 from fyrehose.tools.fuzz.backbone import FLAT_SLACK, conclude
 from fyrehose.tools.fuzz.mutation import mutation_inputs
 

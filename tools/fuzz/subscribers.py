@@ -8,7 +8,7 @@ from __future__ import annotations
 import selectors
 import socket
 
-from fyrehose.addresses import Address
+from fyrehose.protocol.codec import Address
 
 
 def raw_subscriber(kind: str, address: Address, channel: bytes, receive_buffer: int | None = None) -> socket.socket:

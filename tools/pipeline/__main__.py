@@ -6,7 +6,7 @@ prepared (see docs/pipeline.md).
 """
 import sys
 
-from fyrehose.cli import main
+from fyrehose.commands.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["pipeline", *sys.argv[1:]]))

@@ -33,7 +33,7 @@ from fyrehose.tools.pipeline.loadtest_inputs import (
     read_summary,
 )
 from fyrehose.tools.pipeline.publish_time import with_published_us
-from fyrehose.tools.pipeline.session import PipelineError, readable_errors
+from fyrehose.tools.pipeline.spark import PipelineError, readable_errors
 from fyrehose.tools.pipeline.tables import write_table
 from fyrehose.tools.pipeline.timerange import TimeRange, as_utc
 

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fyrehose.tools.pipeline.journal import COLUMNS, read_journal
-from fyrehose.tools.pipeline.session import readable_errors
+from fyrehose.tools.pipeline.spark import readable_errors
 from fyrehose.tools.pipeline.subject_regex import pattern_regex
 from fyrehose.tools.pipeline.timerange import TimeRange
 

@@ -24,11 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fyrehose.envelope import Envelope, encode
 from fyrehose.errors import InputError
 from fyrehose.journal.gapindex import FILE_NAME as GAPS_FILE
 from fyrehose.journal.gapindex import Gap, encode_gap, utc_iso
 from fyrehose.journal.parquet import HOUR_US, ROWS_PER_GROUP, SCHEMA, file_name, partition_of
+from fyrehose.subjects.envelope import Envelope, encode
 
 FAMILIES = ("trades", "quotes", "orders", "logs")
 _JSON_HEAD = b'{"t_ns":'

@@ -15,7 +15,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from fyrehose.tools.pipeline.session import PipelineError, readable_errors
+from fyrehose.tools.pipeline.spark import PipelineError, readable_errors
 from fyrehose.tools.pipeline.timerange import TimeRange
 
 COLUMNS = {

@@ -15,7 +15,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
-from fyrehose.tools.pipeline.session import PipelineError, readable_errors
+from fyrehose.tools.pipeline.spark import PipelineError, readable_errors
 
 REQUIRED = ("steps.jsonl", "summary.json", "locust_stats.csv", "locust_stats_history.csv")
 STEPS_SCHEMA = (

@@ -5,8 +5,8 @@ only the payload can tell.  The convention this pipeline supports (see
 docs/pipeline.md, "Publish time"):
 
 - the *data* is the payload itself, or, when the payload carries the fyrehose
-  envelope (``FB 1E 01``, client/envelope.py), the envelope's data, found by
-  walking its length fields as :func:`fyrehose.envelope.decode` does (the
+  envelope (``FB 1E 01``, client/subjects/envelope.py), the envelope's data, found by
+  walking its length fields as :func:`fyrehose.subjects.envelope.decode` does (the
   subject's text is not validated: the journal's ``subject`` column already is);
 - data starting with ``{`` is a JSON object (anything after it is ignored): an
   integer ``"t_ns"`` (unix nanoseconds) or else a number ``"published_at"``

@@ -30,7 +30,7 @@ from fyrehose.tools.pipeline.completeness import (
 from fyrehose.tools.pipeline.html_page import HtmlPage
 from fyrehose.tools.pipeline.journal import read_journal, read_recorded_gaps
 from fyrehose.tools.pipeline.publish_time import with_published_us
-from fyrehose.tools.pipeline.session import PipelineError, readable_errors
+from fyrehose.tools.pipeline.spark import PipelineError, readable_errors
 from fyrehose.tools.pipeline.tables import write_table
 from fyrehose.tools.pipeline.timerange import TimeRange, as_utc, choose_window
 

@@ -1,6 +1,6 @@
 """A subscription pattern as a Java regular expression, so Spark can filter subjects with ``rlike``.
 
-The rules are those of :func:`fyrehose.subjects.match`: ``*`` is exactly one
+The rules are those of :func:`fyrehose.subjects.patterns.match`: ``*`` is exactly one
 token, ``>`` one or more trailing tokens, anything else a literal token.
 Tokens hold no dot, so ``[^.]+`` is one token.  The result is anchored with
 ``\\A`` and ``\\z`` (Java's ``$`` would also match before a final newline).
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from fyrehose.subjects import WILDCARD_ONE, WILDCARD_REST, check_pattern
+from fyrehose.subjects.patterns import WILDCARD_ONE, WILDCARD_REST, check_pattern
 
 _TOKEN = r"[^.]+"
 

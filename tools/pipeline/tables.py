@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame
 
-from fyrehose.tools.pipeline.session import readable_errors
+from fyrehose.tools.pipeline.spark import readable_errors
 
 
 def write_table(frame: DataFrame, path: Path, *order: str) -> DataFrame:

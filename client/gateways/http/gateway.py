@@ -1,7 +1,7 @@
 """What every connection of one HTTP gateway shares: the routes from the stream, limits, counters.
 
 The backbone stream reaches two kinds of local subscribers: RESP sessions
-over WebSocket (the Redis gateway's own :class:`~fyrehose.gateways.redis.RedisRoutes`,
+over WebSocket (the Redis gateway's own :class:`~fyrehose.gateways.redis.connection.RedisRoutes`,
 so channels, patterns and receiver counts mean exactly what they mean on the
 Redis gateway) and Server-Sent Event streams, indexed by subject pattern.
 """
@@ -11,18 +11,22 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from fyrehose.auth import Credentials
-from fyrehose.backbone.metrics import Metric, render
-from fyrehose.envelope import Envelope
 from fyrehose.gateways.channels import channel_to_subject_or_none, subject_to_channel
-from fyrehose.gateways.http import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_HEAD, DEFAULT_MAX_MESSAGE
 from fyrehose.gateways.http.websocket import StreamMark
-from fyrehose.gateways.redis import RedisRoutes
-from fyrehose.subjects import SubjectIndex
+from fyrehose.gateways.redis.connection import RedisRoutes
+from fyrehose.runtime.metrics import Metric, render
+from fyrehose.subjects.auth import Credentials
+from fyrehose.subjects.envelope import Envelope
+from fyrehose.subjects.patterns import SubjectIndex
 
 if TYPE_CHECKING:
-    from fyrehose.gateways.bridge import Bridge
     from fyrehose.gateways.http.stream import EventStream
+    from fyrehose.gateways.hub import GatewayHub
+
+DEFAULT_MAX_MESSAGE = 1 << 20
+DEFAULT_MAX_HEAD = 16 << 10  # request line and headers together
+DEFAULT_IDLE_TIMEOUT = 30.0
+
 
 @dataclass
 class HttpSettings:
@@ -61,7 +65,7 @@ class HttpGateway:
     stats: Counter = field(default_factory=Counter)
     streams: SubjectIndex = field(default_factory=SubjectIndex)
     mark: StreamMark = field(default_factory=StreamMark)
-    bridge: Bridge | None = None
+    bridge: GatewayHub | None = None
 
     def __post_init__(self) -> None:
         self.redis_routes = StreamCountingRoutes(self.streams)

@@ -4,7 +4,7 @@ The Redis session writes its replies to a byte stream, several values at a
 time (a SUBSCRIBE of three channels is three confirmations in one write);
 over a WebSocket each value travels as a message of its own, so the writes
 are cut at value boundaries.  Pure and only for values the gateway itself
-encoded (:mod:`fyrehose.gateways.resp`): a malformed value is a bug and
+encoded (:mod:`fyrehose.gateways.redis.protocol`): a malformed value is a bug and
 raises ValueError.
 """
 from __future__ import annotations

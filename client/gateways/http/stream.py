@@ -6,7 +6,7 @@ The live subscription starts first and holds what the gateway routes to it;
 everything the gateway takes after the stream's start is routed, so the live
 stream begins just after the gateway's position at that moment (or, when it
 has taken nothing yet, as after a restart, at the first sequence it takes).
-A :class:`~fyrehose.gateways.link.RangeLink` (the gateway's own gevent driver
+A :class:`~fyrehose.drivers.link.RangeLink` (the gateway's own gevent driver
 of the pure session, tracking from N+1) fetches up to there from whichever
 node holds the messages (the REQUEST path ``fyrehose sub --from`` uses: the
 backbone's recent log, then journals), verified as the gateway verifies; the
@@ -24,16 +24,16 @@ from typing import TYPE_CHECKING
 
 import gevent
 
-from fyrehose.envelope import Envelope, is_envelope, peek_subject
+from fyrehose.drivers.link import RangeLink, wall_us
 from fyrehose.gateways.http import sse
-from fyrehose.gateways.link import RangeLink, wall_us
-from fyrehose.subject_session import SubjectSession
-from fyrehose.subjects import match
-from fyrehose.tracker import Event, Lost
+from fyrehose.protocol.tracker import Event, Lost
+from fyrehose.subjects.envelope import Envelope, is_envelope, peek_subject
+from fyrehose.subjects.patterns import match
+from fyrehose.subjects.session import SubjectSession
 
 if TYPE_CHECKING:
     from fyrehose.gateways.http.gateway import HttpGateway
-    from fyrehose.gateways.tcp import Connection
+    from fyrehose.gateways.tcp import TcpClient
 
 log = logging.getLogger("fyrehose.gateway")
 
@@ -41,7 +41,7 @@ log = logging.getLogger("fyrehose.gateway")
 class EventStream:
     """The events of one SSE response; ``write`` frames bytes into the response body."""
 
-    def __init__(self, connection: Connection, gateway: HttpGateway, pattern: str,
+    def __init__(self, connection: TcpClient, gateway: HttpGateway, pattern: str,
                  write: Callable[[bytes], bytes]) -> None:
         self.connection = connection
         self.gateway = gateway

@@ -1,7 +1,7 @@
 """WebSocket (RFC 6455) on an upgraded HTTP connection, and RESP carried over it.
 
 :class:`WebSocketEndpoint` drives wsproto's state machine between the
-client's socket (the gateway's bounded :class:`~fyrehose.gateways.tcp.Connection`)
+client's socket (the gateway's bounded :class:`~fyrehose.gateways.tcp.TcpClient`)
 and a handler of whole messages: it answers pings, completes the closing
 handshake, closes with 1009 a message over ``max_message`` bytes (before
 buffering more of it) and with wsproto's own code (1002, 1007) a malformed
@@ -11,7 +11,7 @@ client has not read yet (a little room is kept for it), so a client that
 reads again within the connection's close grace period receives everything
 up to the close and learns why; one that never does is hung up on.
 
-:class:`RespMessages` is what a :class:`~fyrehose.gateways.redis.RedisSession`
+:class:`RespMessages` is what a :class:`~fyrehose.gateways.redis.connection.RedisConnection`
 writes to instead of a TCP connection: every RESP value the session sends
 becomes one binary message, so a browser handles one reply or push per
 ``onmessage``.  With ``seq`` on, each pub/sub message pushed by the stream is
@@ -33,7 +33,7 @@ from wsproto.events import BytesMessage, CloseConnection, Message, Ping, TextMes
 from fyrehose.gateways.http.resp_values import split_values
 
 if TYPE_CHECKING:
-    from fyrehose.gateways.tcp import Connection
+    from fyrehose.gateways.tcp import TcpClient
 
 log = logging.getLogger("fyrehose.gateway")
 
@@ -58,7 +58,7 @@ class StreamMark:
 class WebSocketEndpoint:
     """One WebSocket connection: whole messages to ``on_message``, messages out through the bounded connection."""
 
-    def __init__(self, connection: Connection, *, max_message: int, stats: Counter) -> None:
+    def __init__(self, connection: TcpClient, *, max_message: int, stats: Counter) -> None:
         self.connection = connection
         self.max_message = max_message
         self.stats = stats

@@ -20,12 +20,11 @@ from dataclasses import dataclass
 
 import orjson
 
-from fyrehose.codec import MAX_PAYLOAD
-from fyrehose.envelope import MAX_SUBJECT, Envelope, check_subject, encode
 from fyrehose.errors import InputError
 from fyrehose.gateways.channels import is_internal
-
-from .frames import DataFrame, KeyValueData, LumberjackError
+from fyrehose.gateways.lumberjack.protocol import DataFrame, KeyValueData, LumberjackError
+from fyrehose.protocol.codec import MAX_PAYLOAD
+from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope, check_subject, encode
 
 DEFAULT_SUBJECT_FIELD = "@metadata.beat"
 DEFAULT_SUBJECT = "lumberjack"

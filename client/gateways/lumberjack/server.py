@@ -1,4 +1,4 @@
-"""The listening side: accept TCP connections (gevent), do the TLS handshake, run one Connection each.
+"""The listening side: accept TCP connections (gevent), do the TLS handshake, run one LumberjackClient each.
 
 A handshake that fails (no client certificate, wrong CA, not TLS at all) is
 one line on stderr and a counted error; the server goes on.
@@ -15,13 +15,17 @@ import gevent
 import gevent.event
 from gevent.server import StreamServer
 
-from fyrehose.addresses import Address
+from fyrehose.drivers.link import BackboneLink
 from fyrehose.gateways.budget import InputBudget
-from fyrehose.gateways.link import BackboneLink
-
-from .connection import DEFAULT_INACTIVITY_TIMEOUT, DEFAULT_MAX_PENDING_BYTES, DEFAULT_STALL_TIMEOUT, Connection
-from .events import SubjectRule
-from .window import AckWindow
+from fyrehose.gateways.lumberjack.driver import (
+    DEFAULT_INACTIVITY_TIMEOUT,
+    DEFAULT_MAX_PENDING_BYTES,
+    DEFAULT_STALL_TIMEOUT,
+    LumberjackClient,
+)
+from fyrehose.gateways.lumberjack.events import SubjectRule
+from fyrehose.gateways.lumberjack.window import AckWindow
+from fyrehose.protocol.codec import Address
 
 HANDSHAKE_TIMEOUT = 10.0
 
@@ -59,7 +63,7 @@ class LumberjackServer:
         self.budget = InputBudget(max_buffered_bytes)
         self.stall_timeout = stall_timeout
         self.inactivity_timeout = inactivity_timeout
-        self._connections: set[Connection] = set()
+        self._connections: set[LumberjackClient] = set()
         self._handlers: set[gevent.Greenlet] = set()
         self._log_refusal = OnceASecond()
         self._log_inactive = OnceASecond()
@@ -115,7 +119,7 @@ class LumberjackServer:
                 sock.close()
                 return
             sock.settimeout(None)
-        connection = Connection(sock, peer, self.publisher, self.rule,
+        connection = LumberjackClient(sock, peer, self.publisher, self.rule,
                                 AckWindow(max_compressed_bytes=self.max_compressed_bytes), self.stats, _log,
                                 self.max_pending_bytes, self.budget, self.stall_timeout, self.inactivity_timeout,
                                 self._log_inactive)

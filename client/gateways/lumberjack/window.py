@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from .frames import (
+from fyrehose.gateways.lumberjack.protocol import (
     DEFAULT_MAX_COMPRESSED_BYTES,
     DEFAULT_MAX_EVENT_BYTES,
     VERSION_2,

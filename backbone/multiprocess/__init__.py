@@ -1,0 +1,1 @@
+"""The multi-process backbone (``--workers R``): receive workers, a sequencer and fan-out workers over shared memory."""

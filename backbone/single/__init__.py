@@ -1,0 +1,1 @@
+"""The single-process backbone (``--workers 0``): one socket, one loop around the pure core."""

@@ -1,0 +1,147 @@
+"""``fyrehose backbone``: argument parsing and start-up of the chosen driver."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fyrehose.backbone.host.multicast import DEFAULT_TTL, GroupOptions
+from fyrehose.backbone.host.udp import SOCKET_BUFFER
+from fyrehose.backbone.recent_log import DEFAULT_BYTES as RECENT_BYTES
+from fyrehose.backbone.single.trace import DEFAULT_EVERY, StageTrace
+from fyrehose.errors import InputError
+from fyrehose.net.addresses import parse_group, parse_hostport, parse_networks, resolve_ipv4
+from fyrehose.protocol.codec import FRAME_HEADER, MAX_DATAGRAM
+
+DEFAULT_LISTEN = "127.0.0.1:2323"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                        help=f"UDP address to serve (default {DEFAULT_LISTEN})")
+    parser.add_argument("--workers", type=_workers, default=0, metavar="R",
+                        help="receive worker processes; 0 runs everything in one process (default 0); "
+                             "'auto' picks the faster layout for the CPU count: one process below 4 CPUs, "
+                             "else R sized from the CPUs")
+    parser.add_argument("--fanout", type=int, default=None, metavar="F",
+                        help="fan-out worker processes when R > 0 (default: the CPUs left after the receive "
+                             "workers and the sequencer, at least 1)")
+    parser.add_argument("--state-dir", metavar="DIR",
+                        help="where the sequence high-water mark is kept "
+                             "(default ~/.local/state/fyrehose/backbone-HOST-PORT)")
+    parser.add_argument("--metrics", metavar="HOST:PORT",
+                        help="serve Prometheus metrics over HTTP at this address")
+    parser.add_argument("--trust-net", action="append", default=[], metavar="CIDR",
+                        help="sources in this network may name another address in KEEPALIVE/REQUEST "
+                             "(repeatable; default: nobody may)")
+    parser.add_argument("--batch-bytes", type=int, default=MAX_DATAGRAM, metavar="N",
+                        help=f"largest datagram packed for BATCH subscribers (default {MAX_DATAGRAM}; "
+                             "1472 avoids IP fragmentation on a 1500-byte MTU)")
+    parser.add_argument("--max-clients", type=int, default=65536, metavar="N",
+                        help="capacity of the client table (default 65536)")
+    parser.add_argument("--socket-buffer", type=int, default=SOCKET_BUFFER, metavar="BYTES",
+                        help=f"receive and send buffer asked for each UDP socket (default {SOCKET_BUFFER}; the "
+                             "kernel doubles it, and caps it at net.core.[rw]mem_max unless run as root)")
+    parser.add_argument("--recent-bytes", type=int, default=RECENT_BYTES, metavar="BYTES",
+                        help="the backbone's own log of recent messages, for REQUESTs no journaling client "
+                             f"answers (last-resort re-delivery; default {RECENT_BYTES}, 0: off)")
+    parser.add_argument("--multicast", metavar="GROUP:PORT",
+                        help="also send every DELIVER datagram once to this IPv4 multicast group (e.g. "
+                             "239.255.0.1:2324); subscribers that joined it get no unicast DELIVERs "
+                             "(docs/operations.md, Multicast)")
+    parser.add_argument("--multicast-ttl", type=int, default=DEFAULT_TTL, metavar="N",
+                        help=f"hops the group's datagrams may cross (default {DEFAULT_TTL}: the local network)")
+    parser.add_argument("--multicast-interface", metavar="ADDR",
+                        help="address of the interface the group's datagrams leave from (default: the "
+                             "--listen address's interface)")
+    parser.add_argument("--trace", type=Path, metavar="FILE",
+                        help="--workers 0 only: write the stage timestamps of sampled datagrams here, one JSON line "
+                             "each (python -m fyrehose.backbone.single.trace FILE reports them; docs/operations.md)")
+    parser.add_argument("--trace-every", type=int, default=DEFAULT_EVERY, metavar="N",
+                        help=f"with --trace: one PUSH datagram in N (default {DEFAULT_EVERY})")
+    parser.add_argument("--rate-limit", type=float, default=0, metavar="N",
+                        help="datagrams/s accepted from each source IP, bursts of one second's worth; the rest "
+                             "are dropped and counted (default 0: off; with R receive workers, a source "
+                             "spreading its ports over all of them can get R times N through)")
+
+
+def _workers(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from fyrehose.backbone.core import Backbone
+    from fyrehose.backbone.host.statefile import SequenceStateFile, default_state_dir
+
+    listen = parse_hostport(args.listen)
+    metrics = parse_hostport(args.metrics) if args.metrics else None
+    trusted = parse_networks(args.trust_net)
+    if args.batch_bytes < FRAME_HEADER or args.batch_bytes > MAX_DATAGRAM:
+        raise InputError(f"--batch-bytes must be between {FRAME_HEADER} and {MAX_DATAGRAM}")
+    if args.max_clients < 1:
+        raise InputError("--max-clients must be at least 1")
+    if args.socket_buffer < 4096:
+        raise InputError("--socket-buffer must be at least 4096 bytes")
+    if args.recent_bytes < 0:
+        raise InputError("--recent-bytes must be 0 (off) or more")
+    if args.rate_limit < 0:
+        raise InputError("--rate-limit must be positive (0: off)")
+    if args.trace_every < 1:
+        raise InputError("--trace-every must be at least 1")
+    if args.workers != "auto" and args.workers < 0:
+        raise InputError("--workers must be 0 or more (or 'auto')")
+    if args.fanout is not None and args.fanout < 1:
+        raise InputError("--fanout must be at least 1")
+    if args.workers == 0 and args.fanout is not None:
+        raise InputError("--fanout needs --workers 1 or more (with --workers 0 one process does everything)")
+    group = _group_options(args)
+    if args.workers == "auto":
+        from fyrehose.backbone.multiprocess.supervisor import auto_workers, default_sizes
+
+        # --fanout asks for the pipeline: then auto only sizes it
+        args.workers = default_sizes()[0] if args.fanout is not None else auto_workers()
+    if args.trace is not None and args.workers != 0:
+        raise InputError("--trace needs the single-process backbone (--workers 0)")
+    try:
+        trace = StageTrace(args.trace, args.trace_every) if args.trace is not None else None
+    except OSError as exc:
+        raise InputError(f"--trace {args.trace}: {exc.strerror or exc}") from None
+    state = SequenceStateFile(args.state_dir or default_state_dir(*listen))
+    reserved = state.open()
+    if args.workers != 0:
+        from fyrehose.backbone.multiprocess.supervisor import Options, default_sizes, run_multiprocess
+
+        workers, fanout = default_sizes(workers=args.workers)
+        options = Options(listen, workers, args.fanout or fanout, trusted, args.batch_bytes, args.max_clients, metrics,
+                          args.rate_limit, args.socket_buffer, args.recent_bytes, group)
+        try:
+            return run_multiprocess(options, state, reserved)
+        finally:
+            state.close()
+    backbone = Backbone(
+        reserved=reserved,
+        trusted_networks=trusted,
+        batch_bytes=args.batch_bytes,
+        client_capacity=args.max_clients,
+        rate_limit=args.rate_limit,
+        recent_bytes=args.recent_bytes,
+        multicast=group.group if group is not None else None,
+    )
+    from fyrehose.backbone.single.driver import run_single
+
+    return run_single(backbone, listen, state, metrics, args.socket_buffer, group, trace)
+
+
+def _group_options(args: argparse.Namespace) -> GroupOptions | None:
+    if args.multicast is None:
+        if args.multicast_interface is not None or args.multicast_ttl != DEFAULT_TTL:
+            raise InputError("--multicast-ttl and --multicast-interface need --multicast GROUP:PORT")
+        return None
+    if not 0 <= args.multicast_ttl <= 255:
+        raise InputError("--multicast-ttl must be between 0 and 255")
+    interface = resolve_ipv4(args.multicast_interface) if args.multicast_interface is not None else None
+    return GroupOptions(parse_group(args.multicast), args.multicast_ttl, interface)

@@ -1,0 +1,30 @@
+"""Command-line options every gateway kind shares (besides --listen and --backbone)."""
+from __future__ import annotations
+
+import argparse
+
+from fyrehose.runtime.argtypes import positive_int, publish_timeout
+from fyrehose.runtime.credentials import add_auth_arguments
+
+DEFAULT_MAX_PENDING = 8 << 20
+DEFAULT_MAX_CLIENTS = 1024
+DEFAULT_MAX_OUTPUT = 512 << 20
+DEFAULT_MAX_INPUT = 256 << 20
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-pending", type=positive_int, default=DEFAULT_MAX_PENDING, metavar="BYTES",
+                        help="output a client may leave unread before it is disconnected as a slow "
+                             f"consumer (default {DEFAULT_MAX_PENDING})")
+    parser.add_argument("--max-clients", type=positive_int, default=DEFAULT_MAX_CLIENTS, metavar="N",
+                        help=f"clients served at once; one more is told the protocol's 'too many clients' error "
+                             f"and closed (default {DEFAULT_MAX_CLIENTS})")
+    parser.add_argument("--max-output", type=positive_int, default=DEFAULT_MAX_OUTPUT, metavar="BYTES",
+                        help="output all clients together may leave unread; beyond it the client furthest "
+                             f"behind is disconnected as a slow consumer (default {DEFAULT_MAX_OUTPUT})")
+    parser.add_argument("--max-input", type=positive_int, default=DEFAULT_MAX_INPUT, metavar="BYTES",
+                        help="unfinished input (incomplete commands) of all clients together; a client whose "
+                             f"input would not fit is closed (default {DEFAULT_MAX_INPUT})")
+    parser.add_argument("--publish-timeout", type=publish_timeout, default=5.0, metavar="S",
+                        help="how long a publish waits for the backbone's confirmation (default 5)")
+    add_auth_arguments(parser, "gateway", "gateway")

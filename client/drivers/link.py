@@ -1,0 +1,414 @@
+"""A gateway's gevent driver of the pure backbone session: one UDP socket, one receive greenlet, no threads.
+
+:class:`~fyrehose.protocol.connection.BackboneConnection` (keepalives, ordering, gap
+REQUESTs, confirmed publishes) and :class:`~fyrehose.subjects.session.SubjectSession`
+(session, signing, trust exchange, interest announcements) decide
+everything; this module only moves their datagrams through a gevent socket
+and runs their timers, as the load test's sessions are driven.  Nothing is
+monkey-patched: waits are gevent events on the gateway's one loop.
+
+Publishes from every TCP client of the gateway share datagrams.  A client's
+:meth:`BackboneLink.publish` queues its messages and waits; once every
+greenlet that had input in this turn of the loop has queued its own, one
+callback starts a single :class:`~fyrehose.protocol.publishing.PendingPublishes`
+batch for all of them, so one CONFIRM datagram answers many clients.  Each
+waiter gets the sequence numbers of its own messages, in its own order, once
+all of them are confirmed (or an error once the batch's deadline passed).
+
+A gateway that only publishes (the Lumberjack gateway) runs the link without
+``on_events``: NOSUBSCRIBE, nothing tracked.  With a ``held`` store it is
+also a journaling client: it keeps what the backbone confirmed and answers
+the backbone's FORWARDs from it (:mod:`fyrehose.protocol.forwarding`) in a greenlet
+of its own, paced by a token bucket, so a subscriber that missed a DELIVER
+(or a backbone that died between CONFIRM and DELIVER) still gets every
+confirmed message from the gateway.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket as stdlib_socket
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import chain
+
+import gevent
+from gevent import socket
+from gevent.event import AsyncResult, Event
+from gevent.queue import Full, Queue
+
+from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout
+from fyrehose.net.addresses import parse_hostport, resolve_ipv4, route_source
+from fyrehose.net.group_socket import join_group
+from fyrehose.net.sockets import enlarge_buffers
+from fyrehose.protocol import codec
+from fyrehose.protocol.codec import Address
+from fyrehose.protocol.connection import BackboneConnection, Incoming
+from fyrehose.protocol.forwarding import FORWARD_BURST, FORWARD_RATE, MessageStore, deliveries, paced
+from fyrehose.protocol.multicast import fallback_notice
+from fyrehose.protocol.pacing import TokenBucket
+from fyrehose.protocol.publishing import Finished
+from fyrehose.protocol.tracker import Event as StreamEvent
+from fyrehose.protocol.tracker import Lost
+from fyrehose.runtime.fatal import guarded
+from fyrehose.subjects.session import SubjectSession
+
+log = logging.getLogger("fyrehose.gateway")
+
+KEEPALIVE_INTERVAL = 0.5
+UNREACHABLE_AFTER = 5.0
+RECEIVE_BUFFER = 8 << 20
+TIMER_PERIOD = 0.02  # the longest the session's timers wait while datagrams keep arriving
+TRACKER_OPTIONS = {"request_delay": 0.02, "give_up_after": 10.0}
+YIELD_EVERY = 16  # datagrams taken in a row before the clients' greenlets get a turn
+FORWARDS_QUEUED = 1024  # FORWARDs waiting for their answer; more are dropped (the requester asks again)
+
+EventsHandler = Callable[[list[StreamEvent]], None]
+
+
+@dataclass(slots=True)
+class _Waiter:
+    payloads: list[bytes]
+    result: AsyncResult = field(default_factory=AsyncResult)
+
+
+def wall_us() -> int:
+    """Wall-clock microseconds: the time heartbeats and the trust exchange carry."""
+    return time.time_ns() // 1000
+
+
+class BackboneLink:
+    """One gateway process's session with the backbone: subscribed to the whole stream, or a publisher only.
+
+    ``on_events`` gets the ordered stream; ``from_seq`` starts it there
+    instead of at whatever arrives first: the first DELIVER (or the
+    backbone's HEAD) opens a hole back to it, which the tracker REQUESTs, as
+    ``fyrehose sub --from`` does.  Without ``on_events`` the link only
+    publishes (NOSUBSCRIBE).  ``held`` keeps every confirmed message
+    (its owner bounds it) and makes the link answer FORWARDs from it at
+    ``forward_rate`` messages/s; without it the link is NOJOURNAL.
+    """
+
+    def __init__(self, backbone: str, subjects: SubjectSession, on_events: EventsHandler | None, *,
+                 stats: Counter, publish_timeout: float = 5.0, bind: Address | None = None,
+                 unreachable_after: float = UNREACHABLE_AFTER, multicast: Address | None = None,
+                 from_seq: int | None = None, held: MessageStore | None = None,
+                 forward_rate: float = FORWARD_RATE) -> None:
+        if on_events is None and (multicast is not None or from_seq is not None):
+            raise ValueError("a link that only publishes takes no stream: no multicast group, no from_seq")
+        host, port = parse_hostport(backbone, 2323)
+        self.backbone: Address = (resolve_ipv4(host), port)  # sources compare as IP literals
+        self.subjects = subjects
+        self.on_events = on_events
+        self.stats = stats
+        self.publish_timeout = publish_timeout
+        self.unreachable_after = unreachable_after
+        self.held = held
+        self.forward_rate = forward_rate
+        flags = codec.FLAG_BATCH
+        flags |= codec.FLAG_NOSUBSCRIBE if on_events is None else codec.FLAG_HEAD
+        if held is None:
+            flags |= codec.FLAG_NOJOURNAL
+        auth = subjects.auth
+        self.connection = BackboneConnection(self.backbone, flags=flags, keepalive_interval=KEEPALIVE_INTERVAL,
+                                             serves_forwards=held is not None, tracker_options=TRACKER_OPTIONS,
+                                             stats=stats, vouch=auth.vouches if auth is not None else None,
+                                             multicast=multicast is not None)
+        if on_events is not None:
+            self.connection.track(from_seq)
+        self.publishes = self.connection.publishes
+        self.sock = socket.socket(stdlib_socket.AF_INET, stdlib_socket.SOCK_DGRAM)
+        enlarge_buffers(self.sock, RECEIVE_BUFFER)
+        self.sock.bind(bind if bind is not None else (route_source(self.backbone), 0))
+        self._closed = False
+        self._acked = Event()
+        self._outbox: list[_Waiter] = []  # publishes queued in this turn of the loop
+        self._flush_scheduled = False
+        self._batches: dict[int, list[_Waiter]] = {}  # batch number -> its waiters, in payload order
+        self._next_timers = 0.0
+        self._receiver = gevent.spawn(guarded(self._receive_loop, "gateway backbone receive"))
+        self._forwards: Queue[codec.Forward | None] = Queue(FORWARDS_QUEUED)  # None: the link closed
+        if held is not None:
+            gevent.spawn(guarded(self._forward_loop, "gateway forwarder"))
+        self.group = multicast
+        self._group_sock: socket.socket | None = None
+        if multicast is not None:  # the group's DELIVERs, read by a greenlet of their own
+            joined = join_group(multicast, self.backbone, RECEIVE_BUFFER)
+            self._group_sock = socket.socket(stdlib_socket.AF_INET, stdlib_socket.SOCK_DGRAM, fileno=joined.detach())
+            gevent.spawn(guarded(self._group_loop, "gateway multicast receive"))
+        if not self._acked.wait(unreachable_after):
+            self.close()
+            raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} within {unreachable_after:g} s")
+        self.send_unconfirmed(subjects.start(time.monotonic(), wall_us()))
+
+    @property
+    def reachable(self) -> bool:
+        return self.connection.reachable(time.monotonic(), self.unreachable_after)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        if self.reachable:
+            self.send_unconfirmed(self.subjects.goodbye())
+        self._closed = True
+        try:  # stop deliveries now rather than after the backbone's 5 s lifetime
+            goodbye = codec.Keepalive(flags=codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL, token=os.urandom(codec.TOKEN_SIZE))
+            self.sock.sendto(codec.encode(goodbye), self.backbone)
+        except OSError:
+            pass
+        if self._receiver is not gevent.getcurrent():
+            self._receiver.join(2 * TIMER_PERIOD + 0.2)  # it sees _closed within its longest wait
+        try:  # wakes the forwarder if it waits for one; a busy one sees _closed before its next datagram
+            self._forwards.put_nowait(None)
+        except Full:
+            pass
+        self._leave_group()
+        for waiters in self._batches.values():
+            for waiter in waiters:
+                waiter.result.set_exception(FyrehoseError("gateway closed while publishing"))
+        self._batches.clear()
+        self.sock.close()
+
+    # ------------------------------------------------------------ sending
+
+    def send_unconfirmed(self, payloads: list[bytes]) -> None:
+        """PUSH without CONFIRM: control messages whose loss a later one repairs."""
+        for payload in payloads:
+            self._send(codec.encode_push(payload))
+
+    def _send(self, datagram: bytes) -> None:
+        try:
+            self.sock.sendto(datagram, self.backbone)
+        except OSError:  # a send buffer that stayed full: lost like a dropped datagram, sent again on a timer
+            self.stats["send errors"] += 1
+
+    def publish(self, payloads: list[bytes]) -> list[int]:
+        """Publish and wait; the sequence numbers once the backbone confirmed every message.
+
+        Raises BackboneUnreachable or PublishTimeout (the messages may or may
+        not have been published) or FyrehoseError when the gateway closes.
+        """
+        return self.submit(payloads).get()
+
+    def submit(self, payloads: list[bytes]) -> AsyncResult:
+        """Publish without waiting: the result gets the sequence numbers, or the error :meth:`publish` raises.
+
+        BackboneUnreachable and a closed gateway are raised at once.
+        """
+        if self._closed:
+            raise FyrehoseError("gateway closed")
+        if not self.reachable:
+            host, port = self.backbone
+            raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} for {self.unreachable_after:g} s")
+        waiter = _Waiter(payloads)
+        if not payloads:
+            waiter.result.set([])
+            return waiter.result
+        self._outbox.append(waiter)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            gevent.get_hub().loop.run_callback(self._flush)
+        return waiter.result
+
+    def _flush(self) -> None:
+        """One batch for everything queued in this turn of the loop: one run of tags, shared CONFIRMs."""
+        self._flush_scheduled = False
+        waiters, self._outbox = self._outbox, []
+        if self._closed:
+            for waiter in waiters:
+                waiter.result.set_exception(FyrehoseError("gateway closed while publishing"))
+            return
+        payloads = waiters[0].payloads if len(waiters) == 1 else [p for w in waiters for p in w.payloads]
+        try:
+            number, datagrams = self.publishes.start(payloads, time.monotonic(), self.publish_timeout)
+        except Exception as exc:  # noqa: BLE001 - every waiter hears it; a callback has nobody else to tell
+            for waiter in waiters:
+                waiter.result.set_exception(exc)
+            return
+        self._batches[number] = waiters
+        self.stats["publish batches"] += 1
+        for datagram in datagrams:
+            self._send(datagram)
+
+    def _finish(self, finished: list[Finished]) -> None:
+        for batch in finished:
+            waiters = self._batches.pop(batch.batch, None)
+            if waiters is None:
+                continue
+            if batch.seqs is not None:
+                if self.held is not None:  # kept before any waiter hears of it: a FORWARD may follow at once
+                    payloads = waiters[0].payloads if len(waiters) == 1 else chain.from_iterable(
+                        waiter.payloads for waiter in waiters)
+                    self.held.add_many(zip(batch.seqs, payloads))
+                start = 0
+                for waiter in waiters:
+                    end = start + len(waiter.payloads)
+                    waiter.result.set(list(batch.seqs[start:end]))  # a list, however the batch holds them
+                    start = end
+                continue
+            for waiter in waiters:
+                waiter.result.set_exception(PublishTimeout(
+                    f"{len(waiter.payloads)} messages unconfirmed after {self.publish_timeout:g} s "
+                    f"({batch.unconfirmed} of the gateway's batch of {sum(len(w.payloads) for w in waiters)}); "
+                    "they may or may not have been published"))
+
+    # ------------------------------------------------------------ receiving
+
+    def _receive_loop(self) -> None:
+        sock = self.sock
+        connection = self.connection
+        taken = 0
+        while not self._closed:
+            taken += 1
+            if taken % YIELD_EVERY == 0:  # a busy socket never blocks: let the writers and publishers run
+                gevent.sleep(0)
+            now = time.monotonic()
+            if now >= self._next_timers:
+                self._timers(now)
+                self._next_timers = min(connection.next_deadline(), now + TIMER_PERIOD)
+            sock.settimeout(min(max(self._next_timers - time.monotonic(), 0.001), 0.1))
+            try:
+                data, source = sock.recvfrom(65536)
+            except (TimeoutError, BlockingIOError, socket.timeout):
+                continue
+            except OSError:
+                if self._closed:
+                    return
+                self.stats["receive errors"] += 1
+                continue
+            self._apply(connection.receive(data, source, time.monotonic()))
+
+    def _apply(self, incoming: Incoming) -> None:
+        if incoming.published:
+            self._finish(incoming.published)
+        if incoming.acked:
+            self._acked.set()
+        if incoming.events:
+            self.on_events(incoming.events)  # type: ignore[misc]  # only a subscribed link tracks the stream
+        if incoming.forwards:
+            self._queue_forwards(incoming.forwards)
+        if incoming.fell_back:
+            print(fallback_notice(self.group, self.backbone), file=sys.stderr, flush=True)  # type: ignore[arg-type]  # only a joined link falls back
+            self._leave_group()
+
+    def _group_loop(self) -> None:
+        """The group's DELIVERs, admitted only from the backbone's address, until the link leaves the group."""
+        group = self._group_sock
+        connection = self.connection
+        taken = 0
+        while group is not None and self._group_sock is group and not self._closed:
+            taken += 1
+            if taken % YIELD_EVERY == 0:
+                gevent.sleep(0)
+            try:
+                data, source = group.recvfrom(65536)
+            except OSError:
+                if self._closed or self._group_sock is not group:
+                    return
+                self.stats["receive errors"] += 1
+                continue
+            self._apply(connection.receive_group(data, source, time.monotonic()))
+
+    def _leave_group(self) -> None:
+        """Close the group's socket: its receive greenlet, woken with an error or at its next datagram, sees
+        that it is no longer the link's group and ends (killing it would be a worker dying, for a command)."""
+        group, self._group_sock = self._group_sock, None
+        if group is not None:
+            group.close()
+
+    def _timers(self, now: float) -> None:
+        self.send_unconfirmed(self.subjects.timers(now, wall_us()))
+        datagrams, events = self.connection.poll(now)
+        resends, expired = self.publishes.poll(now)
+        for datagram in datagrams + resends:
+            self._send(datagram)
+        if expired:
+            self._finish(expired)
+        if events:
+            self.on_events(events)  # type: ignore[misc]  # only a subscribed link tracks the stream
+
+    # ------------------------------------------------------------ serving FORWARDs
+
+    def _queue_forwards(self, forwards: list[codec.Forward]) -> None:
+        for forward in forwards:
+            try:
+                self._forwards.put_nowait(forward)
+            except Full:
+                self.stats["forwards dropped"] += 1
+                self.connection.forward_done(forward)
+
+    def _forward_loop(self) -> None:
+        """Answer each FORWARD in turn from the held store, every re-DELIVER waiting for a token of the bucket."""
+        held = self.held
+        assert held is not None  # the loop runs only for a link that holds
+        bucket = TokenBucket(self.forward_rate, burst=FORWARD_BURST, now=time.monotonic())
+        while not self._closed:
+            forward = self._forwards.get()
+            if forward is None:
+                return
+            self.connection.forward_done(forward)
+            self.stats["forwards"] += 1
+            target = (forward.addr, forward.port)
+            for datagram in paced(deliveries(held, forward), bucket, gevent.sleep, time.monotonic, lambda: self._closed):
+                if self._closed:  # closed while it waited for the token: the socket may be gone
+                    return
+                try:
+                    self.sock.sendto(datagram, target)
+                    self.stats["forwarded"] += 1
+                except OSError:
+                    self.stats["send errors"] += 1
+
+
+def _first_of(event: StreamEvent) -> int:
+    return event.from_seq if event.__class__ is Lost else event.seq  # type: ignore[union-attr]
+
+
+def _last_of(event: StreamEvent) -> int:
+    return event.to_seq if event.__class__ is Lost else event.seq  # type: ignore[union-attr]
+
+
+class RangeLink:
+    """A link of its own for the stream from ``first`` until a sequence told later (:meth:`stop_at`).
+
+    What a backfill needs: the messages ``first``..``end`` of the backbone,
+    from its recent log or whichever journal holds them (the REQUEST path of
+    ``fyrehose sub --from``), in order, each as a message or inside a loss,
+    when ``end`` may only be known once the fetch is under way.  Events go to
+    ``on_events`` as they come, none after the one that reaches ``end``;
+    :attr:`done` is set once ``on_events`` has had that one.
+    """
+
+    def __init__(self, backbone: str, subjects: SubjectSession, on_events: EventsHandler, *, first: int,
+                 stats: Counter) -> None:
+        self.on_events = on_events
+        self.reached = first - 1  # the last sequence handed to on_events
+        self.end: int | None = None
+        self.done = Event()
+        self._closed = False
+        self.link = BackboneLink(backbone, subjects, self._take, stats=stats, from_seq=first)
+
+    def stop_at(self, end: int) -> None:
+        """Hand out nothing after ``end``; :attr:`done` once ``end`` has been handed out (at once if it has)."""
+        self.end = end
+        if self.reached >= end:
+            self.done.set()
+
+    def close(self) -> None:
+        self._closed = True  # nothing more for on_events, even from a datagram being taken now
+        self.link.close()
+
+    def _take(self, events: list[StreamEvent]) -> None:
+        if self._closed or self.done.is_set():
+            return
+        end = self.end
+        if end is not None and _last_of(events[-1]) > end:
+            events = [event for event in events if _first_of(event) <= end]
+            if not events:
+                return
+        self.on_events(events)
+        self.reached = _last_of(events[-1])
+        if self.end is not None and self.reached >= self.end:  # the end may have been told meanwhile
+            self.done.set()

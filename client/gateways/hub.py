@@ -1,0 +1,254 @@
+"""A gateway's one link to the backbone: publishes envelopes and fans the ordered stream out.
+
+Every gateway process holds one :class:`~fyrehose.drivers.link.BackboneLink`
+(the gevent driver of the pure backbone session; no threads, no monkey
+patching), subscribed to the whole stream.  Whatever any gateway or UDP
+client publishes comes back through it in backbone sequence order, and
+:class:`GatewayHub` hands each enveloped message to the gateway's ``route``
+function, which queues it on the matching TCP clients.  Local subscribers
+are served from that stream too, never directly by the publishing
+connection, so every subscriber of every gateway sees one order.  Raw
+payloads (no envelope, hence no subject) reach no gateway client.
+
+Only what someone here can want is opened: the subject is read from the
+envelope's fixed header first, and the message is decoded, verified and
+routed only when the gateway's ``wants`` says a local subscription may match
+it, or when it is the deployment's own business (interest announcements,
+this gateway's inboxes, and with credentials the session messages of the
+trust exchange).  A gateway's own publishes nobody subscribed to cost one
+subject read on their way back.
+
+With credentials the link runs a session, signs what the gateway publishes
+for its TCP clients and verifies every envelope it opens: forged, tampered,
+replayed and unsigned messages are dropped (and counted) before routing, so
+no gateway client ever receives them.
+
+:attr:`GatewayHub.position` is the last sequence taken from the stream, routed
+or not, and :attr:`GatewayHub.first` the first (:attr:`GatewayHub.started` is set
+then): a local subscription added now receives every matching message after
+``position``, or from ``first`` on when nothing was taken yet, which is where
+an SSE backfill hands over to the live stream.
+
+The bridge also keeps the deployment's live interest (:mod:`fyrehose.subjects.interest`):
+the gateway's own subscriptions go into :attr:`GatewayHub.interest`, which the
+link announces, and everyone's announcements, taken from the stream, fill
+:attr:`GatewayHub.table`; :meth:`GatewayHub.subscribers_elsewhere` is what NATS
+no-responders and Redis ``PUBLISH`` counts add to the gateway's own count.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+
+import gevent
+from gevent.event import AsyncResult
+from gevent.event import Event as GeventEvent
+from gevent.timeout import Timeout
+
+from fyrehose.drivers.link import BackboneLink, wall_us
+from fyrehose.gateways.channels import is_internal, subject_to_channel
+from fyrehose.protocol.codec import Address
+from fyrehose.protocol.tracker import Event, Lost
+from fyrehose.subjects.auth import Credentials
+from fyrehose.subjects.envelope import Envelope, peek_subject
+from fyrehose.subjects.interest import INTEREST_SUBJECT, InterestTable
+from fyrehose.subjects.session import SubjectSession
+from fyrehose.subjects.session_table import SNAP_PREFIX
+from fyrehose.subjects.snapshots import WITH_SEQUENCE
+
+log = logging.getLogger("fyrehose.gateway")
+
+Route = Callable[[int, Envelope], None]
+Wants = Callable[[str], bool]
+
+# Messages taken from the stream between two chances for the clients' greenlets to run
+# (never between a route's ``wants`` and the route itself).
+YIELD_EVERY = 64
+EXPIRE_EVERY = 1.0  # seconds between sweeps of silent owners out of the interest table
+SESSION_PREFIX = "_SESSION."
+MAX_COUNTS_REMEMBERED = 4096  # subjects whose deployment-wide subscriber count is kept between announcements
+
+
+def _everything(subject: str) -> bool:
+    return True
+
+
+class GatewayHub:
+    """Publish through, and receive the ordered stream from, one backbone.
+
+    ``wants(subject)`` tells whether a message on ``subject`` may reach a
+    local client (False only when it surely cannot); without it every
+    enveloped message is routed.
+    """
+
+    def __init__(self, backbone: str, route: Route, *, stats: Counter, publish_timeout: float = 5.0,
+                 credentials: Credentials | None = None, session_interval: float = 2.0,
+                 bind: Address | None = None, wants: Wants | None = None,
+                 multicast: Address | None = None) -> None:
+        self.route = route
+        self.wants = wants or _everything
+        self.stats = stats
+        self.publish_timeout = publish_timeout
+        self.position = 0  # the last sequence taken from the stream, routed or not
+        self.first = 0  # the first sequence taken: everything from here on is routed
+        self.started = GeventEvent()  # set once the first sequence is known
+        self.subjects = SubjectSession(credentials=credentials, interval=session_interval, stats=stats)
+        self.session = self.subjects.session
+        self.interest = self.subjects.interest  # this gateway's clients' subscriptions, announced by the link
+        self.table = InterestTable(subject_to_channel)  # everyone's, from their announcements
+        self._inbox_prefix = self.subjects.inbox_prefix
+        self._verifies = self.subjects.auth is not None
+        self._waiters: dict[str, AsyncResult] = {}  # inbox -> where its answer goes
+        self._elsewhere: dict[str, int] = {}  # subject -> subscribers_elsewhere, until the table changes
+        self._next_expiry = 0.0
+        self._taken = 0
+        self.link = BackboneLink(backbone, self.subjects, self._take, stats=stats,
+                                 publish_timeout=publish_timeout, bind=bind, multicast=multicast)
+
+    def close(self) -> None:
+        self.link.close()
+
+    @property
+    def reachable(self) -> bool:
+        """Whether the backbone answered a KEEPALIVE within the last 5 s (a health check's answer)."""
+        return self.link.reachable
+
+    def auth_counts(self) -> dict[str, int]:
+        """What verification dropped and accepted (empty without credentials)."""
+        auth = self.subjects.auth
+        return {f"auth {name}": count for name, count in auth.stats.items()} if auth is not None else {}
+
+    def subscribers_elsewhere(self, subject: str) -> int:
+        """Subscriptions matching ``subject`` announced by every other gateway and client of the deployment.
+
+        Remembered per subject until the next announcement or expiry changes the table (every
+        PUBLISH of a Redis client and every NATS request asks).
+        """
+        count = self._elsewhere.get(subject)
+        if count is None:
+            if len(self._elsewhere) >= MAX_COUNTS_REMEMBERED:
+                self._elsewhere.clear()
+            count = self._elsewhere[subject] = self.table.count(subject, exclude=self.interest.owner)
+        return count
+
+    def publish(self, messages: list[Envelope]) -> list[int]:
+        """Publish; the sequence numbers once the backbone confirmed every message.
+
+        Raises PayloadTooLarge (nothing sent) or a FyrehoseError (not confirmed).
+        """
+        seal = self.subjects.seal
+        seqs = self.link.publish([seal(message) for message in messages])
+        self.stats["published"] += len(seqs)
+        return seqs
+
+    def publish_nowait(self, messages: list[Envelope]) -> AsyncResult:
+        """Publish without waiting: the result gets the sequence numbers once confirmed, or the error.
+
+        For clients promised no confirmation (NATS PUB without ``verbose``):
+        their connection keeps reading while the backbone confirms.  Raises
+        PayloadTooLarge, or a FyrehoseError when the backbone is unreachable.
+        """
+        seal = self.subjects.seal
+        result = self.link.submit([seal(message) for message in messages])
+        result.rawlink(self._count_published)
+        return result
+
+    def _count_published(self, result: AsyncResult) -> None:
+        if result.successful():
+            self.stats["published"] += len(result.value)
+
+    def snapshot(self, subject: str, timeout: float) -> Envelope | None:
+        """The cache's answer to ``_SNAP.<subject>``, under ``subject``; None when no cache answered in time.
+
+        Asked again on a fresh inbox every quarter of ``timeout``.  The answer
+        carries the record's sequence (:func:`fyrehose.subjects.snapshots.record_sequence`).
+        """
+        answer: AsyncResult = AsyncResult()
+        inboxes = []
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                reply = self.subjects.new_inbox()
+                inboxes.append(reply)
+                self._waiters[reply] = answer
+                self.link.send_unconfirmed([self.subjects.seal(Envelope(SNAP_PREFIX + subject, WITH_SEQUENCE, reply=reply))])
+                remaining = deadline - time.monotonic()
+                try:
+                    found: Envelope = answer.get(timeout=max(0.0, min(remaining, timeout / 4)))
+                except Timeout:
+                    if time.monotonic() >= deadline:
+                        return None
+                    continue
+                return replace(found, subject=subject)
+        finally:
+            for name in inboxes:
+                self._waiters.pop(name, None)
+
+    # ------------------------------------------------------------ the stream, in sequence order
+
+    def _take(self, events: list[Event]) -> None:
+        if not self.first:
+            self._start(events[0])
+        stats = self.stats
+        wants = self.wants
+        verifies = self._verifies
+        for event in events:
+            if event.__class__ is Lost:
+                self.position = event.to_seq  # type: ignore[union-attr]  # a Lost
+                stats["lost"] += event.count  # type: ignore[union-attr]
+                log.warning("backbone messages %d..%d lost (%s)", event.from_seq, event.to_seq,  # type: ignore[union-attr]
+                            event.reason)  # type: ignore[union-attr]
+                continue
+            self._taken += 1
+            if self._taken % YIELD_EVERY == 0:  # let the writers hand what is queued to the kernel
+                gevent.sleep(0)
+            seq, data = event  # type: ignore[misc]  # a Message
+            self._open_and_route(seq, data, wants, verifies)
+            self.position = seq  # routed: echo filters may forget numbers up to here
+
+    def _start(self, event: Event) -> None:
+        self.first = event.from_seq if event.__class__ is Lost else event.seq  # type: ignore[union-attr]
+        self.started.set()
+
+    def _open_and_route(self, seq: int, data: bytes, wants: Wants, verifies: bool) -> None:
+        subject = peek_subject(data)
+        if not subject:
+            return  # a raw payload (or a damaged envelope): no subject, no gateway client
+        if subject[0] == "_":  # the deployment's own subjects, and clients' inboxes
+            if not (subject == INTEREST_SUBJECT or subject.startswith(self._inbox_prefix)
+                    or (verifies and subject.startswith(SESSION_PREFIX)) or wants(subject)):
+                return
+        elif not wants(subject):
+            return
+        opened, accepted, answers = self.subjects.open(data, wall_us())
+        if answers:
+            self.link.send_unconfirmed(answers)
+        if opened is None or not accepted:
+            return
+        self._special(opened)
+        if is_internal(subject):  # the deployment's own traffic reaches no gateway client
+            return
+        try:
+            self.route(seq, opened)
+        except Exception:  # one bad message must not stop the stream for everyone
+            self.stats["route failures"] += 1
+            log.exception("routing message %d failed", seq)
+
+    def _special(self, opened: Envelope) -> None:
+        """What the bridge itself takes from the stream: announcements and answers to its inboxes."""
+        subject = opened.subject
+        if subject == INTEREST_SUBJECT:
+            now = time.monotonic()
+            if not self.table.receive(opened, now):
+                self.stats["bad interest announcements"] += 1
+            if now >= self._next_expiry:
+                self.table.expire(now)
+                self._next_expiry = now + EXPIRE_EVERY
+            self._elsewhere.clear()
+            return
+        waiter = self._waiters.get(subject)
+        if waiter is not None and not waiter.ready():
+            waiter.set(opened)

@@ -1,0 +1,1 @@
+"""The Marlin gateway: Marlin PubSub channel clients on the backbone."""

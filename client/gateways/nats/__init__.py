@@ -1,0 +1,1 @@
+"""The NATS gateway: unmodified NATS clients publish and subscribe through the backbone."""

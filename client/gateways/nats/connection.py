@@ -1,0 +1,476 @@
+"""One NATS client's connection to the gateway: its operations mapped to backbone subjects, its replies.
+
+NATS subjects are backbone subjects as they are, and NATS wildcards (``*``,
+``>``) are the backbone's, so a subscription is matched with
+:class:`fyrehose.subjects.patterns.SubjectIndex`.  A reply subject travels in the
+envelope's ``reply`` field, which is all request/reply needs: a requester's
+``_INBOX.<nuid>.*`` subscription here receives whatever any client anywhere
+publishes to its inbox, and ``_SNAP.<subject>`` requests are answered by the
+cache node the same way.  The header block of an HPUB travels in the
+envelope's ``headers`` field byte for byte (status line, repeated names and
+all) and reaches every client that announced header support as an HMSG with
+exactly that block; clients without header support, and Redis or Marlin
+subscribers, get the payload alone, as nats-server does.  A message whose
+envelope type or status is not the default (a cache answer: INITIAL,
+NOT_FOUND) reaches header clients as an HMSG with ``Fyrehose-Type`` and
+``Fyrehose-Status`` headers, after the fields of its own header block if it
+has a well-formed one (a snapshot answer's ``Fyrehose-Sequence``).
+
+No responders: a PUB or HPUB with a reply subject, from a client whose
+CONNECT asked for ``headers`` and ``no_responders`` (nats-py, nats.js and
+nats.go do by default), to a subject that no subscription anywhere in the
+deployment matches, is answered at once with the status message nats-server
+sends (``HMSG <reply> <sid> 16 16`` and ``NATS/1.0 503``), on each of the
+client's own subscriptions that match the reply subject.  Anywhere means this
+gateway's clients plus the interest every other gateway and subscribing
+client announced (:mod:`fyrehose.subjects.interest`).  The message is still published
+(the journal keeps it), as nats-server would accept it.
+
+With ``verbose`` the ``+OK`` of a PUB is sent once the backbone confirmed the
+message; in any mode the PONG to a PING follows the confirmation of every PUB
+received before that PING.  Every client gets the checks of ``pedantic``
+mode: a subject the backbone cannot carry (a wildcard or an empty token in a
+PUB subject) is refused with ``-ERR 'Invalid Publish Subject'`` rather than
+dropped.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fyrehose.gateways.channels import is_internal, pattern_is_internal
+from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
+from fyrehose.gateways.liveness import HANDSHAKE_TIMEOUT, PING, STALE, NatsLiveness
+from fyrehose.gateways.nats import protocol as proto
+from fyrehose.gateways.sizes import checked
+from fyrehose.protocol.codec import MAX_PAYLOAD, PayloadTooLarge
+from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status, check_subject
+from fyrehose.subjects.patterns import SubjectIndex, check_pattern, match
+
+if TYPE_CHECKING:
+    from gevent.event import AsyncResult
+
+    from fyrehose.gateways.hub import GatewayHub
+    from fyrehose.gateways.tcp import TcpClient
+
+SERVER_VERSION = "2.10.0"  # the nats-server release whose client protocol this gateway follows
+MAX_SUBSCRIPTIONS = 10000  # per client
+MAX_IN_FLIGHT = 16384  # PUBs of one client submitted and not yet confirmed before its reading pauses
+NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"  # the status-only header block nats-server answers with
+# the largest payload that fits one backbone message whatever its subject and reply subject
+# (an HPUB's size counts its header block too, which the envelope prefixes with 4 bytes of length)
+ANNOUNCED_MAX_PAYLOAD = MAX_PAYLOAD - (8 + MAX_SUBJECT + 2 + MAX_SUBJECT + 4)
+
+
+def server_info(server_id: str, host: str, port: int) -> dict:
+    """The INFO fields every client of this gateway gets (each adds its own client_id and client_ip)."""
+    return {
+        "server_id": server_id,
+        "server_name": "fyrehose-nats-gateway",
+        "version": SERVER_VERSION,
+        "proto": 1,
+        "go": "python (fyrehose gateway)",
+        "host": host,
+        "port": port,
+        "headers": True,
+        "max_payload": ANNOUNCED_MAX_PAYLOAD,
+    }
+
+
+@dataclass(eq=False)
+class NatsSubscription:
+    session: NatsConnection
+    sid: str
+    subject: str
+    queue: str | None
+    sid_bytes: bytes = b""
+    max_msgs: int | None = None
+    delivered: int = 0
+
+    def __post_init__(self) -> None:
+        self.sid_bytes = self.sid.encode()
+
+
+class NatsRoutes:
+    """Every local subscription, by subject pattern."""
+
+    def __init__(self, stats: Counter) -> None:
+        self.index: SubjectIndex[NatsSubscription] = SubjectIndex()
+        self.stats = stats
+        self._looked_up: tuple[str, list[NatsSubscription]] = ("", [])  # the last subject wants() looked up
+
+    def wants(self, subject: str) -> bool:
+        """Whether a message on ``subject`` reaches a subscription here (the bridge opens no other).
+
+        The lookup is kept for :meth:`route`, which the bridge calls right after (without yielding) for
+        the same subject.
+        """
+        try:
+            subscriptions = self.index.lookup(subject)
+        except EnvelopeError:  # a subject some raw publisher made up
+            self.stats["bad subjects skipped"] += 1
+            return False
+        self._looked_up = (subject, subscriptions)
+        return bool(subscriptions)
+
+    def route(self, seq: int, message: Envelope) -> None:
+        if self._looked_up[0] != message.subject and not self.wants(message.subject):
+            return
+        subscriptions = self._looked_up[1]
+        self._looked_up = ("", [])  # good for one route only: subscriptions change between messages
+        if not subscriptions:
+            return
+        frames = MessageFrames(message)
+        groups: dict[str, list[NatsSubscription]] = {}
+        for subscription in subscriptions:
+            if subscription.queue is None:
+                subscription.session.deliver(seq, subscription, frames)
+            else:
+                groups.setdefault(subscription.queue, []).append(subscription)
+        for members in groups.values():  # a queue group: one member, chosen at random
+            chosen = random.choice(members)
+            chosen.session.deliver(seq, chosen, frames)
+
+
+class MessageFrames:
+    """One message's MSG and HMSG frames, built once for every subscription that gets it.
+
+    Everything but the subscription's ``sid`` (prepared once per
+    subscription) is the same for all of them: the part before the sid and
+    the part after it are built on first use and each frame is one join.
+    """
+
+    __slots__ = ("message", "_head", "_msg_tail", "_hmsg_tail", "headers")
+
+    def __init__(self, message: Envelope) -> None:
+        self.message = message
+        headers = message.headers
+        if message.type != MsgType.UPDATE or message.status != Status.OK:
+            kind = proto.header_block([("Fyrehose-Type", message.type.name), ("Fyrehose-Status", message.status.name)])
+            if headers is None:
+                headers = kind
+            elif headers.startswith(b"NATS/1.0") and headers.endswith(b"\r\n\r\n"):
+                headers = headers[:-2] + kind[len(b"NATS/1.0\r\n"):]
+        self.headers = headers
+        self._head = b""
+        self._msg_tail = b""
+        self._hmsg_tail = b""
+
+    def frame(self, sid: bytes, with_headers: bool) -> bytes:
+        """The frame for subscription ``sid``: HMSG when the client takes headers and the message has some."""
+        if with_headers and self.headers is not None:
+            if not self._hmsg_tail:
+                self._hmsg_tail = proto.hmsg_tail(self._reply(), self.headers, self.message.data)
+            return b"".join((b"H", self._subject_head(), sid, self._hmsg_tail))
+        if not self._msg_tail:
+            self._msg_tail = proto.msg_tail(self._reply(), self.message.data)
+        return b"".join((self._subject_head(), sid, self._msg_tail))
+
+    def _subject_head(self) -> bytes:
+        if not self._head:
+            self._head = b"MSG " + self.message.subject.encode() + b" "
+        return self._head
+
+    def _reply(self) -> bytes | None:
+        return self.message.reply.encode() if self.message.reply else None
+
+
+class NatsConnection:
+    """One NATS client: its CONNECT options and subscriptions."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, connection: TcpClient, routes: NatsRoutes, bridge: GatewayHub, stats: Counter, *,
+                 server_id: str, host: str, port: int, liveness: NatsLiveness | None = None) -> None:
+        self.connection = connection
+        self.liveness = liveness or NatsLiveness(time.monotonic())
+        self.routes = routes
+        self.bridge = bridge
+        self.stats = stats
+        self.id = next(self._ids)
+        self.parser = proto.OperationParser(ANNOUNCED_MAX_PAYLOAD)  # refused past what INFO says, as nats-server does
+        self.verbose = False
+        self.headers = False
+        self.no_responders = False
+        self.echo: EchoFilter | None = None  # set when the client asked not to get its own messages
+        self.subscriptions: dict[str, NatsSubscription] = {}
+        self._inflight: deque[tuple[AsyncResult, int]] = deque()  # submitted PUB batches, oldest first
+        self._inflight_messages = 0
+        connection.send(proto.info(server_info(server_id, host, port) | {
+            "client_id": self.id,
+            "client_ip": connection.peer.rpartition(":")[0],
+        }))
+
+    # ------------------------------------------------------------ the driver's interface
+
+    def receive(self, data: bytes) -> None:
+        replies: list[bytes | None] = []  # None: a +OK waiting for the backbone's confirmation
+        batch: list[tuple[int | None, Envelope]] = []  # (reply index, message)
+        for operation in self.parser.feed(data):
+            if isinstance(operation, proto.NatsError):
+                self.stats["protocol errors"] += 1
+                self._fatal(replies, batch, operation.message)
+                return
+            if isinstance(operation, proto.Pub):
+                result = self._publish(operation)
+                if isinstance(result, Envelope):
+                    if self.verbose:
+                        batch.append((len(replies), result))
+                        replies.append(None)
+                    else:
+                        batch.append((None, result))
+                    if result.reply is not None and self.no_responders and not self._has_responders(result.subject):
+                        replies.append(self._no_responders(result.reply))
+                    continue
+                if result.fatal:
+                    self._fatal(replies, batch, result.message)
+                    return
+                replies.append(proto.error(result.message))
+                continue
+            if batch:  # what was published before this operation is confirmed (or, pipelined, submitted) first
+                if not self._send(replies, batch):
+                    return
+                replies, batch = [], []
+            if isinstance(operation, proto.Ping) and self._inflight:  # a PONG follows every earlier PUB's confirmation
+                if replies:
+                    self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # no slot is waiting here
+                    replies = []
+                if not self._drain():
+                    return
+            answer = self._execute(operation)
+            if isinstance(answer, _Refusal):
+                self._fatal(replies, batch, answer.message)
+                return
+            if answer:
+                replies.append(answer)
+        self._send(replies, batch)
+
+    def farewell(self, reason: str) -> bytes:
+        return proto.error("Slow Consumer" if reason.startswith("slow consumer") else reason)
+
+    def held(self) -> int:
+        return self.parser.held
+
+    def wake_at(self) -> float | None:
+        return self.liveness.wake_at(self.connection.last_input)
+
+    def wake(self, now: float) -> None:
+        action = self.liveness.wake(now, self.connection.last_input)
+        if action == PING:
+            self.connection.send(proto.PING)
+        elif action == HANDSHAKE_TIMEOUT:
+            self.stats["handshake timeouts"] += 1
+            self.connection.close("no CONNECT in time", proto.error("Authentication Timeout"))
+        elif action == STALE:
+            self.stats["stale connections"] += 1
+            self.connection.close("stale connection", proto.error("Stale Connection"))
+
+    def closed(self) -> None:
+        for subscription in self.subscriptions.values():
+            self.routes.index.discard(subscription.subject, subscription)
+            self.bridge.interest.remove(subscription.subject)
+        self.subscriptions.clear()
+
+    def deliver(self, seq: int, subscription: NatsSubscription, frames: MessageFrames) -> None:
+        frame: bytes | None = frames.frame(subscription.sid_bytes, self.headers)
+        if self.echo is not None:
+            try:
+                frame = self.echo.offer(seq, frame)
+            except HeldTooMuch as exc:
+                self.connection.slow_consumer(str(exc))
+                return
+        if frame is not None:
+            self.connection.send(frame)
+            self.stats["delivered"] += 1
+        subscription.delivered += 1
+        if subscription.max_msgs is not None and subscription.delivered >= subscription.max_msgs:
+            self._drop(subscription)
+
+    # ------------------------------------------------------------ operations
+
+    def _publish(self, pub: proto.Pub) -> Envelope | _Refusal:
+        """The message to publish, or why not."""
+        try:
+            check_subject(pub.subject)
+            if pub.reply is not None:
+                check_subject(pub.reply)
+        except EnvelopeError:
+            self.stats["invalid publish subjects"] += 1
+            return _Refusal("Invalid Publish Subject", fatal=False)
+        if is_internal(pub.subject):
+            self.stats["permission violations"] += 1
+            return _Refusal(f'Permissions Violation for Publish to "{pub.subject}"', fatal=False)
+        try:
+            return checked(Envelope(pub.subject, pub.payload, reply=pub.reply, headers=pub.headers))
+        except PayloadTooLarge:
+            return _Refusal("Maximum Payload Violation")
+
+    def _has_responders(self, subject: str) -> bool:
+        return bool(self.routes.index.lookup(subject)) or self.bridge.subscribers_elsewhere(subject) > 0
+
+    def _no_responders(self, reply: str) -> bytes:
+        """The 503 status message, on each of this client's subscriptions that match ``reply``."""
+        self.stats["no responders"] += 1
+        subject = reply.encode()
+        return b"".join(proto.hmsg(subject, subscription.sid_bytes, None, NO_RESPONDERS, b"")
+                        for subscription in self.subscriptions.values() if match(subscription.subject, reply))
+
+    def _send(self, replies: list[bytes | None], batch: list[tuple[int | None, Envelope]]) -> bool:
+        """Publish the batch, then send the replies; False when the connection had to end.
+
+        A client promised no answer to a PUB (not ``verbose``, and taking its
+        own messages) does not wait for the confirmation: its batch is
+        submitted and its connection keeps reading, at most
+        ``MAX_IN_FLIGHT`` messages ahead of the backbone's confirmations.
+        """
+        if batch and not self.verbose and self.echo is None:
+            if not self._submit([message for _, message in batch]):
+                return False
+            batch = []
+        if batch:
+            failure = self._publish_batch([message for _, message in batch])
+            for index, _ in batch:
+                if index is not None:
+                    replies[index] = b"" if failure else proto.OK
+            if failure:
+                self.stats["publish failures"] += len(batch)
+                self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
+                self.connection.close("publish failed", proto.error(f"Publish Failed: {failure}"))
+                return False
+        if replies:
+            self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
+        return True
+
+    def _submit(self, messages: list[Envelope]) -> bool:
+        """Publish without waiting for the confirmation; False when the connection had to end."""
+        try:
+            result = self.bridge.publish_nowait(messages)
+        except Exception as exc:
+            self._publish_failed(len(messages), str(exc))
+            return False
+        self._inflight.append((result, len(messages)))
+        self._inflight_messages += len(messages)
+        result.rawlink(self._confirmed)
+        while self._inflight_messages > MAX_IN_FLIGHT:  # back-pressure: stop reading until the backbone catches up
+            self._inflight[0][0].wait()
+            self._forget_confirmed()
+            if self.connection.closing is not None:
+                return False
+        return True
+
+    def _confirmed(self, result: AsyncResult) -> None:
+        if not result.successful():
+            count = next((count for each, count in self._inflight if each is result), 0)
+            self._publish_failed(count, str(result.exception))
+        self._forget_confirmed()
+
+    def _forget_confirmed(self) -> None:
+        inflight = self._inflight
+        while inflight and inflight[0][0].ready():
+            _, count = inflight.popleft()
+            self._inflight_messages -= count
+
+    def _drain(self) -> bool:
+        """Wait for every submitted PUB's confirmation; False when one failed (the connection is ending)."""
+        for result, _ in list(self._inflight):
+            result.wait()
+        self._forget_confirmed()
+        return self.connection.closing is None
+
+    def _publish_failed(self, count: int, reason: str) -> None:
+        self.stats["publish failures"] += count
+        self.connection.close("publish failed", proto.error(f"Publish Failed: {reason}"))
+
+    def _publish_batch(self, messages: list[Envelope]) -> str | None:
+        """Publish and wait for the confirmation; why it failed, or None."""
+        echo = self.echo
+        if echo is None:
+            try:
+                self.bridge.publish(messages)
+            except Exception as exc:
+                return str(exc)
+            return None
+        echo.publishing()
+        seqs, failure = None, None
+        try:
+            seqs = self.bridge.publish(messages)
+        except Exception as exc:
+            failure = str(exc)
+        released = echo.published(seqs, self.bridge.position)
+        for frame in released:
+            self.connection.send(frame)
+        self.stats["delivered"] += len(released)
+        return failure
+
+    def _fatal(self, replies: list[bytes | None], batch: list[tuple[int | None, Envelope]], message: str) -> None:
+        if self._send(replies, batch):
+            self.connection.close(message, proto.error(message))
+
+    def _execute(self, operation: proto.Operation) -> bytes | _Refusal:
+        if isinstance(operation, proto.Ping):
+            return proto.PONG
+        if isinstance(operation, proto.Pong):
+            self.liveness.pong()
+            return b""
+        if isinstance(operation, proto.Connect):
+            return self._connect(operation.options)
+        if isinstance(operation, proto.Sub):
+            return self._subscribe(operation)
+        return self._unsubscribe(operation)  # type: ignore[arg-type]  # the only operation left is Unsub
+
+    def _connect(self, options: dict) -> bytes | _Refusal:
+        self.liveness.connect()
+        if options.get("echo") is False:
+            self.echo = EchoFilter(self.connection.max_pending)
+        if options.get("tls_required"):
+            return _Refusal("Secure Connection - TLS Required is not supported by this gateway")
+        self.verbose = bool(options.get("verbose"))
+        self.headers = bool(options.get("headers"))
+        self.no_responders = self.headers and bool(options.get("no_responders"))
+        return proto.OK if self.verbose else b""
+
+    def _subscribe(self, sub: proto.Sub) -> bytes | _Refusal:
+        try:
+            check_pattern(sub.subject)
+        except EnvelopeError:
+            return proto.error("Invalid Subject")
+        if pattern_is_internal(sub.subject):
+            self.stats["permission violations"] += 1
+            return proto.error(f'Permissions Violation for Subscription to "{sub.subject}"')
+        previous = self.subscriptions.get(sub.sid)
+        if previous is not None:
+            self._drop(previous)
+        elif len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
+            return proto.error("Maximum Subscriptions Exceeded")
+        subscription = NatsSubscription(self, sub.sid, sub.subject, sub.queue)
+        self.subscriptions[sub.sid] = subscription
+        self.routes.index.add(sub.subject, subscription)
+        self.bridge.interest.add(sub.subject)
+        return proto.OK if self.verbose else b""
+
+    def _unsubscribe(self, unsub: proto.Unsub) -> bytes:
+        subscription = self.subscriptions.get(unsub.sid)
+        if subscription is not None:
+            if unsub.max_msgs and subscription.delivered < unsub.max_msgs:
+                subscription.max_msgs = unsub.max_msgs
+            else:
+                self._drop(subscription)
+        return proto.OK if self.verbose else b""
+
+    def _drop(self, subscription: NatsSubscription) -> None:
+        if self.subscriptions.get(subscription.sid) is subscription:
+            del self.subscriptions[subscription.sid]
+            self.routes.index.discard(subscription.subject, subscription)
+            self.bridge.interest.remove(subscription.subject)
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """An ``-ERR`` for the client; fatal ones end the connection, as nats-server does."""
+
+    message: str
+    fatal: bool = field(default=True)

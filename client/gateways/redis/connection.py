@@ -1,0 +1,428 @@
+"""One Redis client's connection to the gateway: its commands mapped to backbone subjects, its replies.
+
+Speaks enough of RESP2 and RESP3 for pub/sub: SUBSCRIBE, UNSUBSCRIBE,
+PSUBSCRIBE (Redis glob patterns), PUNSUBSCRIBE, PUBLISH, PING, QUIT, HELLO,
+CLIENT SETNAME/GETNAME/ID, SELECT 0, and GET answered by the cache node
+(``fyrehose cache``).  Anything else gets a clear ``-ERR``.  Channels map to
+backbone subjects as :mod:`fyrehose.gateways.channels` says.
+
+PUBLISH replies once the backbone confirmed the message; its integer is the
+number of receivers in the whole deployment, counted as Redis counts them (a
+client per matching channel and pattern subscription): this gateway's own,
+exactly, plus those every other gateway and subscribing client announced
+(:mod:`fyrehose.subjects.interest`; a subscription made elsewhere a moment ago may not
+be counted yet).
+"""
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from fyrehose.gateways.channels import (
+    ChannelError,
+    channel_to_subject,
+    channel_to_subject_or_none,
+    is_internal,
+    pattern_is_internal,
+    subject_to_channel,
+)
+from fyrehose.gateways.liveness import IdleTimeout
+from fyrehose.gateways.redis import protocol as resp
+from fyrehose.gateways.redis.hiredis_parser import HiredisCommandParser
+from fyrehose.gateways.sizes import checked
+from fyrehose.protocol.codec import PayloadTooLarge
+from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status
+from fyrehose.subjects.redis_glob import MAX_PATTERN, GlobIndex, literal_prefix
+
+if TYPE_CHECKING:
+    from fyrehose.gateways.hub import GatewayHub
+    from fyrehose.gateways.tcp import TcpClient
+
+SERVER_VERSION = "7.0.0"  # the Redis release whose pub/sub replies this gateway follows
+MAX_SUBSCRIPTIONS = 10000  # channels + patterns per client
+MAX_PATTERNS = 256  # patterns per client (each is tried on channels its literal prefix does not rule out)
+MAX_GATEWAY_PATTERNS = 4096  # distinct patterns of all clients together: bounds the matching work per message
+MAX_CHANNEL = MAX_SUBJECT  # bytes of a channel name; no longer one can be carried on the backbone
+TOO_MANY_CLIENTS = resp.error("ERR max number of clients reached")
+NOPERM = resp.error("NOPERM this user has no permissions to access one of the channels used as arguments")
+MAX_COMMAND_BULK = 1 << 20  # larger arguments end the connection; up to this, a clear error
+MAX_COMMAND = 2 << 20  # bytes of one whole command (its arguments and their overhead); more ends the connection
+SUBSCRIBED_CONTEXT = {b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscribe", b"ping", b"quit"}
+
+
+class RedisRoutes:
+    """Which local clients want which channel: exact channels and glob patterns."""
+
+    def __init__(self) -> None:
+        self.channels: dict[bytes, dict[RedisConnection, None]] = {}
+        self.patterns: GlobIndex[tuple[bytes, dict[RedisConnection, None]]] = GlobIndex()
+        self.subjects: set[str] = set()  # the subjects of the channels in ``channels``, for ``wants``
+
+    def subscribe(self, channel: bytes, session: RedisConnection) -> None:
+        subject = channel_to_subject_or_none(channel)
+        if channel not in self.channels and subject is not None:
+            self.subjects.add(subject)
+        self.channels.setdefault(channel, {})[session] = None
+        if subject is not None:  # a channel without a subject receives nothing: no interest to announce
+            session.bridge.interest.add(subject)
+
+    def unsubscribe(self, channel: bytes, session: RedisConnection) -> None:
+        sessions = self.channels.get(channel)
+        if sessions is not None and session in sessions:
+            del sessions[session]
+            subject = channel_to_subject_or_none(channel)
+            if not sessions:
+                del self.channels[channel]
+                self.subjects.discard(subject)  # type: ignore[arg-type]  # None was never added
+            if subject is not None:
+                session.bridge.interest.remove(subject)
+
+    def psubscribe(self, pattern: bytes, session: RedisConnection) -> None:
+        entry = self.patterns.get(pattern)
+        if entry is None:
+            entry = (pattern, {})
+            self.patterns.add(pattern, entry)
+        entry[1][session] = None
+        session.bridge.interest.add_glob(pattern)
+
+    def punsubscribe(self, pattern: bytes, session: RedisConnection) -> None:
+        entry = self.patterns.get(pattern)
+        if entry is not None and session in entry[1]:
+            del entry[1][session]
+            if not entry[1]:
+                self.patterns.discard(pattern)
+            session.bridge.interest.remove_glob(pattern)
+
+    def receivers(self, channel: bytes) -> int:
+        """How many deliveries a message on ``channel`` makes here (a client per matching subscription)."""
+        count = len(self.channels.get(channel, ()))
+        for _, sessions in self.patterns.matching(channel):
+            count += len(sessions)
+        return count
+
+    def wants(self, subject: str) -> bool:
+        """Whether a message on ``subject`` may reach a client here (the bridge opens no other)."""
+        return subject in self.subjects or bool(self.patterns)
+
+    def route(self, seq: int, message: Envelope) -> None:
+        """Queue the message on every matching subscription; each distinct frame is built once."""
+        channel = subject_to_channel(message.subject)
+        tail = b""
+        sessions = self.channels.get(channel)
+        if sessions:
+            tail = resp.bulk(channel) + resp.bulk(message.data)
+            frames = _Frames(3, MESSAGE_HEAD, tail)
+            for session in list(sessions):
+                session.deliver(frames.get(session.resp3))
+        for pattern, sessions in self.patterns.matching(channel):
+            if sessions:
+                if not tail:
+                    tail = resp.bulk(channel) + resp.bulk(message.data)
+                frames = _Frames(4, PMESSAGE_HEAD + resp.bulk(pattern), tail)
+                for session in list(sessions):
+                    session.deliver(frames.get(session.resp3))
+
+
+class _Frames:
+    """A pub/sub message's frame in RESP2 (an array) and RESP3 (a push), each built on first use."""
+
+    __slots__ = ("count", "body", "built")
+
+    def __init__(self, count: int, head: bytes, tail: bytes) -> None:
+        self.count = count
+        self.body = head + tail
+        self.built: list[bytes] = [b"", b""]
+
+    def get(self, resp3: bool) -> bytes:
+        frame = self.built[resp3]
+        if not frame:
+            frame = self.built[resp3] = (b">%d\r\n" if resp3 else b"*%d\r\n") % self.count + self.body
+        return frame
+
+
+MESSAGE_HEAD = resp.bulk(b"message")
+PMESSAGE_HEAD = resp.bulk(b"pmessage")
+
+
+class RedisConnection:
+    """One Redis client: its protocol version, name and subscriptions."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, connection: TcpClient, routes: RedisRoutes, bridge: GatewayHub, stats: Counter,
+                 *, request_timeout: float = 1.0, idle: IdleTimeout | None = None) -> None:
+        self.connection = connection
+        self.idle = idle or IdleTimeout()
+        self.routes = routes
+        self.bridge = bridge
+        self.stats = stats
+        self.request_timeout = request_timeout
+        self.id = next(self._ids)
+        self.parser = HiredisCommandParser(max_bulk=MAX_COMMAND_BULK, max_command=MAX_COMMAND)
+        self.resp3 = False
+        self.name: bytes | None = None
+        self.channels: dict[bytes, None] = {}
+        self.patterns: dict[bytes, None] = {}
+
+    # ------------------------------------------------------------ the driver's interface
+
+    def receive(self, data: bytes) -> None:
+        replies: list[bytes | None] = []  # None: the reply of a publish still to be confirmed
+        batch: list[tuple[int, Envelope, int]] = []  # (reply index, message, receivers)
+        for command in self.parser.feed(data):
+            if isinstance(command, resp.RespError):
+                self.stats["protocol errors"] += 1
+                self._send(replies, batch)
+                self.connection.close(command.message, resp.error(f"ERR {command.message}"))
+                return
+            name = command[0].lower()
+            if name != b"publish" and batch:  # what was published before this command is confirmed first
+                self._send(replies, batch)
+                replies, batch = [], []
+            result = self._execute(name, command)
+            if isinstance(result, bytes):
+                replies.append(result)
+            else:  # consecutive PUBLISHes are confirmed together
+                batch.append((len(replies), *result))
+                replies.append(None)
+            if name == b"quit":
+                self._send(replies, batch)
+                self.connection.close("QUIT")
+                return
+        self._send(replies, batch)
+
+    def farewell(self, reason: str) -> bytes:
+        return resp.error(f"ERR {reason}")
+
+    def held(self) -> int:
+        return self.parser.held
+
+    def wake_at(self) -> float | None:
+        return self.idle.wake_at(self.connection.last_input, self._subscribed)
+
+    def wake(self, now: float) -> None:
+        if self.idle.wake(now, self.connection.last_input, self._subscribed):
+            self.stats["idle clients closed"] += 1
+            self.connection.close("idle timeout")  # silently, as redis-server does
+
+    def closed(self) -> None:
+        for channel in self.channels:
+            self.routes.unsubscribe(channel, self)
+        for pattern in self.patterns:
+            self.routes.punsubscribe(pattern, self)
+        self.channels.clear()
+        self.patterns.clear()
+
+    def deliver(self, frame: bytes) -> None:
+        """Queue one pub/sub message, framed for this client's protocol version."""
+        self.connection.send(frame)
+        self.stats["delivered"] += 1
+
+    # ------------------------------------------------------------ publishing
+
+    @property
+    def _subscribed(self) -> bool:
+        return bool(self.channels or self.patterns)
+
+    def _send(self, replies: list[bytes | None], batch: list[tuple[int, Envelope, int]]) -> None:
+        if batch:
+            try:
+                self.bridge.publish([message for _, message, _ in batch])
+                for index, _, receivers in batch:
+                    replies[index] = resp.integer(receivers)
+            except Exception as exc:  # unconfirmed: every client in the batch hears why
+                self.stats["publish failures"] += len(batch)
+                for index, _, _ in batch:
+                    replies[index] = resp.error(f"ERR publish not confirmed by the backbone: {exc}")
+        if replies:
+            self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
+
+    # ------------------------------------------------------------ commands
+
+    def _execute(self, name: bytes, command: list[bytes]) -> bytes | tuple[Envelope, int]:
+        args = command[1:]
+        if not self.resp3 and self._subscribed and name not in SUBSCRIBED_CONTEXT:
+            return resp.error(f"ERR Can't execute '{_text(name)}': only (P)SUBSCRIBE / (P)UNSUBSCRIBE / "
+                              "PING / QUIT are allowed in this context")
+        handler = COMMANDS.get(name)
+        if handler is None:
+            shown = " ".join(f"'{_text(arg)[:64]}'" for arg in args[:4])
+            return resp.error(f"ERR unknown command '{_text(name)[:64]}', with args beginning with: {shown}"
+                              " (this gateway serves pub/sub only)")
+        method, low, high = handler
+        if not low <= len(args) <= high:
+            return resp.error(f"ERR wrong number of arguments for '{_text(name)}' command")
+        return method(self, args)
+
+    def _ping(self, args: list[bytes]) -> bytes:
+        if self._subscribed and not self.resp3:
+            return resp.array([resp.bulk(b"pong"), resp.bulk(args[0] if args else b"")])
+        return resp.bulk(args[0]) if args else resp.simple("PONG")
+
+    def _quit(self, args: list[bytes]) -> bytes:
+        return resp.simple("OK")
+
+    def _hello(self, args: list[bytes]) -> bytes:
+        resp3 = self.resp3
+        rest = args
+        if args:
+            if args[0] not in (b"2", b"3"):
+                return resp.error("NOPROTO unsupported protocol version")
+            resp3 = args[0] == b"3"
+            rest = args[1:]
+        name = self.name
+        while rest:
+            option = rest[0].lower()
+            if option == b"setname" and len(rest) >= 2:
+                if not _valid_name(rest[1]):
+                    return resp.error("ERR Client names cannot contain spaces, newlines or special characters.")
+                name, rest = rest[1], rest[2:]
+            elif option == b"auth":
+                return resp.error("ERR AUTH is not supported: this gateway has no users")
+            else:
+                return resp.error(f"ERR Syntax error in HELLO option '{_text(rest[0])}'")
+        self.resp3, self.name = resp3, name
+        fields = [
+            (b"server", resp.bulk(b"fyrehose")),
+            (b"version", resp.bulk(SERVER_VERSION.encode())),
+            (b"proto", resp.integer(3 if resp3 else 2)),
+            (b"id", resp.integer(self.id)),
+            (b"mode", resp.bulk(b"standalone")),
+            (b"role", resp.bulk(b"master")),
+            (b"modules", resp.array([])),
+        ]
+        return resp.mapping([(resp.bulk(key), value) for key, value in fields], resp3)
+
+    def _client(self, args: list[bytes]) -> bytes:
+        sub = args[0].lower()
+        if sub == b"setname" and len(args) == 2:
+            if not _valid_name(args[1]):
+                return resp.error("ERR Client names cannot contain spaces, newlines or special characters.")
+            self.name = args[1] or None
+            return resp.simple("OK")
+        if sub == b"getname" and len(args) == 1:
+            return resp.bulk(self.name) if self.name else resp.null(self.resp3)
+        if sub == b"id" and len(args) == 1:
+            return resp.integer(self.id)
+        return resp.error(f"ERR unknown subcommand or wrong number of arguments for 'CLIENT {_text(args[0])}'"
+                          " (this gateway supports SETNAME, GETNAME and ID)")
+
+    def _select(self, args: list[bytes]) -> bytes:
+        try:
+            index = int(args[0])
+        except ValueError:
+            return resp.error("ERR value is not an integer or out of range")
+        return resp.simple("OK") if index == 0 else resp.error("ERR DB index is out of range")
+
+    def _subscribe(self, args: list[bytes]) -> bytes:
+        if any(_internal_channel(channel) for channel in args):
+            return NOPERM
+        return self._add(args, self.channels, self.routes.subscribe, b"subscribe", MAX_CHANNEL)
+
+    def _psubscribe(self, args: list[bytes]) -> bytes:
+        if any(_internal_channel(literal_prefix(pattern)) for pattern in args):
+            return NOPERM
+        return self._add(args, self.patterns, self.routes.psubscribe, b"psubscribe", MAX_PATTERN)
+
+    def _unsubscribe(self, args: list[bytes]) -> bytes:
+        return self._remove(args, self.channels, self.routes.unsubscribe, b"unsubscribe")
+
+    def _punsubscribe(self, args: list[bytes]) -> bytes:
+        return self._remove(args, self.patterns, self.routes.punsubscribe, b"punsubscribe")
+
+    def _add(self, names: list[bytes], held: dict[bytes, None], register, kind: bytes, longest: int) -> bytes:
+        replies = []
+        for name in names:
+            if name not in held:
+                if len(name) > longest:
+                    replies.append(resp.error(f"ERR {kind.decode()} name of {len(name)} bytes is too long "
+                                              f"(at most {longest})"))
+                    continue
+                if len(self.channels) + len(self.patterns) >= MAX_SUBSCRIPTIONS:
+                    replies.append(resp.error(f"ERR at most {MAX_SUBSCRIPTIONS} subscriptions per client"))
+                    continue
+                if held is self.patterns and len(self.patterns) >= MAX_PATTERNS:
+                    replies.append(resp.error(f"ERR at most {MAX_PATTERNS} pattern subscriptions per client"))
+                    continue
+                if held is self.patterns and self.routes.patterns.get(name) is None \
+                        and len(self.routes.patterns) >= MAX_GATEWAY_PATTERNS:
+                    replies.append(resp.error(f"ERR this gateway holds its most distinct patterns "
+                                              f"({MAX_GATEWAY_PATTERNS}); subscribe to one already held"))
+                    continue
+                held[name] = None
+                register(name, self)
+            replies.append(self._confirmation(kind, name))
+        return b"".join(replies)
+
+    def _remove(self, names: list[bytes], held: dict[bytes, None], unregister, kind: bytes) -> bytes:
+        if not names:
+            names = list(held)
+            if not names:
+                return self._confirmation(kind, None)
+        replies = []
+        for name in names:
+            if name in held:
+                del held[name]
+                unregister(name, self)
+            replies.append(self._confirmation(kind, name))
+        return b"".join(replies)
+
+    def _confirmation(self, kind: bytes, name: bytes | None) -> bytes:
+        count = len(self.channels) + len(self.patterns)
+        item = resp.bulk(name) if name is not None else resp.null(self.resp3)
+        return resp.push([resp.bulk(kind), item, resp.integer(count)], self.resp3)
+
+    def _publish(self, args: list[bytes]) -> bytes | tuple[Envelope, int]:
+        """The message to publish and its receiver count, or an error reply."""
+        channel, data = args
+        try:
+            message = checked(Envelope(channel_to_subject(channel), data))
+        except (ChannelError, PayloadTooLarge) as exc:
+            return resp.error(f"ERR {exc}")
+        if is_internal(message.subject):
+            return NOPERM
+        return message, self.routes.receivers(channel) + self.bridge.subscribers_elsewhere(message.subject)
+
+    def _get(self, args: list[bytes]) -> bytes:
+        try:
+            answer = self.bridge.snapshot(channel_to_subject(args[0]), timeout=self.request_timeout)
+        except (ChannelError, EnvelopeError) as exc:
+            return resp.error(f"ERR {exc}")
+        if answer is None:
+            return resp.error(f"ERR no cache answered within {self.request_timeout:g} s "
+                              "(GET is served by `fyrehose cache`)")
+        if answer.status == Status.NOT_FOUND:
+            return resp.null(self.resp3)
+        if answer.type != MsgType.INITIAL or answer.status == Status.TEMP_UNAVAIL:
+            return resp.error(f"ERR the cache answered {answer.type.name}/{answer.status.name}")
+        return resp.bulk(answer.data)  # a stale value is still the last value
+
+
+# command -> (method, fewest arguments, most arguments)
+COMMANDS = {
+    b"ping": (RedisConnection._ping, 0, 1),
+    b"quit": (RedisConnection._quit, 0, 0),
+    b"hello": (RedisConnection._hello, 0, 6),
+    b"client": (RedisConnection._client, 1, 2),
+    b"select": (RedisConnection._select, 1, 1),
+    b"subscribe": (RedisConnection._subscribe, 1, 1 << 30),
+    b"psubscribe": (RedisConnection._psubscribe, 1, 1 << 30),
+    b"unsubscribe": (RedisConnection._unsubscribe, 0, 1 << 30),
+    b"punsubscribe": (RedisConnection._punsubscribe, 0, 1 << 30),
+    b"publish": (RedisConnection._publish, 2, 2),
+    b"get": (RedisConnection._get, 1, 1),
+}
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def _internal_channel(channel: bytes) -> bool:
+    """Whether ``channel`` (or a pattern's literal prefix) lies in a subject tree the deployment keeps for itself."""
+    return pattern_is_internal(channel.decode("latin-1"))
+
+
+def _valid_name(name: bytes) -> bool:
+    return all(0x21 <= byte <= 0x7E for byte in name)

@@ -1,0 +1,1 @@
+"""Operating-system networking every endpoint shares: addresses, socket buffers, multicast group sockets."""

@@ -1,0 +1,351 @@
+"""A client's side of the backbone protocol as a pure state machine: datagrams and time in, actions out.
+
+What a client must decide about every datagram (is it from the backbone, is
+this KEEPALIVE-ACK an answer to one of our tokens, is this DELIVER for a hole
+we asked for, is this FORWARD a repeat) and about time (when to send the next
+KEEPALIVE, which holes to REQUEST, which to give up) lives here, with no
+socket, thread or clock of its own, in the shape of
+:class:`fyrehose.backbone.core.Backbone`.  :class:`fyrehose.Client` is its
+thread driver; tests drive it directly with a manual clock and an in-memory
+network (tests/memnet.py).
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fyrehose.protocol import codec
+from fyrehose.protocol.admission import admit
+from fyrehose.protocol.codec import Address
+from fyrehose.protocol.frame_run import FrameRun
+from fyrehose.protocol.multicast import FALLBACK_INTERVALS, GroupWatch
+from fyrehose.protocol.publishing import Finished, PendingPublishes
+from fyrehose.protocol.tracker import Event, SequenceTracker
+
+_BACKBONE_ITSELF = "0.0.0.0"  # a FORWARD naming it (port 0): the backbone re-DELIVERs the range (FLAG_REDELIVERING)
+TOKENS_REMEMBERED = 8  # KEEPALIVE tokens whose ACK still counts (several keepalives may be in flight)
+
+
+@dataclass(slots=True)
+class Incoming:
+    """What one datagram asks of the driver, in the order it must be applied."""
+
+    stored: list[tuple[int, bytes]] = field(default_factory=list)  # new DELIVERs (no duplicates), to store
+    runs: list[FrameRun] = field(default_factory=list)  # with whole_datagrams: in order, to store and release
+    events: list[Event] = field(default_factory=list)  # ordered messages and losses, for subscriptions
+    confirms: list[codec.Run] = field(default_factory=list)  # (first tag, count, first sequence) from CONFIRMs
+    published: list[Finished] = field(default_factory=list)  # publish batches those CONFIRMs completed
+    forwards: list[codec.Forward] = field(default_factory=list)  # REQUESTs to answer from the store
+    acked: bool = False  # a KEEPALIVE-ACK for one of our tokens arrived
+    from_backbone: bool = False  # the datagram came from the backbone (not a peer's re-delivery)
+    fell_back: bool = False  # the multicast group went silent: unicast from now on (say so once, leave the group)
+
+
+class BackboneConnection:
+    """One client's protocol state towards one backbone.
+
+    ``flags`` are the KEEPALIVE flags (codec.FLAG_*); ``serves_forwards`` says
+    whether FORWARDs are passed on (a client without a message store ignores
+    them, counted).  ``token_source`` makes KEEPALIVE tokens (random in use,
+    deterministic in tests).  ``vouch`` judges the payload of a peer's
+    re-delivery before it may fill a requested hole (an authenticating client
+    takes only what verifies); a payload it refuses leaves the hole open, to
+    be requested again.  :attr:`publishes` matches the CONFIRMs to what this
+    client published (``confirm_retry``: the first wait before a message is
+    sent again); a driver runs its timers with ``publishes.poll``.
+    ``whole_datagrams``: a backbone datagram of frames of one size that
+    continues the stream goes out as one :class:`~fyrehose.protocol.frame_run.FrameRun`
+    in ``Incoming.runs`` (stored and released as it is) instead of as
+    messages, for a driver that accounts per datagram (the load test's
+    subscribers); with ``buffer_runs`` too, such a datagram that arrives
+    while a hole is open waits whole in the tracker and later comes out, in
+    order, among ``Incoming.events`` (the journal); with ``varied_runs``
+    too, a datagram of frames of varied sizes that continues the stream goes
+    out whole as well (a FrameRun with step 0; the client's subscriptions).
+    ``multicast``: the driver joined the backbone's multicast group (see
+    :func:`fyrehose.net.group_socket.join_group`) and feeds what arrives there to
+    :meth:`receive_group`; the KEEPALIVEs carry MULTICAST (and HEAD) until
+    the group goes silent while HEAD advances for
+    ``multicast_fallback_after`` seconds (default: FALLBACK_INTERVALS
+    keepalive intervals), then the connection falls back to unicast
+    (:attr:`Incoming.fell_back`, counted as ``multicast fallbacks``).
+    """
+
+    def __init__(self, backbone: Address, *, flags: int, keepalive_interval: float = 0.5,
+                 serves_forwards: bool = True, tracker_options: dict[str, Any] | None = None,
+                 token_source: Callable[[int], bytes] = os.urandom, stats: Counter[str] | None = None,
+                 vouch: Callable[[bytes], bool] | None = None, confirm_retry: float = 0.2,
+                 whole_datagrams: bool = False, buffer_runs: bool = False, varied_runs: bool = False,
+                 multicast: bool = False, multicast_fallback_after: float | None = None) -> None:
+        self.backbone = backbone
+        self.flags = flags
+        self.group_watch: GroupWatch | None = None
+        self._head: int | None = None  # the backbone's last HEAD
+        self._head_at_track: int | None = None  # the HEAD when tracking began: later messages are the stream's
+        if multicast and not flags & codec.FLAG_NOSUBSCRIBE:
+            self.flags |= codec.FLAG_MULTICAST | codec.FLAG_HEAD  # the fallback watches HEAD
+            self.group_watch = GroupWatch(multicast_fallback_after if multicast_fallback_after is not None
+                                    else FALLBACK_INTERVALS * keepalive_interval)
+        self.keepalive_interval = keepalive_interval
+        self.serves_forwards = serves_forwards
+        self.tracker_options = tracker_options or {}
+        self.stats: Counter[str] = stats if stats is not None else Counter()
+        self.tracker: SequenceTracker | None = None
+        self.last_ack: float | None = None
+        self._token_source = token_source
+        self._vouch = vouch
+        self.whole_datagrams = whole_datagrams  # in-order runs go out as FrameRuns, not messages
+        self.buffer_runs = buffer_runs  # with whole_datagrams: runs beyond a hole wait whole (events may hold FrameRuns)
+        self.varied_runs = whole_datagrams and varied_runs  # runs of frames of varied sizes too (FrameRun step 0)
+        self.publishes = PendingPublishes(retry=confirm_retry, stats=self.stats)
+        self._tokens: deque[bytes] = deque(maxlen=TOKENS_REMEMBERED)
+        self._next_keepalive = 0.0
+        self._queued_forwards: set[codec.Forward] = set()
+
+    # ------------------------------------------------------------ tracking
+
+    def track(self, from_seq: int | None = None) -> SequenceTracker:
+        """Start ordering the stream (from ``from_seq``, or whatever arrives first); idempotent."""
+        if self.tracker is None:
+            self.tracker = SequenceTracker(from_seq, **self.tracker_options)
+            self._head_at_track = self._head
+        return self.tracker
+
+    def reachable(self, now: float, unreachable_after: float) -> bool:
+        return self.last_ack is not None and now - self.last_ack < unreachable_after
+
+    # ------------------------------------------------------------ time
+
+    def poll(self, now: float) -> tuple[list[bytes], list[Event]]:
+        """Timers: datagrams to send the backbone now (KEEPALIVE, REQUESTs) and events from given-up holes."""
+        out: list[bytes] = []
+        if now >= self._next_keepalive:
+            token = self._token_source(codec.TOKEN_SIZE)
+            self._tokens.append(token)
+            out.append(codec.encode(codec.Keepalive(flags=self.flags, token=token)))
+            self._next_keepalive = now + self.keepalive_interval
+        tracker = self.tracker
+        if tracker is None:
+            return out, []
+        requests, events = tracker.poll(now)
+        for from_seq, to_seq in requests:
+            out.append(codec.encode(codec.Request("0.0.0.0", 0, from_seq, to_seq)))
+        self.stats["requests"] += len(requests)
+        return out, events
+
+    def next_deadline(self) -> float:
+        """When :meth:`poll` or ``publishes.poll`` next has something to do."""
+        deadline = min(self._next_keepalive, self.publishes.next_deadline())
+        if self.tracker is not None:
+            tracker_deadline = self.tracker.next_deadline()
+            if tracker_deadline is not None:
+                deadline = min(deadline, tracker_deadline)
+        return deadline
+
+    # ------------------------------------------------------------ datagrams
+
+    def receive(self, data: bytes, source: Address, now: float) -> Incoming:
+        """One datagram, whatever its bytes or sender: what it asks for, or nothing (dropped and counted)."""
+        incoming = Incoming()
+        kind, from_backbone, drop = admit(data, source, self.backbone)
+        incoming.from_backbone = from_backbone
+        if drop:
+            self.stats[drop] += 1
+            return incoming
+        if kind == codec.DELIVER:
+            self._deliver(data, now, from_backbone, incoming)
+            return incoming
+        try:
+            if kind == codec.CONFIRM:
+                incoming.confirms = codec.decode_confirm_runs(data)
+                incoming.published = self.publishes.confirm_runs(incoming.confirms)
+                return incoming
+            frames = codec.decode(data)
+        except codec.ProtocolError:
+            self.stats["malformed"] += 1
+            return incoming
+        if kind == codec.KEEPALIVE_ACK:
+            ack = frames[0]
+            if isinstance(ack, codec.KeepaliveAck) and ack.token in self._tokens:
+                self.last_ack = now
+                incoming.acked = True
+                if ack.head is not None:
+                    self._head = ack.head
+                    if self.group_watch is not None and self.group_watch.head(ack.head, now):
+                        self._fall_back(now, incoming)
+                if ack.head and self.tracker is not None:
+                    self.tracker.head(ack.head, now)
+            else:
+                self.stats["unknown tokens"] += 1
+        elif kind == codec.FORWARD:
+            forward = frames[0]
+            if not isinstance(forward, codec.Forward):
+                self.stats["malformed"] += 1
+            elif forward.port == 0 and forward.addr == _BACKBONE_ITSELF:  # the REDELIVERING notice
+                self.stats["redelivery notices"] += 1
+                if self.tracker is not None:
+                    self.tracker.backbone_answers(forward.from_seq, forward.to_seq, now)
+            elif not self.serves_forwards:
+                self.stats["forwards ignored"] += 1
+            elif forward in self._queued_forwards:  # a retried REQUEST: the first answer is on its way
+                self.stats["duplicate forwards"] += 1
+            else:
+                self._queued_forwards.add(forward)
+                incoming.forwards.append(forward)
+        return incoming
+
+    def receive_group(self, data: bytes, source: Address, now: float) -> Incoming:
+        """One datagram from the multicast group's socket: only the backbone's DELIVERs count (docs/protocol.md)."""
+        if source != self.backbone:
+            self.stats["multicast from strangers"] += 1  # forged, or another sender on the group
+            return Incoming()
+        if not data or data[0] != codec.DELIVER:
+            self.stats["multicast non-DELIVERs"] += 1
+            return Incoming(from_backbone=True)
+        if self.group_watch is not None:
+            last = _last_sequence(data)
+            if last:
+                self.group_watch.datagram(last)
+        self.stats["multicast datagrams"] += 1
+        return self.receive(data, source, now)
+
+    def _fall_back(self, now: float, incoming: Incoming) -> None:
+        """Unicast from now on: a KEEPALIVE without MULTICAST at once, so the backbone resumes sending."""
+        self.flags &= ~codec.FLAG_MULTICAST
+        self._next_keepalive = now
+        tracker, group = self.tracker, self.group_watch
+        if tracker is not None and tracker.next is None and group is not None and group.high is not None:
+            # tracking began but the group never brought its first message: the stream starts after the
+            # HEAD of that moment, and the REQUESTs for what HEAD announces since fetch it all
+            start = self._head_at_track if self._head_at_track is not None else group.high
+            self.tracker = SequenceTracker(start + 1, **self.tracker_options)
+        self.stats["multicast fallbacks"] += 1
+        incoming.fell_back = True
+
+    def forward_done(self, forward: codec.Forward) -> None:
+        """The driver answered (or dropped) ``forward``: a later REQUEST for it is served again."""
+        self._queued_forwards.discard(forward)
+
+    def _deliver(self, data: bytes, now: float, from_backbone: bool, incoming: Incoming) -> None:
+        if from_backbone and self.tracker is not None and self._deliver_uniform_run(data, self.tracker, incoming, now):
+            return
+        spans, error = codec.scan(data, codec.DELIVER)
+        if error:
+            self.stats["malformed"] += 1
+        tracker = self.tracker
+        header = codec.FRAME_HEADER
+        stored = incoming.stored
+        events = incoming.events
+        if from_backbone and tracker is not None and spans and self._deliver_run(data, spans, error, tracker, incoming):
+            return
+        if tracker is not None and spans and (from_backbone or self._vouch is None) and self._fill_run(
+                data, spans, from_backbone, tracker, incoming, now):
+            return
+        for start, end, seq in spans:
+            if not seq:
+                self.stats["malformed"] += 1
+                continue
+            if not from_backbone and (tracker is None or not tracker.awaits(seq)):
+                self.stats["DELIVERs from strangers"] += 1  # not a hole we asked for: forged or stale
+                continue
+            payload = data[start + header:end]
+            if not from_backbone and self._vouch is not None and not self._vouch(payload):
+                self.stats["unverified re-deliveries"] += 1  # forged or tampered: the hole stays open
+                continue
+            if tracker is None:
+                stored.append((seq, payload))
+                continue
+            duplicates = tracker.duplicates
+            events.extend(tracker.deliver(seq, payload, now))
+            if tracker.duplicates == duplicates:  # a copy already stored is not stored again
+                stored.append((seq, payload))
+        self.stats["delivered frames"] += len(spans)
+
+    def _deliver_uniform_run(self, data: bytes, tracker: SequenceTracker, incoming: Incoming, now: float) -> bool:
+        """The commonest case of all without a scan: frames of one size whose numbers continue the stream, or
+        (while a hole is open) lie beyond everything seen."""
+        step = codec.uniform_step(data, codec.DELIVER)
+        if not step:
+            return False
+        count = len(data) // step
+        first = codec.consecutive_u48(data, 3, step, count)
+        if not first:
+            return False
+        if self.whole_datagrams:
+            if tracker.advance(first, count):
+                incoming.runs.append(FrameRun(first, count, step, data))
+                self.stats["delivered frames"] += count
+                return True
+            if self.buffer_runs and (released := tracker.buffer_run(FrameRun(first, count, step, data), now)) is not None:
+                incoming.events.extend(released)
+                self.stats["delivered frames"] += count
+                return True
+        header = codec.FRAME_HEADER
+        payloads = [data[start + header:start + step] for start in range(0, len(data), step)]
+        if self._take_run(first, payloads, tracker, incoming):
+            return True
+        events = tracker.deliver_ahead(first, payloads, now)
+        if events is None:
+            return False
+        incoming.stored.extend(zip(range(first, first + count), payloads))
+        incoming.events.extend(events)
+        self.stats["delivered frames"] += count
+        return True
+
+    def _deliver_run(self, data: bytes, spans: list[tuple[int, int, int]], error: str | None,
+                     tracker: SequenceTracker, incoming: Incoming) -> bool:
+        """The common case in one step: the backbone's DELIVERs continue the stream without a gap."""
+        first = codec.consecutive_first(spans)
+        count = len(spans)
+        if not first:
+            return False
+        if self.varied_runs and error is None and tracker.advance(first, count):
+            incoming.runs.append(FrameRun(first, count, 0, data, spans))
+            self.stats["delivered frames"] += count
+            return True
+        header = codec.FRAME_HEADER
+        return self._take_run(first, [data[start + header:end] for start, end, _ in spans], tracker, incoming)
+
+    def _fill_run(self, data: bytes, spans: list[tuple[int, int, int]], from_backbone: bool,
+                  tracker: SequenceTracker, incoming: Incoming, now: float) -> bool:
+        """Re-DELIVERs filling holes (an answer to a REQUEST), one step per hole instead of per frame; a peer's
+        frames are taken only for holes REQUESTed.  False when they are not consecutive or reach beyond the
+        highest sequence seen."""
+        first = codec.consecutive_first(spans)
+        if not first:
+            return False
+        header = codec.FRAME_HEADER
+        payloads = [data[start + header:end] for start, end, _ in spans]
+        filled = tracker.fill_run(first, payloads, now, requested=not from_backbone)
+        if filled is None:
+            return False
+        events, taken = filled
+        for low, high in taken:  # a copy already stored is not stored again
+            incoming.stored.extend(zip(range(low, high + 1), payloads[low - first:high - first + 1]))
+        incoming.events.extend(events)
+        if not from_backbone:  # not a hole we asked for: forged or stale
+            self.stats["DELIVERs from strangers"] += len(spans) - sum(high - low + 1 for low, high in taken)
+        self.stats["delivered frames"] += len(spans)
+        return True
+
+    def _take_run(self, first: int, payloads: list[bytes], tracker: SequenceTracker, incoming: Incoming) -> bool:
+        """Hand the tracker DELIVERs ``first``, ``first + 1``, ...; False when they do not continue the stream."""
+        messages = tracker.deliver_run(first, payloads)
+        if messages is None:
+            return False
+        incoming.stored.extend(zip(range(first, first + len(payloads)), payloads))
+        incoming.events.extend(messages)
+        self.stats["delivered frames"] += len(payloads)
+        return True
+
+
+def _last_sequence(data: bytes) -> int:
+    """The sequence of a DELIVER datagram's last well-formed frame (0: none)."""
+    step = codec.uniform_step(data, codec.DELIVER)
+    if step:
+        return int.from_bytes(data[len(data) - step + 3:len(data) - step + 9], "big")
+    spans, _ = codec.scan(data, codec.DELIVER)
+    return spans[-1][2] if spans else 0

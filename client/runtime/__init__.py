@@ -1,0 +1,1 @@
+"""Process support: fatal worker deaths, durable writes, child processes, readiness, CPU accounting, metrics."""

@@ -1,0 +1,55 @@
+"""A publishing Locust process's one session with the backbone: packed, tagged PUSHes and their CONFIRMs.
+
+Pure: datagrams and time in, datagrams and finished batches out.  Every
+publishing user of the process shares it (and the driver's one socket), so a
+process carries hundreds of thousands of messages per second where a
+:class:`fyrehose.Client` per user, with its threads, carried thousands.  The
+publisher's guarantees are the client's own: the session is a
+:class:`~fyrehose.protocol.connection.BackboneConnection` whose
+:class:`~fyrehose.protocol.publishing.PendingPublishes` tags every message, sends the
+unconfirmed ones again with the same tags until the timeout, and counts only
+the backbone's CONFIRMs (docs/protocol.md).
+"""
+from __future__ import annotations
+
+from fyrehose.protocol import codec
+from fyrehose.protocol.codec import Address
+from fyrehose.protocol.connection import BackboneConnection
+from fyrehose.protocol.publishing import Finished
+
+FLAGS = codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL | codec.FLAG_BATCH  # CONFIRMs come packed
+KEEPALIVE_INTERVAL = 0.5
+
+
+class ConfirmedPublisher:
+    def __init__(self, backbone: Address, *, retry: float = 0.2, timeout: float = 2.0) -> None:
+        self.timeout = timeout
+        self.connection = BackboneConnection(backbone, flags=FLAGS, keepalive_interval=KEEPALIVE_INTERVAL,
+                                             confirm_retry=retry)
+        self.publishes = self.connection.publishes
+        self.stats = self.connection.stats
+
+    @property
+    def acked(self) -> bool:
+        return self.connection.last_ack is not None
+
+    @property
+    def pending(self) -> int:
+        return len(self.publishes)
+
+    def publish(self, payloads: list[bytes], now: float) -> tuple[int, list[bytes]]:
+        """A new batch: its number, and the datagrams that carry it (packed as full as they go)."""
+        return self.publishes.start(payloads, now, self.timeout)
+
+    def receive(self, datagram: bytes, source: Address, now: float) -> list[Finished]:
+        """One datagram: the batches whose last CONFIRM it carried."""
+        return self.connection.receive(datagram, source, now).published
+
+    def poll(self, now: float) -> tuple[list[bytes], list[Finished]]:
+        """Timers: KEEPALIVEs and the datagrams sent again; the batches given up."""
+        sends, _ = self.connection.poll(now)
+        resends, finished = self.publishes.poll(now)
+        return sends + resends, finished
+
+    def next_deadline(self) -> float:
+        return self.connection.next_deadline()

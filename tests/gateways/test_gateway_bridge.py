@@ -1,0 +1,168 @@
+"""The gateways' gevent bridge to a real backbone, in this process: shared publishes, filtered routing.
+
+gevent runs here without monkey patching, exactly as in a gateway process:
+the bridge's link is a gevent driver of the pure backbone session.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import gevent
+
+from fyrehose import Client
+from fyrehose.drivers.link import RangeLink
+from fyrehose.gateways.hub import GatewayHub
+from fyrehose.protocol.tracker import Message
+from fyrehose.subjects.envelope import Envelope, decode
+from fyrehose.subjects.session import SubjectSession
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.01) -> None:
+    """Poll on the gevent loop (the bridge runs only while this greenlet waits cooperatively)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout:g} s"
+        gevent.sleep(interval)
+
+
+def _bridge(backbone, routed, wanted=None):
+    stats: Counter = Counter()
+    bridge = GatewayHub(backbone.address, lambda seq, message: routed.append((seq, message)), stats=stats,
+                    wants=wanted)
+    return bridge, stats
+
+
+def test_publishes_of_many_clients_in_one_loop_turn_share_one_batch_and_keep_each_order(module_backbone):
+    routed: list = []
+    bridge, stats = _bridge(module_backbone, routed)
+    try:
+        results: dict[int, list[int]] = {}
+
+        def client(number: int) -> None:
+            results[number] = bridge.publish([Envelope(f"bridge.c{number}", b"%d-%d" % (number, i)) for i in range(5)])
+
+        greenlets = [gevent.spawn(client, number) for number in range(20)]
+        gevent.joinall(greenlets, timeout=10, raise_error=True)
+        assert stats["publish batches"] == 1  # twenty clients, one tagged batch, answered by shared CONFIRMs
+        assert stats["published"] == 100
+        for number, seqs in results.items():
+            assert seqs == sorted(seqs) and len(seqs) == 5, (number, seqs)
+        everything = sorted(seq for seqs in results.values() for seq in seqs)
+        assert everything == list(range(everything[0], everything[0] + 100))  # one batch: consecutive numbers
+        wait_until(lambda: len([m for m in routed if m[1].subject.startswith("bridge.c")]) >= 100, 10,
+                   "the batch coming back through the stream")
+        by_seq = {seq: message for seq, message in routed}
+        for number, seqs in results.items():
+            assert [by_seq[seq].data for seq in seqs] == [b"%d-%d" % (number, i) for i in range(5)]
+    finally:
+        bridge.close()
+
+
+def test_only_wanted_subjects_are_opened_and_routed(module_backbone):
+    routed: list = []
+    asked: list[str] = []
+
+    def wanted(subject: str) -> bool:
+        asked.append(subject)
+        return subject.startswith("keep.")
+
+    bridge, stats = _bridge(module_backbone, routed, wanted)
+    try:
+        seqs = bridge.publish([Envelope("drop.me", b"1"), Envelope("keep.me", b"2"), Envelope("drop.too", b"3")])
+        wait_until(lambda: bridge.position >= seqs[-1], 10, "the stream reaching the publishes")
+        mine = [(seq, message.subject) for seq, message in routed if seq in seqs]
+        assert mine == [(seqs[1], "keep.me")]
+        assert {"drop.me", "keep.me", "drop.too"} <= set(asked)
+    finally:
+        bridge.close()
+
+
+def test_announcements_and_the_deployments_interest_reach_the_table(module_backbone):
+    routed: list = []
+    bridge, _ = _bridge(module_backbone, routed, lambda subject: False)
+    try:
+        with Client(module_backbone.addr) as other:
+            other.subscribe("elsewhere.>")
+            wait_until(lambda: bridge.subscribers_elsewhere("elsewhere.x") == 1, 10,
+                       "the client's announcement counted by the bridge")
+        bridge.interest.add("here.x")
+        assert bridge.subscribers_elsewhere("here.x") == 0  # its own interest is not counted as elsewhere
+    finally:
+        bridge.close()
+
+
+def test_no_thread_is_started(module_backbone):
+    before = threading.active_count()
+    bridge, _ = _bridge(module_backbone, [])
+    try:
+        assert threading.active_count() == before
+        assert bridge.reachable
+        assert bridge.publish([Envelope("bridge.alone", b"x")])
+    finally:
+        bridge.close()
+
+
+def test_an_empty_publish_is_answered_at_once(module_backbone):
+    bridge, stats = _bridge(module_backbone, [])
+    try:
+        assert bridge.publish([]) == []
+        assert stats["publish batches"] == 0
+    finally:
+        bridge.close()
+
+
+def test_the_bridge_knows_where_its_stream_began_and_where_it_is_routed_or_not(module_backbone):
+    """What an SSE backfill hands over by: everything after ``position``, or from ``first`` on, is routed."""
+    routed: list = []
+    bridge, _ = _bridge(module_backbone, routed, lambda subject: False)
+    try:
+        assert bridge.first == 0 and not bridge.started.is_set()
+        seqs = bridge.publish([Envelope("bridge.unwanted", b"x")])
+        assert bridge.started.wait(10), "the bridge took nothing within 10 s"
+        assert 0 < bridge.first <= seqs[0]
+        wait_until(lambda: bridge.position >= seqs[0], 10, "the position passing a message nobody wanted")
+        assert routed == []
+    finally:
+        bridge.close()
+
+
+def _publish(backbone, subject: str, count: int) -> list[int]:
+    bridge, _ = _bridge(backbone, [])
+    try:
+        return bridge.publish([Envelope(subject, b"%d" % i) for i in range(count)])
+    finally:
+        bridge.close()
+
+
+def test_a_range_link_fetches_from_its_first_sequence_to_the_end_it_is_told_and_no_further(module_backbone):
+    seqs = _publish(module_backbone, "range.x", 5)
+    events: list = []
+    before = threading.active_count()
+    fetch = RangeLink(module_backbone.address, SubjectSession(), events.extend, first=seqs[1], stats=Counter())
+    try:
+        assert threading.active_count() == before
+        fetch.stop_at(seqs[3])
+        assert fetch.done.wait(10), f"the range {seqs[1]}..{seqs[3]} not fetched within 10 s: {events}"
+        later = _publish(module_backbone, "range.x", 1)  # live traffic after the end
+        wait_until(lambda: fetch.link.connection.tracker.next > later[0], 10, "the link taking the later message")
+        assert all(type(event) is Message for event in events)
+        assert [event.seq for event in events] == seqs[1:4]  # one batch: consecutive numbers
+        assert [decode(event.data).data for event in events] == [b"1", b"2", b"3"]
+        assert fetch.reached == seqs[3]
+    finally:
+        fetch.close()
+
+
+def test_a_range_link_told_an_end_it_has_passed_is_done_at_once(module_backbone):
+    seqs = _publish(module_backbone, "range.y", 3)
+    events: list = []
+    fetch = RangeLink(module_backbone.address, SubjectSession(), events.extend, first=seqs[0], stats=Counter())
+    try:
+        wait_until(lambda: fetch.reached >= seqs[-1], 10, "the fetch reaching the backbone's last message")
+        fetch.stop_at(seqs[1])
+        assert fetch.done.is_set()
+        assert [event.seq for event in events][:3] == seqs
+    finally:
+        fetch.close()

@@ -1,0 +1,137 @@
+"""``fyrehose gateway bench --stages``: the CPU per message of each pure stage of a gateway, timed offline.
+
+A gateway's CPU per message (``fyrehose gateway bench`` measures it under
+redis-benchmark and nats.js's bench) is the sum of pure stages, timed here
+in a loop on this process alone, and of what no loop can time apart: system
+calls and gevent's event loop (their share is what remains of the measured
+total).  docs/gateways.md builds its cost model from both.
+
+Every stage is the code the gateway runs, called as the gateway calls it, on
+64-byte payloads: a Redis PUBLISH from its bytes to its sealed payload and
+reply, the backbone's PUSH/CONFIRM bookkeeping, and the message's way back
+through the stream: skipped when nobody here wants it, or decoded and framed
+for NATS subscribers.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from fyrehose.backbone.pushes import confirm_block
+from fyrehose.gateways.channels import channel_to_subject
+from fyrehose.gateways.nats import protocol as nats_protocol
+from fyrehose.gateways.nats.connection import MessageFrames
+from fyrehose.gateways.redis import protocol as resp
+from fyrehose.gateways.redis.connection import RedisRoutes
+from fyrehose.gateways.redis.hiredis_parser import HiredisCommandParser
+from fyrehose.gateways.sizes import checked
+from fyrehose.protocol import codec
+from fyrehose.protocol.connection import BackboneConnection
+from fyrehose.protocol.publishing import PendingPublishes
+from fyrehose.subjects.envelope import Envelope, decode, peek_subject
+from fyrehose.subjects.patterns import SubjectIndex
+from fyrehose.subjects.session import SubjectSession
+
+PAYLOAD = b"x" * 64
+CHANNEL = b"bench.redis-benchmark"
+SUBJECT = "bench.redis-benchmark"
+BACKBONE = ("127.0.0.1", 2323)
+
+
+def _per_message(run: Callable[[], object], messages: int, seconds: float) -> float:
+    """Microseconds of this process's CPU per message, over repeated calls of ``run`` (``messages`` each)."""
+    calls = 0
+    started = time.process_time()
+    while True:
+        run()
+        calls += 1
+        elapsed = time.process_time() - started
+        if elapsed >= seconds:
+            return elapsed / (calls * messages) * 1e6
+
+
+def _resp(pipeline: int) -> tuple[bytes, int]:
+    command = b"*3\r\n$7\r\nPUBLISH\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(CHANNEL), CHANNEL, len(PAYLOAD), PAYLOAD)
+    return command * pipeline, pipeline
+
+
+def _deliver_datagram(first: int, count: int, payload: bytes) -> bytes:
+    return b"".join(codec.encode_deliver(seq, payload) for seq in range(first, first + count))
+
+
+def stages(seconds: float = 0.3) -> dict[str, float]:
+    """Each stage's CPU per message, in microseconds, each timed over ``seconds`` of CPU."""
+    out: dict[str, float] = {}
+
+    def timed(run: Callable[[], object], messages: int) -> float:
+        return _per_message(run, messages, seconds)
+
+    for pipeline in (1, 16):
+        data, count = _resp(pipeline)
+        pure, fast = resp.CommandParser(max_bulk=1 << 20), HiredisCommandParser(max_bulk=1 << 20)
+        out[f"redis: parse, {pipeline} per read, pure parser"] = timed(
+            lambda parser=pure, data=data: parser.feed(data), count)
+        out[f"redis: parse, {pipeline} per read, hiredis"] = timed(
+            lambda parser=fast, data=data: parser.feed(data), count)
+    out["redis: PUBLISH to an envelope (channel, size check)"] = timed(
+        lambda: checked(Envelope(channel_to_subject(CHANNEL), PAYLOAD)), 1)
+    out["redis: the reply (an integer)"] = timed(lambda: resp.integer(3), 1)
+    subjects = SubjectSession()
+    message = Envelope(SUBJECT, PAYLOAD)
+    out["seal (stamp, encode) without credentials"] = timed(lambda: subjects.seal(message), 1)
+    sealed = subjects.seal(message)
+    for batch in (16, 800):
+        payloads = [sealed] * batch
+        per = codec.MAX_DATAGRAM // codec.CONFIRM_SIZE  # the backbone's packed CONFIRMs (its work, made once)
+        confirms = [confirm_block(range(first, min(first + per, batch + 1)), 1000 + first)
+                    for first in range(1, batch + 1, per)]
+        out[f"PUSH batch of {batch}: tags, frames, CONFIRM matching"] = timed(
+            lambda payloads=payloads, confirms=confirms: _push_and_confirm(payloads, confirms), batch)
+    stream = _stream_receive(sealed, seconds)
+    out["stream: DELIVER datagram through the connection (700 per datagram)"] = stream
+    routes = RedisRoutes()
+    out["stream: skip a message nobody here wants (subject read, redis routes' wants)"] = timed(
+        lambda: routes.wants(peek_subject(sealed) or ""), 1)
+    index: SubjectIndex[int] = SubjectIndex()
+    index.add("bench.>", 1)
+    out["nats: subscription lookup"] = timed(lambda: index.lookup(SUBJECT), 1)
+    out["stream: decode the envelope"] = timed(lambda: decode(sealed), 1)
+    pub = b"PUB %s %d\r\n%s\r\n" % (SUBJECT.encode(), len(PAYLOAD), PAYLOAD)
+    nats_parser = nats_protocol.OperationParser(codec.MAX_PAYLOAD)
+    out["nats: parse PUB, 16 per read"] = timed(lambda: nats_parser.feed(pub * 16), 16)
+    opened = decode(sealed)
+    assert opened is not None
+    out["nats: MSG frame for 1 subscriber"] = timed(lambda: MessageFrames(opened).frame(b"1", False), 1)
+    sids = [str(n).encode() for n in range(100)]
+    out["nats: MSG frames for 100 subscribers, per subscriber"] = timed(
+        lambda: [frames.frame(sid, False) for frames in (MessageFrames(opened),) for sid in sids], 100)
+    return out
+
+
+def _push_and_confirm(payloads: list[bytes], confirms: list[bytes]) -> None:
+    publishes = PendingPublishes(first_tag=1)
+    publishes.start(payloads, 0.0, 5.0)
+    for datagram in confirms:
+        publishes.confirm_runs(codec.decode_confirm_runs(datagram))
+
+
+def _stream_receive(payload: bytes, seconds: float) -> float:
+    """The connection's cost per message of in-order DELIVER datagrams of 700 messages (the gateway's stream)."""
+    count = 700
+    connection = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH | codec.FLAG_NOJOURNAL, serves_forwards=False)
+    connection.track(1)
+    next_seq = [1]
+
+    def one() -> None:
+        datagram = _deliver_datagram(next_seq[0], count, payload)
+        next_seq[0] += count
+        connection.receive(datagram, BACKBONE, 0.0)
+
+    build_only = _per_message(lambda: _deliver_datagram(next_seq[0], count, payload), count, seconds)
+    return max(0.0, _per_message(one, count, seconds) - build_only)
+
+
+def table(figures: dict[str, float]) -> str:
+    width = max(map(len, figures))
+    return "\n".join([f"{'stage':<{width}}  us CPU per message"] +
+                     [f"{name:<{width}}  {value:8.2f}" for name, value in figures.items()])

@@ -1,0 +1,138 @@
+"""Fuzz target: the HTTP gateway's session (h11, then wsproto and RESP after an upgrade) never raises.
+
+Each input drives one connection's :class:`HttpConnection` in memory, fed in two
+chunks at a split point the input chooses: as raw HTTP, as WebSocket frames
+after a valid upgrade, or as RESP inside valid masked frames.  Afterwards one
+message is routed through the gateway to whatever the input subscribed to.
+Oracles: nothing raises, every response is HTTP/1.1, what is queued for the
+client never exceeds its bound.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import instrumented, main  # noqa: E402
+
+with instrumented():
+    from fyrehose.gateways.http.connection import HttpConnection
+    from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
+    from fyrehose.subjects.envelope import Envelope, MsgType, Status
+    from fyrehose.subjects.interest import LocalInterest
+    from fyrehose.subjects.snapshots import sequence_headers
+
+from wsproto.frame_protocol import FrameProtocol, Opcode  # noqa: E402
+
+UPGRADE = (b"GET /resp HTTP/1.1\r\nHost: fuzz\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+MAX_PENDING = 1 << 16
+
+
+class MemoryConnection:
+    """What the session writes to (the interface of fyrehose.gateways.tcp.TcpClient), kept in memory."""
+
+    peer = "fuzz:0"
+    max_pending = MAX_PENDING
+
+    def __init__(self) -> None:
+        self.output: list[bytes] = []
+        self.pending = 0
+        self.closing: str | None = None
+        self.session: HttpConnection | None = None
+
+    def send(self, data: bytes) -> None:
+        if self.closing is not None:
+            return
+        if self.pending + len(data) > self.max_pending:
+            self.slow_consumer("over the bound")
+            return
+        self.output.append(data)
+        self.pending += len(data)
+
+    def close(self, reason: str = "closed", farewell: bytes = b"") -> None:
+        if self.closing is None:
+            self.closing = reason
+            self.output.append(farewell)
+
+    def slow_consumer(self, detail: str) -> None:
+        if self.closing is None:
+            farewell = self.session.farewell(detail) if self.session else b""
+            self.closing = detail
+            self.output.append(farewell)
+
+
+class MemoryBridge:
+    """The bridge's public interface without a backbone: publishes are confirmed at once, a cache holds one record."""
+
+    reachable = True
+
+    def __init__(self) -> None:
+        self.position = 0
+        self.interest = LocalInterest("fuzz")
+
+    def publish(self, messages: list[Envelope]) -> list[int]:
+        first = self.position + 1
+        self.position += len(messages)
+        return list(range(first, self.position + 1))
+
+    def snapshot(self, subject: str, timeout: float) -> Envelope | None:
+        if subject != "fuzz.cached":
+            return None
+        return Envelope(subject, b"cached", MsgType.INITIAL, Status.OK, headers=sequence_headers(7))
+
+    def subscribers_elsewhere(self, subject: str) -> int:
+        return 0
+
+
+def masked(payload: bytes, opcode: Opcode = Opcode.BINARY) -> bytes:
+    """A valid client frame (masked, as RFC 6455 requires) carrying ``payload``."""
+    return FrameProtocol(client=True, extensions=[]).send_data(payload, fin=True) if opcode is Opcode.BINARY else b""
+
+
+def drive(data: bytes) -> MemoryConnection:
+    mode, split = (data[0] % 3, data[1]) if len(data) >= 2 else (0, 0)
+    body = data[2:]
+    if mode == 1:
+        body = UPGRADE + body
+    elif mode == 2:
+        body = UPGRADE + masked(body)
+    gateway = HttpGateway(HttpSettings(backbone="127.0.0.1:1", max_message=4096, max_head=2048))
+    bridge = MemoryBridge()
+    gateway.bridge = bridge  # type: ignore[assignment]
+    connection = MemoryConnection()
+    session = connection.session = HttpConnection(connection, gateway, bridge)  # type: ignore[arg-type]
+    cut = split * len(body) // 256
+    for chunk in (body[:cut], body[cut:]):
+        if connection.closing is None and chunk:
+            session.receive(chunk)
+    gateway.route(bridge.position + 1, Envelope("fuzz.subject", b"routed"))
+    session.closed()
+    return connection
+
+
+def check(data: bytes) -> None:
+    connection = drive(data)
+    out = b"".join(connection.output)
+    assert not out or out.startswith(b"HTTP/1.1 "), out[:100]
+    assert connection.pending <= MAX_PENDING
+
+
+SEEDS = [
+    b"\x00\x80GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"\x00\x40POST /v1/publish/a.b HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
+    b"\x00\x10POST /v1/publish/a.b HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    b"\x00\x20GET /v1/stream/fuzz.%3E HTTP/1.1\r\nHost: a\r\nLast-Event-ID: 0\r\n\r\n",
+    b"\x00\x20GET /v1/last/a.b HTTP/1.1\r\nHost: a\r\nIf-None-Match: \"x\"\r\n\r\nGET /metrics HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"\x01\x90" + masked(b"SUBSCRIBE fuzz.subject\r\n"),
+    b"\x01\x90\x89\x80\x00\x00\x00\x00\x88\x82\x00\x00\x00\x00\x03\xe8",
+    b"\x02\x10*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\nPSUBSCRIBE fuzz.*\r\nPUBLISH fuzz.subject x\r\n",
+    b"\x02\x10SUBSCRIBE fuzz.subject\r\nPING\r\nQUIT\r\n",
+    b"\x00\x30GET /v1/last/fuzz.cached HTTP/1.1\r\nHost: a\r\nIf-None-Match: \"1\", W/\"7\"\r\n\r\n"
+    b"GET /v1/last/fuzz.cached HTTP/1.1\r\nHost: a\r\n\r\n",
+]
+
+
+if __name__ == "__main__":
+    main(check, SEEDS)
