@@ -10,6 +10,7 @@ when interrupted.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import signal
 import socket
@@ -33,7 +34,7 @@ from fyrehose.runtime.readiness import free_port
 if TYPE_CHECKING:
     from fyrehose.loadtest.sampler import MetricsSampler
 
-LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+LOCUSTFILE = Path(str(importlib.util.find_spec("fyrehose.loadtest.locustfile").origin))  # type: ignore[union-attr]  # it ships with the package
 LOOPBACK = "127.0.0.1"
 STARTUP_TIMEOUT = 10.0  # seconds for the private backbone to answer, and for Locust workers to connect
 PROBE_TIMEOUT = 3.0  # seconds a given backbone has to answer a KEEPALIVE before the run is refused

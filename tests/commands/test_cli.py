@@ -187,8 +187,8 @@ def test_a_programming_error_shows_its_traceback_and_exits_70(exc, monkeypatch, 
 def test_an_unpacking_bug_inside_a_command_is_not_disguised_as_a_user_error():
     """A real ValueError from code (not from input), end to end: the traceback, exit 70."""
     code = ("import sys\n"
-            "from fyrehose import cli\n"
-            "from fyrehose.journal import command\n"
+            "from fyrehose.commands import main as cli\n"
+            "from fyrehose.commands import journal as command\n"
             "def run(args):\n"
             "    first, second = [args.action]\n"
             "command.run = run\n"

@@ -30,7 +30,7 @@ from fyrehose.protocol import codec
 from fyrehose.protocol.frame_run import FrameRun
 from fyrehose.protocol.tracker import Lost, Message
 
-FORMAT1 = Path(__file__).parent / "data" / "journal-format1.tar"  # written by the format-1 writer: 1..60, 41..42 lost
+FORMAT1 = Path(__file__).resolve().parents[1] / "data" / "journal-format1.tar"  # written by the format-1 writer: 1..60, 41..42 lost
 
 
 def datagram(first, payloads):

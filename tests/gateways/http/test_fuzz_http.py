@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from fyrehose.tools.fuzz import http_gateway
 from fyrehose.tools.fuzz.mutation import mutate
 
-FUZZ_DIR = Path(__file__).parent / "fuzz"
+FUZZ_DIR = Path(__file__).resolve().parents[3] / "tools" / "fuzz" / "targets"
 sys.path.insert(0, str(FUZZ_DIR))
 
 import fuzz_http  # noqa: E402

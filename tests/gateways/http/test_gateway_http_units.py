@@ -103,5 +103,5 @@ def test_the_live_views_files_are_package_data():
     for name, _ in STATIC_FILES.values():
         assert resources.files("fyrehose.gateways.http").joinpath("static", name).read_bytes()
     config = configparser.ConfigParser()
-    config.read(Path(__file__).resolve().parent.parent / "setup.cfg")
+    config.read(Path(__file__).resolve().parents[3] / "setup.cfg")
     assert config["options.package_data"]["fyrehose.gateways.http"].strip() == "static/*"

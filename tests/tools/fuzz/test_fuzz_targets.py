@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-FUZZ_DIR = Path(__file__).parent / "fuzz"
+FUZZ_DIR = Path(__file__).resolve().parents[3] / "tools" / "fuzz" / "targets"
 TARGETS = ["codec", "envelope", "connection", "resp", "nats", "marlin", "lumberjack"]
 sys.path.insert(0, str(FUZZ_DIR))
 
