@@ -22,7 +22,7 @@ If the whole backbone restarts between the first PUSH and a retry, that memory
 is gone and the message may be published twice.  When ``publish`` raises
 :class:`PublishTimeout` the message may or may not have been published.
 
-Subjects (docs/protocol.md, "Envelope" and "Subjects"): ``publish(data,
+Subjects (docs/protocol.md, "Envelope"; docs/subjects.md): ``publish(data,
 subject=...)`` wraps the data in an envelope, ``subscribe(pattern)`` filters
 the one ordered stream by subject pattern, ``subscribe(subject,
 initial=True)`` first gets the subject's value from the cache, and
