@@ -1,7 +1,7 @@
 """The backbone's table of live clients (subscribers and journaling clients).
 
-A client lives for ``lifetime`` seconds after its last KEEPALIVE (seeds/000:
-five seconds).  Lists of subscribers and journalers are cached between changes
+A client lives for ``lifetime`` seconds after its last KEEPALIVE (docs/protocol.md,
+backbone rule 2: five seconds).  Lists of subscribers and journalers are cached between changes
 because every PUSH walks them.
 """
 from __future__ import annotations
@@ -116,7 +116,7 @@ class ClientTable:
         return self._build_views()[2]
 
     def choose_journaler(self, now: float, exclude: Address, rng: random.Random) -> Address | None:
-        """A random live client without NOJOURNAL other than ``exclude`` (seeds/000 rule 4)."""
+        """A random live client without NOJOURNAL other than ``exclude`` (docs/protocol.md, backbone rule 4)."""
         candidates = self.journalers(now)
         if not candidates:
             return None

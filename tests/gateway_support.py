@@ -1,4 +1,4 @@
-"""Helpers for the gateway tests: gateway processes, and a Marlin client written from seeds/003 alone.
+"""Helpers for the gateway tests: gateway processes, and a Marlin client written from docs/gateways.md alone.
 
 Not a test module of its own (it holds no tests); the gateway test modules
 import from it.
@@ -90,10 +90,10 @@ def gateways(module_backbone, tmp_path_factory):
             process.kill()
 
 
-# ---------------------------------------------------------------- a Marlin client from seeds/003
+# ---------------------------------------------------------------- a Marlin client from docs/gateways.md
 
-# seeds/003: every message is VERSION(1) TYPE(1) PAYLOAD; over TCP each message is
-# preceded by its length as 4 bytes, big endian (docs/protocol.md, "Marlin over TCP").
+# docs/gateways.md, "Marlin messages": every message is VERSION(1) TYPE(1) PAYLOAD; over TCP each
+# message is preceded by its length as 4 bytes, big endian (docs/gateways.md, "Marlin over TCP").
 M_SUBSCRIBE, M_UNSUBSCRIBE, M_RESPONSE, M_MESSAGE = 0, 1, 2, 3
 
 

@@ -1,4 +1,4 @@
-"""The last-value cache as a pure state machine (seeds/004 "Type and Status Usage").
+"""The last-value cache as a pure state machine (docs/subjects.md, "Record semantics: types and statuses").
 
 :meth:`Cache.receive` takes every envelope of the ordered stream (already
 authenticated by the driver) and returns the envelopes to publish: answers on

@@ -1,6 +1,6 @@
 """How an update merges into a cached value: JSON Merge Patch (RFC 7396) when both are JSON objects.
 
-seeds/004 updates are deltas of the initial value, but fyrehose payloads are
+Updates are deltas of the initial value (docs/subjects.md), but fyrehose payloads are
 opaque bytes.  A JSON object is the one shape whose fields can be merged
 without a dictionary: the update's members replace the record's, nested
 objects merge recursively, and a ``null`` member deletes the field (which is

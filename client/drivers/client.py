@@ -22,7 +22,7 @@ If the whole backbone restarts between the first PUSH and a retry, that memory
 is gone and the message may be published twice.  When ``publish`` raises
 :class:`PublishTimeout` the message may or may not have been published.
 
-Subjects (docs/protocol.md, "Envelope" and "Subjects"): ``publish(data,
+Subjects (docs/protocol.md, "Envelope"; docs/subjects.md): ``publish(data,
 subject=...)`` wraps the data in an envelope, ``subscribe(pattern)`` filters
 the one ordered stream by subject pattern, ``subscribe(subject,
 initial=True)`` first gets the subject's value from the cache, and
@@ -130,7 +130,7 @@ class Client:
             backbone = parse_hostport(backbone, 2323)
         backbone = (resolve_ipv4(backbone[0]), backbone[1])  # sources compare as IP literals
         if not 0 < keepalive_interval <= 1.0:
-            raise ValueError("keepalive_interval must be in (0, 1] seconds (seeds/000 client rule 1)")
+            raise ValueError("keepalive_interval must be in (0, 1] seconds (docs/protocol.md, client rule 1)")
         if auth is not None and not subscribe:
             raise ValueError("auth needs subscribe=True: the trust exchange is answered both ways")
         self.stats: Counter[str] = Counter()
@@ -342,7 +342,7 @@ class Client:
         """Queue ``data`` for an unconfirmed, packed PUSH; sent when a datagram fills or on :meth:`flush`.
 
         No retry and no sequence number: the fastest and weakest way to publish
-        (seeds/000 client rule 5: the PUSH may be lost).  ``subject`` and the
+        (docs/protocol.md, client rule 5: the PUSH may be lost).  ``subject`` and the
         rest envelope it as in :meth:`publish`.
         """
         frame = codec.encode_push(self._payload(data, subject, type, status, reply))

@@ -1,6 +1,6 @@
 """Keeping a client's own messages from its own subscriptions ("no echo"), exactly, by sequence number.
 
-Marlin clients receive what *other* clients publish (seeds/003), and a NATS
+Marlin clients receive what *other* clients publish (docs/gateways.md, "Marlin MESSAGE (0x03)"), and a NATS
 client may ask for the same (``echo: false``).  A gateway learns the sequence
 numbers of a client's messages only when the backbone confirms them, and the
 messages themselves may come back through the stream a moment before that.

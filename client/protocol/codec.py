@@ -1,11 +1,11 @@
 """Wire codec of the fyrehose backbone protocol: bytes in, frames out, and back.
 
 Pure functions only (sans-IO), so that the backbone, every client and every
-test share one definition of the wire format.  The format is seeds/000 plus the
-backwards-compatible extensions of docs/protocol.md: the BATCH keepalive flag,
-several DELIVER/PUSH/CONFIRM frames packed into one datagram, a CONFIRM tag in
-the unused bytes of PUSH, the 0x40 CONFIRM frame and the legacy 7-byte
-KEEPALIVE of seeds/001.
+test share one definition of the wire format.  The format is the base protocol of
+docs/protocol.md plus its backwards-compatible extensions: the BATCH keepalive
+flag, several DELIVER/PUSH/CONFIRM frames packed into one datagram, a CONFIRM
+tag in the unused bytes of PUSH, the 0x40 CONFIRM frame and the legacy 7-byte
+KEEPALIVE (docs/protocol.md, "Legacy KEEPALIVE").
 
 Every malformed input raises :class:`ProtocolError` (never ``IndexError`` or
 ``struct.error``), because the backbone must count and drop bad datagrams
@@ -126,7 +126,7 @@ class Keepalive:
     port: int = 0
     flags: int = 0
     token: bytes = bytes(TOKEN_SIZE)
-    legacy: bool = False  # the 7-byte seeds/001 form: no flags, no token
+    legacy: bool = False  # the 7-byte legacy form (docs/protocol.md): no flags, no token
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Subscriber-side sequencing as a pure state machine: DELIVERs and time in, ordered events and REQUESTs out.
 
-The backbone performs no error correction (seeds/000), so each subscriber
+The backbone performs no error correction (docs/protocol.md), so each subscriber
 orders what it receives, notices holes, asks for them again with growing
 back-off, and after ``give_up_after`` seconds reports a hole as lost instead
 of waiting forever.  Nothing is ever skipped silently: every sequence number

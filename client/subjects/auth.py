@@ -1,4 +1,4 @@
-"""HMAC authentication of envelopes (seeds/004 "Security"), as a pure state machine.
+"""HMAC authentication of envelopes (docs/security.md), as a pure state machine.
 
 Every node holds a database of ``(user, service) -> HA0`` where
 ``HA0 = SHA256(user + service + password)``: the password itself is stored
@@ -7,8 +7,9 @@ HA0 and its NONCE, over the whole envelope and bound to the session's seqno;
 receivers recompute the digest from their own copy of HA0, refuse seqnos they
 have already seen (a replay), and accept a session only after the HELLO trust
 exchange proved that a live holder of its HA0 answered a fresh challenge.
-seeds/004 leaves its AES hash underspecified; this module uses SHA-256 and
-HMAC-SHA256 throughout.  docs/security.md gives the exact construction.
+The scheme it follows leaves its AES hash underspecified (docs/security.md,
+"The scheme it follows"); this module uses SHA-256 and HMAC-SHA256
+throughout.  docs/security.md gives the exact construction.
 
 :class:`Authenticator` is the per-node state machine: :meth:`~Authenticator.sign`
 for what the node publishes, :meth:`~Authenticator.check` for every envelope
@@ -72,7 +73,7 @@ def exchange_key(ha0: bytes, nonce: str, time_us: int, cnonce: str) -> bytes:
 def message_hash(envelope: Envelope) -> bytes:
     """HA2: ``SHA256(seqno as u64 + the envelope encoded without its digest)``.
 
-    The encoding covers subject and data (as seeds/004 asks) and also type,
+    The encoding covers subject and data (as the scheme asks) and also type,
     status, reply and session, so none of them can be changed in flight.
     """
     if envelope.seqno is None:
@@ -96,7 +97,7 @@ def digest_matches(key: bytes, envelope: Envelope) -> bool:
 # ---------------------------------------------------------------- the database
 
 class AuthDatabase:
-    """Users and services with their HA0, stored as the JSON list of seeds/004.
+    """Users and services with their HA0, stored as a JSON list (docs/security.md).
 
     File: ``[{"user": "sam", "svc": "quotes", "hash": "<64 hex digits of HA0>"}, ...]``.
     """

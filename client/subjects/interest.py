@@ -4,10 +4,10 @@ A gateway answers some questions for its clients that need the whole
 deployment's subscriptions, not only its own: NATS no-responders (is anyone
 subscribed to this request's subject?) and the receiver count of a Redis
 ``PUBLISH``.  So every gateway and every subscribing :class:`fyrehose.Client`
-announces its interest on the backbone, as seeds/004 sessions announce
-theirs: one envelope on ``_INTEREST.ANNOUNCE`` per owner, sent when its
-subscriptions change and again every ``interval`` seconds, carrying the
-owner's *whole* interest (so a lost or late announcement is repaired by the
+announces its interest on the backbone, as sessions announce themselves
+(docs/protocol.md, "Interest announcements"): one envelope on
+``_INTEREST.ANNOUNCE`` per owner, sent when its subscriptions change and
+again every ``interval`` seconds, carrying the owner's *whole* interest (so a lost or late announcement is repaired by the
 next one, and replays are harmless).  An owner that stops announcing for
 ``MISSED_ANNOUNCEMENTS`` intervals is forgotten; one that leaves announces an
 interval of 0.

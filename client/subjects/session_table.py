@@ -1,4 +1,4 @@
-"""Sessions (seeds/004 "Session Notification"): who is alive, and which subjects each one subscribed.
+"""Sessions (docs/subjects.md, "Sessions"): who is alive, and which subjects each one subscribed.
 
 A session is named ``user.NONCE``; the NONCE is random and never reused, so a
 session name identifies one run of one client for the lifetime of the network

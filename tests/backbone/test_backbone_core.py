@@ -1,8 +1,8 @@
 """Tests of the pure backbone state machine (fyrehose.backbone.core.Backbone).
 
 Each test drives Backbone.receive()/flush() with hand-built datagrams and
-checks the datagrams it asks to send against the backbone rules of seeds/000
-and the extensions of design.md section 3.  No sockets.
+checks the datagrams it asks to send against the backbone rules and the
+extensions of docs/protocol.md.  No sockets.
 """
 from __future__ import annotations
 

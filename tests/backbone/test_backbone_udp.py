@@ -1,8 +1,8 @@
-"""The backbone rules of seeds/000 and design.md section 3, checked over real loopback UDP.
+"""The backbone rules and extensions of docs/protocol.md, checked over real loopback UDP.
 
 Every test talks to a running ``fyrehose backbone`` subprocess (the ``backbone``
 fixture) with raw sockets; frames are built and parsed here with ``struct``
-straight from the seed diagrams, so the backbone is checked against the spec and
+straight from the layouts of docs/protocol.md, so the backbone is checked against the spec and
 not against the project's own codec.  Each test breaks if its rule is broken.
 
 Traffic goes to 127.0.0.1 only; 127.0.0.2 appears solely as an address *named*
@@ -36,7 +36,7 @@ UNEXPECTED_TYPE = 'fyrehose_dropped_total{reason="unexpected type"}'
 PUSHES = "fyrehose_pushes_total"
 
 
-# ---------------------------------------------------------------- frames (from the seed diagrams)
+# ---------------------------------------------------------------- frames (from the layouts in docs/protocol.md)
 
 
 def u48(value: int) -> tuple[int, int]:
@@ -411,7 +411,7 @@ def test_foreign_address_is_accepted_from_a_trusted_network(backbone_factory):
         assert backbone.metric(FOREIGN_ADDRESS) == 0
 
 
-# ---------------------------------------------------------------- legacy KEEPALIVE (seeds/001)
+# ---------------------------------------------------------------- legacy KEEPALIVE (docs/protocol.md)
 
 
 def test_legacy_seven_byte_keepalive_is_acked_and_subscribes(backbone):
@@ -509,7 +509,7 @@ def test_head_flag_ack_carries_the_last_sequence(backbone):
         ack = keepalive(sock, backbone, HEAD | NOSUBSCRIBE)
         assert len(ack) == 23 and U48.unpack(ack[17:]) == (0, 0)
         plain = keepalive(sock, backbone, NOSUBSCRIBE)
-        assert len(plain) == 17, "without HEAD the ACK is the seed's 17 bytes"
+        assert len(plain) == 17, "without HEAD the ACK is the base protocol's 17 bytes"
         for i in range(7):
             pub.sendto(push_frame(b"m%d" % i), backbone.addr)
         barrier(pub, backbone)

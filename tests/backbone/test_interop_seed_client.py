@@ -1,11 +1,11 @@
-"""A third-party client written from seeds/000 alone talks to the fyrehose backbone.
+"""A third-party client written from the base protocol of docs/protocol.md alone talks to the fyrehose backbone.
 
 Nothing here comes from the fyrehose package: the client below knows only the
-seed document (big endian, one frame type in the first byte, the 29-byte
+base protocol (docs/protocol.md, "Frames" and "Rules": big endian, one frame type in the first byte, the 29-byte
 KEEPALIVE, PUSH with six unused zero bytes, one DELIVER per datagram, REQUEST
 and FORWARD of 19 bytes, the 17-byte KEEPALIVE-ACK).  Two such clients publish,
 receive each other's messages, and repair a gap through REQUEST -> FORWARD ->
-DELIVER from the other client's own store, as seeds/000 rules 2 and 4 describe.
+DELIVER from the other client's own store, as client rules 2 and 4 of docs/protocol.md describe.
 The backbone comes from the ``backbone`` fixture (tests/conftest.py).
 """
 import os
@@ -13,7 +13,7 @@ import socket
 import struct
 import time
 
-# seeds/000 frame types and KEEPALIVE flags
+# the base protocol's frame types and KEEPALIVE flags (docs/protocol.md)
 DELIVER = 0x1
 PUSH = 0x2
 REQUEST = 0x4
@@ -36,7 +36,7 @@ def unpack_u48(data):
 
 
 class SeedClient:
-    """A client of seeds/000: keeps alive, publishes, stores what it gets, answers FORWARDs, re-requests gaps."""
+    """A base-protocol client (docs/protocol.md): keeps alive, publishes, stores, answers FORWARDs, re-requests gaps."""
 
     KEEPALIVE_EVERY = 0.9  # rule 1: at least every second
 
@@ -54,7 +54,7 @@ class SeedClient:
         self.forwards = []  # (addr, port, from, to)
         self.answered = 0  # DELIVERs sent in answer to FORWARDs
         self.acked_tokens = []
-        self.foreign = []  # anything seeds/000 does not describe
+        self.foreign = []  # anything the base protocol does not describe
         self._token = None
         self._last_keepalive = None
 
@@ -174,7 +174,7 @@ def test_seed_clients_publish_receive_and_repair_a_gap_through_the_backbone(back
         assert a.missing() == []
         assert a.store == b.store == dict(expected)
 
-        # nothing outside seeds/000 ever reached a seed client
+        # nothing outside the base protocol ever reached a seed client
         pump([a, b], lambda: False, timeout=0.3)
         assert a.foreign == [] and b.foreign == []
         assert all(len(token) == 16 for token in a.acked_tokens + b.acked_tokens)

@@ -1,4 +1,4 @@
-"""The pure cache against the seeds/004 type/status table, row by row, plus its memory bound and merge rule."""
+"""The pure cache against the type/status table (docs/subjects.md) row by row, plus its memory bound and merge rule."""
 from __future__ import annotations
 
 import json

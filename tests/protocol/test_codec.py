@@ -1,6 +1,6 @@
-"""Tests of the wire codec (fyrehose.protocol.codec) against seeds/000, seeds/001 and design.md section 3.
+"""Tests of the wire codec (fyrehose.protocol.codec) against docs/protocol.md: the base protocol and its extensions.
 
-The layout checks build the expected bytes by hand from the seed diagrams, so
+The layout checks build the expected bytes by hand from the layouts in docs/protocol.md, so
 that the codec is checked against the spec rather than against itself.
 """
 from __future__ import annotations
@@ -100,7 +100,7 @@ def test_deliver_round_trip(frame):
 @given(pushes_untagged)
 def test_push_without_tag_round_trip(frame):
     data = codec.encode(frame)
-    assert data[3:9] == bytes(6)  # seeds/000: the UNUSED bytes stay zero
+    assert data[3:9] == bytes(6)  # base protocol (docs/protocol.md, PUSH): the unused bytes stay zero
     assert codec.decode(data) == [frame]
     assert codec.decode(data)[0].tag == 0
 
@@ -228,11 +228,11 @@ def test_pack_refuses_empty_list():
     assert info.value.reason
 
 
-# ---------------------------------------------------------------- byte-exact layouts (by hand from the seeds)
+# ---------------------------------------------------------------- byte-exact layouts (by hand from docs/protocol.md)
 
 
 def test_legacy_keepalive_bytes_match_seed_001_example():
-    # seeds/001: "example for 127.0.0.1:2323" -> 0x10 | 7f 00 00 01 | 09 13
+    # docs/protocol.md, "Legacy KEEPALIVE": 127.0.0.1:2323 -> 0x10 | 7f 00 00 01 | 09 13
     expected = bytes([0x10, 0x7F, 0x00, 0x00, 0x01, 0x09, 0x13])
     assert codec.encode(Keepalive("127.0.0.1", 2323, legacy=True)) == expected
     assert codec.decode(expected) == [Keepalive("127.0.0.1", 2323, 0, bytes(16), legacy=True)]
@@ -253,14 +253,14 @@ def test_deliver_layout_empty_payload_and_max_sequence():
 
 
 def test_push_layout_untagged():
-    # seeds/000: 0x2 | LENGTH (2) | UNUSED (6) | DATA
+    # docs/protocol.md, "PUSH (0x02)": 0x2 | LENGTH (2) | UNUSED (6) | DATA
     expected = b"\x02\x00\x03" + bytes(6) + b"abc"
     assert codec.encode(Push(b"abc")) == expected
     assert codec.decode(expected) == [Push(b"abc", 0)]
 
 
 def test_push_layout_tagged():
-    # design.md 3: the tag lives in the 6 unused bytes
+    # docs/protocol.md, "CONFIRM and tagged PUSH": the tag lives in the 6 unused bytes
     expected = b"\x02\x01\x00" + b"\x00\x00\x00\x00\x01\x02" + b"z" * 256
     assert codec.encode(Push(b"z" * 256, tag=0x102)) == expected
     assert codec.decode(expected) == [Push(b"z" * 256, 0x102)]
@@ -303,7 +303,7 @@ def test_keepalive_ack_layout():
 
 
 def test_confirm_layout():
-    # design.md 3: 0x40 CONFIRM | TAG (6) | SEQUENCE (6)
+    # docs/protocol.md, "CONFIRM (0x40)": 0x40 CONFIRM | TAG (6) | SEQUENCE (6)
     expected = b"\x40" + u48(0xABCDEF) + u48(0x123456789A)
     assert codec.encode(Confirm(0xABCDEF, 0x123456789A)) == expected
     assert codec.decode(expected) == [Confirm(0xABCDEF, 0x123456789A)]
@@ -488,7 +488,7 @@ def test_every_truncation_of_a_single_frame_raises(frame):
     for cut in range(len(data)):
         prefix = data[:cut]
         if cut == 7 and isinstance(frame, Keepalive) and not frame.legacy:
-            # the first 7 bytes of a KEEPALIVE are a valid legacy KEEPALIVE (seeds/001)
+            # the first 7 bytes of a KEEPALIVE are a valid legacy KEEPALIVE (docs/protocol.md)
             assert codec.decode(prefix) == [Keepalive(frame.addr, frame.port, legacy=True)]
             continue
         if cut == 17 and isinstance(frame, KeepaliveAck) and frame.head is not None:

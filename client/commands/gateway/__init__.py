@@ -30,7 +30,7 @@ KINDS = {
 DEFAULTS = {
     "redis": ("127.0.0.1:6379", "serve Redis pub/sub clients (RESP2/RESP3)"),
     "nats": ("127.0.0.1:4222", "serve NATS clients (the NATS client protocol)"),
-    "marlin": ("127.0.0.1:7070", "serve Marlin channel clients (seeds/003)"),
+    "marlin": ("127.0.0.1:7070", "serve Marlin PubSub channel clients"),
     "lumberjack": ("127.0.0.1:5044", "receive Lumberjack (Beats) log events"),
     "http": ("127.0.0.1:8080", "serve HTTP, Server-Sent Events and RESP over WebSocket, and a live view"),
 }

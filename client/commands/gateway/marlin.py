@@ -1,4 +1,4 @@
-"""``fyrehose gateway marlin``: Marlin PubSub clients (seeds/003) on the backbone."""
+"""``fyrehose gateway marlin``: Marlin PubSub clients (docs/gateways.md) on the backbone."""
 from __future__ import annotations
 
 import argparse

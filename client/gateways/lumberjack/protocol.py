@@ -1,4 +1,4 @@
-"""The Lumberjack wire format (seeds/002 v1, plus the v2 frames Beats send): bytes in, frames out.
+"""The Lumberjack wire format (v1, plus the v2 frames Beats send; docs/lumberjack.md): bytes in, frames out.
 
 Every frame starts with a version byte (ASCII ``'1'`` or ``'2'``) and a type
 byte; all integers are 32-bit unsigned big endian.  The version is read per
@@ -65,7 +65,7 @@ class WindowSize:
 
 @dataclass(frozen=True, slots=True)
 class KeyValueData:
-    """A ``D`` frame: a map of strings (seeds/002 allows only strings)."""
+    """A ``D`` frame: a map of strings (the protocol allows only strings: docs/lumberjack.md, "D (data, v1)")."""
 
     version: int
     seq: int

@@ -1,6 +1,7 @@
 """The server-side TLS context: certificate and key, and with a CA the demand for client certificates.
 
-seeds/002 plans "authentication: ssl certs, encryption: tls".  The context is
+Lumberjack leaves authentication and encryption to TLS with certificates
+(docs/lumberjack.md, "TLS").  The context is
 gevent's subclass of :class:`ssl.SSLContext`, whose sockets wait
 cooperatively, so a slow handshake holds up only its own connection.
 """

@@ -7,7 +7,7 @@ frames to send.  An ack therefore never runs ahead of publication: ``A N``
 goes out only when every event up to ``N`` has been published.
 
 Windows.  A ``W`` frame opens a window: the writer's statement of how many
-events it means to send before it waits for an ack (seeds/002).  As in
+events it means to send before it waits for an ack (docs/lumberjack.md).  As in
 Logstash's beats input the window is advisory, the writer's business: a
 logstash-forwarder style writer announces ``1W`` once and then streams ``1D``
 frames with several windows' worth in flight while acks arrive, and Beats grow
@@ -31,7 +31,8 @@ positive and strictly increase.
 
 While events of a version-2 window wait for the backbone, :meth:`keepalive`
 gives the ``A 0`` that Logstash sends so that Beats do not time out;
-version-1 writers get none, since seeds/002 gives sequence 0 no meaning.
+version-1 writers get none, since the protocol gives sequence 0 no meaning
+(docs/lumberjack.md, "A (ack)").
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ or behind any gateway, as MESSAGEs whose id is the backbone sequence number
 (so ids increase in delivery order).  A publish gets no answer unless it
 fails, which earns a RESPONSE ERROR naming the message id.  Channels map to
 backbone subjects as :mod:`fyrehose.gateways.channels` says; the TCP framing
-is in :mod:`fyrehose.gateways.marlin.protocol` and docs/protocol.md.
+is in :mod:`fyrehose.gateways.marlin.protocol` and docs/gateways.md.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Marlin PubSub (seeds/003) over TCP: frame codec and an incremental frame parser.
+"""Marlin PubSub (docs/gateways.md) over TCP: frame codec and an incremental frame parser.
 
-seeds/003 defines messages (``VERSION TYPE PAYLOAD``) but no way to tell where
+Marlin defines messages (``VERSION TYPE PAYLOAD``) but no way to tell where
 one ends on a byte stream, since SUBSCRIBE, UNSUBSCRIBE and RESPONSE carry
 their text up to the end of the message.  Over TCP each message is therefore
-preceded by its length (docs/protocol.md, "Marlin over TCP")::
+preceded by its length (docs/gateways.md, "Marlin over TCP")::
 
     FRAME_LENGTH u32 | VERSION 0x00 | TYPE u8 | PAYLOAD
 

@@ -1,4 +1,4 @@
-"""``fyrehose gateway lumberjack`` as a process, with a real backbone, pylogbeat and hand-built seeds/002 frames."""
+"""``fyrehose gateway lumberjack`` as a process, with a real backbone, pylogbeat and hand-built Lumberjack frames."""
 from __future__ import annotations
 
 import json
@@ -583,7 +583,7 @@ def npm_events(gateway: GatewayProcess, certificates: dict[str, str], mode: str,
 
 def test_the_npm_lumberjack_sender_delivers_every_code_point_byte_exact(backbone, gateway_factory, recorder_factory,
                                                                          certificates, tmp_path):
-    # The npm client takes strings and writes them as UTF-8 (it cannot send other bytes, and seeds/002 "D"
+    # The npm client takes strings and writes them as UTF-8 (it cannot send other bytes, and Lumberjack "D"
     # values must be UTF-8): every code point U+0000..U+00FF, control characters, quotes, backslashes,
     # U+2028, a BOM and an astral character, in keys and values, must arrive as those exact UTF-8 bytes.
     gateway = gateway_factory(backbone, "--tls-cert", certificates["server.pem"], "--tls-key",

@@ -1,4 +1,4 @@
-"""The Lumberjack codec: frames from seeds/002 and Beats, any split of the stream, and every kind of bad input."""
+"""The Lumberjack codec: frames of docs/lumberjack.md, any split of the stream, and every kind of bad input."""
 from __future__ import annotations
 
 import struct

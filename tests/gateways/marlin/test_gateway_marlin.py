@@ -1,4 +1,4 @@
-"""The Marlin gateway driven by a Marlin client written from seeds/003 (tests/gateway_support.py)."""
+"""The Marlin gateway driven by a Marlin client written from docs/gateways.md (tests/gateway_support.py)."""
 from __future__ import annotations
 
 import struct
@@ -24,7 +24,7 @@ def test_subscribe_publish_unsubscribe(gateways):
     assert {frame[2] for frame in got} == {b"weather.oslo"}
     ids = [frame[1] for frame in got]
     assert ids == sorted(ids) and len(set(ids)) == 100  # backbone sequence numbers
-    assert publisher.read(timeout=0.5) is None  # seeds/003: subscribers get what *other* clients publish
+    assert publisher.read(timeout=0.5) is None  # docs/gateways.md: subscribers get what *other* clients publish
     subscriber.publish(b"weather.oslo", b"reply")
     assert publisher.read()[3] == b"reply"
     subscriber.unsubscribe(b"weather.oslo")

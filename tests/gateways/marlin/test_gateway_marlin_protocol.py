@@ -1,4 +1,4 @@
-"""The Marlin gateway's pure part: the length-framed seeds/003 codec and its incremental parser."""
+"""The Marlin gateway's pure part: the length-framed Marlin codec (docs/gateways.md) and its incremental parser."""
 from __future__ import annotations
 
 import struct
