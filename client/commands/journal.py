@@ -14,10 +14,9 @@ from pathlib import Path
 from fyrehose.errors import CommandFailed, InputError
 from fyrehose.journal.retention import parse_duration, parse_quantity, parse_size
 from fyrehose.journal.store import FSYNC_MODES
-from fyrehose.net.addresses import add_bind_argument, add_multicast_argument, parse_hostport
+from fyrehose.net.addresses import add_backbone_arguments, add_multicast_argument, parse_hostport
 from fyrehose.runtime.argtypes import positive_duration, positive_float, positive_int
 
-DEFAULT_BACKBONE = "127.0.0.1:2323"
 PYARROW_MISSING = "Parquet output needs pyarrow: pip install 'fyrehose[journal]'"
 
 
@@ -49,9 +48,7 @@ def _range(text: str) -> tuple[int, int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backbone", default=DEFAULT_BACKBONE, metavar="HOST:PORT",
-                        help=f"the backbone (default {DEFAULT_BACKBONE})")
-    add_bind_argument(parser)
+    add_backbone_arguments(parser)
     add_multicast_argument(parser)
     parser.add_argument("--dir", type=Path, metavar="DIR", help="the journal directory (created if missing)")
     parser.add_argument("--fsync", choices=FSYNC_MODES, default="interval",

@@ -1,9 +1,8 @@
 """The one command line, ``fyrehose <command>``.
 
-Each command lives in a module with ``add_arguments(parser)`` and
-``run(args) -> int`` (or ``add_NAME_arguments``/``run_NAME`` when one module
-serves several); those modules import their heavy dependencies inside ``run``
-so that every command starts fast.
+Each command lives in its own module of :mod:`fyrehose.commands`, with
+``add_arguments(parser)`` and ``run(args) -> int``; those modules import their
+heavy dependencies inside ``run`` so that every command starts fast.
 
 A user error ends the process with one line on stderr and exit 1: the
 project's own errors (:class:`~fyrehose.errors.FyrehoseError`; a command
@@ -32,8 +31,8 @@ from fyrehose.runtime.fatal import exit_on_thread_death
 # command -> (module, one-line help)
 COMMANDS = {
     "backbone": ("fyrehose.commands.backbone", "run the sequencing backbone"),
-    "pub": ("fyrehose.commands.pubsub", "publish messages (arguments or stdin lines)"),
-    "sub": ("fyrehose.commands.pubsub", "print delivered messages in sequence order"),
+    "pub": ("fyrehose.commands.pub", "publish messages (arguments or stdin lines)"),
+    "sub": ("fyrehose.commands.sub", "print delivered messages in sequence order"),
     "cache": ("fyrehose.commands.cache", "last value per subject: answer snapshots and initial values"),
     "auth": ("fyrehose.commands.auth", "users database for HMAC-authenticated sessions (add, remove, list, bench)"),
     "journal": ("fyrehose.commands.journal", "keep every message on disk, serve FORWARDs, write Parquet"),
@@ -104,8 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module_name, help_text) in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
         module = importlib.import_module(module_name)
-        adder = getattr(module, f"add_{name}_arguments", None) or module.add_arguments
-        adder(command)
+        module.add_arguments(command)
     return parser
 
 
@@ -114,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
-    runner = getattr(module, f"run_{args.command}", None) or module.run
+    runner = module.run
     if args.command in SERVICES:
         exit_on_thread_death(args.command)
     try:

@@ -8,6 +8,7 @@ import socket
 from fyrehose.errors import InputError
 from fyrehose.protocol.codec import Address
 
+DEFAULT_BACKBONE = "127.0.0.1:2323"
 ADMIN_SCOPED = ipaddress.IPv4Network("239.0.0.0/8")  # RFC 2365: organisation-local groups
 
 
@@ -76,6 +77,13 @@ def parse_bind(text: str) -> Address:
         return parse_hostport(text, 0)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_backbone_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--backbone`` and ``--bind``, for every command that is a client of the backbone."""
+    parser.add_argument("--backbone", default=DEFAULT_BACKBONE, metavar="HOST:PORT",
+                        help=f"the backbone (default {DEFAULT_BACKBONE})")
+    add_bind_argument(parser)
 
 
 def add_bind_argument(parser: argparse.ArgumentParser) -> None:

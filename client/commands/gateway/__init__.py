@@ -12,10 +12,8 @@ import importlib
 
 from fyrehose.errors import CommandFailed
 from fyrehose.gateways.workers import WORKER_KINDS
-from fyrehose.net.addresses import add_bind_argument, add_multicast_argument
+from fyrehose.net.addresses import add_backbone_arguments, add_multicast_argument
 from fyrehose.runtime.argtypes import positive_int
-
-DEFAULT_BACKBONE = "127.0.0.1:2323"
 
 # kind -> module providing add_arguments(parser) and run(args) -> int
 KINDS = {
@@ -53,9 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         sub = kinds.add_parser(kind, help=help_text, description=help_text)
         sub.add_argument("--listen", default=listen, required=listen is None, metavar="HOST:PORT",
                          help=f"TCP address to serve clients on (default {listen})")
-        sub.add_argument("--backbone", default=DEFAULT_BACKBONE, metavar="HOST:PORT",
-                         help=f"the backbone (default {DEFAULT_BACKBONE})")
-        add_bind_argument(sub)
+        add_backbone_arguments(sub)
         if kind not in PUBLISH_ONLY:
             add_multicast_argument(sub)
         if kind in WORKER_KINDS:

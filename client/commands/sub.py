@@ -1,4 +1,4 @@
-"""``fyrehose pub`` and ``fyrehose sub``: the client from the shell."""
+"""``fyrehose sub``: print the stream in sequence order from the shell; exit 3 if anything was lost."""
 from __future__ import annotations
 
 import argparse
@@ -6,11 +6,9 @@ import sys
 import time
 
 from fyrehose.errors import InputError
-from fyrehose.net.addresses import add_bind_argument, add_multicast_argument
-from fyrehose.protocol.codec import MAX_PAYLOAD
-from fyrehose.runtime.argtypes import positive_duration, publish_timeout
+from fyrehose.net.addresses import add_backbone_arguments, add_multicast_argument
+from fyrehose.runtime.argtypes import positive_duration
 
-DEFAULT_BACKBONE = "127.0.0.1:2323"
 EXIT_LOSS = 3
 
 
@@ -21,24 +19,8 @@ def _sequence(text: str) -> int:
     return value
 
 
-def _backbone_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backbone", default=DEFAULT_BACKBONE, metavar="HOST:PORT",
-                        help=f"the backbone (default {DEFAULT_BACKBONE})")
-    add_bind_argument(parser)
-
-
-def add_pub_arguments(parser: argparse.ArgumentParser) -> None:
-    _backbone_argument(parser)
-    parser.add_argument("messages", nargs="*", metavar="MESSAGE",
-                        help="messages to publish; without any, each line of stdin is one message")
-    parser.add_argument("--no-confirm", action="store_true",
-                        help="send packed PUSHes without waiting for CONFIRM (fast, may lose messages)")
-    parser.add_argument("--timeout", type=publish_timeout, default=5.0, metavar="S",
-                        help="how long to wait for each CONFIRM, retries included (default 5, at most 25)")
-
-
-def add_sub_arguments(parser: argparse.ArgumentParser) -> None:
-    _backbone_argument(parser)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_backbone_arguments(parser)
     parser.add_argument("--from", dest="from_seq", type=_sequence, metavar="SEQ",
                         help="start at this sequence, backfilling older messages from other clients' journals")
     parser.add_argument("--count", type=int, metavar="N", help="exit after N messages")
@@ -49,30 +31,7 @@ def add_sub_arguments(parser: argparse.ArgumentParser) -> None:
     add_multicast_argument(parser)
 
 
-def _lines(messages: list[str]):
-    if messages:
-        for message in messages:
-            yield message.encode()
-        return
-    for line in sys.stdin.buffer:
-        yield line.rstrip(b"\r\n")
-
-
-def run_pub(args: argparse.Namespace) -> int:
-    from fyrehose.drivers.client import Client
-
-    with Client(args.backbone, subscribe=False, bind=args.bind) as client:
-        for number, data in enumerate(_lines(args.messages), 1):
-            if len(data) > MAX_PAYLOAD:
-                raise InputError(f"message {number} is {len(data)} bytes; the maximum is {MAX_PAYLOAD}")
-            if args.no_confirm:
-                client.publish_nowait(data)
-            else:
-                print(client.publish(data, timeout=args.timeout), flush=True)
-    return 0
-
-
-def run_sub(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from fyrehose.drivers.client import Client
     from fyrehose.protocol.tracker import Lost
 
