@@ -1,6 +1,6 @@
-"""Runs one gateway process: the bridge to the backbone, the TCP server, and a clean stop on SIGTERM.
+"""Runs one gateway process: the router to the backbone, the TCP server, and a clean stop on SIGTERM.
 
-Everything runs on one gevent loop without monkey patching: the bridge's
+Everything runs on one gevent loop without monkey patching: the router's
 link to the backbone is a gevent driver of the pure session.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable
 import gevent
 from gevent.event import Event
 
-from fyrehose.gateways.hub import GatewayHub, Route, Wants
+from fyrehose.gateways.router import GatewayRouter, Route, Wants
 from fyrehose.gateways.tcp import ClientConnection, GatewayServer, TcpClient
 from fyrehose.gateways.workers import reuse_port_listener, run_workers
 from fyrehose.net.addresses import parse_hostport
@@ -30,7 +30,7 @@ log = logging.getLogger("fyrehose.gateway")
 
 ORPHAN_POLL = 0.5  # seconds between a worker's looks at whether its supervisor still runs
 
-ConnectionMaker = Callable[[TcpClient, GatewayHub], ClientConnection]
+ConnectionMaker = Callable[[TcpClient, GatewayRouter], ClientConnection]
 
 
 def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,
@@ -47,17 +47,17 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
                         format=f"%(asctime)s fyrehose {kind} gateway: %(message)s")
     host, port = parse_hostport(args.listen)
     listen: Address | socket.socket = reuse_port_listener(host, port) if getattr(args, "reuse_port", False) else (host, port)
-    bridge = GatewayHub(args.backbone, route, stats=stats, publish_timeout=args.publish_timeout,
+    router = GatewayRouter(args.backbone, route, stats=stats, publish_timeout=args.publish_timeout,
                     credentials=credentials_from(args), session_interval=args.session_interval,
                     bind=args.bind, wants=wants, multicast=args.multicast)
     try:
-        server = GatewayServer(listen, lambda connection: make_session(connection, bridge),
+        server = GatewayServer(listen, lambda connection: make_session(connection, router),
                                max_pending=args.max_pending, max_clients=args.max_clients, stats=stats,
                                ssl_context=ssl_context, max_output=args.max_output, max_input=args.max_input,
                                refusal=refusal)
         server.start()
     except BaseException:
-        bridge.close()
+        router.close()
         if isinstance(listen, socket.socket):
             listen.close()
         raise
@@ -66,12 +66,12 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
         gevent.signal_handler(signum, stop.set)
     if getattr(args, "reuse_port", False):  # a worker of --workers N: it must not outlive its supervisor
         gevent.spawn(_stop_when_orphaned, os.getppid(), stop)
-    session = f", session {bridge.session.name}" if bridge.session is not None else ""
+    session = f", session {router.session.name}" if router.session is not None else ""
     announce_ready(f"gateway {kind}", server.address, f"backbone {args.backbone}{session}")
     stop.wait()
     server.stop()
-    bridge.close()
-    counts = dict(stats) | bridge.auth_counts()
+    router.close()
+    counts = dict(stats) | router.auth_counts()
     log.info("stopped; %s", ", ".join(f"{name} {count}" for name, count in sorted(counts.items())) or "idle")
     return 0
 

@@ -186,7 +186,7 @@ def test_all_clients_share_one_output_budget_and_the_furthest_behind_goes():
 
 
 class NoBackbone:
-    """A bridge with nobody behind it: enough for sessions to subscribe, and to fail publishing."""
+    """A router with nobody behind it: enough for sessions to subscribe, and to fail publishing."""
 
     position = 0
 
@@ -205,18 +205,18 @@ class NoBackbone:
 def redis_sessions():
     from fyrehose.gateways.redis.connection import RedisConnection, RedisRoutes
 
-    routes, bridge = RedisRoutes(), NoBackbone()
+    routes, router = RedisRoutes(), NoBackbone()
     hello = (b"SUBSCRIBE a b\r\nPSUBSCRIBE c* d?\r\nPUBLISH x y\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\n", 16)
-    return (lambda connection: RedisConnection(connection, routes, bridge, Counter()),  # type: ignore[arg-type]
+    return (lambda connection: RedisConnection(connection, routes, router, Counter()),  # type: ignore[arg-type]
             hello, lambda: not routes.channels and not routes.patterns)
 
 
 def nats_sessions():
     from fyrehose.gateways.nats.connection import NatsConnection, NatsRoutes
 
-    routes, bridge = NatsRoutes(Counter()), NoBackbone()
+    routes, router = NatsRoutes(Counter()), NoBackbone()
     hello = (b'CONNECT {"echo":false,"verbose":false}\r\nSUB a.> 1\r\nSUB b q 2\r\nPING\r\nPUB a.b 2\r\nhi\r\nPUB x 9\r\n', 3)
-    return (lambda connection: NatsConnection(connection, routes, bridge, Counter(),  # type: ignore[arg-type]
+    return (lambda connection: NatsConnection(connection, routes, router, Counter(),  # type: ignore[arg-type]
                                            server_id="S", host="127.0.0.1", port=4222),
             hello, lambda: not routes.index)
 
@@ -300,10 +300,10 @@ def test_the_gateway_holds_a_bounded_number_of_distinct_patterns(monkeypatch):
     import fyrehose.gateways.redis.connection as redis
 
     monkeypatch.setattr(redis, "MAX_GATEWAY_PATTERNS", 3)
-    routes, bridge = redis.RedisRoutes(), NoBackbone()
+    routes, router = redis.RedisRoutes(), NoBackbone()
     first, second = Recorder(), Recorder()
-    one = redis.RedisConnection(first, routes, bridge, Counter())  # type: ignore[arg-type]
-    two = redis.RedisConnection(second, routes, bridge, Counter())  # type: ignore[arg-type]
+    one = redis.RedisConnection(first, routes, router, Counter())  # type: ignore[arg-type]
+    two = redis.RedisConnection(second, routes, router, Counter())  # type: ignore[arg-type]
     one.receive(b"PSUBSCRIBE a* b* c*\r\n")
     two.receive(b"PSUBSCRIBE a* d*\r\n")
     assert second.sent.endswith(b"-ERR this gateway holds its most distinct patterns (3); "

@@ -34,7 +34,7 @@ from fyrehose.subjects.snapshots import record_sequence
 
 if TYPE_CHECKING:
     from fyrehose.gateways.http.gateway import HttpGateway
-    from fyrehose.gateways.hub import GatewayHub
+    from fyrehose.gateways.router import GatewayRouter
     from fyrehose.gateways.tcp import TcpClient
 
 log = logging.getLogger("fyrehose.gateway")
@@ -56,10 +56,10 @@ class BadRequest(Exception):
 class HttpConnection:
     """The per-connection session the gateway's TCP server drives (see :class:`fyrehose.gateways.tcp.ClientConnection`)."""
 
-    def __init__(self, connection: TcpClient, gateway: HttpGateway, bridge: GatewayHub) -> None:
+    def __init__(self, connection: TcpClient, gateway: HttpGateway, router: GatewayRouter) -> None:
         self.connection = connection
         self.gateway = gateway
-        self.bridge = bridge
+        self.router = router
         self.stats = gateway.stats
         self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=gateway.settings.max_head)
         self.websocket: WebSocketEndpoint | None = None
@@ -241,7 +241,7 @@ class HttpConnection:
             raise BadRequest(400, str(exc)) from None
         receivers = self.gateway.receivers(subject)
         try:
-            (seq,) = self.bridge.publish([message])
+            (seq,) = self.router.publish([message])
         except FyrehoseError as exc:
             self.stats["publish failures"] += 1
             raise BadRequest(503, f"publish not confirmed by the backbone: {exc}") from None
@@ -250,7 +250,7 @@ class HttpConnection:
 
     def _last(self, subject: str, request: h11.Request) -> None:
         timeout = self.gateway.settings.request_timeout
-        answer = self.bridge.snapshot(subject, timeout=timeout)
+        answer = self.router.snapshot(subject, timeout=timeout)
         if answer is None:
             raise BadRequest(504, f"no cache answered within {timeout:g} s (the last value is served by `fyrehose cache`)")
         if answer.status == Status.NOT_FOUND:
@@ -310,7 +310,7 @@ class HttpConnection:
         query = urlsplit(request.target.decode("ascii", "replace")).query
         wants_seq = "seq" in query.split("&") or "seq=1" in query.split("&")
         self.resp = RedisConnection(RespMessages(endpoint, self.gateway.mark, with_seq=wants_seq),  # type: ignore[arg-type]  # RespMessages is the connection a session writes to
-                                 self.gateway.redis_routes, self.bridge, self.stats,
+                                 self.gateway.redis_routes, self.router, self.stats,
                                  request_timeout=self.gateway.settings.request_timeout)
         endpoint.on_message = self.resp.receive
         self.websocket = endpoint

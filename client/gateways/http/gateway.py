@@ -21,7 +21,7 @@ from fyrehose.subjects.patterns import SubjectIndex
 
 if TYPE_CHECKING:
     from fyrehose.gateways.http.stream import EventStream
-    from fyrehose.gateways.hub import GatewayHub
+    from fyrehose.gateways.router import GatewayRouter
 
 DEFAULT_MAX_MESSAGE = 1 << 20
 DEFAULT_MAX_HEAD = 16 << 10  # request line and headers together
@@ -65,7 +65,7 @@ class HttpGateway:
     stats: Counter = field(default_factory=Counter)
     streams: SubjectIndex = field(default_factory=SubjectIndex)
     mark: StreamMark = field(default_factory=StreamMark)
-    bridge: GatewayHub | None = None
+    router: GatewayRouter | None = None
 
     def __post_init__(self) -> None:
         self.redis_routes = StreamCountingRoutes(self.streams)
@@ -87,21 +87,21 @@ class HttpGateway:
 
     def add_stream(self, stream: EventStream) -> None:
         self.streams.add(stream.pattern, stream)
-        if self.bridge is not None:
-            self.bridge.interest.add(stream.pattern)
+        if self.router is not None:
+            self.router.interest.add(stream.pattern)
 
     def remove_stream(self, stream: EventStream) -> None:
-        if self.streams.discard(stream.pattern, stream) and self.bridge is not None:
-            self.bridge.interest.remove(stream.pattern)
+        if self.streams.discard(stream.pattern, stream) and self.router is not None:
+            self.router.interest.remove(stream.pattern)
 
     def receivers(self, subject: str) -> int:
         """Deliveries a message on ``subject`` makes in the whole deployment, counted as Redis counts them."""
         local = self.redis_routes.receivers(subject_to_channel(subject))
-        elsewhere = self.bridge.subscribers_elsewhere(subject) if self.bridge is not None else 0
+        elsewhere = self.router.subscribers_elsewhere(subject) if self.router is not None else 0
         return local + elsewhere
 
     def healthy(self) -> bool:
-        return self.bridge is not None and self.bridge.reachable
+        return self.router is not None and self.router.reachable
 
     def metrics_text(self) -> bytes:
         """The gateway's counters in the Prometheus text format."""
@@ -109,7 +109,7 @@ class HttpGateway:
             ("fyrehose_gateway_up", "gauge", "1 while the backbone answers the gateway's keepalives",
              [({"kind": "http"}, 1 if self.healthy() else 0)]),
             ("fyrehose_gateway_position", "gauge", "the last backbone sequence the gateway routed",
-             [({"kind": "http"}, self.bridge.position if self.bridge is not None else 0)]),
+             [({"kind": "http"}, self.router.position if self.router is not None else 0)]),
         ]
         responses = []
         for name, count in sorted(self.stats.items()):

@@ -55,7 +55,7 @@ class EventStream:
         self._covered = 0  # the last sequence the backfill has sent or reported lost
 
     def start(self, last_event_id: int | None) -> None:
-        position = self.gateway.bridge.position if self.gateway.bridge is not None else 0
+        position = self.gateway.router.position if self.gateway.router is not None else 0
         if last_event_id is not None and (last_event_id < position or position == 0):
             self._held = []
             self._backfill = gevent.spawn(self._run_backfill, last_event_id + 1, position)
@@ -110,10 +110,10 @@ class EventStream:
 
     def _live_start(self, deadline: float) -> int | None:
         """The last sequence before the live stream, once a gateway that had taken nothing takes its first."""
-        bridge = self.gateway.bridge
-        if bridge is None or not bridge.started.wait(max(0.0, deadline - time.monotonic())):
+        router = self.gateway.router
+        if router is None or not router.started.wait(max(0.0, deadline - time.monotonic())):
             return None
-        return bridge.first - 1
+        return router.first - 1
 
     def _hand_over(self) -> None:
         """The held messages after what the backfill covered: the live stream from here on."""

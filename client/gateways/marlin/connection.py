@@ -28,7 +28,7 @@ from fyrehose.protocol.codec import PayloadTooLarge
 from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope
 
 if TYPE_CHECKING:
-    from fyrehose.gateways.hub import GatewayHub
+    from fyrehose.gateways.router import GatewayRouter
     from fyrehose.gateways.tcp import TcpClient
 
 MAX_SUBSCRIPTIONS = 10000  # channels per client
@@ -48,7 +48,7 @@ class MarlinRoutes:
             self.subjects.add(subject)
         self.channels.setdefault(channel, {})[session] = None
         if subject is not None:  # announced, so other gateways count this subscriber
-            session.bridge.interest.add(subject)
+            session.router.interest.add(subject)
 
     def unsubscribe(self, channel: bytes, session: MarlinConnection) -> None:
         sessions = self.channels.get(channel)
@@ -59,10 +59,10 @@ class MarlinRoutes:
                 del self.channels[channel]
                 self.subjects.discard(subject)  # type: ignore[arg-type]  # None was never added
             if subject is not None:
-                session.bridge.interest.remove(subject)
+                session.router.interest.remove(subject)
 
     def wants(self, subject: str) -> bool:
-        """Whether a message on ``subject`` may reach a client here (the bridge opens no other)."""
+        """Whether a message on ``subject`` may reach a client here (the router opens no other)."""
         return subject in self.subjects
 
     def route(self, seq: int, message: Envelope) -> None:
@@ -78,10 +78,10 @@ class MarlinRoutes:
 class MarlinConnection:
     """One Marlin client: its channels and the publishes it is waiting on."""
 
-    def __init__(self, connection: TcpClient, routes: MarlinRoutes, bridge: GatewayHub, stats: Counter) -> None:
+    def __init__(self, connection: TcpClient, routes: MarlinRoutes, router: GatewayRouter, stats: Counter) -> None:
         self.connection = connection
         self.routes = routes
-        self.bridge = bridge
+        self.router = router
         self.stats = stats
         self.parser = proto.FrameParser(MAX_FRAME)
         self.channels: dict[bytes, None] = {}
@@ -186,14 +186,14 @@ class MarlinConnection:
         self.echo.publishing()
         seqs = None
         try:
-            seqs = self.bridge.publish([message for _, message in batch])
+            seqs = self.router.publish([message for _, message in batch])
             failures = []
         except Exception as exc:
             self.stats["publish failures"] += len(batch)
             failures = [error_response(f"message {message_id} not confirmed by the backbone: {exc}")
                         for message_id, _ in batch]
         finally:
-            released = self.echo.published(seqs, self.bridge.position)
+            released = self.echo.published(seqs, self.router.position)
         for frame in released:
             self.connection.send(frame)
         self.stats["delivered"] += len(released)

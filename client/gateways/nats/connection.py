@@ -54,7 +54,7 @@ from fyrehose.subjects.patterns import SubjectIndex, check_pattern, match
 if TYPE_CHECKING:
     from gevent.event import AsyncResult
 
-    from fyrehose.gateways.hub import GatewayHub
+    from fyrehose.gateways.router import GatewayRouter
     from fyrehose.gateways.tcp import TcpClient
 
 SERVER_VERSION = "2.10.0"  # the nats-server release whose client protocol this gateway follows
@@ -104,9 +104,9 @@ class NatsRoutes:
         self._looked_up: tuple[str, list[NatsSubscription]] = ("", [])  # the last subject wants() looked up
 
     def wants(self, subject: str) -> bool:
-        """Whether a message on ``subject`` reaches a subscription here (the bridge opens no other).
+        """Whether a message on ``subject`` reaches a subscription here (the router opens no other).
 
-        The lookup is kept for :meth:`route`, which the bridge calls right after (without yielding) for
+        The lookup is kept for :meth:`route`, which the router calls right after (without yielding) for
         the same subject.
         """
         try:
@@ -184,12 +184,12 @@ class NatsConnection:
 
     _ids = itertools.count(1)
 
-    def __init__(self, connection: TcpClient, routes: NatsRoutes, bridge: GatewayHub, stats: Counter, *,
+    def __init__(self, connection: TcpClient, routes: NatsRoutes, router: GatewayRouter, stats: Counter, *,
                  server_id: str, host: str, port: int, liveness: NatsLiveness | None = None) -> None:
         self.connection = connection
         self.liveness = liveness or NatsLiveness(time.monotonic())
         self.routes = routes
-        self.bridge = bridge
+        self.router = router
         self.stats = stats
         self.id = next(self._ids)
         self.parser = proto.OperationParser(ANNOUNCED_MAX_PAYLOAD)  # refused past what INFO says, as nats-server does
@@ -272,7 +272,7 @@ class NatsConnection:
     def closed(self) -> None:
         for subscription in self.subscriptions.values():
             self.routes.index.discard(subscription.subject, subscription)
-            self.bridge.interest.remove(subscription.subject)
+            self.router.interest.remove(subscription.subject)
         self.subscriptions.clear()
 
     def deliver(self, seq: int, subscription: NatsSubscription, frames: MessageFrames) -> None:
@@ -310,7 +310,7 @@ class NatsConnection:
             return _Refusal("Maximum Payload Violation")
 
     def _has_responders(self, subject: str) -> bool:
-        return bool(self.routes.index.lookup(subject)) or self.bridge.subscribers_elsewhere(subject) > 0
+        return bool(self.routes.index.lookup(subject)) or self.router.subscribers_elsewhere(subject) > 0
 
     def _no_responders(self, reply: str) -> bytes:
         """The 503 status message, on each of this client's subscriptions that match ``reply``."""
@@ -348,7 +348,7 @@ class NatsConnection:
     def _submit(self, messages: list[Envelope]) -> bool:
         """Publish without waiting for the confirmation; False when the connection had to end."""
         try:
-            result = self.bridge.publish_nowait(messages)
+            result = self.router.publish_nowait(messages)
         except Exception as exc:
             self._publish_failed(len(messages), str(exc))
             return False
@@ -390,17 +390,17 @@ class NatsConnection:
         echo = self.echo
         if echo is None:
             try:
-                self.bridge.publish(messages)
+                self.router.publish(messages)
             except Exception as exc:
                 return str(exc)
             return None
         echo.publishing()
         seqs, failure = None, None
         try:
-            seqs = self.bridge.publish(messages)
+            seqs = self.router.publish(messages)
         except Exception as exc:
             failure = str(exc)
-        released = echo.published(seqs, self.bridge.position)
+        released = echo.published(seqs, self.router.position)
         for frame in released:
             self.connection.send(frame)
         self.stats["delivered"] += len(released)
@@ -449,7 +449,7 @@ class NatsConnection:
         subscription = NatsSubscription(self, sub.sid, sub.subject, sub.queue)
         self.subscriptions[sub.sid] = subscription
         self.routes.index.add(sub.subject, subscription)
-        self.bridge.interest.add(sub.subject)
+        self.router.interest.add(sub.subject)
         return proto.OK if self.verbose else b""
 
     def _unsubscribe(self, unsub: proto.Unsub) -> bytes:
@@ -465,7 +465,7 @@ class NatsConnection:
         if self.subscriptions.get(subscription.sid) is subscription:
             del self.subscriptions[subscription.sid]
             self.routes.index.discard(subscription.subject, subscription)
-            self.bridge.interest.remove(subscription.subject)
+            self.router.interest.remove(subscription.subject)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope, EnvelopeError, Msg
 from fyrehose.subjects.redis_glob import MAX_PATTERN, GlobIndex, literal_prefix
 
 if TYPE_CHECKING:
-    from fyrehose.gateways.hub import GatewayHub
+    from fyrehose.gateways.router import GatewayRouter
     from fyrehose.gateways.tcp import TcpClient
 
 SERVER_VERSION = "7.0.0"  # the Redis release whose pub/sub replies this gateway follows
@@ -65,7 +65,7 @@ class RedisRoutes:
             self.subjects.add(subject)
         self.channels.setdefault(channel, {})[session] = None
         if subject is not None:  # a channel without a subject receives nothing: no interest to announce
-            session.bridge.interest.add(subject)
+            session.router.interest.add(subject)
 
     def unsubscribe(self, channel: bytes, session: RedisConnection) -> None:
         sessions = self.channels.get(channel)
@@ -76,7 +76,7 @@ class RedisRoutes:
                 del self.channels[channel]
                 self.subjects.discard(subject)  # type: ignore[arg-type]  # None was never added
             if subject is not None:
-                session.bridge.interest.remove(subject)
+                session.router.interest.remove(subject)
 
     def psubscribe(self, pattern: bytes, session: RedisConnection) -> None:
         entry = self.patterns.get(pattern)
@@ -84,7 +84,7 @@ class RedisRoutes:
             entry = (pattern, {})
             self.patterns.add(pattern, entry)
         entry[1][session] = None
-        session.bridge.interest.add_glob(pattern)
+        session.router.interest.add_glob(pattern)
 
     def punsubscribe(self, pattern: bytes, session: RedisConnection) -> None:
         entry = self.patterns.get(pattern)
@@ -92,7 +92,7 @@ class RedisRoutes:
             del entry[1][session]
             if not entry[1]:
                 self.patterns.discard(pattern)
-            session.bridge.interest.remove_glob(pattern)
+            session.router.interest.remove_glob(pattern)
 
     def receivers(self, channel: bytes) -> int:
         """How many deliveries a message on ``channel`` makes here (a client per matching subscription)."""
@@ -102,7 +102,7 @@ class RedisRoutes:
         return count
 
     def wants(self, subject: str) -> bool:
-        """Whether a message on ``subject`` may reach a client here (the bridge opens no other)."""
+        """Whether a message on ``subject`` may reach a client here (the router opens no other)."""
         return subject in self.subjects or bool(self.patterns)
 
     def route(self, seq: int, message: Envelope) -> None:
@@ -150,12 +150,12 @@ class RedisConnection:
 
     _ids = itertools.count(1)
 
-    def __init__(self, connection: TcpClient, routes: RedisRoutes, bridge: GatewayHub, stats: Counter,
+    def __init__(self, connection: TcpClient, routes: RedisRoutes, router: GatewayRouter, stats: Counter,
                  *, request_timeout: float = 1.0, idle: IdleTimeout | None = None) -> None:
         self.connection = connection
         self.idle = idle or IdleTimeout()
         self.routes = routes
-        self.bridge = bridge
+        self.router = router
         self.stats = stats
         self.request_timeout = request_timeout
         self.id = next(self._ids)
@@ -228,7 +228,7 @@ class RedisConnection:
     def _send(self, replies: list[bytes | None], batch: list[tuple[int, Envelope, int]]) -> None:
         if batch:
             try:
-                self.bridge.publish([message for _, message, _ in batch])
+                self.router.publish([message for _, message, _ in batch])
                 for index, _, receivers in batch:
                     replies[index] = resp.integer(receivers)
             except Exception as exc:  # unconfirmed: every client in the batch hears why
@@ -382,11 +382,11 @@ class RedisConnection:
             return resp.error(f"ERR {exc}")
         if is_internal(message.subject):
             return NOPERM
-        return message, self.routes.receivers(channel) + self.bridge.subscribers_elsewhere(message.subject)
+        return message, self.routes.receivers(channel) + self.router.subscribers_elsewhere(message.subject)
 
     def _get(self, args: list[bytes]) -> bytes:
         try:
-            answer = self.bridge.snapshot(channel_to_subject(args[0]), timeout=self.request_timeout)
+            answer = self.router.snapshot(channel_to_subject(args[0]), timeout=self.request_timeout)
         except (ChannelError, EnvelopeError) as exc:
             return resp.error(f"ERR {exc}")
         if answer is None:

@@ -1,7 +1,7 @@
 """The SSE backfill in this process, on a real backbone: its limit, its hand-over, and what it cannot have.
 
 gevent runs without monkey patching, as in the gateway process: the gateway's
-bridge and the backfill's :class:`~fyrehose.drivers.link.RangeLink` are
+router and the backfill's :class:`~fyrehose.drivers.link.RangeLink` are
 greenlets' drivers of the pure session.  Only the client's TCP connection is
 kept in memory, so the output can be compared byte for byte.
 """
@@ -16,7 +16,7 @@ import gevent
 from fyrehose.gateways.http import sse
 from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
 from fyrehose.gateways.http.stream import EventStream
-from fyrehose.gateways.hub import GatewayHub
+from fyrehose.gateways.router import GatewayRouter
 from fyrehose.subjects.envelope import Envelope
 
 
@@ -44,11 +44,11 @@ def wait_until(condition, timeout: float, what: str) -> None:
         gevent.sleep(0.01)
 
 
-def _gateway(backbone, **settings) -> tuple[HttpGateway, GatewayHub]:
+def _gateway(backbone, **settings) -> tuple[HttpGateway, GatewayRouter]:
     stats: Counter = Counter()
     gateway = HttpGateway(HttpSettings(backbone=backbone.address, **settings), stats)
-    gateway.bridge = GatewayHub(backbone.address, gateway.route, stats=stats, wants=gateway.wants)
-    return gateway, gateway.bridge
+    gateway.router = GatewayRouter(backbone.address, gateway.route, stats=stats, wants=gateway.wants)
+    return gateway, gateway.router
 
 
 def _event(seq: int, data: bytes) -> bytes:
@@ -56,21 +56,21 @@ def _event(seq: int, data: bytes) -> bytes:
 
 
 def test_the_backfill_keeps_the_newest_within_its_limit_then_hands_over_to_the_live_stream(module_backbone):
-    gateway, bridge = _gateway(module_backbone, backfill_limit=2)
+    gateway, router = _gateway(module_backbone, backfill_limit=2)
     connection = MemoryConnection()
     stream = EventStream(connection, gateway, "backfill.>", lambda data: data)
     threads = threading.active_count()
     try:
-        seqs = bridge.publish([Envelope("backfill.x", b"%d" % i) for i in range(5)])
-        wait_until(lambda: bridge.position >= seqs[-1], 10, "the gateway taking its publishes")
-        position = bridge.position
+        seqs = router.publish([Envelope("backfill.x", b"%d" % i) for i in range(5)])
+        wait_until(lambda: router.position >= seqs[-1], 10, "the gateway taking its publishes")
+        position = router.position
         stream.start(seqs[0])  # wants seqs[1]..position; the limit leaves the last two
-        live = bridge.publish([Envelope("backfill.x", b"live")])
+        live = router.publish([Envelope("backfill.x", b"live")])
         wait_until(lambda: b"data: live\n" in connection.output, 15, "the live message after the backfill")
         assert threading.active_count() == threads
     finally:
         stream.stop()
-        bridge.close()
+        router.close()
     newest = [seq for seq in seqs if seq > position - 2]
     assert connection.output == (sse.comment(f"lost {seqs[1]}..{position - 2} (backfill is limited to 2 messages)")
                                  + b"".join(_event(seq, b"%d" % seqs.index(seq)) for seq in newest)
@@ -80,18 +80,18 @@ def test_the_backfill_keeps_the_newest_within_its_limit_then_hands_over_to_the_l
 
 def test_what_no_node_holds_is_reported_lost_and_the_live_stream_follows(backbone_factory):
     backbone = backbone_factory(extra=["--recent-bytes", "0"])  # no recent log, and no journal answers
-    gateway, bridge = _gateway(backbone, backfill_timeout=1.0)
+    gateway, router = _gateway(backbone, backfill_timeout=1.0)
     connection = MemoryConnection()
     stream = EventStream(connection, gateway, "backfill.>", lambda data: data)
     try:
-        seqs = bridge.publish([Envelope("backfill.x", b"%d" % i) for i in range(3)])
-        wait_until(lambda: bridge.position >= seqs[-1], 10, "the gateway taking its publishes")
-        position = bridge.position
+        seqs = router.publish([Envelope("backfill.x", b"%d" % i) for i in range(3)])
+        wait_until(lambda: router.position >= seqs[-1], 10, "the gateway taking its publishes")
+        position = router.position
         stream.start(seqs[0])
-        live = bridge.publish([Envelope("backfill.x", b"live")])
+        live = router.publish([Envelope("backfill.x", b"live")])
         wait_until(lambda: b"data: live\n" in connection.output, 15, "the live message after the backfill")
     finally:
         stream.stop()
-        bridge.close()
+        router.close()
     assert connection.output == (sse.comment(f"lost {seqs[1]}..{position} (backfill timed out after 1 s)")
                                  + _event(live[0], b"live"))

@@ -64,7 +64,7 @@ class MemoryConnection:
 
 
 class MemoryBridge:
-    """The bridge's public interface without a backbone: publishes are confirmed at once, a cache holds one record."""
+    """The router's public interface without a backbone: publishes are confirmed at once, a cache holds one record."""
 
     reachable = True
 
@@ -99,15 +99,15 @@ def drive(data: bytes) -> MemoryConnection:
     elif mode == 2:
         body = UPGRADE + masked(body)
     gateway = HttpGateway(HttpSettings(backbone="127.0.0.1:1", max_message=4096, max_head=2048))
-    bridge = MemoryBridge()
-    gateway.bridge = bridge  # type: ignore[assignment]
+    router = MemoryBridge()
+    gateway.router = router  # type: ignore[assignment]
     connection = MemoryConnection()
-    session = connection.session = HttpConnection(connection, gateway, bridge)  # type: ignore[arg-type]
+    session = connection.session = HttpConnection(connection, gateway, router)  # type: ignore[arg-type]
     cut = split * len(body) // 256
     for chunk in (body[:cut], body[cut:]):
         if connection.closing is None and chunk:
             session.receive(chunk)
-    gateway.route(bridge.position + 1, Envelope("fuzz.subject", b"routed"))
+    gateway.route(router.position + 1, Envelope("fuzz.subject", b"routed"))
     session.closed()
     return connection
 

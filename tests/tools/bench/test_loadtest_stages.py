@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from fyrehose.loadtest.stages import STAGES, main, measure
+from fyrehose.tools.bench.loadtest_stages import STAGES, main, measure
 
 
 def test_every_request_is_confirmed_and_delivered_and_each_stage_is_timed():

@@ -1,6 +1,6 @@
 """CPU per message of the load test's pure sessions, stage by stage, offline: what the generator costs before sockets.
 
-``python -m fyrehose.loadtest.stages [--batch 500] [--payload 64] [--requests 400] [--json PATH]``
+``python -m fyrehose.tools.bench.loadtest_stages [--batch 500] [--payload 64] [--requests 400] [--json PATH]``
 drives one :class:`ConfirmedPublisher` and one :class:`MeasuringSubscriber` against the
 pure backbone core (no sockets, no Locust, no gevent) and times, with the
 process's CPU clock, each stage over ``--requests`` requests of ``--batch``
@@ -94,7 +94,7 @@ def write_table(result: dict, out: TextIO) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fyrehose.loadtest.stages", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m fyrehose.tools.bench.loadtest_stages", description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=500, help="messages per request (default 500)")
     parser.add_argument("--payload", type=int, default=64, help="bytes per message (default 64)")
     parser.add_argument("--requests", type=int, default=400, help="requests timed (default 400)")

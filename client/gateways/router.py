@@ -4,7 +4,7 @@ Every gateway process holds one :class:`~fyrehose.drivers.link.BackboneLink`
 (the gevent driver of the pure backbone session; no threads, no monkey
 patching), subscribed to the whole stream.  Whatever any gateway or UDP
 client publishes comes back through it in backbone sequence order, and
-:class:`GatewayHub` hands each enveloped message to the gateway's ``route``
+:class:`GatewayRouter` hands each enveloped message to the gateway's ``route``
 function, which queues it on the matching TCP clients.  Local subscribers
 are served from that stream too, never directly by the publishing
 connection, so every subscriber of every gateway sees one order.  Raw
@@ -23,16 +23,16 @@ for its TCP clients and verifies every envelope it opens: forged, tampered,
 replayed and unsigned messages are dropped (and counted) before routing, so
 no gateway client ever receives them.
 
-:attr:`GatewayHub.position` is the last sequence taken from the stream, routed
-or not, and :attr:`GatewayHub.first` the first (:attr:`GatewayHub.started` is set
+:attr:`GatewayRouter.position` is the last sequence taken from the stream, routed
+or not, and :attr:`GatewayRouter.first` the first (:attr:`GatewayRouter.started` is set
 then): a local subscription added now receives every matching message after
 ``position``, or from ``first`` on when nothing was taken yet, which is where
 an SSE backfill hands over to the live stream.
 
-The bridge also keeps the deployment's live interest (:mod:`fyrehose.subjects.interest`):
-the gateway's own subscriptions go into :attr:`GatewayHub.interest`, which the
+The router also keeps the deployment's live interest (:mod:`fyrehose.subjects.interest`):
+the gateway's own subscriptions go into :attr:`GatewayRouter.interest`, which the
 link announces, and everyone's announcements, taken from the stream, fill
-:attr:`GatewayHub.table`; :meth:`GatewayHub.subscribers_elsewhere` is what NATS
+:attr:`GatewayRouter.table`; :meth:`GatewayRouter.subscribers_elsewhere` is what NATS
 no-responders and Redis ``PUBLISH`` counts add to the gateway's own count.
 """
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _everything(subject: str) -> bool:
     return True
 
 
-class GatewayHub:
+class GatewayRouter:
     """Publish through, and receive the ordered stream from, one backbone.
 
     ``wants(subject)`` tells whether a message on ``subject`` may reach a
@@ -238,7 +238,7 @@ class GatewayHub:
             log.exception("routing message %d failed", seq)
 
     def _special(self, opened: Envelope) -> None:
-        """What the bridge itself takes from the stream: announcements and answers to its inboxes."""
+        """What the router itself takes from the stream: announcements and answers to its inboxes."""
         subject = opened.subject
         if subject == INTEREST_SUBJECT:
             now = time.monotonic()
