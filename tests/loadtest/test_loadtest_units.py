@@ -675,6 +675,12 @@ def test_the_conductor_gives_up_waiting_for_a_silent_worker(tmp_path):
 # ---------------------------------------------------------------- settings
 
 
+def test_the_command_runs_locust_on_the_locustfile_of_the_loadtest_package():
+    from fyrehose.commands.loadtest import LOCUSTFILE
+
+    assert LOCUSTFILE.is_file() and LOCUSTFILE.parent.name == "loadtest"
+
+
 def test_settings_cross_to_locust_unchanged():
     original = LoadSettings(backbone="127.0.0.1:9", users=7, rate=12.5, shape="spike", out="/tmp/x", workers=2)
     parser = argparse.ArgumentParser()
