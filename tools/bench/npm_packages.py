@@ -1,7 +1,7 @@
 """Where the npm packages a benchmark runs (nats.js's bench script) are installed, wherever npm put them.
 
 In order: the source tree's ``tools/node/node_modules`` (``tools/bootstrap
---test`` installs tools/node/package.json there), the directory
+--test`` installs tools/node/package.json there; a pip install has none), the directory
 ``$FYREHOSE_NODE_MODULES`` names (a ``node_modules`` folder), then npm's own
 local and global folders (``npm root``, ``npm root -g``).  The first that
 holds the script and every package it requires is used.  When none does, the
@@ -65,10 +65,12 @@ def npm_root(global_: bool) -> Path | None:
 def candidates(source: Path | None = None, environ: Mapping[str, str] | None = None,
                root: Callable[[bool], Path | None] | None = None) -> Iterator[tuple[str, Path]]:
     """(where, node_modules folder), in the order they are searched; npm is asked only when reached.
-    Defaults: :data:`SOURCE_TREE`, ``os.environ``, :func:`npm_root`."""
+    Defaults: :data:`SOURCE_TREE` (left out when absent, as in a pip install), ``os.environ``, :func:`npm_root`."""
     environ = os.environ if environ is None else environ
     root = npm_root if root is None else root
-    yield "the source tree", SOURCE_TREE if source is None else source
+    source = SOURCE_TREE if source is None else source
+    if source.is_dir():
+        yield "the source tree", source
     if environ.get(ENV):
         yield f"${ENV}", Path(environ[ENV]).expanduser()
     for global_ in (False, True):
@@ -99,7 +101,8 @@ def missing(script: NodeScript, looked: list[str], environ: Mapping[str, str] | 
     else:
         fix = (f"npm install --prefix DIR {specs} and set {ENV}=DIR/node_modules "
                f"(or, global: npm install -g {specs})")
-    return f"{script.name} not found (looked in {'; '.join(looked)}): {fix}"
+    where = f" (looked in {'; '.join(looked)})" if looked else ""
+    return f"{script.name} not found{where}: {fix}"
 
 
 def node() -> str:

@@ -81,11 +81,13 @@ def test_none_has_it_one_line_says_what_to_install_and_where(tmp_path):
         locate(NATS_BENCH, source, {}, FakeNpm(None, tmp_path / "global"))
     message = str(raised.value)
     assert "\n" not in message
-    assert message == (f"nats.js not found (looked in the source tree {source}; npm root -g {tmp_path / 'global'}): "
+    # no source tree (a pip install): not named
+    assert message == (f"nats.js not found (looked in npm root -g {tmp_path / 'global'}): "
                        f"npm install --prefix DIR nats@2.29.3 'minimist@^1.2.8' and set {ENV}=DIR/node_modules "
                        f"(or, global: npm install -g nats@2.29.3 'minimist@^1.2.8')")
     # $FYREHOSE_NODE_MODULES set to a folder without them: install into that one
     given = tmp_path / "mine" / "node_modules"
+    source.mkdir()  # a source tree not bootstrapped
     with pytest.raises(CommandFailed) as raised:
         locate(NATS_BENCH, source, {ENV: str(given)}, FakeNpm(None, None))
     assert str(raised.value) == (f"nats.js not found (looked in the source tree {source}; ${ENV} {given}): "
@@ -119,5 +121,10 @@ def test_the_gateway_bench_stops_before_starting_anything_when_nats_js_is_missin
     monkeypatch.setattr(gateways.Processes, "start", started)
     parser = argparse.ArgumentParser()
     gateways.add_arguments(parser)
-    with pytest.raises(CommandFailed, match=r"^nats\.js not found .*: npm install --prefix DIR nats@2\.29\.3"):
+    with pytest.raises(CommandFailed, match=r"^nats\.js not found: npm install --prefix DIR nats@2\.29\.3"):
         gateways.run(parser.parse_args(["--targets", "nats-server,nats-gateway"]))
+
+
+def test_nowhere_to_look_still_says_what_to_install(tmp_path):
+    with pytest.raises(CommandFailed, match=r"^nats\.js not found: npm install --prefix DIR nats@2\.29\.3 "):
+        locate(NATS_BENCH, tmp_path / "source", {}, FakeNpm(None, None))  # no source tree, no npm
