@@ -33,6 +33,22 @@ def test_every_package_folder_is_listed_in_setup_cfg():
     assert found == listed
 
 
+def test_every_top_level_folder_of_the_package_is_mapped():
+    """client/, backbone/, loadtest/ and tools/ are the package; a folder with an __init__.py under any of them
+    is checked above only when its top-level folder is mapped in package_dir."""
+    mapping = dict(line.split("=", 1) for line in _config()["options"]["package_dir"].strip().splitlines())
+    folders = {folder.strip() for folder in mapping.values()}
+    assert folders == {"client", "backbone", "loadtest", "tools"}
+    top_level = {init.parent.name for init in ROOT.glob("*/__init__.py")}
+    assert top_level <= folders  # a new top-level package folder must be mapped too
+
+
+def test_the_http_gateways_static_files_are_package_data():
+    config = _config()
+    assert config["options.package_data"]["fyrehose.gateways.http"].split() == ["static/*"]
+    assert any((ROOT / "client" / "gateways" / "http" / "static").iterdir())
+
+
 def test_console_script_and_import_name():
     config = _config()
     assert "fyrehose = fyrehose.commands.main:main" in config["options.entry_points"]["console_scripts"]

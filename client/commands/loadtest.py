@@ -10,7 +10,6 @@ when interrupted.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import signal
 import socket
@@ -23,6 +22,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import fyrehose.loadtest
 from fyrehose.errors import CommandFailed, InputError
 from fyrehose.loadtest.results import render
 from fyrehose.loadtest.saturation import annotate, read_samples
@@ -34,7 +34,7 @@ from fyrehose.runtime.readiness import free_port
 if TYPE_CHECKING:
     from fyrehose.loadtest.sampler import MetricsSampler
 
-LOCUSTFILE = Path(str(importlib.util.find_spec("fyrehose.loadtest.locustfile").origin))  # type: ignore[union-attr]  # it ships with the package
+LOCUSTFILE = Path(fyrehose.loadtest.__file__).with_name("locustfile.py")  # in the loadtest package, not here
 LOOPBACK = "127.0.0.1"
 STARTUP_TIMEOUT = 10.0  # seconds for the private backbone to answer, and for Locust workers to connect
 PROBE_TIMEOUT = 3.0  # seconds a given backbone has to answer a KEEPALIVE before the run is refused

@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sequences per bucket of the gap analysis (default 1048576)")
     _spark_options(report)
 
-    capacity = jobs.add_parser("capacity", help="offered vs delivered rate, loss, latency and CPU of a load test",
+    capacity = jobs.add_parser("capacity", help="asked vs delivered rate, loss, latency and CPU of a load test",
                                description="Joins a load test's Locust results, backbone metric samples and "
                                            "(optionally) the journal into tables, charts and capacity.html.")
     capacity.add_argument("--loadtest", required=True, type=Path, metavar="DIR",

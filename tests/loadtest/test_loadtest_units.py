@@ -10,6 +10,7 @@ import json
 import math
 import urllib.request
 from collections import Counter
+from dataclasses import asdict
 from itertools import groupby
 
 import pytest
@@ -24,7 +25,7 @@ from fyrehose.loadtest.coordination import FINISH, TRUNCATE, Conductor
 from fyrehose.loadtest.measuring_subscriber import Delivery, MeasuringSubscriber
 from fyrehose.loadtest.prometheus import MetricsFormatError, parse_samples
 from fyrehose.loadtest.rates import MAX_WAIT, Pacer, Phase, RateSchedule, build_schedule
-from fyrehose.loadtest.results import LOSS_LIMIT, judge, judge_all, summarize
+from fyrehose.loadtest.results import GENERATOR_SHORTFALL, LOSS_LIMIT, judge, judge_all, render, summarize
 from fyrehose.loadtest.settings import PREFIX, LoadSettings, add_setting_arguments
 from fyrehose.loadtest.stamp import MIN_SIZE, published_ns, run_stamps, stamp
 from fyrehose.loadtest.tally import Histogram, PhaseTally, RunTally, bucket_ms
@@ -32,7 +33,7 @@ from fyrehose.protocol import codec
 from fyrehose.protocol.frame_run import FrameRun
 from fyrehose.protocol.publishing import Finished
 from fyrehose.protocol.tracker import Lost, Message
-from fyrehose.runtime.metrics import render
+from fyrehose.runtime import metrics
 
 BACKBONE = ("127.0.0.1", 2323)
 PEER = ("127.0.0.1", 40000)
@@ -515,6 +516,94 @@ def test_a_step_run_counts_only_the_steps_before_the_first_unsustained_one():
     assert spike["max_sustained_rate"] == 300
 
 
+RUN = {"shape": "constant", "users": 4, "subscribers": 2, "batch": 0, "backbone": "127.0.0.1:2323",
+       "p99_threshold_ms": 50}
+
+
+def sent_tally(sent, delivered, seconds, p99=1.0):
+    """A phase whose publishers sent ``sent`` msgs/s, of which each of 2 subscribers received ``delivered``."""
+    tally = PhaseTally(pushes=round(sent * seconds), messages=round(sent * seconds),
+                       direct=round(delivered * seconds) * 2, receivers=2)
+    tally.push_ms.add(0.5, 100)
+    tally.push_ms.add(p99, 5)
+    return tally
+
+
+def report(shape, tallies, rate=20000):
+    schedule = build_schedule(shape, rate, 15 * len(tallies), 15, 5)
+    tally = RunTally(dict(enumerate(tallies)))
+    results = judge_all(schedule, tally, 0.0, 50, final=True)
+    summary = summarize(results, tally, {**RUN, "shape": shape}, complete=True)
+    return results, summary, render(summary, [asdict(result) for result in results])
+
+
+def test_a_generator_that_sent_what_was_asked_is_reported_as_sent():
+    results, summary, text = report("constant", [sent_tally(20000, 20000, 15)])
+    assert results[0].sustained and not results[0].generator_fell_short
+    assert (results[0].offered_rate, results[0].asked_rate, results[0].sent_rate) == (20000, 20000, 20000)
+    assert summary["max_sustained_rate"] == 20000 and summary["max_sent_rate"] == 20000
+    assert summary["generator_shortfall"] is None
+    header, row = text.splitlines()[1:3]
+    assert header.split()[1:4] == ["asked/s", "sent/s", "delivered/s"]
+    assert row.split()[1:4] == ["20000", "20000.0", "20000.0"]
+    assert "max sustained rate: 20000 msgs/s (" in text and "generator" not in text
+
+
+def test_a_generator_that_fell_short_is_named_instead_of_a_sustained_rate_of_zero():
+    """The reported case: 20,000 msgs/s asked of 4 unbatched users, which sent 4,320/s; all of it arrived."""
+    results, summary, text = report("constant", [sent_tally(4320, 4319.4, 15)])
+    result = results[0]
+    assert result.generator_fell_short and not result.sustained
+    assert (result.asked_rate, result.sent_rate) == (20000, 4320)
+    assert result.reasons == [f"generator fell short: sent 4320/s of the 20000/s asked (< {GENERATOR_SHORTFALL:.0%})"]
+    # the old keys keep their meaning: offered_rate is the rate asked, nothing sustained it
+    assert result.offered_rate == 20000 and summary["max_sustained_rate"] == 0
+    assert summary["generator_shortfall"] == {"phase": "constant", "asked_rate": 20000, "sent_rate": 4320,
+                                              "delivered_rate": pytest.approx(4319.4), "backbone_kept_up": True,
+                                              "backbone_reasons": []}
+    row = text.splitlines()[2]
+    assert row.split()[1:4] == ["20000", "4320.0", "4319.4"] and "no: generator fell short" in row
+    assert "max sustained rate: 0" not in text
+    assert ("max sustained rate: not measured: the load generator sent at most 4320 msgs/s of the 20000 asked "
+            "(22%, in constant); the backbone delivered all of it (4319 msgs/s per subscriber): "
+            "raise --users or --batch, or use more --workers") in text
+    json.dumps(summary)  # summary.json
+
+
+def test_the_generator_threshold():
+    """Below GENERATOR_SHORTFALL of the asked rate the generator fell short; just above, a shortfall in
+    delivery is still the phase's (as before), with what was sent in its reason."""
+    short = judge(Phase("constant", 0, 10, 1000), sent_tally(899, 899, 10), 0.0, 50, final=True)
+    assert short.generator_fell_short and short.reasons[0].startswith("generator fell short")
+    close = judge(Phase("constant", 0, 10, 1000), sent_tally(910, 910, 10), 0.0, 50, final=True)
+    assert not close.generator_fell_short and not close.sustained
+    assert close.reasons == ["delivered 910/s < 95% of asked 1000/s (sent 910/s)"]
+    # a phase cut short stopped publishing early: it says nothing of the generator
+    cut = judge(Phase("step 2", 10, 12, 1000, cut_short=True), sent_tally(100, 100, 2), 0.0, 50, final=True)
+    assert not cut.generator_fell_short
+
+
+def test_a_generator_that_fell_short_of_a_backbone_that_did_not_keep_up_either():
+    results, summary, text = report("constant", [sent_tally(4000, 3000, 15, p99=900)])
+    assert results[0].generator_fell_short
+    shortfall = summary["generator_shortfall"]
+    assert not shortfall["backbone_kept_up"]
+    assert shortfall["backbone_reasons"] == ["delivered 3000/s < 95% of the 4000/s sent", "p99 900 ms >= 50 ms"]
+    assert ("max sustained rate: not measured: the load generator sent at most 4000 msgs/s of the 20000 asked "
+            "(20%, in constant); and the backbone did not keep up even with that: delivered 3000/s") in text
+
+
+def test_a_step_run_whose_generator_fell_short_after_sustained_steps():
+    results, summary, text = report("step", [sent_tally(1000, 1000, 15), sent_tally(2000, 2000, 15),
+                                             sent_tally(2400, 2400, 15)], rate=1000)
+    assert [result.generator_fell_short for result in results] == [False, False, True]
+    assert summary["max_sustained_rate"] == 2000 and summary["first_unsustained_phase"]["name"] == "step 3"
+    assert summary["generator_shortfall"]["phase"] == "step 3" and summary["max_sent_rate"] == 2400
+    assert "max sustained rate: 2000 msgs/s (" in text
+    assert ("generator fell short: the load generator sent at most 2400 msgs/s of the 3000 asked (80%, in step 3); "
+            "the backbone delivered all of it") in text
+
+
 # ---------------------------------------------------------------- the conductor's course of a run
 
 
@@ -586,6 +675,12 @@ def test_the_conductor_gives_up_waiting_for_a_silent_worker(tmp_path):
 # ---------------------------------------------------------------- settings
 
 
+def test_the_command_runs_locust_on_the_locustfile_of_the_loadtest_package():
+    from fyrehose.commands.loadtest import LOCUSTFILE
+
+    assert LOCUSTFILE.is_file() and LOCUSTFILE.parent.name == "loadtest"
+
+
 def test_settings_cross_to_locust_unchanged():
     original = LoadSettings(backbone="127.0.0.1:9", users=7, rate=12.5, shape="spike", out="/tmp/x", workers=2)
     parser = argparse.ArgumentParser()
@@ -613,7 +708,7 @@ metric_names = st.from_regex(r"[a-z_][a-z0-9_]{0,20}", fullmatch=True)
 @given(st.lists(st.tuples(metric_names, st.dictionaries(metric_names, st.text(max_size=10), max_size=2),
                           st.floats(-1e12, 1e12)), max_size=10, unique_by=lambda m: m[0]))
 def test_what_the_backbone_renders_parses_back(samples):
-    text = render((name, "gauge", "help text", [(labels, value)]) for name, labels, value in samples)
+    text = metrics.render((name, "gauge", "help text", [(labels, value)]) for name, labels, value in samples)
     parsed = parse_samples(text)
     assert len(parsed) == len(samples)
     for (name, labels, value), (key, parsed_value) in zip(samples, parsed.items()):

@@ -3,8 +3,8 @@
 ``redis-benchmark`` (Debian redis-tools) runs ``PUBLISH`` with 50 clients at
 pipeline 1 and at pipeline 16; its own CSV gives requests/s and the latency
 percentiles.  The npm ``nats`` package's own ``examples/bench.js --pub --sub``
-(installed by ``tools/bootstrap --test`` into tools/node) gives the pub/sub
-messages/s it prints as ``pubsub``.  Each is run unmodified against the
+(found where npm installed it: :mod:`fyrehose.tools.bench.npm_packages`) gives
+the pub/sub messages/s it prints as ``pubsub``.  Each is run unmodified against the
 server and against the gateway alternately, once per round, and the gateway
 processes' CPU seconds during each run are divided by the messages it
 carried: the CPU per message that the cost model in docs/gateways.md
@@ -21,15 +21,13 @@ import statistics
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import psutil
 
 from fyrehose.errors import CommandFailed
+from fyrehose.tools.bench import npm_packages
 
 REDIS_BENCHMARK_CLIENTS = 50
-NODE_MODULES = Path(__file__).resolve().parents[2] / "tools" / "node" / "node_modules"
-NATS_BENCH = NODE_MODULES / "nats" / "examples" / "bench.js"
 
 
 @dataclass(frozen=True)
@@ -49,6 +47,7 @@ class Tool:
     gateway: str
     unit: str
     run: Callable[[tuple[str, int], int, int, float], ToolResult]  # (address, count, payload size, timeout)
+    check: Callable[[], object]  # raises CommandFailed, saying what to install, when the tool is missing
 
 
 def binary(name: str) -> str:
@@ -77,14 +76,14 @@ def redis_benchmark(pipeline: int) -> Callable[[tuple[str, int], int, int, float
 
 def nats_bench(address: tuple[str, int], count: int, size: int, timeout: float) -> ToolResult:
     """nats.js's ``examples/bench.js --pub --sub``: its ``pubsub`` figure (published plus received msgs/s)."""
-    node = shutil.which("node")
-    if node is None or not NATS_BENCH.is_file():
-        raise CommandFailed(f"node and {NATS_BENCH} are needed for the NATS bench (run tools/bootstrap --test)")
+    node = npm_packages.node()
+    node_modules = npm_packages.locate(npm_packages.NATS_BENCH)
+    script = node_modules / npm_packages.NATS_BENCH.package / npm_packages.NATS_BENCH.path
     host, port = address
-    command = [node, str(NATS_BENCH), "--server", f"{host}:{port}", "--pub", "--sub", "--count", str(count),
+    command = [node, str(script), "--server", f"{host}:{port}", "--pub", "--sub", "--count", str(count),
                "--payload", str(size), "--json"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                            env=dict(os.environ, NODE_PATH=str(NODE_MODULES)))
+                            env=dict(os.environ, NODE_PATH=str(node_modules)))
     try:
         metrics = {metric["name"]: metric for metric in json.loads(result.stdout)}
         pubsub = metrics["pubsub"]
@@ -94,10 +93,17 @@ def nats_bench(address: tuple[str, int], count: int, size: int, timeout: float) 
                             f"{(result.stderr or result.stdout).strip()[-200:]}") from None
 
 
+def nats_bench_check() -> None:
+    npm_packages.node()
+    npm_packages.locate(npm_packages.NATS_BENCH)
+
+
 TOOLS = (
-    Tool("redis-benchmark -P 1", "redis-server", "redis-gateway", "requests/s", redis_benchmark(1)),
-    Tool("redis-benchmark -P 16", "redis-server", "redis-gateway", "requests/s", redis_benchmark(16)),
-    Tool("nats.js bench --pub --sub", "nats-server", "nats-gateway", "msgs/s", nats_bench),
+    Tool("redis-benchmark -P 1", "redis-server", "redis-gateway", "requests/s", redis_benchmark(1),
+         lambda: binary("redis-benchmark")),
+    Tool("redis-benchmark -P 16", "redis-server", "redis-gateway", "requests/s", redis_benchmark(16),
+         lambda: binary("redis-benchmark")),
+    Tool("nats.js bench --pub --sub", "nats-server", "nats-gateway", "msgs/s", nats_bench, nats_bench_check),
 )
 
 

@@ -96,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not targets:
         raise InputError(f"unknown targets {', '.join(unknown) or '(none)'}; choose from {', '.join(TARGETS)}")
     tools = [tool for tool in bench_tools.TOOLS if tool.server in targets and tool.gateway in targets]
+    for tool in tools:  # before anything is started: a missing tool stops the bench with what to install
+        tool.check()
     with tempfile.TemporaryDirectory(prefix="fyrehose-gateway-bench-") as scratch, Processes(Path(scratch)) as procs:
         addresses = procs.start(targets, args.gateway_workers)
         results: dict[str, list[float]] = {target: [] for target in targets}

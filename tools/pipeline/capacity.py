@@ -1,4 +1,4 @@
-"""``pipeline capacity``: one load test's offered vs delivered rate, loss, latency and CPU, joined up.
+"""``pipeline capacity``: one load test's asked, sent and delivered rate, loss, latency and CPU, joined up.
 
 Three sources describe the same run from different sides: Locust (what the
 publishers and subscribers saw, per second), the backbone's metric samples
@@ -20,6 +20,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from fyrehose.loadtest.results import describe_shortfall
 from fyrehose.tools.pipeline import charts
 from fyrehose.tools.pipeline.html_page import HtmlPage
 from fyrehose.tools.pipeline.journal import read_journal
@@ -137,6 +138,8 @@ def run_capacity(spark: SparkSession, options: CapacityOptions) -> dict:
         "shape": summary.get("shape"),
         "subscribers": subscribers,
         "max_sustained_rate": summary.get("max_sustained_rate"),
+        "max_sent_rate": summary.get("max_sent_rate"),  # null in results from before it was written
+        "generator_shortfall": summary.get("generator_shortfall"),
         "loss_before_recovery": summary.get("loss_before_recovery"),
         "loss_after_recovery": summary.get("loss_after_recovery"),
         "steps": step_rows,
@@ -183,7 +186,7 @@ def _charts(out: Path, timeline, cpu_rows, steps: list[dict], with_journal: bool
         kept = [(as_utc(row.time), row[column]) for row in rows if row[column] is not None]
         return [t for t, _ in kept], [v for _, v in kept]
 
-    rate_series = {"offered": series("offered_per_s"), "confirmed (Locust PUSH)": series("confirmed_per_s"),
+    rate_series = {"asked": series("offered_per_s"), "confirmed (Locust PUSH)": series("confirmed_per_s"),
                    "delivered per subscriber (Locust)": series("delivered_per_subscriber_per_s"),
                    "sequenced by the backbone": series("backbone_pushes_per_s")}
     if with_journal:
@@ -200,7 +203,7 @@ def _charts(out: Path, timeline, cpu_rows, steps: list[dict], with_journal: bool
     if with_journal:
         latency_series["publish→journal p99"] = per_step("journal_p99_ms")
     return {
-        "rates": charts.time_series(out / "capacity_rates.png", "offered vs delivered rate", "messages/s",
+        "rates": charts.time_series(out / "capacity_rates.png", "asked vs delivered rate", "messages/s",
                                     rate_series, marks=marks),
         "loss": charts.category_bars(out / "capacity_loss.png", "loss per load phase", "% of expected deliveries",
                                      labels, {"before recovery": per_step("loss_before_recovery", 100),
@@ -218,17 +221,18 @@ def _html(out: Path, result: dict, paths: dict[str, Path]) -> Path:
     page = HtmlPage(f"fyrehose capacity report: {result['loadtest']}")
     page.facts({"shape": result["shape"], "subscribers": result["subscribers"],
                 "max sustained rate (msgs/s)": result["max_sustained_rate"],
+                "load generator": _generator(result),
                 "loss before recovery": _percent(result["loss_before_recovery"]),
                 "loss after recovery": _percent(result["loss_after_recovery"]),
                 "journal": result["journal"] or "not given"})
-    page.heading("Offered vs delivered")
-    page.image(paths["rates"], "offered vs delivered rate over time")
+    page.heading("Asked vs delivered")
+    page.image(paths["rates"], "asked vs delivered rate over time")
     steps = result["steps"]
     journal = result["journal"] is not None
     page.table(
-        ["phase", "offered/s", "delivered/s", "sequenced/s (backbone)", "dropped/s (backbone)",
+        ["phase", "asked/s", "sent/s", "delivered/s", "sequenced/s (backbone)", "dropped/s (backbone)",
          "loss before recovery", "loss after recovery", "sustained"] + (["journal/s"] if journal else []),
-        [[s["name"], s["offered_rate"], s["delivered_rate"], s.get("backbone_pushes_per_s"),
+        [[s["name"], s["offered_rate"], s.get("sent_rate"), s["delivered_rate"], s.get("backbone_pushes_per_s"),
           s.get("backbone_dropped_per_s"), _percent(s["loss_before_recovery"]), _percent(s["loss_after_recovery"]),
           {True: "yes", False: "no", None: "–"}[s["sustained"]]] + ([s.get("journal_per_s")] if journal else [])
          for s in steps])
@@ -255,6 +259,13 @@ def _html(out: Path, result: dict, paths: dict[str, Path]) -> Path:
     page.note("Tables (Parquet, written by Spark): capacity_timeline.parquet (per second), capacity_steps.parquet, "
               "capacity_cpu.parquet, capacity_step_cpu.parquet, capacity_latency.parquet; capacity.json.")
     return page.write(out / "capacity.html")
+
+
+def _generator(result: dict) -> str:
+    """Whether the load generator sent what was asked (unknown in results written before it was recorded)."""
+    if result["generator_shortfall"]:
+        return "fell short: " + describe_shortfall(result["generator_shortfall"])
+    return "not recorded" if result["max_sent_rate"] is None else "sent what was asked"
 
 
 def _percent(value: float | None) -> str | None:

@@ -22,7 +22,9 @@ STEPS_SCHEMA = (
     "name STRING, t_start DOUBLE, t_end DOUBLE, offered_rate DOUBLE, delivered_rate DOUBLE, confirmed_rate DOUBLE, "
     "loss_before_recovery DOUBLE, loss_after_recovery DOUBLE, expected BIGINT, missed_before_recovery BIGINT, "
     "lost_after_recovery BIGINT, p50_ms DOUBLE, p99_ms DOUBLE, deliver_p50_ms DOUBLE, deliver_p99_ms DOUBLE, "
-    "requests BIGINT, failures BIGINT, sustained BOOLEAN, reasons ARRAY<STRING>"
+    "requests BIGINT, failures BIGINT, sustained BOOLEAN, reasons ARRAY<STRING>, "
+    # added later (null in older results): the rate the publishers actually sent, and whether it fell short
+    "sent_rate DOUBLE, generator_fell_short BOOLEAN"
 )
 METRICS_SCHEMA = "t DOUBLE, metrics MAP<STRING, DOUBLE>"
 

@@ -273,9 +273,14 @@ def _write_loadtest(directory: Path) -> None:
               "p99_ms": 5.0 + i, "deliver_p50_ms": 1.5, "deliver_p99_ms": 7.0, "requests": int(rate * 10),
               "failures": 0, "sustained": i == 0, "reasons": [] if i == 0 else ["loss"]}
              for i, (a, b, rate, _, _) in enumerate(phases)]
+    # step 1 is written as before the sent rate was recorded; step 2's generator sent 150 of the 200 asked
+    steps[1].update(sent_rate=150.0, generator_fell_short=True)
     (directory / "steps.jsonl").write_text("".join(json.dumps(step) + "\n" for step in steps))
+    shortfall = {"phase": "step 2", "asked_rate": 200.0, "sent_rate": 150.0, "delivered_rate": 198.0,
+                 "backbone_kept_up": False, "backbone_reasons": ["loss"]}
     (directory / "summary.json").write_text(json.dumps({"shape": "step", "subscribers": 2, "max_sustained_rate": 100.0,
-                                                        "loss_before_recovery": 0.0005, "loss_after_recovery": 0.0}))
+                                                        "loss_before_recovery": 0.0005, "loss_after_recovery": 0.0,
+                                                        "max_sent_rate": 150.0, "generator_shortfall": shortfall}))
     samples, pushes, cpu, drops = [], 0.0, 1.0, 0.0
     for second in range(T0, T0 + 21):
         samples.append({"t": float(second), "metrics": {
@@ -337,7 +342,13 @@ def test_capacity_joins_locust_metrics_and_journal(spark, tmp_path):
     latency = {row["name"]: row for row in pq.read_table(out / "capacity_latency.parquet").to_pylist()}
     assert latency["publish"]["p99"] == 26.0 and latency["Aggregated"]["request_count"] == 9000
 
-    assert json.loads((out / "capacity.json").read_text())["max_sustained_rate"] == 100.0
+    capacity = json.loads((out / "capacity.json").read_text())
+    assert capacity["max_sustained_rate"] == 100.0 and capacity["max_sent_rate"] == 150.0
+    assert capacity["generator_shortfall"]["phase"] == "step 2"
+    assert [step["sent_rate"] for step in steps] == [None, 150.0]
+    html = (out / "capacity.html").read_text()
+    assert "asked/s" in html and "sent/s" in html
+    assert "fell short: the load generator sent at most 150 msgs/s of the 200 asked" in html
     for chart in ("capacity_rates.png", "capacity_loss.png", "capacity_latency.png", "capacity_cpu.png"):
         _assert_png(out / chart)
         assert f'src="{chart}"' in (out / "capacity.html").read_text()
