@@ -1,8 +1,8 @@
-"""Each fuzz target under tests/fuzz/ runs briefly: hypothesis inputs, the mutation loop, and atheris itself.
+"""Each fuzz target under tools/fuzz/targets/ runs briefly: hypothesis inputs, the mutation loop, and atheris itself.
 
 The targets' ``check`` functions are the oracles (no crash, no exception but
 the parser's own error, split input parses as the whole); long runs are
-``python tests/fuzz/fuzz_NAME.py -atheris_runs=N`` (docs/security.md).
+``python tools/fuzz/targets/fuzz_NAME.py -atheris_runs=N`` (docs/security.md).
 """
 from __future__ import annotations
 
