@@ -31,7 +31,7 @@ class HeldDatagram(NamedTuple):
     """One sequenced DELIVER datagram as the log holds it: frames ``first`` .. ``first + count - 1``."""
 
     first: int
-    count: int
+    count: int  # type: ignore[assignment]  # a field named count: mypy takes it for an override of tuple.count
     step: int  # the common frame size, 0 when sizes differ
     data: bytes
 

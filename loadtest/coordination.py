@@ -138,12 +138,14 @@ class Conductor:
         return True
 
     def _watch_publishing(self, now: float) -> None:
-        elapsed = now - self.anchor
+        anchor = self.anchor
+        assert anchor is not None  # tick watches only an anchored run
+        elapsed = now - anchor
         if self.settings.shape == "step" and self._a_step_failed(now):
             self.schedule = self.schedule.truncated(max(elapsed, 1e-3))
             self.broadcast(TRUNCATE, {"at": now})
         if elapsed >= self.schedule.end:
-            self.publish_end = self.anchor + self.schedule.end
+            self.publish_end = anchor + self.schedule.end
 
     def settled_at(self, phase_end: float) -> float:
         """When the tallies of a phase ending at ``phase_end`` are complete.
@@ -159,16 +161,18 @@ class Conductor:
         if not self.reports:
             return False
         reported = min(message["sent_at"] for message in self.reports.values())
+        anchor = self.anchor
+        assert anchor is not None  # judged only while an anchored run publishes
         tally = None
         while self.judged < len(self.schedule.phases):
             index = self.judged
             phase = self.schedule.phases[index]
-            if min(now, reported) < self.settled_at(self.anchor + phase.end):
+            if min(now, reported) < self.settled_at(anchor + phase.end):
                 return False
             if tally is None:
                 tally = self.tally()
             self.judged += 1
-            if not judge(phase, tally[index], self.anchor, self.settings.p99_ms, final=False).sustained:
+            if not judge(phase, tally[index], anchor, self.settings.p99_ms, final=False).sustained:
                 return True
         return False
 

@@ -9,7 +9,7 @@ the Client does not expose.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import groupby
 from operator import itemgetter
 from typing import NamedTuple, cast
@@ -117,7 +117,7 @@ class MeasuringSubscriber:
     def forward_done(self, forward: codec.Forward) -> None:
         self.connection.forward_done(forward)
 
-    def release(self, events: list[Released], now_ns: int) -> list[Delivery | Lost]:
+    def release(self, events: Iterable[Released], now_ns: int) -> list[Delivery | Lost]:
         """Take the latencies of the messages in ``events`` (released in order at ``now_ns``) into the tally.
 
         Returns what to report, in order: each :class:`Lost`, and each run of
@@ -129,7 +129,7 @@ class MeasuringSubscriber:
         released = self.account.released
         for kind, group in groupby(events, type):
             if kind is Lost:
-                report.extend(group)
+                report.extend(cast(Iterator[Lost], group))
                 continue
             if kind is StampedRun:
                 for stamped in cast(Iterator[StampedRun], group):
@@ -138,7 +138,7 @@ class MeasuringSubscriber:
                         if latency is not None:
                             report.append(Delivery(False, latency, count, count * stamped.size))
                 continue
-            for payload, run in groupby(group, _data):
+            for payload, run in groupby(cast(Iterator[Message], group), _data):
                 messages = list(run)
                 count = len(messages)
                 peers = 0

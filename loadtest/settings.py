@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from fyrehose.errors import InputError
 from fyrehose.loadtest.rates import SHAPES, RateSchedule, build_schedule
@@ -89,7 +90,7 @@ class LoadSettings:
 
 
 def add_setting_arguments(parser: argparse.ArgumentParser, prefix: str = "", skip: tuple[str, ...] = (),
-                          **extra: object) -> None:
+                          **extra: Any) -> None:
     """Declare every setting as ``--[prefix]name``; ``extra`` goes to each add_argument (Locust's UI flags)."""
     for item in fields(LoadSettings):
         if item.name in skip:

@@ -41,7 +41,7 @@ import socket
 import sys
 import time
 from array import array
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from fyrehose.backbone.confirms import ConfirmCache
 from fyrehose.protocol import codec
@@ -81,7 +81,7 @@ class SharedConfirmTable:
         """The sequence ``tag`` from ``source`` got, while it is remembered."""
         return self._cache.lookup(source, tag)
 
-    def known(self, source: Address, tags: Iterable[int]) -> bool:
+    def known(self, source: Address, tags: Sequence[int]) -> bool:
         """Whether any of ``tags`` from ``source`` is remembered."""
         return self._cache.known(source, tags)
 

@@ -83,7 +83,8 @@ class FanOut:
         sender = self.sender
         if sender.destinations > 2 * len(rows) + 1024:
             sender.forget_destinations()  # nothing is queued between groups
-        plain, batch = [], []
+        plain: list[int] = []  # destination numbers of the sender
+        batch: list[int] = []
         for addr, flags in rows:
             if flags & (FLAG_NOSUBSCRIBE | FLAG_MULTICAST) or worker_of(addr, self.workers) != self.index:
                 continue

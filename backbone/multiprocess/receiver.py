@@ -76,7 +76,7 @@ def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake
     poller.register(wake.fileno(), select.POLLIN)
     while not stopping():
         poller.poll(IDLE_POLL_MS)
-        if timed:
+        if busy is not None:  # timed
             busy[index] = True
         wake.clear()
         wrote = False
@@ -87,9 +87,9 @@ def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake
                 if timed:
                     looked = clock()
                     size, ancillary, _, source = recvmsg_into(buffers, _ANCILLARY)
-                    for _, kind, data in ancillary:
+                    for _, kind, message in ancillary:
                         if kind == SO_TIMESTAMPNS:
-                            seconds, nanoseconds = unpack_time(data[:_TIMESPEC.size])
+                            seconds, nanoseconds = unpack_time(message[:_TIMESPEC.size])
                             arrival = seconds * 1_000_000_000 + nanoseconds
                 else:
                     size, source = recvfrom_into(buf)
@@ -137,7 +137,8 @@ def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake
             counter_block.store(counters)  # before the records are visible: an answer implies the count
         if wrote:
             ring.publish()
-        if timed:
+        if busy is not None:  # timed
+            assert watermarks is not None  # given with busy
             watermarks[index] = watermark  # after publish: whoever reads it sees the records
             busy[index] = False
         if wrote or timed:  # a sequencer holding records for our sake may go on now

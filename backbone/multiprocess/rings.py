@@ -111,7 +111,7 @@ class Ring:
         end = words[0]
         data = self.data
         capacity = self.capacity
-        records = []
+        records: list[tuple[int, int, int]] = []
         unpack = _LENGTH.unpack_from
         while pos < end and len(records) < limit:
             offset = pos % capacity

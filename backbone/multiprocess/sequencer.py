@@ -27,11 +27,13 @@ import itertools
 import socket
 import termios
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import cast
 
 from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.host.statefile import ReservationWriter, SequenceStateFile
 from fyrehose.backbone.host.udp import send_all
+from fyrehose.backbone.intake import KeepaliveIn, RequestIn
 from fyrehose.backbone.multiprocess import records
 from fyrehose.backbone.multiprocess.confirm_table import SharedConfirmTable
 from fyrehose.backbone.multiprocess.rings import Doorbell, Ring
@@ -79,7 +81,7 @@ class Sequencer:
     def __init__(self, backbone: Backbone, rings: list[Ring], log: Ring, bell: Doorbell,
                  fanout_bells: list[Doorbell], sock: socket.socket, state: SequencerState,
                  table: SubscriberTable, counter_block: CounterBlock, state_file: SequenceStateFile,
-                 stopping: Callable[[], bool], receiver_sockets: list[socket.socket] = (),
+                 stopping: Callable[[], bool], receiver_sockets: Sequence[socket.socket] = (),
                  busy: Words | None = None, watermarks: Words | None = None) -> None:
         self.backbone = backbone
         self.rings = rings
@@ -133,6 +135,7 @@ class Sequencer:
             return [(rings[0], offset, length) for offset, length, _ in spans], {0: position} if spans else {}
         checked = time.time_ns()
         busy, watermarks = self.busy, self.watermarks
+        assert watermarks is not None  # given with busy
         cutoff = checked
         if not self.stopping():
             for i, sock in enumerate(self.receiver_sockets):
@@ -162,12 +165,12 @@ class Sequencer:
         order, release = self._take()
         for ring, offset, length in order:
             kind, source, body = records.unpack_ingress(ring.data[offset:offset + length])
-            if kind == records.PUSH_RECORD:
-                backbone.push(body, source, now)
+            if kind == records.PUSH_RECORD:  # the body's type goes with the kind
+                backbone.push(cast(memoryview, body), source, now)
             elif kind == records.KEEPALIVE_RECORD:
-                backbone.keepalive(body, source, now)
+                backbone.keepalive(cast(KeepaliveIn, body), source, now)
             else:
-                backbone.request(body, now)
+                backbone.request(cast(RequestIn, body), now)
         clients = self._client_changes(now)
         out = backbone.flush_control(now)
         if out.reserve is not None:

@@ -16,6 +16,7 @@ workers send the rest of the log), store the exact last sequence and exit.
 from __future__ import annotations
 
 import ctypes
+import mmap
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -113,7 +114,7 @@ class Supervisor:
         if options.multicast is not None:
             enable_group_sends(self.sockets[0], options.multicast)  # the socket every fan-out worker sends from
 
-        self._memory = []  # keeps every mapping alive in the supervisor
+        self._memory: list[mmap.mmap] = []  # keeps every mapping alive in the supervisor
         self.counter_blocks = [CounterBlock(self._map(CounterBlock.SIZE)) for _ in range(roles)]
         self.sequencer_state = SequencerState(self._map(SequencerState.SIZE))
         self.sequencer_state.last_issued = reserved
@@ -152,7 +153,7 @@ class Supervisor:
         """In a worker: true once the supervisor raised its stop flag or the worker got SIGTERM."""
         flags = self.stop_flags
         stop = self._stop
-        return lambda: stop.requested or flags[block]
+        return lambda: stop.requested or flags[block] != 0
 
     def _receiver(self, i: int) -> Callable[[], None]:
         def body() -> None:
@@ -227,7 +228,8 @@ class Supervisor:
         try:
             while not self._stop.requested:
                 sentinels = [w.process.sentinel for w in self.workers if w.process is not None]
-                multiprocessing.connection.wait(sentinels + [self._stop], timeout=1.0)
+                # typeshed's wait() takes a Connection, socket or int; it (as documented) takes anything with fileno()
+                multiprocessing.connection.wait(sentinels + [self._stop], timeout=1.0)  # type: ignore[list-item]
                 self._stop.clear_wakeups()
                 if self._stop.requested:
                     break
@@ -239,13 +241,15 @@ class Supervisor:
             self._shutdown()
 
     def _restart(self, worker: Worker) -> None:
-        code = worker.process.exitcode
-        worker.process.join(0)
+        process = worker.process
+        assert process is not None  # only a started worker is restarted
+        code = process.exitcode
+        process.join(0)
         wait = worker.started + RESTART_SPACING - time.monotonic()
         if wait > 0:
             time.sleep(wait)
         worker.restarts += 1
-        print(f"fyrehose backbone: {worker.name} (pid {worker.process.pid}) exited with {code}; restarting",
+        print(f"fyrehose backbone: {worker.name} (pid {process.pid}) exited with {code}; restarting",
               file=sys.stderr, flush=True)
         self._start(worker)
 

@@ -68,6 +68,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import repeat
+from typing import cast
 
 from fyrehose.cache.merge import merge, merge_many
 from fyrehose.protocol.codec import MAX_PAYLOAD
@@ -305,8 +306,9 @@ class Cache:
                 end = subjects.index(None, start)
             except ValueError:
                 end = count
-            if end > start:
-                answers += self._take_plain_run(first + start, subjects[start:end], payloads[start:end], now)
+            if end > start:  # subjects[start:end] holds no None: end is the first None at or after start
+                answers += self._take_plain_run(first + start, cast(list[str], subjects[start:end]),
+                                                payloads[start:end], now)
             stop = end
             while stop < count and subjects[stop] is None:
                 stop += 1

@@ -182,7 +182,8 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.records:
         if not args.directory.is_dir():
             raise FileNotFoundError(f"{args.directory} is not a directory")
-        print_records(args.directory, *args.records, sys.stdout)
+        from_seq, to_seq = args.records  # FROM..TO
+        print_records(args.directory, from_seq, to_seq, sys.stdout)
         return 0
     with Progress(unsealed_bytes(args.directory) if args.directory.is_dir() else 0, "inspect") as bar:
         describe_directory(args.directory, sys.stdout, bar.advance)

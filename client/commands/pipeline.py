@@ -9,9 +9,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fyrehose.errors import InputError
 from fyrehose.runtime.argtypes import positive_int, whole_seconds
+
+if TYPE_CHECKING:
+    from fyrehose.tools.pipeline.timerange import TimeRange  # with pyspark's jobs, imported when one runs
 
 MASTER_HELP = "Spark master URL (default local[*]; under spark-submit, the master given to spark-submit)"
 
@@ -85,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     generate.add_argument("--seed", type=int, default=0, help="random seed (0)")
 
 
-def _time_range(args: argparse.Namespace):
+def _time_range(args: argparse.Namespace) -> TimeRange:
     from fyrehose.tools.pipeline.timerange import TimeRange, parse_time
 
     return TimeRange(parse_time(args.start) if args.start else None, parse_time(args.end) if args.end else None)
@@ -100,10 +104,11 @@ def run(args: argparse.Namespace) -> int:
         from fyrehose.tools.pipeline.journal import check_journal
         from fyrehose.tools.pipeline.report import ReportOptions, run_report
 
-        options = ReportOptions(args.journal, args.out, _time_range(args), args.window, args.top, args.bucket_size)
+        report_options = ReportOptions(args.journal, args.out, _time_range(args), args.window, args.top,
+                                       args.bucket_size)
         check_journal(args.journal)
         with spark_session(args.master, "fyrehose pipeline report", dict(args.conf)) as spark:
-            summary = run_report(spark, options)
+            summary = run_report(spark, report_options)
         print(f"{summary['messages']:,} messages, sequences {summary['first_seq']}..{summary['last_seq']}: "
               f"{summary['missing']:,} missing in {summary['gap_ranges']:,} ranges, {summary['duplicates']:,} duplicates; "
               f"{summary['rows_per_s']:,.0f} rows/s; report: {args.out / 'report.html'}")

@@ -197,10 +197,10 @@ class GatewayRouter:
         verifies = self._verifies
         for event in events:
             if event.__class__ is Lost:
-                self.position = event.to_seq  # type: ignore[union-attr]  # a Lost
-                stats["lost"] += event.count  # type: ignore[union-attr]
-                log.warning("backbone messages %d..%d lost (%s)", event.from_seq, event.to_seq,  # type: ignore[union-attr]
-                            event.reason)  # type: ignore[union-attr]
+                self.position = event.to_seq
+                stats["lost"] += event.count
+                log.warning("backbone messages %d..%d lost (%s)", event.from_seq, event.to_seq,
+                            event.reason)
                 continue
             self._taken += 1
             if self._taken % YIELD_EVERY == 0:  # let the writers hand what is queued to the kernel

@@ -143,7 +143,9 @@ class TcpClient:
     def wait_closed(self) -> None:
         """Block until the output is written (or given up) and the socket closed."""
         self._writer.join()
-        if not self.sock.closed:
+        # gevent has no stubs: its sockets (StreamServer's, gevent.ssl's) are annotated as the socket.socket
+        # they stand in for, which has no ``closed``
+        if not self.sock.closed:  # type: ignore[attr-defined]
             self._release()
 
     def slow_consumer(self, detail: str) -> None:

@@ -114,6 +114,7 @@ class GapIndex:
     def append(self, gap: Gap) -> None:
         """Write one gap and fsync it: it must be durable before any record beyond it."""
         line = encode_gap(gap)
+        assert self._fd is not None, "append before open"  # the store opens its index before writing anything
         os.write(self._fd, line)
         os.fsync(self._fd)
         self.gaps.append(gap)

@@ -9,9 +9,10 @@ however large a segment grows.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fyrehose.journal.segment import (
     FILE_HEADER,
@@ -87,12 +88,12 @@ class FileScan:
                 self.stop = INCOMPLETE if head else None
                 return
             self.builder = SummaryBuilder(format=self.format)
-            decode: Callable[[bytes], Scan | BlockScan]
-            if self.format == FORMAT_BLOCKS:
-                decode, add = decode_blocks, self._add_block
+            of_blocks = self.format == FORMAT_BLOCKS
+            decode: Callable[[bytes], Scan | BlockScan] = decode_blocks if of_blocks else decode_records
+            # takes what decode gives: Blocks (format 2) or Records (format 1)
+            add: Callable[[Any], None] = self._add_block if of_blocks else self._add_record
+            if of_blocks:
                 self.start = max(self.start, len(FILE_HEADER))
-            else:
-                decode, add = decode_records, self._add_record
             file.seek(self.start)
             position = self.start  # file offset of buffer[0]
             buffer = b""
@@ -108,7 +109,8 @@ class FileScan:
                     self.on_read(len(chunk))
                 buffer = buffer + chunk if buffer else chunk
                 scan = decode(buffer)
-                for offset, unit in zip(scan.offsets, scan[0]):
+                units: Sequence[Record | Block] = scan[0]
+                for offset, unit in zip(scan.offsets, units):
                     add(unit)
                     yield position + offset, unit
                 self.end = position + scan.end

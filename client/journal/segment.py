@@ -160,7 +160,7 @@ BAD_FRAMES = "frames do not match the block header"
 
 class Block(NamedTuple):
     first: int  # the sequence of the first frame
-    count: int
+    count: int  # type: ignore[assignment]  # a field named count: mypy takes it for an override of tuple.count
     received_at: int  # µs since the Unix epoch, UTC
     frames: bytes  # DELIVER frames first .. first + count - 1, back to back
 

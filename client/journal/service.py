@@ -17,7 +17,7 @@ import socket
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from fyrehose.errors import CommandFailed
 from fyrehose.journal.export_worker import ExportWorker
@@ -30,6 +30,9 @@ from fyrehose.protocol.codec import Address
 from fyrehose.protocol.tracker import Lost
 from fyrehose.runtime.fatal import guarded
 from fyrehose.runtime.readiness import announce_ready
+
+if TYPE_CHECKING:
+    from fyrehose.runtime.metrics import MetricsServer  # imported when --metrics asks for it
 
 KEEP_ALL = Retention()  # no age or size limit
 RETENTION_EVERY = 30.0  # seconds between retention checks besides the one after each export
@@ -95,7 +98,7 @@ class JournalService:
         try:
             recorder.wait_until_reachable(UNREACHABLE_AFTER)
             if self.metrics is not None:
-                server = self._serve_metrics(recorder)
+                server = self._serve_metrics(recorder, self.metrics)
             self.say(announcement)
             host, port = self.backbone
             announce_ready("journal", recorder.address, f"backbone {host}:{port}, directory {self.store.directory}")
@@ -118,7 +121,7 @@ class JournalService:
             sending.close()
             self.forwarded = recorder.stats["forwarded"]
 
-    def _serve_metrics(self, recorder: Recorder):  # noqa: ANN202 (the server type comes with a lazy import)
+    def _serve_metrics(self, recorder: Recorder, address: Address) -> MetricsServer:
         from fyrehose.journal.metrics import JournalMetrics
         from fyrehose.runtime.metrics import MetricsServer
 
@@ -126,9 +129,9 @@ class JournalService:
         metrics = JournalMetrics(lambda: recorder.current_lag, self.store.stats, recorder.stats,
                                  self.store.fsync_times, lambda: tracker.highest if tracker is not None else 0)
         try:
-            server = MetricsServer(self.metrics, metrics.collect).start()  # type: ignore[arg-type]
+            server = MetricsServer(address, metrics.collect).start()
         except OSError as exc:
-            host, port = self.metrics  # type: ignore[misc]
+            host, port = address
             raise CommandFailed(f"--metrics {host}:{port}: {exc.strerror or exc}") from None
         host, port = server.address[:2]
         self.say(f"metrics on http://{host}:{port}/metrics")
@@ -160,9 +163,9 @@ class JournalService:
 
     def _maintain(self, stop: threading.Event) -> None:
         if self.parquet:
-            for segment in self.store.sealed_segments():
-                if not segment.summary.exported and not stop.is_set():
-                    self._export(segment)
+            for sealed in self.store.sealed_segments():
+                if not sealed.summary.exported and not stop.is_set():
+                    self._export(sealed)
         next_retention = 0.0
         while not stop.is_set():
             try:

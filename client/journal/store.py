@@ -128,7 +128,8 @@ class JournalStore:
     @property
     def last_seq(self) -> int:
         """The highest sequence on disk or in the gap index (0 when there is none)."""
-        records = self._active.summary.last_seq if self._active else 0
+        active = self._active.summary if self._active else None  # never None: _active is set once it holds blocks
+        records = active.last_seq if active is not None else 0
         if not records and self._sealed:
             records = self._sealed[-1].summary.last_seq
         return max(records, self.gaps.last_seq)
@@ -165,7 +166,9 @@ class JournalStore:
                 replace_atomically(segment.summary_path, encode_summary(summary))
                 self._sealed.append(SealedSegment(segment.path, summary))
         fsync_directory(self.segments_dir)
-        summaries = [s.summary for s in self._sealed] + ([self._active.summary] if self._active else [])
+        summaries = [s.summary for s in self._sealed]
+        if self._active is not None and self._active.summary is not None:  # resumed with the summary scanned above
+            summaries.append(self._active.summary)
         for before, after in zip(summaries, summaries[1:]):
             if after.first_seq <= before.last_seq:
                 raise StoreError(f"segments overlap: one ends at {before.last_seq}, the next starts at {after.first_seq}")

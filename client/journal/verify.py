@@ -180,9 +180,9 @@ def verify_directory(directory: Path, on_read: Callable[[int], None] | None = No
     gap_ranges = [(gap.from_seq, gap.to_seq) for gap in gaps]
     for low, high in subtract(continuity.holes, gap_ranges):
         report.problems.append(f"sequences {low}..{high} are neither in a segment nor in {GAPS_FILE}")
-    if continuity.first is not None:
-        claimed = [(max(a, continuity.first), min(b, continuity.last)) for a, b in gap_ranges
-                   if b >= continuity.first and a <= continuity.last]
+    first, last = continuity.first, continuity.last
+    if first is not None and last is not None:  # both set by the first sequence added
+        claimed = [(max(a, first), min(b, last)) for a, b in gap_ranges if b >= first and a <= last]
         for low, high in subtract(claimed, continuity.holes):
             report.problems.append(f"{GAPS_FILE} records {low}..{high} as lost, but the journal holds them")
     _verify_parquet(directory / PARQUET_DIR, exported, report)
@@ -208,5 +208,5 @@ def _verify_parquet(root: Path, exported: list[tuple[int, int, int]], report: Ve
         for info in mine:
             if not info.schema_matches:
                 report.problems.append(f"{info.path}: schema differs from the journal's")
-            if info.min_seq is None or info.min_seq < first or info.max_seq > last:
+            if info.min_seq is None or info.max_seq is None or info.min_seq < first or info.max_seq > last:
                 report.problems.append(f"{info.path}: sequences outside {label}")

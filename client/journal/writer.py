@@ -73,6 +73,7 @@ class ActiveSegment:
         self.sync()
         self.close()
         summary = self.builder.summary
+        assert summary is not None  # sealed only once it holds a block (JournalStore.seal_active)
         replace_atomically(self.path.with_name(summary_name(summary.first_seq)), encode_summary(summary))
         return summary
 

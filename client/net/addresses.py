@@ -40,9 +40,11 @@ def resolve_ipv4(host: str) -> str:
     except ValueError:
         pass
     try:
-        return socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
+        address = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
     except socket.gaierror as exc:
         raise InputError(f"cannot resolve host {host!r}: {exc.strerror}") from None
+    assert isinstance(address, str)  # an AF_INET sockaddr is (host, port)
+    return address
 
 
 def parse_networks(texts: list[str]) -> tuple[ipaddress.IPv4Network, ...]:

@@ -232,7 +232,7 @@ def uniform_step(datagram: bytes | bytearray | memoryview, frame_type: int) -> i
     return step
 
 
-def u48_column(data: bytes | bytearray | memoryview, offset: int, step: int, count: int) -> array:
+def u48_column(data: bytes | bytearray | memoryview, offset: int, step: int, count: int) -> array[int]:
     """The big-endian 6-byte field at ``offset`` of each of ``count`` records of ``step`` bytes, as integers.
 
     Strided slices instead of a loop per record: the tags and sequence numbers
@@ -247,7 +247,7 @@ def u48_column(data: bytes | bytearray | memoryview, offset: int, step: int, cou
     return numbers
 
 
-def put_u48_column(buf: bytearray, offset: int, step: int, numbers: array) -> None:
+def put_u48_column(buf: bytearray, offset: int, step: int, numbers: array[int]) -> None:
     """Write ``numbers`` as the big-endian 6-byte field at ``offset`` of consecutive records of ``step`` bytes.
 
     The inverse of :func:`u48_column`: six strided copies, however many records.
@@ -327,7 +327,7 @@ def consecutive_u48(data: bytes | bytearray | memoryview, offset: int, step: int
     return first
 
 
-def _confirm_columns(datagram: bytes | bytearray | memoryview, count: int) -> tuple[array, array]:
+def _confirm_columns(datagram: bytes | bytearray | memoryview, count: int) -> tuple[array[int], array[int]]:
     tags = u48_column(datagram, 1, CONFIRM_SIZE, count)
     seqs = u48_column(datagram, 7, CONFIRM_SIZE, count)
     if 0 in tags or 0 in seqs:

@@ -129,7 +129,9 @@ class PendingPublishes:
             if count == len(batch.seqs):  # the whole batch in one run: its numbers without an int each
                 batch.seqs = range(seq, seq + count)
             else:
-                batch.seqs[start:start + count] = range(seq, seq + count)
+                seqs = batch.seqs
+                assert isinstance(seqs, list)  # a range only once a run confirmed the whole batch (left 0)
+                seqs[start:start + count] = range(seq, seq + count)
             batch.left -= count
             self._last = batch
             if not batch.left:
@@ -154,7 +156,9 @@ class PendingPublishes:
             if batch.seqs[index]:
                 self.stats["repeated confirms"] += 1  # the answer to a retry whose first CONFIRM did arrive
                 continue
-            batch.seqs[index] = seq
+            seqs = batch.seqs
+            assert isinstance(seqs, list)  # a range is confirmed throughout: no slot of it is 0
+            seqs[index] = seq
             batch.left -= 1
             if not batch.left:
                 del self._batches[batch.number]

@@ -13,7 +13,7 @@ from array import array
 from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import count, repeat, takewhile
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from fyrehose.protocol.frame_run import FrameRun
 
@@ -188,7 +188,7 @@ class SequenceTracker:
         self.highest = first + count - 1
         return True
 
-    def buffer_run(self, run: FrameRun, now: float) -> list | None:
+    def buffer_run(self, run: FrameRun, now: float) -> list[Any] | None:
         """Keep a whole datagram beyond the highest sequence seen while a hole is open before it.
 
         For a driver that keeps datagrams whole (the journal): instead of one
@@ -199,6 +199,10 @@ class SequenceTracker:
         continues it with nothing open: :meth:`advance` takes that); otherwise
         the events released meanwhile (a give-up when the buffer passed
         ``max_buffered``), FrameRuns among them.
+
+        (Typed ``list[Any]``, not ``list[Event | FrameRun]``, because
+        :class:`~fyrehose.protocol.connection.Incoming` keeps them in its
+        ``events: list[Event]``.)
         """
         if self.next is None or run.first <= self.highest:
             return None
@@ -345,7 +349,8 @@ class SequenceTracker:
             holes.insert(index + 1, tail)
         return True
 
-    def _drain(self, events: list) -> None:
+    def _drain(self, events: list[Any]) -> None:
+        """Append what is now in order: Messages, and the FrameRuns :meth:`buffer_run` kept, if any."""
         buffer, runs = self._buffer, self._runs
         seq = self.next
         while True:

@@ -37,7 +37,7 @@ def guarded(target: Callable[[], None], name: str | None = None) -> Callable[[],
 
     ``name`` is what the one line reports (default: the function's qualified name).
     """
-    label = name or getattr(target, "__qualname__", repr(target))
+    label: str = name if name else getattr(target, "__qualname__", repr(target))
 
     @functools.wraps(target)
     def run() -> None:

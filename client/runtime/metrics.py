@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING
 
 from fyrehose.protocol.codec import Address
 
+if TYPE_CHECKING:
+    import psutil  # imported where it is used: only the backbone's process metrics need it
+
 # (name, type, help, samples) where samples are ({label: value}, number)
-Metric = tuple[str, str, str, list[tuple[dict[str, str], float]]]
+Metric = tuple[str, str, str, Sequence[tuple[Mapping[str, str], float]]]
 
 
 def _escape(value: str) -> str:
@@ -49,7 +53,9 @@ class MetricsServer:
 
         self._server = ThreadingHTTPServer(addr, Handler)
         self._server.daemon_threads = True
-        self.address = self._server.server_address
+        # bound, the server's address is its socket's getsockname(): a str host for this IPv4 server; typeshed
+        # types the attribute as what the constructor accepts, bytes hosts included
+        self.address: Address = self._server.server_address  # type: ignore[assignment]
         self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
 
     def start(self) -> MetricsServer:
@@ -93,7 +99,7 @@ def counter_metrics(counters: dict[str, int]) -> list[Metric]:
     return metrics
 
 
-def process_metrics(processes: dict[str, psutil.Process]) -> list[Metric]:  # noqa: F821
+def process_metrics(processes: dict[str, psutil.Process]) -> list[Metric]:
     """CPU seconds and resident memory of each named backbone process."""
     import psutil
 

@@ -308,8 +308,9 @@ class Authenticator:
 
     def _exchange_digest_matches(self, envelope: Envelope) -> bool:
         """An exchange message to our inbox, checked with the nonces it must be bound to (as in :meth:`_exchange`)."""
+        assert envelope.session is not None  # checked signed by the caller
         try:
-            user, nonce = parse_session(envelope.session)  # type: ignore[arg-type]  # checked signed by the caller
+            user, nonce = parse_session(envelope.session)
             auth_time = int(parse_number(parse_json_object(envelope.data).get("auth_time"), "auth_time",
                                          integer=True))
         except ValueError:
@@ -318,7 +319,7 @@ class Authenticator:
         if ha0 is None:
             return False
         cnonces = [self.session.cnonce_sent_at(auth_time)]
-        peer = self._peers.get(envelope.session)  # type: ignore[arg-type]  # checked signed by the caller
+        peer = self._peers.get(envelope.session)
         if peer is not None and peer.challenge is not None and peer.challenge[0] == auth_time:
             cnonces.append(peer.challenge[1])
         return any(cnonce is not None and digest_matches(exchange_key(ha0, nonce, auth_time, cnonce), envelope)
@@ -365,7 +366,8 @@ class Authenticator:
             if subject in (HELLO, HEARTBEAT):
                 return self._challenge(envelope, peer, key, ha0, nonce, wall_us)
             return Check(False, "untrusted")
-        if not peer.window.accept(seqno):  # type: ignore[union-attr]  # a trusted peer always has a replay window
+        assert peer.window is not None  # a trusted peer always has a replay window
+        if not peer.window.accept(seqno):
             return Check(False, "replayed")
         peer.last_seen_us = wall_us
         if subject == HEARTBEAT:
@@ -387,15 +389,17 @@ class Authenticator:
         if abs(wall_us - beat.time_us) > self.max_skew_us:
             return Check(False, "stale hello")
         interval_us = max(int(beat.interval * 1e6), 1)
+        name = envelope.session
+        assert name is not None  # _check answered "unsigned" otherwise
         if peer is None:
             if len(self._peers) >= self.max_peers:
                 self._evict_untrusted()
-            peer = self._peers[envelope.session] = _Peer(key, ha0, nonce, wall_us, interval_us)  # type: ignore[index]  # authenticated envelopes always carry a session name
+            peer = self._peers[name] = _Peer(key, ha0, nonce, wall_us, interval_us)
         peer.last_seen_us = wall_us
         peer.interval_us = interval_us
         if peer.challenge is not None and wall_us - peer.challenge[0] < interval_us:
             return Check(False, "hello")  # challenged within this interval already
-        answer, sent = self._exchange_message(envelope.session, beat.time_us, beat.cnonce, wall_us)  # type: ignore[arg-type]  # authenticated envelopes always carry a session name
+        answer, sent = self._exchange_message(name, beat.time_us, beat.cnonce, wall_us)
         peer.challenge = sent
         return Check(False, "hello", (answer,))
 
@@ -403,14 +407,17 @@ class Authenticator:
         """A message on our ``.auth`` inbox: either a peer answering our heartbeat, or answering our challenge."""
         try:
             value = parse_json_object(envelope.data)
-            exchange = _Exchange(int(parse_number(value.get("auth_time"), "auth_time", integer=True)),
-                                 int(parse_number(value.get("time"), "time", integer=True)), value.get("cnonce"))
-            if not isinstance(exchange.cnonce, str) or not 0 < len(exchange.cnonce) <= 64:
+            auth_time = int(parse_number(value.get("auth_time"), "auth_time", integer=True))
+            their_time = int(parse_number(value.get("time"), "time", integer=True))
+            cnonce = value.get("cnonce")
+            if not isinstance(cnonce, str) or not 0 < len(cnonce) <= 64:
                 raise ValueError("cnonce")
+            exchange = _Exchange(auth_time, their_time, cnonce)
         except ValueError:
             return Check(False, "bad exchange")
-        name = envelope.session
-        peer = self._peers.get(name)  # type: ignore[arg-type]  # authenticated envelopes always carry a session name
+        name, seqno = envelope.session, envelope.seqno
+        assert name is not None and seqno is not None  # _check answered "unsigned" otherwise
+        peer = self._peers.get(name)
         ours = self.session.cnonce_sent_at(exchange.auth_time)
         if ours is not None:
             if not digest_matches(exchange_key(ha0, nonce, exchange.auth_time, ours), envelope):
@@ -418,18 +425,18 @@ class Authenticator:
             answered = self._answered.setdefault(exchange.auth_time, set())
             if name in answered:  # each heartbeat's cnonce proves a peer once: no re-trust by replay
                 return Check(False, "replayed")
-            answered.add(name)  # type: ignore[arg-type]  # authenticated envelopes always carry a session name
+            answered.add(name)
             for stale in [t for t in self._answered if self.session.cnonce_sent_at(t) is None]:
                 del self._answered[stale]
             if peer is None or not peer.trusted:
-                peer = self._trust(name, peer, ha0, nonce, envelope.seqno, wall_us)  # type: ignore[arg-type]  # authenticated envelopes always carry a session name
-            answer, _ = self._exchange_message(name, exchange.time, exchange.cnonce, wall_us)  # type: ignore[arg-type]  # authenticated envelopes always carry a session name
+                peer = self._trust(name, peer, ha0, nonce, seqno, wall_us)
+            answer, _ = self._exchange_message(name, exchange.time, exchange.cnonce, wall_us)
             return Check(True, "trusted", (answer,))
         if peer is not None and peer.challenge is not None and peer.challenge[0] == exchange.auth_time:
             if not digest_matches(exchange_key(ha0, nonce, exchange.auth_time, peer.challenge[1]), envelope):
                 return Check(False, "bad digest")
             if not peer.trusted:
-                self._trust(name, peer, ha0, nonce, envelope.seqno, wall_us)  # type: ignore[arg-type]  # authenticated envelopes always carry a session name
+                self._trust(name, peer, ha0, nonce, seqno, wall_us)
             peer.challenge = None
             return Check(True, "trusted")
         return Check(False, "unexpected exchange")

@@ -60,12 +60,12 @@ def match(pattern: str, subject: str) -> bool:
     return len(tokens) == len(wanted)
 
 
-class _Node:
+class _Node(Generic[V]):
     __slots__ = ("children", "values")
 
     def __init__(self) -> None:
-        self.children: dict[str, _Node] = {}
-        self.values: dict = {}  # used as an insertion-ordered set
+        self.children: dict[str, _Node[V]] = {}
+        self.values: dict[V, None] = {}  # used as an insertion-ordered set
 
 
 class SubjectIndex(Generic[V]):
@@ -76,7 +76,7 @@ class SubjectIndex(Generic[V]):
     """
 
     def __init__(self) -> None:
-        self._root = _Node()
+        self._root: _Node[V] = _Node()
         self._order: dict[V, int] = {}
         self._refs: dict[V, int] = {}
         self._added = 0
@@ -149,7 +149,7 @@ class SubjectIndex(Generic[V]):
 
     def items(self) -> Iterator[tuple[str, V]]:
         """Every (pattern, value) pair."""
-        stack: list[tuple[_Node, tuple[str, ...]]] = [(self._root, ())]
+        stack: list[tuple[_Node[V], tuple[str, ...]]] = [(self._root, ())]
         while stack:
             node, prefix = stack.pop()
             for value in node.values:
@@ -164,6 +164,6 @@ class SubjectIndex(Generic[V]):
         return self._entries > 0
 
 
-def _pairs_backwards(path: list[_Node]) -> Iterator[tuple[_Node, _Node]]:
+def _pairs_backwards(path: list[_Node[V]]) -> Iterator[tuple[_Node[V], _Node[V]]]:
     for index in range(len(path) - 1, 0, -1):
         yield path[index - 1], path[index]

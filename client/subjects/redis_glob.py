@@ -35,15 +35,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
-import re2  # type: ignore[import-untyped]
+import re2
 
 Matcher = Callable[[bytes], bool]
+Search = Callable[[bytes, int, int], re.Match[bytes] | None]  # a compiled segment's search(channel, pos, endpos)
 V = TypeVar("V")
 
 MAX_PATTERN = 512  # bytes; a longer PSUBSCRIBE pattern or announced glob is refused
-_STAR = None  # the atom '*' in a parsed pattern; every other atom is the regex of one byte
+_STAR: Final = None  # the atom '*' in a parsed pattern; every other atom is the regex of one byte
 _NEVER = b"[^\\x00-\\xff]"  # the class ``[]``: no byte (RE2 has no lookahead for ``(?!)``)
 _ANY = b"."
 # the most atoms a middle segment may have beyond its literal head for the segment search; longer: RE2
@@ -87,7 +88,7 @@ def translate(pattern: bytes) -> bytes:
     Kept as the specification the linear matcher is checked against on small
     inputs; never used to match (it backtracks).
     """
-    return b"".join(b".*" if atom is _STAR else atom for atom in atoms(pattern))  # type: ignore[misc]
+    return b"".join(b".*" if atom is _STAR else atom for atom in atoms(pattern))
 
 
 def _translate_class(pattern: bytes, index: int) -> tuple[int, bytes]:
@@ -128,7 +129,7 @@ def _segments(pattern: bytes) -> list[list[bytes]]:
     return segments
 
 
-def _middle(segment: list[bytes]) -> tuple[int, Callable | None, int]:
+def _middle(segment: list[bytes]) -> tuple[int, Search | None, int]:
     """A middle segment as (leading '?' count, search of the rest or None, trailing '?' count).
 
     Any-byte atoms at either end only shift where the rest may match, so they
@@ -181,7 +182,7 @@ def _no_channel(channel: bytes) -> bool:
 
 def _automaton(parsed: list[bytes | None]) -> Matcher:
     """RE2's linear-time match of the whole pattern (the pattern is not empty and holds a star)."""
-    fullmatch = re2.compile(b"".join(b".*" if atom is _STAR else atom for atom in parsed),  # type: ignore[misc]
+    fullmatch = re2.compile(b"".join(b".*" if atom is _STAR else atom for atom in parsed),
                             _RE2_OPTIONS).fullmatch
 
     def matches(channel: bytes) -> bool:
@@ -283,13 +284,15 @@ class GlobIndex(Generic[V]):
     def discard(self, pattern: bytes) -> None:
         prefix = literal_prefix(pattern)
         by_length = self._by_prefix.get(len(prefix))
-        group = by_length.get(prefix) if by_length is not None else None
+        if by_length is None:
+            return
+        group = by_length.get(prefix)
         if group is None or pattern not in group:
             return
         del group[pattern]
         self._size -= 1
         if not group:
-            del by_length[prefix]  # type: ignore[union-attr]  # found above
+            del by_length[prefix]
             if not by_length:
                 del self._by_prefix[len(prefix)]
                 self._lengths = sorted(self._by_prefix)

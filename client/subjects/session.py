@@ -39,9 +39,11 @@ class SubjectSession:
                 raise ValueError(f"user {user!r} differs from the credentials' user {credentials.user!r}")
             user = credentials.user
         self.stats: Counter[str] = stats if stats is not None else Counter()
-        self.session: LocalSession | None = LocalSession(user, interval) if user is not None else None
-        self.auth: Authenticator | None = (Authenticator(credentials, self.session)  # type: ignore[arg-type]  # credentials imply a session (user comes from them)
-                                           if credentials is not None else None)
+        session = LocalSession(user, interval) if user is not None else None
+        self.session: LocalSession | None = session
+        # credentials imply a session (their user is the user), so ``session`` is not None with them
+        self.auth: Authenticator | None = (Authenticator(credentials, session)
+                                           if credentials is not None and session is not None else None)
         self.owner = self.session.name if self.session is not None else secrets.token_hex(8)
         self.interest = LocalInterest(self.owner, interval)  # announced on _INTEREST.ANNOUNCE
         self._inbox_numbers = itertools.count(1)

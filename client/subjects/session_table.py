@@ -67,7 +67,7 @@ def inbox(owner: str, suffix: str) -> str:
     return check_subject(f"{INBOX_PREFIX}{owner}.{suffix}").decode()
 
 
-def parse_json_object(data: bytes) -> dict:
+def parse_json_object(data: bytes) -> dict[str, object]:
     try:
         value = json.loads(data) if data else {}
     except (ValueError, RecursionError) as exc:  # RecursionError: absurdly nested input off the wire
@@ -123,7 +123,7 @@ class StartOptions:
     expires: float | None = None
 
     def encode(self) -> bytes:
-        value: dict = {"initial": self.initial, "ack": self.ack}
+        value: dict[str, bool | float] = {"initial": self.initial, "ack": self.ack}
         if self.expires is not None:
             value["expires"] = self.expires
         return json.dumps(value, separators=(",", ":")).encode()

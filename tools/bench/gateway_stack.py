@@ -28,6 +28,7 @@ class GatewayStack(ServerProcess):
     def __init__(self, target: Target, workdir: Path) -> None:
         backbone = f"{LOOPBACK}:{free_port(socket.SOCK_DGRAM)}"
         port = free_port(socket.SOCK_STREAM)
+        assert target.gateway is not None  # the stack of a target served by a gateway
         command = [sys.executable, "-m", "fyrehose.commands.main", "gateway", target.gateway, "--listen", f"{LOOPBACK}:{port}",
                    "--backbone", backbone, "--max-clients", "4096", "--max-pending", str(1 << 30)]
         if target.gateway_workers > 1:

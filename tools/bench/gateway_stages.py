@@ -69,10 +69,15 @@ def stages(seconds: float = 0.3) -> dict[str, float]:
     for pipeline in (1, 16):
         data, count = _resp(pipeline)
         pure, fast = resp.CommandParser(max_bulk=1 << 20), HiredisCommandParser(max_bulk=1 << 20)
-        out[f"redis: parse, {pipeline} per read, pure parser"] = timed(
-            lambda parser=pure, data=data: parser.feed(data), count)
-        out[f"redis: parse, {pipeline} per read, hiredis"] = timed(
-            lambda parser=fast, data=data: parser.feed(data), count)
+
+        def parse_pure(parser: resp.CommandParser = pure, data: bytes = data) -> object:
+            return parser.feed(data)
+
+        def parse_hiredis(parser: HiredisCommandParser = fast, data: bytes = data) -> object:
+            return parser.feed(data)
+
+        out[f"redis: parse, {pipeline} per read, pure parser"] = timed(parse_pure, count)
+        out[f"redis: parse, {pipeline} per read, hiredis"] = timed(parse_hiredis, count)
     out["redis: PUBLISH to an envelope (channel, size check)"] = timed(
         lambda: checked(Envelope(channel_to_subject(CHANNEL), PAYLOAD)), 1)
     out["redis: the reply (an integer)"] = timed(lambda: resp.integer(3), 1)
@@ -85,8 +90,11 @@ def stages(seconds: float = 0.3) -> dict[str, float]:
         per = codec.MAX_DATAGRAM // codec.CONFIRM_SIZE  # the backbone's packed CONFIRMs (its work, made once)
         confirms = [confirm_block(range(first, min(first + per, batch + 1)), 1000 + first)
                     for first in range(1, batch + 1, per)]
-        out[f"PUSH batch of {batch}: tags, frames, CONFIRM matching"] = timed(
-            lambda payloads=payloads, confirms=confirms: _push_and_confirm(payloads, confirms), batch)
+
+        def push_and_confirm(payloads: list[bytes] = payloads, confirms: list[bytes] = confirms) -> None:
+            _push_and_confirm(payloads, confirms)
+
+        out[f"PUSH batch of {batch}: tags, frames, CONFIRM matching"] = timed(push_and_confirm, batch)
     stream = _stream_receive(sealed, seconds)
     out["stream: DELIVER datagram through the connection (700 per datagram)"] = stream
     routes = RedisRoutes()

@@ -28,6 +28,7 @@ import functools
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -67,7 +68,8 @@ class GroupReceiver(_FyrehoseReceiver):
     def __init__(self, spec: LoadSpec) -> None:
         self.joined = False
         super().__init__(spec)  # subscribed over unicast: the KEEPALIVE handshake
-        self.unicast = self.sock
+        assert self.sock is not None  # opened for that handshake
+        self.unicast: socket.socket = self.sock
         self.unicast.setblocking(False)
         self.sock = join_group(GROUP, spec.address, SOCKET_BUFFER)
         # the same flags and MULTICAST, from a KEEPALIVE sent now on: no unicast DELIVERs from then on
@@ -91,7 +93,9 @@ class GroupReceiver(_FyrehoseReceiver):
             self.connection.receive(data, source, now)  # ACKs (a unicast DELIVER would be counted as such)
 
     def read(self) -> bytes | None:
-        data, source = self.sock.recvfrom(self.read_size)
+        sock = self.sock
+        assert sock is not None  # the group's, joined in __init__
+        data, source = sock.recvfrom(self.read_size)
         if source == self.spec.address and data[:1] == bytes([codec.DELIVER]):
             return data
         self.strangers += 1
@@ -122,7 +126,7 @@ class MulticastStepRunner(StepRunner):
 
     def run_mode(self, mode: str, target: Target) -> StepResult:
         self.mode = mode
-        self.subscriber_main = (functools.partial(subscriber_main, receiver_class=GroupReceiver)  # type: ignore[method-assign]
+        self.subscriber_main = (functools.partial(subscriber_main, receiver_class=GroupReceiver)
                                 if mode == "multicast" else subscriber_main)
         return self.run(target, self.settings.rate)
 

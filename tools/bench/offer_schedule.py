@@ -49,5 +49,6 @@ class OfferSchedule:
         """Seconds until :meth:`due` can return more than 0 (at least a microsecond when it returns 0 now)."""
         if self.due(now):
             return 0.0
+        assert self.rate is not None  # without a rate every message is due at once
         next_due = self.start + (self.sent + 1) / self.rate
         return max(MIN_WAIT, next_due - now, self._last_send + self.tick - now)

@@ -19,7 +19,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from multiprocessing.context import ForkContext
 from pathlib import Path
+from typing import Any, TypeVar
 
 import psutil
 
@@ -75,7 +77,7 @@ class RoundResult:
     delivered: float
     loss: float
     sustained: bool
-    latency_rate: float
+    latency_rate: float | None  # the rate of the latency step (report.py reads None as no fixed rate)
     latency_loss: float
     p50_ms: float | None
     p99_ms: float | None
@@ -90,17 +92,20 @@ class RoundResult:
     recovery_p99_ms: float | None = None
 
 
+Spec = TypeVar("Spec")  # what a load generator's main takes: a LoadSpec, or the client mode's ClientSpec
+
+
 class _Child:
     """A forked load generator and its end of the pipe."""
 
-    def __init__(self, context, name: str, main, spec: LoadSpec) -> None:
+    def __init__(self, context: ForkContext, name: str, main: Callable[[Connection, Spec], None], spec: Spec) -> None:
         self.name = name
         self.conn, child_end = context.Pipe()
         self.process = context.Process(target=main, args=(child_end, spec), name=name, daemon=True)
         self.process.start()
         child_end.close()
 
-    def expect(self, kind: str, deadline: float):
+    def expect(self, kind: str, deadline: float) -> Any:
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not self.conn.poll(remaining):
             raise BenchError(f"{self.name} did not report {kind!r} in time")
@@ -208,7 +213,8 @@ class StepRunner:
         machine_busy = 100.0 * busy_share(machine_before._asdict(), machine_after._asdict())
         return self._result(rate, sent, received, cpu, machine_busy)
 
-    def _spawn(self, name: str, main, spec: LoadSpec, children: list[_Child]) -> _Child:
+    def _spawn(self, name: str, main: Callable[[Connection, LoadSpec], None], spec: LoadSpec,
+               children: list[_Child]) -> _Child:
         child = _Child(self.context, name, main, spec)
         children.append(child)
         return child
@@ -234,7 +240,7 @@ class StepRunner:
             delivered=sum(counts) / len(counts) / duration,
             loss=max(0.0, max(1.0 - count / sent for count in counts)),
         )
-        anomalies = collections.Counter()
+        anomalies: collections.Counter[str] = collections.Counter()
         for result in received:
             anomalies.update(result["anomalies"])
         recoveries = [seconds for result in received for seconds in result.get("recoveries", ())]

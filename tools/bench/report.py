@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import time
 from dataclasses import asdict
 from typing import TextIO
@@ -83,7 +84,7 @@ def ratios(rounds: dict[str, list[RoundResult]]) -> dict[str, float]:
         if target in rounds and baseline in rounds:
             pairs = [a.delivered / b.delivered for a, b in zip(rounds[target], rounds[baseline]) if b.delivered]
             if pairs:
-                out[f"{target}/{baseline}"] = stats.median(pairs)
+                out[f"{target}/{baseline}"] = statistics.median(pairs)
     return out
 
 

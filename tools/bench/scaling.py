@@ -122,7 +122,7 @@ def write_table(record: dict, out: TextIO) -> None:
               f"measured here {measured['msgs_per_s']:,.0f} msgs/s per subscriber on {measured['cores']} cores with "
               f"{measured['subscribers']} subscribers (CPU-bound ceiling "
               f"{measured['cpu_bound_ceiling_per_s']:,.0f})\n")
-    rows = {(p["cores"], p["subscribers"]): {} for p in record["projections"]}
+    rows: dict[tuple[int, int], dict[str, dict]] = {(p["cores"], p["subscribers"]): {} for p in record["projections"]}
     for projection in record["projections"]:
         rows[(projection["cores"], projection["subscribers"])][projection["layout"]] = projection
     out.write("cores  subscribers  best R/F  best msgs/s  bottleneck  auto R/F  auto msgs/s\n")

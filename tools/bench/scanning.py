@@ -182,7 +182,7 @@ class _RecordStream(abc.ABC):
         """Parse one value at ``pos``: None if incomplete, else (end, payload if it was a message else None)."""
 
 
-def _line_end(buf: bytearray, pos: int) -> int:
+def _line_end(buf: bytes | bytearray, pos: int) -> int:
     end = buf.find(b"\r\n", pos)
     if end < 0 and len(buf) - pos > MAX_LINE:
         raise StreamError(f"no line end within {MAX_LINE} bytes")

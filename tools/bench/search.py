@@ -36,6 +36,12 @@ class StepOutcome:
         return self.rate is None or self.offered >= OFFER_TOLERANCE * self.rate
 
 
+def fixed_rate(step: StepOutcome) -> float:
+    """The rate of a step after the first: a number (only the first, unthrottled step has None)."""
+    assert step.rate is not None, "a fixed step without a rate"
+    return step.rate
+
+
 class RateSearch:
     """Feed :meth:`record` the outcome of a step at :attr:`rate` until :attr:`done`."""
 
@@ -63,15 +69,16 @@ class RateSearch:
         if not self.steps_left:
             self.done = True
             return
-        passed = [step.rate for step in self.fixed if step.sustained]
+        passed = [fixed_rate(step) for step in self.fixed if step.sustained]
         low = max(passed, default=None)
-        high = min((step.rate for step in self.fixed if not step.sustained and (low is None or step.rate > low)),
-                   default=None)
+        high = min((fixed_rate(step) for step in self.fixed
+                    if not step.sustained and (low is None or fixed_rate(step) > low)), default=None)
         if low is not None and high is not None:
             self.rate = (low + high) / 2
         elif low is not None:
             self.rate = low * STEP_UP
         else:
+            assert high is not None  # no step passed, so the one just recorded failed
             self.rate = high * STEP_DOWN
 
     def best(self) -> StepOutcome:
@@ -83,13 +90,13 @@ class RateSearch:
             return max(passed, key=lambda step: step.delivered)
         if self.probe.sustained or not self.fixed:
             return self.probe
-        return min(self.fixed, key=lambda step: step.rate)
+        return min(self.fixed, key=fixed_rate)
 
     def first_overload(self) -> StepOutcome:
         """The step that shows what gave out first: the lowest fixed rate not sustained, else the unthrottled one."""
         failed = [step for step in self.fixed if not step.sustained]
         if failed:
-            return min(failed, key=lambda step: step.rate)
+            return min(failed, key=fixed_rate)
         if self.probe is None:
             raise RuntimeError("no step recorded yet")
         return self.probe

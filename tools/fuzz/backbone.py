@@ -109,15 +109,16 @@ def _counters(metrics_port: int) -> dict[str, float]:
 def still_delivers(addr: tuple[str, int], count: int = 100) -> bool:
     """A real publisher and subscriber: every message arrives, once, in order."""
     from fyrehose import Client
+    from fyrehose.protocol.tracker import Message
 
     with Client(addr) as sub, Client(addr, subscribe=False) as pub:
         stream = sub.subscribe()
         seqs = pub.publish_many([b"after fuzz %d" % i for i in range(count)])
-        got = []
+        got: list[Message] = []
         deadline = time.monotonic() + 15
         while len(got) < count and time.monotonic() < deadline:
             event = stream.get(timeout=max(0.01, deadline - time.monotonic()))
-            if event is not None and getattr(event, "seq", 0) >= seqs[0]:
+            if isinstance(event, Message) and event.seq >= seqs[0]:  # not a Lost (nor None: the time ran out)
                 got.append(event)
         return [e.seq for e in got] == seqs and [e.data for e in got] == [b"after fuzz %d" % i for i in range(count)]
 

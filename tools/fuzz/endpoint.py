@@ -159,10 +159,10 @@ class Scenario:
             return (len(real) if value == real[-1] else 0), value.count(FORGED), "the cache's snapshot"
         if self.name == "lumberjack":
             return _lumberjack_still_publishes(self.tcp_port, client_factory, len(real))
+        assert self.subscriber is not None  # started for the raw-subscriber endpoints, the ones left here
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and sum(r in self.received for r in real) < len(real):
             self.received += drain(self.subscriber, 0.2)
-        assert self.subscriber is not None
         self.subscriber.close()
         return sum(1 for r in real if r in self.received), self.received.count(FORGED), f"raw {self.name} subscriber"
 

@@ -47,7 +47,7 @@ UPGRADE = (b"GET /resp HTTP/1.1\r\nHost: fuzz\r\nUpgrade: websocket\r\nConnectio
            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
 
 
-def masked(payload: bytes) -> bytes:
+def masked(payload: bytes) -> bytearray:
     """A valid client frame carrying ``payload`` (masked, as RFC 6455 requires of clients)."""
     return FrameProtocol(client=True, extensions=[]).send_data(payload, fin=True)
 

@@ -34,7 +34,7 @@ from fyrehose.tools.pipeline.loadtest_inputs import (
     read_summary,
 )
 from fyrehose.tools.pipeline.publish_time import with_published_us
-from fyrehose.tools.pipeline.spark import PipelineError, readable_errors
+from fyrehose.tools.pipeline.spark import PipelineError, aggregate_row, readable_errors
 from fyrehose.tools.pipeline.tables import write_table
 from fyrehose.tools.pipeline.timerange import TimeRange, as_utc
 
@@ -75,7 +75,7 @@ def run_capacity(spark: SparkSession, options: CapacityOptions) -> dict:
     with readable_errors(f"reading load test results {options.loadtest}"):
         summary = read_summary(spark, options.loadtest).asDict(recursive=True)
         steps = read_steps(spark, options.loadtest).cache()
-        bounds = steps.agg(F.min("t_start").alias("t0"), F.max("t_end").alias("t1")).first()
+        bounds = aggregate_row(steps.agg(F.min("t_start").alias("t0"), F.max("t_end").alias("t1")))
     if bounds.t0 is None:
         raise PipelineError(f"{options.loadtest / 'steps.jsonl'}: no load phase with t_start and t_end")
     subscribers = max(int(summary.get("subscribers") or 1), 1)

@@ -6,10 +6,11 @@ from any thread.  Every function takes plain values and writes one PNG.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
+from matplotlib.axes import Axes
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 
@@ -19,7 +20,7 @@ DPI = 100
 Series = tuple[Sequence, Sequence]  # (x values, y values)
 
 
-def _figure(title: str) -> tuple[Figure, object]:
+def _figure(title: str) -> tuple[Figure, Axes]:
     figure = Figure(figsize=SIZE, dpi=DPI, layout="constrained")
     axes = figure.add_subplot()
     axes.set_title(title)
@@ -27,18 +28,18 @@ def _figure(title: str) -> tuple[Figure, object]:
     return figure, axes
 
 
-def _time_axis(axes) -> None:
+def _time_axis(axes: Axes) -> None:
     locator = AutoDateLocator()
     axes.xaxis.set_major_locator(locator)
     axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))
     axes.set_xlabel("time (UTC)")
 
 
-def _empty(axes, text: str) -> None:
+def _empty(axes: Axes, text: str) -> None:
     axes.text(0.5, 0.5, text, ha="center", va="center", transform=axes.transAxes, fontsize=14, color="gray")
 
 
-def time_series(path: Path, title: str, ylabel: str, series: dict[str, Series], *,
+def time_series(path: Path, title: str, ylabel: str, series: Mapping[str, Series], *,
                 marks: Sequence[datetime] = (), stepped: bool = False) -> Path:
     """One line per named series over time; ``marks`` are drawn as vertical lines (phase boundaries)."""
     figure, axes = _figure(title)
@@ -51,7 +52,7 @@ def time_series(path: Path, title: str, ylabel: str, series: dict[str, Series], 
                 axes.plot(xs, ys, label=label, marker="." if len(xs) < 50 else None)
             drawn = True
     for mark in marks:
-        axes.axvline(mark, color="gray", linestyle=":", linewidth=1)
+        axes.axvline(mark, color="gray", linestyle=":", linewidth=1)  # type: ignore[arg-type]  # matplotlib's stubs want floats; its date units take datetimes
     if drawn:
         _time_axis(axes)
         axes.legend(loc="best")
@@ -70,19 +71,20 @@ def timeline_bars(path: Path, title: str, ylabel: str, starts: Sequence[datetime
     """Bars at window starts (one window wide) on a time axis covering ``span``: where in time something happened."""
     figure, axes = _figure(title)
     if len(starts):
-        axes.bar(starts, heights, width=width_seconds / 86400, align="edge", color="tab:red")
+        axes.bar(starts, heights, width=width_seconds / 86400, align="edge", color="tab:red")  # type: ignore[arg-type]  # matplotlib's stubs want floats; its date units take datetimes
         axes.set_ylim(bottom=0)
     else:
         _empty(axes, empty_text)
     if span is not None and span[0] < span[1]:
-        axes.set_xlim(span)
+        axes.set_xlim(span)  # type: ignore[arg-type]  # matplotlib's stubs want floats; its date units take datetimes
         _time_axis(axes)
     axes.set_ylabel(ylabel)
     figure.savefig(path)
     return path
 
 
-def category_bars(path: Path, title: str, ylabel: str, labels: Sequence[str], series: dict[str, Sequence[float]]) -> Path:
+def category_bars(path: Path, title: str, ylabel: str, labels: Sequence[str],
+                  series: Mapping[str, Sequence[float]]) -> Path:
     """Grouped bars, one group per label (size classes, load phases)."""
     figure, axes = _figure(title)
     if labels and series:

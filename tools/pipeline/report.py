@@ -30,7 +30,7 @@ from fyrehose.tools.pipeline.completeness import (
 from fyrehose.tools.pipeline.html_page import HtmlPage
 from fyrehose.tools.pipeline.journal import read_journal, read_recorded_gaps
 from fyrehose.tools.pipeline.publish_time import with_published_us
-from fyrehose.tools.pipeline.spark import PipelineError, readable_errors
+from fyrehose.tools.pipeline.spark import PipelineError, aggregate_row, readable_errors
 from fyrehose.tools.pipeline.tables import write_table
 from fyrehose.tools.pipeline.timerange import TimeRange, as_utc, choose_window
 
@@ -64,7 +64,7 @@ def _iso(moment: datetime | None) -> str | None:
 
 
 def _overview(rows: DataFrame) -> dict:
-    result = rows.agg(
+    result = aggregate_row(rows.agg(
         F.count(F.lit(1)).alias("messages"),
         F.min("seq").alias("first_seq"), F.max("seq").alias("last_seq"),
         F.min("received_at").alias("first"), F.max("received_at").alias("last"),
@@ -72,7 +72,7 @@ def _overview(rows: DataFrame) -> dict:
         F.min("size").alias("size_min"), F.max("size").alias("size_max"), F.avg("size").alias("size_mean"),
         F.percentile_approx("size", [0.5, 0.99]).alias("size_quantiles"),
         F.count_if(F.col("subject").isNull()).alias("raw_messages"),
-    ).first()
+    ))
     return result.asDict()
 
 
@@ -133,12 +133,12 @@ def run_report(spark: SparkSession, options: ReportOptions) -> dict:
 
     with readable_errors("computing sequence completeness"):
         copies = sequence_copies(rows).persist(StorageLevel.MEMORY_AND_DISK)
-        dup = write_table(duplicates(copies), out / "duplicates.parquet", "seq").agg(
-            F.count(F.lit(1)).alias("seqs"), F.coalesce(F.sum(F.col("copies") - 1), F.lit(0)).alias("extra")).first()
+        dup = aggregate_row(write_table(duplicates(copies), out / "duplicates.parquet", "seq").agg(
+            F.count(F.lit(1)).alias("seqs"), F.coalesce(F.sum(F.col("copies") - 1), F.lit(0)).alias("extra")))
         gaps = write_table(missing_ranges(copies, options.bucket_size), out / "gaps.parquet", "from_seq")
         copies.unpersist()
-        gap_totals = gaps.agg(F.count(F.lit(1)).alias("ranges"),
-                              F.coalesce(F.sum("missing"), F.lit(0)).alias("missing")).first()
+        gap_totals = aggregate_row(gaps.agg(F.count(F.lit(1)).alias("ranges"),
+                                            F.coalesce(F.sum("missing"), F.lit(0)).alias("missing")))
         listed_gaps = gaps.orderBy("from_seq").limit(LISTED_GAPS).collect()
         gap_windows = (gaps.withColumnRenamed("seen_before", "received_at")
                        .groupBy(_window_start(window).alias("window_start"))
@@ -148,10 +148,10 @@ def run_report(spark: SparkSession, options: ReportOptions) -> dict:
         recorded_summary = None
         if recorded is not None:
             coverage = write_table(recorded_coverage(gaps, recorded), out / "journal_gaps.parquet", "from_seq")
-            totals = coverage.agg(
+            totals = aggregate_row(coverage.agg(
                 F.count(F.lit(1)).alias("ranges"),
                 F.coalesce(F.sum("recorded_missing"), F.lit(0)).alias("missing"),
-                F.coalesce(F.sum("confirmed_missing"), F.lit(0)).alias("confirmed")).first()
+                F.coalesce(F.sum("confirmed_missing"), F.lit(0)).alias("confirmed")))
             recorded_summary = {
                 "ranges": totals.ranges, "missing": totals.missing, "confirmed_missing": totals.confirmed,
                 "missing_not_recorded": gap_totals.missing - totals.confirmed,

@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 
 from fyrehose.errors import CommandFailed
 
@@ -27,6 +27,13 @@ START_CONF = {"spark.log.level": "FATAL", "spark.ui.showConsoleProgress": "false
 
 class PipelineError(CommandFailed):
     """A job failed for a reason the user can act on; the message is one line."""
+
+
+def aggregate_row(aggregated: DataFrame) -> Row:
+    """The row of an aggregation over a whole frame (``agg`` without a grouping), which has exactly one."""
+    row = aggregated.first()
+    assert row is not None, "an aggregation over a whole frame has one row"
+    return row
 
 
 def _launched_by_spark_submit() -> bool:

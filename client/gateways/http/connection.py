@@ -301,8 +301,8 @@ class HttpConnection:
             log.warning("%s: WebSocket upgrade from origin %s refused", self.connection.peer, origin[:200])
             self._respond(403, b"WebSocket upgrades from this origin are not allowed (see --allow-origin)\n")
             return
-        fields = [("upgrade", "websocket"), ("connection", "Upgrade"),
-                  ("sec-websocket-accept", generate_accept_token(key))]
+        fields = [(b"upgrade", b"websocket"), (b"connection", b"Upgrade"),
+                  (b"sec-websocket-accept", generate_accept_token(key))]
         self.connection.send(self.http.send(h11.InformationalResponse(status_code=101, headers=fields, reason=b"Switching Protocols")))
         trailing, _ = self.http.trailing_data
         self.stats["websocket connections"] += 1

@@ -133,8 +133,8 @@ class EventStream:
                 return
             if event.__class__ is Lost:
                 end = self._fetch.end if self._fetch is not None else None
-                to_seq = event.to_seq if end is None else min(event.to_seq, end)  # type: ignore[union-attr]
-                self._lost(event.from_seq, to_seq, event.reason)  # type: ignore[union-attr]
+                to_seq = event.to_seq if end is None else min(event.to_seq, end)
+                self._lost(event.from_seq, to_seq, event.reason)
                 continue
             seq, data = event  # type: ignore[misc]  # a Message
             self._covered = seq

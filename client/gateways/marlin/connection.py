@@ -57,7 +57,7 @@ class MarlinRoutes:
             subject = channel_to_subject_or_none(channel)
             if not sessions:
                 del self.channels[channel]
-                self.subjects.discard(subject)  # type: ignore[arg-type]  # None was never added
+                self.subjects.discard(subject)
             if subject is not None:
                 session.router.interest.remove(subject)
 

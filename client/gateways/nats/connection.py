@@ -276,7 +276,8 @@ class NatsConnection:
         self.subscriptions.clear()
 
     def deliver(self, seq: int, subscription: NatsSubscription, frames: MessageFrames) -> None:
-        frame: bytes | None = frames.frame(subscription.sid_bytes, self.headers)
+        frame: bytes | None  # None once the echo filter holds it back (or it is the client's own)
+        frame = frames.frame(subscription.sid_bytes, self.headers)
         if self.echo is not None:
             try:
                 frame = self.echo.offer(seq, frame)
