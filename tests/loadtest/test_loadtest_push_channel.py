@@ -16,7 +16,7 @@ CHILD = r"""
 from gevent import monkey; monkey.patch_all()
 import json, socket, sys
 import gevent
-from fyrehose import codec
+from fyrehose.protocol import codec
 from fyrehose.loadtest import users
 
 confirming = sys.argv[1] == "confirm"
