@@ -14,18 +14,16 @@ from __future__ import annotations
 
 from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address
-from fyrehose.protocol.connection import BackboneConnection
+from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions
 from fyrehose.protocol.publishing import Finished
 
 FLAGS = codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL | codec.FLAG_BATCH  # CONFIRMs come packed
-KEEPALIVE_INTERVAL = 0.5
 
 
 class ConfirmedPublisher:
     def __init__(self, backbone: Address, *, retry: float = 0.2, timeout: float = 2.0) -> None:
         self.timeout = timeout
-        self.connection = BackboneConnection(backbone, flags=FLAGS, keepalive_interval=KEEPALIVE_INTERVAL,
-                                             confirm_retry=retry)
+        self.connection = BackboneConnection(backbone, ConnectionOptions(flags=FLAGS, confirm_retry=retry))
         self.publishes = self.connection.publishes
         self.stats = self.connection.stats
 

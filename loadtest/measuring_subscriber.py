@@ -19,11 +19,10 @@ from fyrehose.loadtest.stamp import run_stamps
 from fyrehose.loadtest.tally import RunTally
 from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address
-from fyrehose.protocol.connection import BackboneConnection
+from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions, DeliverForm
 from fyrehose.protocol.recent_messages import RecentMessages
-from fyrehose.protocol.tracker import Event, Lost, Message
+from fyrehose.protocol.tracker import Event, Lost, Message, TrackerOptions
 
-KEEPALIVE_INTERVAL = 0.5
 FLAGS = codec.FLAG_BATCH | codec.FLAG_HEAD | codec.FLAG_REDELIVERING  # subscribes and journals: peers' gaps are served from it
 
 _seq = itemgetter(0)
@@ -62,8 +61,8 @@ class MeasuringSubscriber:
                  journal_bytes: int = 64 << 20) -> None:
         self.backbone = backbone
         self.account = account
-        self.connection = BackboneConnection(backbone, flags=FLAGS, keepalive_interval=KEEPALIVE_INTERVAL,
-                                             tracker_options={"give_up_after": give_up_after}, whole_datagrams=True)
+        self.connection = BackboneConnection(backbone, ConnectionOptions(
+            flags=FLAGS, tracker=TrackerOptions(give_up_after=give_up_after), delivers=DeliverForm.UNIFORM_RUNS))
         self.tracker = self.connection.track()
         self.journal = RecentMessages(journal_bytes)
         self.stats = self.connection.stats

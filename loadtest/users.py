@@ -21,7 +21,17 @@ from gevent.socket import wait_read, wait_write
 from locust import User, task
 from locust.env import Environment
 
-from fyrehose.errors import BackboneUnreachable, MessagesLost, PublishTimeout
+from fyrehose.drivers.backbone_io import (
+    RECEIVE_BUFFER,
+    UNREACHABLE_AFTER,
+    answer_forward,
+    await_ack,
+    forward_bucket,
+    gevent_style,
+    open_socket,
+    timer_wait,
+)
+from fyrehose.errors import MessagesLost, PublishTimeout
 from fyrehose.loadtest.account import DeliveryAccount
 from fyrehose.loadtest.confirmed_publisher import ConfirmedPublisher
 from fyrehose.loadtest.coordination import ProcessRun
@@ -29,18 +39,14 @@ from fyrehose.loadtest.measuring_subscriber import Delivery, MeasuringSubscriber
 from fyrehose.loadtest.rates import Pacer
 from fyrehose.loadtest.stamp import stamp
 from fyrehose.loadtest.tally import RunTally
-from fyrehose.net.addresses import parse_hostport, route_source
-from fyrehose.net.sockets import enlarge_buffers
-from fyrehose.protocol.forwarding import FORWARD_BURST, FORWARD_RATE, deliveries, paced
-from fyrehose.protocol.pacing import TokenBucket
+from fyrehose.net.addresses import parse_hostport
+from fyrehose.protocol.forwarding import FORWARD_RATE
 from fyrehose.protocol.publishing import Finished
 from fyrehose.protocol.tracker import Lost
 
 PUSH = "PUSH"
 DELIVER = "DELIVER"
-ACK_WAIT = 5.0  # seconds a subscriber waits for its first KEEPALIVE-ACK
 PUMP_SLICE = 1.0  # seconds one receive task runs, so Locust can stop the user between tasks
-SOCKET_BUFFER = 8 << 20
 REPORT_EVERY = 256  # deliveries a subscriber reports to Locust at the latest, when its socket never runs dry
 SEND_WAIT = 0.05  # seconds a send waits for room in a full socket buffer
 
@@ -148,19 +154,15 @@ class PushChannel:
         self.environment = environment
         self.name = name
         self.session = ConfirmedPublisher(backbone, timeout=timeout)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        enlarge_buffers(self.sock, SOCKET_BUFFER)
-        self.sock.bind((route_source(backbone), 0))
-        self.sock.setblocking(False)
+        self.sock = open_socket(backbone, receive_buffer=RECEIVE_BUFFER, send_buffer=True)
+        self.sock.setblocking(False)  # a stdlib socket, waited for in gevent's hub (wait_read, wait_write)
         self._requests: dict[int, Request] = {}
         self._pump = gevent.spawn(self._run)
-        deadline = time.monotonic() + ACK_WAIT
-        while not self.session.acked and time.monotonic() < deadline:
-            gevent.sleep(0.01)
-        if not self.session.acked:
-            self._pump.kill()
-            self.sock.close()
-            raise BackboneUnreachable(f"no KEEPALIVE-ACK from {backbone[0]}:{backbone[1]} within {ACK_WAIT:g} s")
+        await_ack(gevent_style().until(lambda: self.session.acked), backbone, UNREACHABLE_AFTER, give_up=self._stop)
+
+    def _stop(self) -> None:
+        self._pump.kill()
+        self.sock.close()
 
     def publish(self, payloads: list[bytes], phase: int) -> int:
         """Send ``payloads`` as one batch, published in ``phase``; its number, to :meth:`wait` for."""
@@ -202,7 +204,7 @@ class PushChannel:
                 datagram, source = sock.recvfrom(65536)
             except BlockingIOError:
                 try:
-                    wait_read(fileno, min(max(session.next_deadline() - time.monotonic(), 0.001), 0.05))
+                    wait_read(fileno, timer_wait(session.next_deadline(), time.monotonic(), 0.05))
                 except TimeoutError:
                     pass
                 now = time.monotonic()
@@ -247,19 +249,18 @@ class Subscriber(User):
         self.backbone = parse_hostport(settings.backbone)
         self.session = MeasuringSubscriber(self.backbone, DeliveryAccount(self.load.phase_of_ns),
                                          give_up_after=max(settings.drain, 0.5))
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        enlarge_buffers(self.sock, SOCKET_BUFFER, (socket.SO_RCVBUF,))
-        self.sock.bind(("0.0.0.0", 0))
-        self.sock.setblocking(False)
+        self.sock = open_socket(self.backbone, receive_buffer=RECEIVE_BUFFER)
+        self.sock.setblocking(False)  # a stdlib socket, waited for in gevent's hub (wait_read, wait_write)
         self.sock_address = self.sock.getsockname()
         self.forwards: gevent.queue.Queue = gevent.queue.Queue(maxsize=1024)
         self.forwarder = gevent.spawn(self._serve_forwards)
-        self._pump(time.monotonic() + ACK_WAIT, until_acked=True)
-        if not self.session.acked:
-            self.on_stop()  # Locust calls on_stop only for users that started
-            host, port = self.backbone
-            raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} within {ACK_WAIT:g} s")
+        # on_stop: Locust calls it only for users that started
+        await_ack(self._pump_until_acked, self.backbone, UNREACHABLE_AFTER, give_up=self.on_stop)
         self.load.subscribers.append(self)
+
+    def _pump_until_acked(self, timeout: float) -> bool:
+        self._pump(time.monotonic() + timeout, until_acked=True)
+        return self.session.acked
 
     @task
     def receive(self) -> None:
@@ -286,7 +287,7 @@ class Subscriber(User):
                 self._report(released)
                 released = []
                 try:
-                    wait_read(fileno, min(max(session.deadline() - now, 0.001), until - now))
+                    wait_read(fileno, timer_wait(session.deadline(), now, until - now))
                 except TimeoutError:
                     pass
                 now = time.monotonic()
@@ -335,13 +336,15 @@ class Subscriber(User):
 
     def _serve_forwards(self) -> None:
         """Re-DELIVERs what a peer REQUESTed from this subscriber's journal, paced like the Client's forwarder."""
-        bucket = TokenBucket(FORWARD_RATE, burst=FORWARD_BURST, now=time.monotonic())
+        bucket = forward_bucket(FORWARD_RATE)
+        style = gevent_style()
         while True:
             forward = self.forwards.get()
-            target = (forward.addr, forward.port)
-            for datagram in paced(deliveries(self.session.journal, forward), bucket, gevent.sleep, time.monotonic):
-                self._send(datagram, target)
+            answer_forward(forward, self.session.journal, bucket, self._send_to, self.session.stats, style=style)
             self.session.forward_done(forward)
+
+    def _send_to(self, datagram: bytes, target: tuple[str, int]) -> bool:
+        return send(self.sock, datagram, target)
 
     def _send(self, datagram: bytes, target: tuple[str, int]) -> None:
         if not send(self.sock, datagram, target):

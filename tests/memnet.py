@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from fyrehose.backbone.core import Backbone
 from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address
-from fyrehose.protocol.connection import BackboneConnection
-from fyrehose.protocol.tracker import Event, Lost, Message
+from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions
+from fyrehose.protocol.tracker import Event, Lost, Message, TrackerOptions
 
 BACKBONE: Address = ("127.0.0.1", 2323)
 Rule = Callable[[bytes, Address, Address], bool]  # (datagram, source, destination) -> applies
@@ -62,8 +62,8 @@ class MemoryNetwork:
         flags |= 0 if subscribe else codec.FLAG_NOSUBSCRIBE
         flags |= 0 if journal and subscribe else codec.FLAG_NOJOURNAL
         tokens = iter(range(1, 1 << 30))
-        connection = BackboneConnection(BACKBONE, flags=flags, serves_forwards=journal and subscribe,
-                                        tracker_options=tracker_options,
+        options = ConnectionOptions(flags=flags, tracker=TrackerOptions(**tracker_options))
+        connection = BackboneConnection(BACKBONE, options,
                                         token_source=lambda size: next(tokens).to_bytes(size, "big"))
         if subscribe:
             connection.track(from_seq)

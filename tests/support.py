@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 
+from fyrehose.drivers.backbone_io import wait_for_backbone
 from fyrehose.loadtest.prometheus import parse_samples
 from fyrehose.protocol.pacing import TokenBucket
 from fyrehose.runtime import readiness
@@ -74,7 +75,7 @@ class BackboneProcess:
         ] + self.extra
         self.child = ChildProcess(args, self.log)
         self.child.wait_ready(10)
-        readiness.wait_for_backbone(self.addr)  # and its workers answer (multi-process mode)
+        wait_for_backbone(self.addr)  # and its workers answer (multi-process mode)
         return self
 
     def stop(self, timeout: float = 10.0) -> int | None:

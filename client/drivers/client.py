@@ -45,23 +45,34 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 
+from fyrehose.drivers.backbone_io import (
+    RECEIVE_BUFFER,
+    THREADS,
+    UNREACHABLE_AFTER,
+    answer_forward,
+    await_ack,
+    forward_bucket,
+    open_socket,
+    say_goodbye,
+    sent,
+    timer_wait,
+    wall_us,
+)
 from fyrehose.drivers.routing import SubjectRouter
 from fyrehose.drivers.subscription import Subscription
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, RequestTimeout
 from fyrehose.errors import MessagesLost as MessagesLost  # re-exported: part of this module's API
-from fyrehose.net.addresses import parse_group, parse_hostport, resolve_ipv4, route_source
+from fyrehose.net.addresses import parse_group, parse_hostport, resolve_ipv4
 from fyrehose.net.group_socket import join_group
-from fyrehose.net.sockets import enlarge_buffers
 from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address
-from fyrehose.protocol.connection import BackboneConnection
-from fyrehose.protocol.forwarding import FORWARD_BURST, FORWARD_RATE, MessageStore, deliveries, paced
+from fyrehose.protocol.connection import KEEPALIVE_INTERVAL, BackboneConnection, ConnectionOptions, DeliverForm
+from fyrehose.protocol.forwarding import FORWARD_RATE, MessageStore
 from fyrehose.protocol.frame_run import FrameRun
 from fyrehose.protocol.multicast import fallback_notice
-from fyrehose.protocol.pacing import TokenBucket
-from fyrehose.protocol.publishing import MAX_PUBLISH_TIMEOUT, Finished
+from fyrehose.protocol.publishing import CONFIRM_RETRY, MAX_PUBLISH_TIMEOUT, Finished
 from fyrehose.protocol.recent_messages import RecentMessages
-from fyrehose.protocol.tracker import Event, Lost, Message, SequenceTracker
+from fyrehose.protocol.tracker import DEFAULT_TRACKER_OPTIONS, Event, Lost, Message, SequenceTracker, TrackerOptions
 from fyrehose.runtime.fatal import guarded
 from fyrehose.subjects import envelope
 from fyrehose.subjects.auth import Authenticator, Credentials
@@ -75,7 +86,6 @@ from fyrehose.subjects.subscription_events import InitialGate, SubjectMessage
 _CONFIRM = bytes([codec.CONFIRM])
 
 
-RECEIVE_BUFFER = 8 << 20  # a second of a fast stream: what arrives while the application is busy waits here
 SEND_WAIT = 1.0  # seconds a send waits for room in the socket's send buffer before it counts as failed
 DRAIN_LIMIT = 64  # datagrams taken from the socket in one go before the timers run again
 
@@ -113,11 +123,11 @@ class Client:
         journal: bool = True,
         batch: bool = True,
         journal_bytes: int = 64 << 20,
-        keepalive_interval: float = 0.5,
-        unreachable_after: float = 5.0,
-        confirm_retry: float = 0.2,
-        request_delay: float = 0.02,
-        give_up_after: float = 10.0,
+        keepalive_interval: float = KEEPALIVE_INTERVAL,
+        unreachable_after: float = UNREACHABLE_AFTER,
+        confirm_retry: float = CONFIRM_RETRY,
+        request_delay: float = DEFAULT_TRACKER_OPTIONS.request_delay,
+        give_up_after: float = DEFAULT_TRACKER_OPTIONS.give_up_after,
         forward_rate: float = FORWARD_RATE,
         bind: Address | None = None,
         store: MessageStore | None = None,
@@ -129,8 +139,6 @@ class Client:
         if isinstance(backbone, str):
             backbone = parse_hostport(backbone, 2323)
         backbone = (resolve_ipv4(backbone[0]), backbone[1])  # sources compare as IP literals
-        if not 0 < keepalive_interval <= 1.0:
-            raise ValueError("keepalive_interval must be in (0, 1] seconds (docs/protocol.md, client rule 1)")
         if auth is not None and not subscribe:
             raise ValueError("auth needs subscribe=True: the trust exchange is answered both ways")
         self.stats: Counter[str] = Counter()
@@ -155,19 +163,15 @@ class Client:
             self.journal: MessageStore | None = store
         else:
             self.journal = RecentMessages(journal_bytes) if self.journaling else None
-        tracker_options = {"request_delay": request_delay, "give_up_after": give_up_after,
-                           "forward_rate": forward_rate}
-        self.connection = BackboneConnection(backbone, flags=self.flags, keepalive_interval=keepalive_interval,
-                                             serves_forwards=self.journal is not None,
-                                             tracker_options=tracker_options, stats=self.stats,
-                                             vouch=self.auth.vouches if self.auth is not None else None,
-                                             confirm_retry=confirm_retry, whole_datagrams=True, varied_runs=True,
-                                             multicast=group is not None and subscribe)
+        options = ConnectionOptions(
+            flags=self.flags, keepalive_interval=keepalive_interval, confirm_retry=confirm_retry,
+            tracker=TrackerOptions(request_delay=request_delay, give_up_after=give_up_after, forward_rate=forward_rate),
+            delivers=DeliverForm.ANY_RUNS, multicast=group is not None and subscribe)
+        self.connection = BackboneConnection(backbone, options, stats=self.stats,
+                                             vouch=self.auth.vouches if self.auth is not None else None)
         self._forward_rate = forward_rate
 
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        enlarge_buffers(self.sock, RECEIVE_BUFFER, (socket.SO_RCVBUF,))
-        self.sock.bind(bind if bind is not None else (route_source(backbone), 0))
+        self.sock = open_socket(backbone, bind=bind, receive_buffer=RECEIVE_BUFFER)
         self.sock.settimeout(SEND_WAIT)  # the descriptor is non-blocking from here on; sends wait for room
         self.address: Address = self.sock.getsockname()
         self.group: Address | None = group if self.connection.group_watch is not None else None
@@ -199,11 +203,8 @@ class Client:
                                            name="fyrehose-forwarder", daemon=True)
         self._reader.start()
         self._forwarder.start()
-        if not self._acked.wait(unreachable_after):
-            self.close()
-            host, port = backbone
-            raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} within {unreachable_after:g} s")
-        for payload in self.subjects.start(time.monotonic(), _wall_us()):
+        await_ack(self._acked.wait, backbone, unreachable_after, give_up=self.close)
+        for payload in self.subjects.start(time.monotonic(), wall_us()):
             self._send_unconfirmed(payload)
 
     # ------------------------------------------------------------ lifecycle
@@ -222,11 +223,7 @@ class Client:
             for payload in self.subjects.goodbye():
                 self._send_unconfirmed(payload)
         self._closed = True
-        try:  # stop deliveries and FORWARDs now rather than after the 5 s lifetime
-            goodbye = codec.Keepalive(flags=codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL, token=os.urandom(16))
-            self.sock.sendto(codec.encode(goodbye), self.backbone)
-        except OSError:
-            pass
+        say_goodbye(self.sock, self.connection)
         try:
             self._forwards.put_nowait(None)
         except queue.Full:
@@ -498,7 +495,7 @@ class Client:
         router = self._router
         if envelope.is_envelope(message.data) and (self.auth is not None or (
                 router.wants_envelopes and router.wants_envelope(envelope.peek_subject(message.data)))):
-            opened, accepted, answers = self.subjects.open(message.data, _wall_us())
+            opened, accepted, answers = self.subjects.open(message.data, wall_us())
             for answer in answers:
                 self._send_unconfirmed(answer)
             if not accepted:
@@ -506,7 +503,7 @@ class Client:
         self._router.route(message, opened)
 
     def _session_timers(self, now: float) -> None:
-        for payload in self.subjects.timers(now, _wall_us()):
+        for payload in self.subjects.timers(now, wall_us()):
             self._send_unconfirmed(payload)
         timed_out = self._router.gate_timers(now)
         if timed_out:
@@ -534,7 +531,7 @@ class Client:
                     selector.unregister(group)
                     group = None
                 try:
-                    selector.select(min(max(connection.next_deadline() - time.monotonic(), 0.001), 0.1))
+                    selector.select(timer_wait(connection.next_deadline(), time.monotonic(), 0.1))
                 except (OSError, ValueError):
                     if self._closed:
                         return
@@ -657,7 +654,7 @@ class Client:
     # ------------------------------------------------------------ serving FORWARDs
 
     def _forward_loop(self) -> None:
-        bucket = TokenBucket(self._forward_rate, burst=FORWARD_BURST, now=time.monotonic())
+        bucket = forward_bucket(self._forward_rate)
         while not self._closed:
             try:
                 forward = self._forwards.get(timeout=0.2)
@@ -666,15 +663,8 @@ class Client:
             if forward is None or self.journal is None:
                 return
             self.connection.forward_done(forward)
-            target = (forward.addr, forward.port)
-            for datagram in paced(deliveries(self.journal, forward), bucket, time.sleep, time.monotonic, lambda: self._closed):
-                try:
-                    self.sock.sendto(datagram, target)
-                    self.stats["forwarded"] += 1
-                except OSError:
-                    self.stats["send errors"] += 1
+            answer_forward(forward, self.journal, bucket, self._send_to, self.stats, style=THREADS,
+                           stopped=lambda: self._closed)
 
-
-def _wall_us() -> int:
-    """Wall-clock microseconds: the time heartbeats and the trust exchange carry."""
-    return time.time_ns() // 1000
+    def _send_to(self, datagram: bytes, target: Address) -> bool:
+        return sent(self.sock, datagram, target)

@@ -26,7 +26,6 @@ confirmed message from the gateway.
 from __future__ import annotations
 
 import logging
-import os
 import socket as stdlib_socket
 import sys
 import time
@@ -40,16 +39,27 @@ from gevent import socket
 from gevent.event import AsyncResult, Event
 from gevent.queue import Full, Queue
 
+from fyrehose.drivers.backbone_io import (
+    RECEIVE_BUFFER,
+    UNREACHABLE_AFTER,
+    answer_forward,
+    await_ack,
+    forward_bucket,
+    gevent_style,
+    open_socket,
+    say_goodbye,
+    sent,
+    timer_wait,
+    wall_us,
+)
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout
-from fyrehose.net.addresses import parse_hostport, resolve_ipv4, route_source
+from fyrehose.net.addresses import parse_hostport, resolve_ipv4
 from fyrehose.net.group_socket import join_group
-from fyrehose.net.sockets import enlarge_buffers
 from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address
-from fyrehose.protocol.connection import BackboneConnection, Incoming
-from fyrehose.protocol.forwarding import FORWARD_BURST, FORWARD_RATE, MessageStore, deliveries, paced
+from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions, Incoming
+from fyrehose.protocol.forwarding import FORWARD_RATE, MessageStore
 from fyrehose.protocol.multicast import fallback_notice
-from fyrehose.protocol.pacing import TokenBucket
 from fyrehose.protocol.publishing import Finished
 from fyrehose.protocol.tracker import Event as StreamEvent
 from fyrehose.protocol.tracker import Lost
@@ -58,11 +68,7 @@ from fyrehose.subjects.session import SubjectSession
 
 log = logging.getLogger("fyrehose.gateway")
 
-KEEPALIVE_INTERVAL = 0.5
-UNREACHABLE_AFTER = 5.0
-RECEIVE_BUFFER = 8 << 20
 TIMER_PERIOD = 0.02  # the longest the session's timers wait while datagrams keep arriving
-TRACKER_OPTIONS = {"request_delay": 0.02, "give_up_after": 10.0}
 YIELD_EVERY = 16  # datagrams taken in a row before the clients' greenlets get a turn
 FORWARDS_QUEUED = 1024  # FORWARDs waiting for their answer; more are dropped (the requester asks again)
 
@@ -73,11 +79,6 @@ EventsHandler = Callable[[list[StreamEvent]], None]
 class _Waiter:
     payloads: list[bytes]
     result: AsyncResult = field(default_factory=AsyncResult)
-
-
-def wall_us() -> int:
-    """Wall-clock microseconds: the time heartbeats and the trust exchange carry."""
-    return time.time_ns() // 1000
 
 
 class BackboneLink:
@@ -113,16 +114,13 @@ class BackboneLink:
         if held is None:
             flags |= codec.FLAG_NOJOURNAL
         auth = subjects.auth
-        self.connection = BackboneConnection(self.backbone, flags=flags, keepalive_interval=KEEPALIVE_INTERVAL,
-                                             serves_forwards=held is not None, tracker_options=TRACKER_OPTIONS,
-                                             stats=stats, vouch=auth.vouches if auth is not None else None,
-                                             multicast=multicast is not None)
+        options = ConnectionOptions(flags=flags, multicast=multicast is not None)
+        self.connection = BackboneConnection(self.backbone, options, stats=stats,
+                                             vouch=auth.vouches if auth is not None else None)
         if on_events is not None:
             self.connection.track(from_seq)
         self.publishes = self.connection.publishes
-        self.sock = socket.socket(stdlib_socket.AF_INET, stdlib_socket.SOCK_DGRAM)
-        enlarge_buffers(self.sock, RECEIVE_BUFFER)
-        self.sock.bind(bind if bind is not None else (route_source(self.backbone), 0))
+        self.sock = open_socket(self.backbone, bind=bind, send_buffer=True, style=gevent_style())
         self._closed = False
         self._acked = Event()
         self._outbox: list[_Waiter] = []  # publishes queued in this turn of the loop
@@ -139,9 +137,7 @@ class BackboneLink:
             joined = join_group(multicast, self.backbone, RECEIVE_BUFFER)
             self._group_sock = socket.socket(stdlib_socket.AF_INET, stdlib_socket.SOCK_DGRAM, fileno=joined.detach())
             gevent.spawn(guarded(self._group_loop, "gateway multicast receive"))
-        if not self._acked.wait(unreachable_after):
-            self.close()
-            raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} within {unreachable_after:g} s")
+        await_ack(self._acked.wait, self.backbone, unreachable_after, give_up=self.close)
         self.send_unconfirmed(subjects.start(time.monotonic(), wall_us()))
 
     @property
@@ -154,11 +150,7 @@ class BackboneLink:
         if self.reachable:
             self.send_unconfirmed(self.subjects.goodbye())
         self._closed = True
-        try:  # stop deliveries now rather than after the backbone's 5 s lifetime
-            goodbye = codec.Keepalive(flags=codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL, token=os.urandom(codec.TOKEN_SIZE))
-            self.sock.sendto(codec.encode(goodbye), self.backbone)
-        except OSError:
-            pass
+        say_goodbye(self.sock, self.connection)
         if self._receiver is not gevent.getcurrent():
             self._receiver.join(2 * TIMER_PERIOD + 0.2)  # it sees _closed within its longest wait
         try:  # wakes the forwarder if it waits for one; a busy one sees _closed before its next datagram
@@ -269,7 +261,7 @@ class BackboneLink:
             if now >= self._next_timers:
                 self._timers(now)
                 self._next_timers = min(connection.next_deadline(), now + TIMER_PERIOD)
-            sock.settimeout(min(max(self._next_timers - time.monotonic(), 0.001), 0.1))
+            sock.settimeout(timer_wait(self._next_timers, time.monotonic(), 0.1))
             try:
                 data, source = sock.recvfrom(65536)
             except (TimeoutError, BlockingIOError, socket.timeout):
@@ -344,22 +336,18 @@ class BackboneLink:
         """Answer each FORWARD in turn from the held store, every re-DELIVER waiting for a token of the bucket."""
         held = self.held
         assert held is not None  # the loop runs only for a link that holds
-        bucket = TokenBucket(self.forward_rate, burst=FORWARD_BURST, now=time.monotonic())
+        bucket = forward_bucket(self.forward_rate)
         while not self._closed:
             forward = self._forwards.get()
             if forward is None:
                 return
             self.connection.forward_done(forward)
             self.stats["forwards"] += 1
-            target = (forward.addr, forward.port)
-            for datagram in paced(deliveries(held, forward), bucket, gevent.sleep, time.monotonic, lambda: self._closed):
-                if self._closed:  # closed while it waited for the token: the socket may be gone
-                    return
-                try:
-                    self.sock.sendto(datagram, target)
-                    self.stats["forwarded"] += 1
-                except OSError:
-                    self.stats["send errors"] += 1
+            answer_forward(forward, held, bucket, self._send_to, self.stats, style=gevent_style(),
+                           stopped=lambda: self._closed)
+
+    def _send_to(self, datagram: bytes, target: Address) -> bool:
+        return sent(self.sock, datagram, target)
 
 
 def _first_of(event: StreamEvent) -> int:

@@ -48,7 +48,8 @@ from gevent.event import AsyncResult
 from gevent.event import Event as GeventEvent
 from gevent.timeout import Timeout
 
-from fyrehose.drivers.link import BackboneLink, wall_us
+from fyrehose.drivers.backbone_io import wall_us
+from fyrehose.drivers.link import BackboneLink
 from fyrehose.gateways.channels import is_internal, subject_to_channel
 from fyrehose.protocol.codec import Address
 from fyrehose.protocol.tracker import Event, Lost

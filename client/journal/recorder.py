@@ -3,8 +3,8 @@
 The receive loop does per-datagram work only.  A BATCH datagram from the
 backbone that continues the stream (the usual case) is checked with a few
 strided comparisons and handed on whole, as a
-:class:`~fyrehose.protocol.frame_run.FrameRun` (``BackboneConnection(whole_datagrams=
-True)``); only while a hole is open, or for datagrams of mixed frame sizes,
+:class:`~fyrehose.protocol.frame_run.FrameRun` (``DeliverForm.UNIFORM_RUNS`` with
+``buffer_runs``); only while a hole is open, or for datagrams of mixed frame sizes,
 does the connection's tracker order messages one by one.  The writer thread
 takes everything waiting in the ring at once and appends it to the segment
 in one write (one fsync per batch with ``--fsync always``), so the busier the
@@ -14,7 +14,6 @@ socket buffer holds what arrives meanwhile.
 """
 from __future__ import annotations
 
-import os
 import select
 import socket
 import sys
@@ -23,18 +22,16 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 
-from fyrehose.errors import BackboneUnreachable
+from fyrehose.drivers.backbone_io import THREADS, await_ack, open_socket, say_goodbye
 from fyrehose.journal.lag import Lag, LagClock
 from fyrehose.journal.store import JournalStore
-from fyrehose.net.addresses import route_source
 from fyrehose.net.group_socket import join_group
-from fyrehose.net.sockets import enlarge_buffers
 from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address
-from fyrehose.protocol.connection import BackboneConnection, Incoming
+from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions, DeliverForm, Incoming
 from fyrehose.protocol.frame_run import FrameRun
 from fyrehose.protocol.multicast import fallback_notice
-from fyrehose.protocol.tracker import Event, Lost
+from fyrehose.protocol.tracker import Event, Lost, TrackerOptions
 
 RECEIVE_BUFFER = 64 << 20  # what arrives while the writer catches up waits here
 RING_BYTES = 256 << 20
@@ -54,15 +51,13 @@ class Recorder:
         self.store = store
         self.backbone = backbone
         self.stats: Counter[str] = Counter()
-        self.connection = BackboneConnection(
-            backbone, flags=codec.FLAG_HEAD | codec.FLAG_BATCH, whole_datagrams=True, buffer_runs=True,
-            stats=self.stats, tracker_options={"give_up_after": give_up_after, "forward_rate": forward_rate,
-                                               "max_buffered": MAX_BUFFERED},
+        options = ConnectionOptions(
+            flags=codec.FLAG_HEAD | codec.FLAG_BATCH, delivers=DeliverForm.UNIFORM_RUNS, buffer_runs=True,
+            tracker=TrackerOptions(give_up_after=give_up_after, forward_rate=forward_rate, max_buffered=MAX_BUFFERED),
             multicast=multicast is not None)
+        self.connection = BackboneConnection(backbone, options, stats=self.stats)
         self.connection.track(start_seq)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        enlarge_buffers(self.sock, RECEIVE_BUFFER, (socket.SO_RCVBUF,))
-        self.sock.bind(bind if bind is not None else (route_source(backbone), 0))
+        self.sock = open_socket(backbone, bind=bind, receive_buffer=RECEIVE_BUFFER)
         self.sock.settimeout(RECEIVE_TIMEOUT)
         self.address: Address = self.sock.getsockname()
         self.group = multicast
@@ -78,15 +73,13 @@ class Recorder:
         self._received_bytes = 0  # written by the receive thread only
         self._taken_bytes = 0  # written by the writer thread only
         self._wake = threading.Event()
-        self._acked = threading.Event()
+        self._acked = THREADS.event()
         self._received_done = threading.Event()
 
     # ------------------------------------------------------------ the receive thread
 
     def wait_until_reachable(self, timeout: float) -> None:
-        if not self._acked.wait(timeout):
-            host, port = self.backbone
-            raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} within {timeout:g} s")
+        await_ack(self._acked.wait, self.backbone, timeout)
 
     def receive(self, stop: threading.Event) -> None:
         """Drain the socket until ``stop``; then say goodbye so the backbone stops sending at once."""
@@ -114,11 +107,7 @@ class Recorder:
             self._leave_group()
             self._received_done.set()
             self._wake.set()
-            try:
-                goodbye = codec.Keepalive(flags=codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL, token=os.urandom(16))
-                sock.sendto(codec.encode(goodbye), self.backbone)
-            except OSError:
-                pass
+            say_goodbye(sock, connection)
 
     def _receive_both(self, group: socket.socket, stop: threading.Event) -> None:
         """One round over the unicast and the group socket (multicast only): the group drained, one unicast read."""

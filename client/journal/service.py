@@ -19,6 +19,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, TextIO
 
+from fyrehose.drivers.backbone_io import UNREACHABLE_AFTER
 from fyrehose.errors import CommandFailed
 from fyrehose.journal.export_worker import ExportWorker
 from fyrehose.journal.forwarder import Forwarder
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 KEEP_ALL = Retention()  # no age or size limit
 RETENTION_EVERY = 30.0  # seconds between retention checks besides the one after each export
-UNREACHABLE_AFTER = 5.0
 
 
 class JournalService:

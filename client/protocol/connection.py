@@ -15,15 +15,15 @@ import os
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
 
 from fyrehose.protocol import codec
 from fyrehose.protocol.admission import admit
 from fyrehose.protocol.codec import Address
 from fyrehose.protocol.frame_run import FrameRun
 from fyrehose.protocol.multicast import FALLBACK_INTERVALS, GroupWatch
-from fyrehose.protocol.publishing import Finished, PendingPublishes
-from fyrehose.protocol.tracker import Event, SequenceTracker
+from fyrehose.protocol.publishing import CONFIRM_RETRY, Finished, PendingPublishes
+from fyrehose.protocol.tracker import DEFAULT_TRACKER_OPTIONS, Event, SequenceTracker, TrackerOptions
 
 _BACKBONE_ITSELF = "0.0.0.0"  # a FORWARD naming it (port 0): the backbone re-DELIVERs the range (FLAG_REDELIVERING)
 TOKENS_REMEMBERED = 8  # KEEPALIVE tokens whose ACK still counts (several keepalives may be in flight)
@@ -34,7 +34,7 @@ class Incoming:
     """What one datagram asks of the driver, in the order it must be applied."""
 
     stored: list[tuple[int, bytes]] = field(default_factory=list)  # new DELIVERs (no duplicates), to store
-    runs: list[FrameRun] = field(default_factory=list)  # with whole_datagrams: in order, to store and release
+    runs: list[FrameRun] = field(default_factory=list)  # DeliverForm.*_RUNS: in order, to store and release
     events: list[Event] = field(default_factory=list)  # ordered messages and losses, for subscriptions
     confirms: list[codec.Run] = field(default_factory=list)  # (first tag, count, first sequence) from CONFIRMs
     published: list[Finished] = field(default_factory=list)  # publish batches those CONFIRMs completed
@@ -44,63 +44,133 @@ class Incoming:
     fell_back: bool = False  # the multicast group went silent: unicast from now on (say so once, leave the group)
 
 
-class BackboneConnection:
-    """One client's protocol state towards one backbone.
+KEEPALIVE_INTERVAL = 0.5  # seconds between KEEPALIVEs, by default (docs/protocol.md, client rule 1: at most 1 s)
+_KNOWN_FLAGS = (codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL | codec.FLAG_BATCH | codec.FLAG_HEAD
+                | codec.FLAG_MULTICAST | codec.FLAG_REDELIVERING)
 
-    ``flags`` are the KEEPALIVE flags (codec.FLAG_*); ``serves_forwards`` says
-    whether FORWARDs are passed on (a client without a message store ignores
-    them, counted).  ``token_source`` makes KEEPALIVE tokens (random in use,
-    deterministic in tests).  ``vouch`` judges the payload of a peer's
+
+class DeliverForm(Enum):
+    """What a datagram of the backbone's DELIVERs that continues the stream becomes in :class:`Incoming`.
+
+    Whatever the form, a datagram that does not continue the stream (a hole
+    before it, a re-delivery, a peer's answer) is taken message by message.
+    """
+
+    MESSAGES = "messages"  # its messages, one by one, in Incoming.events (and .stored)
+    UNIFORM_RUNS = "uniform runs"  # one FrameRun in Incoming.runs when its frames are of one size, else messages
+    ANY_RUNS = "any runs"  # one FrameRun in Incoming.runs whatever its frame sizes (step 0 when they vary)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionOptions:
+    """How a :class:`BackboneConnection` talks to the backbone, checked when made.
+
+    ``flags`` are the KEEPALIVE flags (codec.FLAG_*, MULTICAST excepted:
+    ``multicast`` sets it).  A client without NOJOURNAL serves FORWARDs (they
+    go out in ``Incoming.forwards``); one with it ignores them, counted.
+    ``confirm_retry``: the first wait before an unconfirmed message is sent
+    again (``connection.publishes``).  ``tracker``: the ordering's timing
+    (:class:`~fyrehose.protocol.tracker.TrackerOptions`).
+
+    ``delivers`` (:class:`DeliverForm`): a backbone datagram that continues
+    the stream goes out as messages, or whole as one
+    :class:`~fyrehose.protocol.frame_run.FrameRun` (stored and released as it
+    is) for a driver that accounts per datagram: runs of one frame size (the
+    load test's subscribers), or of any (the client's subscriptions).  With
+    ``buffer_runs`` too, a datagram of one frame size that arrives while a hole
+    is open waits whole in the tracker and later comes out, in order, among
+    ``Incoming.events`` (the journal): the events may then hold FrameRuns.
+
+    ``multicast``: the driver joined the backbone's multicast group (see
+    :func:`fyrehose.net.group_socket.join_group`) and feeds what arrives there
+    to :meth:`BackboneConnection.receive_group`; the KEEPALIVEs carry MULTICAST
+    (and HEAD) until the group goes silent while HEAD advances for
+    ``multicast_fallback_after`` seconds (None: FALLBACK_INTERVALS keepalive
+    intervals), then the connection falls back to unicast.
+    """
+
+    flags: int
+    keepalive_interval: float = KEEPALIVE_INTERVAL
+    confirm_retry: float = CONFIRM_RETRY
+    tracker: TrackerOptions = DEFAULT_TRACKER_OPTIONS
+    delivers: DeliverForm = DeliverForm.MESSAGES
+    buffer_runs: bool = False
+    multicast: bool = False
+    multicast_fallback_after: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.flags, int) or self.flags & ~_KNOWN_FLAGS:
+            raise ValueError(f"flags {self.flags!r}: not a combination of codec.FLAG_*")
+        if self.flags & codec.FLAG_MULTICAST:
+            raise ValueError("FLAG_MULTICAST is the connection's to set and clear: give multicast=True instead")
+        if not 0 < self.keepalive_interval <= 1.0:
+            raise ValueError("keepalive_interval must be in (0, 1] seconds (docs/protocol.md, client rule 1)")
+        if not self.confirm_retry > 0:
+            raise ValueError(f"confirm_retry must be more than 0 seconds, not {self.confirm_retry!r}")
+        if not isinstance(self.tracker, TrackerOptions):
+            raise ValueError(f"tracker must be a TrackerOptions, not {type(self.tracker).__name__}")
+        if not isinstance(self.delivers, DeliverForm):
+            raise ValueError(f"delivers must be a DeliverForm, not {self.delivers!r}")
+        if self.buffer_runs and self.delivers is DeliverForm.MESSAGES:
+            raise ValueError("buffer_runs needs delivers=UNIFORM_RUNS or ANY_RUNS: "
+                             "a datagram taken as messages leaves no run to buffer")
+        if self.multicast and self.flags & codec.FLAG_NOSUBSCRIBE:
+            raise ValueError("multicast needs a subscriber: with FLAG_NOSUBSCRIBE no DELIVER comes, "
+                             "from the group or otherwise")
+        if self.multicast_fallback_after is not None:
+            if not self.multicast:
+                raise ValueError("multicast_fallback_after needs multicast=True: "
+                                 "only a group member falls back to unicast")
+            if not self.multicast_fallback_after > 0:
+                raise ValueError(f"multicast_fallback_after must be more than 0 seconds, "
+                                 f"not {self.multicast_fallback_after!r}")
+
+    @property
+    def serves_forwards(self) -> bool:
+        """Whether FORWARDs are passed on: only a journaling client (no NOJOURNAL) is sent any."""
+        return not self.flags & codec.FLAG_NOJOURNAL
+
+
+class BackboneConnection:
+    """One client's protocol state towards one backbone, as ``options`` (:class:`ConnectionOptions`) say.
+
+    ``token_source`` makes KEEPALIVE tokens (random in use, deterministic in
+    tests); ``stats`` counts what was dropped and why (the driver's own
+    Counter, or a new one).  ``vouch`` judges the payload of a peer's
     re-delivery before it may fill a requested hole (an authenticating client
     takes only what verifies); a payload it refuses leaves the hole open, to
     be requested again.  :attr:`publishes` matches the CONFIRMs to what this
-    client published (``confirm_retry``: the first wait before a message is
-    sent again); a driver runs its timers with ``publishes.poll``.
-    ``whole_datagrams``: a backbone datagram of frames of one size that
-    continues the stream goes out as one :class:`~fyrehose.protocol.frame_run.FrameRun`
-    in ``Incoming.runs`` (stored and released as it is) instead of as
-    messages, for a driver that accounts per datagram (the load test's
-    subscribers); with ``buffer_runs`` too, such a datagram that arrives
-    while a hole is open waits whole in the tracker and later comes out, in
-    order, among ``Incoming.events`` (the journal); with ``varied_runs``
-    too, a datagram of frames of varied sizes that continues the stream goes
-    out whole as well (a FrameRun with step 0; the client's subscriptions).
-    ``multicast``: the driver joined the backbone's multicast group (see
-    :func:`fyrehose.net.group_socket.join_group`) and feeds what arrives there to
-    :meth:`receive_group`; the KEEPALIVEs carry MULTICAST (and HEAD) until
-    the group goes silent while HEAD advances for
-    ``multicast_fallback_after`` seconds (default: FALLBACK_INTERVALS
-    keepalive intervals), then the connection falls back to unicast
-    (:attr:`Incoming.fell_back`, counted as ``multicast fallbacks``).
+    client published; a driver runs its timers with ``publishes.poll``.
+    A multicast connection that falls back to unicast says so in
+    :attr:`Incoming.fell_back`, counted as ``multicast fallbacks``.
     """
 
-    def __init__(self, backbone: Address, *, flags: int, keepalive_interval: float = 0.5,
-                 serves_forwards: bool = True, tracker_options: dict[str, Any] | None = None,
+    def __init__(self, backbone: Address, options: ConnectionOptions, *,
                  token_source: Callable[[int], bytes] = os.urandom, stats: Counter[str] | None = None,
-                 vouch: Callable[[bytes], bool] | None = None, confirm_retry: float = 0.2,
-                 whole_datagrams: bool = False, buffer_runs: bool = False, varied_runs: bool = False,
-                 multicast: bool = False, multicast_fallback_after: float | None = None) -> None:
+                 vouch: Callable[[bytes], bool] | None = None) -> None:
         self.backbone = backbone
-        self.flags = flags
+        self.options = options
+        self.flags = options.flags  # the KEEPALIVEs' flags: MULTICAST comes and goes
         self.group_watch: GroupWatch | None = None
         self._head: int | None = None  # the backbone's last HEAD
         self._head_at_track: int | None = None  # the HEAD when tracking began: later messages are the stream's
-        if multicast and not flags & codec.FLAG_NOSUBSCRIBE:
+        if options.multicast:
             self.flags |= codec.FLAG_MULTICAST | codec.FLAG_HEAD  # the fallback watches HEAD
-            self.group_watch = GroupWatch(multicast_fallback_after if multicast_fallback_after is not None
-                                    else FALLBACK_INTERVALS * keepalive_interval)
-        self.keepalive_interval = keepalive_interval
-        self.serves_forwards = serves_forwards
-        self.tracker_options = tracker_options or {}
+            fallback_after = options.multicast_fallback_after
+            self.group_watch = GroupWatch(fallback_after if fallback_after is not None
+                                          else FALLBACK_INTERVALS * options.keepalive_interval)
+        self.keepalive_interval = options.keepalive_interval
+        self.serves_forwards = options.serves_forwards
         self.stats: Counter[str] = stats if stats is not None else Counter()
         self.tracker: SequenceTracker | None = None
         self.last_ack: float | None = None
         self._token_source = token_source
         self._vouch = vouch
-        self.whole_datagrams = whole_datagrams  # in-order runs go out as FrameRuns, not messages
-        self.buffer_runs = buffer_runs  # with whole_datagrams: runs beyond a hole wait whole (events may hold FrameRuns)
-        self.varied_runs = whole_datagrams and varied_runs  # runs of frames of varied sizes too (FrameRun step 0)
-        self.publishes = PendingPublishes(retry=confirm_retry, stats=self.stats)
+        # the options the hot paths ask per datagram, as plain attributes
+        self.whole_datagrams = options.delivers is not DeliverForm.MESSAGES  # in-order runs go out as FrameRuns
+        self.buffer_runs = options.buffer_runs  # runs beyond a hole wait whole (events may hold FrameRuns)
+        self.varied_runs = options.delivers is DeliverForm.ANY_RUNS  # runs of frames of varied sizes too (step 0)
+        self.publishes = PendingPublishes(retry=options.confirm_retry, stats=self.stats)
         self._tokens: deque[bytes] = deque(maxlen=TOKENS_REMEMBERED)
         self._next_keepalive = 0.0
         self._queued_forwards: set[codec.Forward] = set()
@@ -110,7 +180,7 @@ class BackboneConnection:
     def track(self, from_seq: int | None = None) -> SequenceTracker:
         """Start ordering the stream (from ``from_seq``, or whatever arrives first); idempotent."""
         if self.tracker is None:
-            self.tracker = SequenceTracker(from_seq, **self.tracker_options)
+            self.tracker = SequenceTracker(from_seq, self.options.tracker)
             self._head_at_track = self._head
         return self.tracker
 
@@ -135,6 +205,12 @@ class BackboneConnection:
             out.append(codec.encode(codec.Request("0.0.0.0", 0, from_seq, to_seq)))
         self.stats["requests"] += len(requests)
         return out, events
+
+    def goodbye(self) -> bytes:
+        """The last datagram a driver sends the backbone: a KEEPALIVE with NOSUBSCRIBE and NOJOURNAL, which stops
+        DELIVERs and FORWARDs to this client at once rather than after its 5 s lifetime."""
+        return codec.encode(codec.Keepalive(flags=codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL,
+                                            token=self._token_source(codec.TOKEN_SIZE)))
 
     def next_deadline(self) -> float:
         """When :meth:`poll` or ``publishes.poll`` next has something to do."""
@@ -221,7 +297,7 @@ class BackboneConnection:
             # tracking began but the group never brought its first message: the stream starts after the
             # HEAD of that moment, and the REQUESTs for what HEAD announces since fetch it all
             start = self._head_at_track if self._head_at_track is not None else group.high
-            self.tracker = SequenceTracker(start + 1, **self.tracker_options)
+            self.tracker = SequenceTracker(start + 1, self.options.tracker)
         self.stats["multicast fallbacks"] += 1
         incoming.fell_back = True
 

@@ -39,13 +39,15 @@ def deliveries(store: MessageStore, forward: codec.Forward) -> Iterator[bytes]:
 def paced(datagrams: Iterable[bytes], bucket: TokenBucket, sleep: Callable[[float], object],
           clock: Callable[[], float], stopped: Callable[[], bool] = lambda: False) -> Iterator[bytes]:
     """Each of ``datagrams`` once ``bucket`` has a token for it (at ``clock()``), waiting meanwhile with the
-    driver's own ``sleep``; none more once ``stopped()`` (asked before each token is taken, so every token taken is a
-    datagram handed out)."""
+    driver's own ``sleep``; none more once ``stopped()`` (asked before each token is taken, after every wait too, so
+    every token taken is a datagram handed out, and a driver stopped while it waited sends nothing more)."""
     for datagram in datagrams:
         if stopped():
             return
         delay = bucket.wait_time(clock())
         while delay > 0:
             sleep(delay)
+            if stopped():
+                return
             delay = bucket.wait_time(clock())
         yield datagram

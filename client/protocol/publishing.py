@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from fyrehose.protocol import codec
 
 MAX_PUBLISH_TIMEOUT = 25.0  # below the backbone's 30 s memory of confirmed tags: a retry is still known
+CONFIRM_RETRY = 0.2  # seconds before an unconfirmed message is first sent again, by default
 
 
 @dataclass(slots=True)
@@ -65,7 +66,7 @@ class Finished:
 
 
 class PendingPublishes:
-    def __init__(self, *, retry: float = 0.2, max_retry: float = 1.0, stats: Counter[str] | None = None,
+    def __init__(self, *, retry: float = CONFIRM_RETRY, max_retry: float = 1.0, stats: Counter[str] | None = None,
                  first_tag: int | None = None) -> None:
         self.retry = retry
         self.max_retry = max_retry

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import count, repeat, takewhile
 from typing import Any, NamedTuple
 
+from fyrehose.protocol.forwarding import FORWARD_RATE
 from fyrehose.protocol.frame_run import FrameRun
 
 MAX_RECOVERIES = 100_000
@@ -56,50 +57,81 @@ def _hole_last(hole: _Hole) -> int:
     return hole.last
 
 
+@dataclass(frozen=True, slots=True)
+class TrackerOptions:
+    """How a :class:`SequenceTracker` times its REQUESTs and give-ups, and how much it buffers (seconds, messages).
+
+    ``request_delay`` lets reordered datagrams arrive before a hole is
+    requested; retries back off from ``retry_initial`` to ``retry_max`` but
+    never come before the answer could have been paced through at
+    ``forward_rate`` messages/s (the responders' pacing), so a wide hole is
+    not asked for twice while its first answer is still streaming in.
+    ``give_up_after`` seconds after a hole was noticed it is reported lost.
+    A REQUEST asks for at most ``max_request_span`` sequences.
+    A hole learnt only from the backbone's HEAD waits ``head_delay``: its
+    DELIVERs are usually just behind.  ``max_buffered`` bounds the
+    out-of-order buffer: past it the oldest hole is given up early.
+    When the backbone says it re-DELIVERs a range itself
+    (:meth:`SequenceTracker.backbone_answers`), what is still missing of it is
+    asked for again ``redelivery_retry`` seconds later, plus the time the
+    range takes at ``redelivery_rate`` messages/s, with no back-off: the
+    backbone answers at once, and a REQUEST it never got is the likelier failure.
+    """
+
+    request_delay: float = 0.02
+    retry_initial: float = 0.1
+    retry_max: float = 1.0
+    give_up_after: float = 10.0
+    max_request_span: int = 8192
+    max_buffered: int = 1_000_000
+    head_delay: float = 0.5
+    forward_rate: float = FORWARD_RATE  # the responders' default pace
+    redelivery_retry: float = 0.02
+    redelivery_rate: float = 1_000_000
+
+    def __post_init__(self) -> None:
+        for name in ("request_delay", "head_delay", "redelivery_retry"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be 0 or more seconds, not {getattr(self, name)!r}")
+        for name in ("retry_initial", "give_up_after", "forward_rate", "redelivery_rate"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be more than 0, not {getattr(self, name)!r}")
+        if not self.retry_max >= self.retry_initial:
+            raise ValueError(f"retry_max ({self.retry_max!r} s) must not be below retry_initial "
+                             f"({self.retry_initial!r} s): retries back off from the one to the other")
+        for name in ("max_request_span", "max_buffered"):
+            if not getattr(self, name) >= 1:
+                raise ValueError(f"{name} must be at least 1 message, not {getattr(self, name)!r}")
+
+
+DEFAULT_TRACKER_OPTIONS = TrackerOptions()
+
+
 class SequenceTracker:
-    def __init__(
-        self,
-        start: int | None = None,
-        *,
-        request_delay: float = 0.02,
-        retry_initial: float = 0.1,
-        retry_max: float = 1.0,
-        give_up_after: float = 10.0,
-        max_request_span: int = 8192,
-        max_buffered: int = 1_000_000,
-        head_delay: float = 0.5,
-        forward_rate: float = 50_000,
-        redelivery_retry: float = 0.02,
-        redelivery_rate: float = 1_000_000,
-    ) -> None:
+    def __init__(self, start: int | None = None, options: TrackerOptions = DEFAULT_TRACKER_OPTIONS,
+                 **changes: Any) -> None:
         """``start`` is the first sequence wanted (None: whatever arrives first).
 
-        ``request_delay`` lets reordered datagrams arrive before a hole is
-        requested; retries back off from ``retry_initial`` to ``retry_max`` but
-        never come before the answer could have been paced through at
-        ``forward_rate`` messages/s (the responders' pacing), so a wide hole is
-        not asked for twice while its first answer is still streaming in.
-        A hole learnt only from the backbone's HEAD waits ``head_delay``: its
-        DELIVERs are usually just behind.  ``max_buffered`` bounds the
-        out-of-order buffer: past it the oldest hole is given up early.
-        When the backbone says it re-DELIVERs a range itself
-        (:meth:`backbone_answers`), what is still missing of it is asked for
-        again ``redelivery_retry`` seconds later, plus the time the range takes
-        at ``redelivery_rate`` messages/s, with no back-off: the backbone
-        answers at once, and a REQUEST it never got is the likelier failure.
+        ``options`` (:class:`TrackerOptions`) time the REQUESTs and give-ups;
+        ``changes`` replace some of them by name (``SequenceTracker(1,
+        give_up_after=1.0)``), validated the same way.
         """
+        if changes:
+            options = replace(options, **changes)
+        self.options = options
         self.next: int | None = start  # the next sequence to hand out
         self.highest = 0 if start is None else start - 1  # highest sequence known to exist (once started)
-        self.request_delay = request_delay
-        self.retry_initial = retry_initial
-        self.retry_max = retry_max
-        self.give_up_after = give_up_after
-        self.max_request_span = max_request_span
-        self.max_buffered = max_buffered
-        self.head_delay = head_delay
-        self.forward_rate = forward_rate
-        self.redelivery_retry = redelivery_retry
-        self.redelivery_rate = redelivery_rate
+        # copied into attributes: the hot paths read them per datagram
+        self.request_delay = options.request_delay
+        self.retry_initial = options.retry_initial
+        self.retry_max = options.retry_max
+        self.give_up_after = options.give_up_after
+        self.max_request_span = options.max_request_span
+        self.max_buffered = options.max_buffered
+        self.head_delay = options.head_delay
+        self.forward_rate = options.forward_rate
+        self.redelivery_retry = options.redelivery_retry
+        self.redelivery_rate = options.redelivery_rate
         self._buffer: dict[int, bytes] = {}
         self._runs: dict[int, FrameRun] = {}  # whole datagrams beyond a hole, by first sequence (buffer_run)
         self._run_messages = 0  # messages in those runs, counted against max_buffered

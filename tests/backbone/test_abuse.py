@@ -198,7 +198,8 @@ def test_a_negative_rate_limit_is_refused_in_one_line():
 
 @pytest.mark.parametrize("workers", [0, 2], ids=lambda w: f"workers={w}")
 def test_max_clients_refuses_the_third_client_and_still_serves_the_first_two(backbone_factory, workers):
-    # 3: the start-up probe's KEEPALIVE (fyrehose.runtime.readiness.wait_for_backbone, from tests/support.py) holds one slot for five seconds
+    # 3: the start-up probe's KEEPALIVE (fyrehose.drivers.backbone_io.wait_for_backbone, from tests/support.py)
+    # holds one slot for five seconds
     backbone = backbone_factory(workers=workers, extra=["--max-clients", "3"])
     with ExitStack() as stack:
         socks = []

@@ -12,9 +12,9 @@ from fyrehose.errors import InputError
 from fyrehose.net.addresses import parse_group
 from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Deliver, Forward, Keepalive, KeepaliveAck, Push, Request
-from fyrehose.protocol.connection import BackboneConnection
+from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions
 from fyrehose.protocol.multicast import GroupWatch, fallback_notice
-from fyrehose.protocol.tracker import Lost
+from fyrehose.protocol.tracker import Lost, TrackerOptions
 
 GROUP = ("239.255.0.1", 2324)
 PUB = ("10.9.9.9", 4000)
@@ -168,9 +168,10 @@ class Clock:
         return self.tokens.to_bytes(size, "big")
 
 
-def connection(clock: Clock, **options) -> BackboneConnection:
-    conn = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH | codec.FLAG_HEAD, keepalive_interval=0.5,
-                              token_source=clock.token, multicast=True, **options)
+def connection(clock: Clock, **tracker) -> BackboneConnection:
+    options = ConnectionOptions(flags=codec.FLAG_BATCH | codec.FLAG_HEAD, keepalive_interval=0.5, multicast=True,
+                                tracker=TrackerOptions(**tracker))
+    conn = BackboneConnection(BACKBONE, options, token_source=clock.token)
     conn.track()
     return conn
 
@@ -195,11 +196,12 @@ def test_a_joined_client_says_multicast_in_its_keepalives_and_a_publisher_never_
     clock = Clock()
     conn = connection(clock)
     assert keepalive_flags(conn.poll(clock.now)[0]) == [codec.FLAG_BATCH | codec.FLAG_HEAD | codec.FLAG_MULTICAST]
-    publisher = BackboneConnection(BACKBONE, flags=codec.FLAG_NOSUBSCRIBE, multicast=True)
-    assert publisher.group_watch is None and not publisher.flags & codec.FLAG_MULTICAST
-    without_head = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH, multicast=True)
+    with pytest.raises(ValueError, match="multicast needs a subscriber"):
+        ConnectionOptions(flags=codec.FLAG_NOSUBSCRIBE, multicast=True)  # a publisher never joins
+    without_head = BackboneConnection(BACKBONE, ConnectionOptions(flags=codec.FLAG_BATCH, multicast=True))
     assert without_head.flags == codec.FLAG_BATCH | codec.FLAG_MULTICAST | codec.FLAG_HEAD  # the fallback needs HEAD
-    plain = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH)
+    assert without_head.options.flags == codec.FLAG_BATCH  # as asked: MULTICAST and HEAD are the connection's
+    plain = BackboneConnection(BACKBONE, ConnectionOptions(flags=codec.FLAG_BATCH))
     assert plain.group_watch is None and plain.receive_group(codec.encode_deliver(1, b"x"), BACKBONE, T0).stored
 
 
@@ -226,7 +228,7 @@ def test_nothing_on_the_group_counts_unless_it_comes_from_the_backbone(data, sou
 
 def test_a_forged_group_datagram_does_not_fill_even_a_requested_hole():
     clock = Clock()
-    conn = connection(clock, tracker_options={"request_delay": 0.0})
+    conn = connection(clock, request_delay=0.0)
     group_deliver(conn, clock, 1)
     group_deliver(conn, clock, 3)
     requests, _ = conn.poll(clock.now + 0.1)
@@ -249,7 +251,7 @@ def test_only_delivers_count_on_the_group_even_from_the_backbone(frame):
 
 def test_a_silent_group_while_head_advances_falls_back_once_and_loses_nothing():
     clock = Clock()
-    conn = connection(clock, tracker_options={"request_delay": 0.0, "head_delay": 0.0})
+    conn = connection(clock, request_delay=0.0, head_delay=0.0)
     after = conn.group_watch.after
     assert after == 4 * 0.5
     assert not ack(conn, clock, 10)[0].fell_back  # sequenced before the join: not the group's
@@ -364,9 +366,9 @@ def test_the_fallback_notice_names_the_group_the_backbone_and_where_to_look():
 
 def test_a_stream_the_group_never_reached_starts_where_tracking_began_once_fallen_back():
     clock = Clock()
-    conn = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH | codec.FLAG_HEAD, keepalive_interval=0.5,
-                              token_source=clock.token, multicast=True,
-                              tracker_options={"request_delay": 0.0, "head_delay": 0.0})
+    options = ConnectionOptions(flags=codec.FLAG_BATCH | codec.FLAG_HEAD, keepalive_interval=0.5, multicast=True,
+                                tracker=TrackerOptions(request_delay=0.0, head_delay=0.0))
+    conn = BackboneConnection(BACKBONE, options, token_source=clock.token)
     ack(conn, clock, 7)  # joined at HEAD 7
     clock.now += 0.5
     ack(conn, clock, 9)

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from memnet import BACKBONE, MemoryNetwork
 
 from fyrehose.protocol import codec
-from fyrehose.protocol.connection import BackboneConnection
+from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions
 from fyrehose.protocol.tracker import SequenceTracker
 
 T0 = 100.0
@@ -59,7 +59,7 @@ def test_a_notice_brings_every_overlapping_holes_next_request_within_the_prompt_
 
 
 def test_the_connection_takes_a_forward_to_nowhere_from_the_backbone_as_the_notice_and_serves_nothing():
-    connection = BackboneConnection(BACKBONE, flags=codec.FLAG_REDELIVERING)
+    connection = BackboneConnection(BACKBONE, ConnectionOptions(flags=codec.FLAG_REDELIVERING))
     tracker = connection.track(1)
     tracker.deliver(1, b"a", T0)
     tracker.deliver(5, b"e", T0)

@@ -10,7 +10,7 @@ import time
 import pytest
 from conftest import BACKBONE_MODES
 
-import fyrehose.drivers.client
+import fyrehose.drivers.backbone_io
 from fyrehose import BackboneUnreachable, Client, MessagesLost, PayloadTooLarge
 from fyrehose.protocol import codec
 from fyrehose.protocol.tracker import Lost, Message
@@ -68,6 +68,17 @@ def test_no_backbone_is_a_clear_error():
     port = free_port()
     with pytest.raises(BackboneUnreachable, match=f"no KEEPALIVE-ACK from 127.0.0.1:{port} within 0.5 s"):
         Client(("127.0.0.1", port), unreachable_after=0.5)
+
+
+@pytest.mark.parametrize("option, message", [
+    ({"keepalive_interval": 1.5}, r"keepalive_interval must be in \(0, 1\] seconds \(docs/protocol.md, client rule 1\)"),
+    ({"confirm_retry": 0}, "confirm_retry must be more than 0"),
+    ({"give_up_after": -1.0}, "give_up_after must be more than 0"),
+    ({"request_delay": -0.5}, "request_delay must be 0 or more seconds"),
+])
+def test_options_outside_the_rules_are_refused_before_anything_is_opened(option, message):
+    with pytest.raises(ValueError, match=message):
+        Client(("127.0.0.1", free_port()), **option)
 
 
 def test_publish_fails_clearly_when_the_backbone_goes_away(backbone):
@@ -167,7 +178,7 @@ def test_duplicate_delivers_are_discarded(backbone):
 def test_forwards_are_paced(backbone, monkeypatch):
     """Every re-DELIVER waits for a token of the ``forward_rate`` bucket (its arithmetic: tests/protocol/test_pacing.py)."""
     WatchedBucket.made = []
-    monkeypatch.setattr(fyrehose.drivers.client, "TokenBucket", WatchedBucket)
+    monkeypatch.setattr(fyrehose.drivers.backbone_io, "TokenBucket", WatchedBucket)  # forward_bucket makes it
     with Client(backbone.addr, forward_rate=500) as keeper, Client(backbone.addr, subscribe=False) as pub:
         keeper.subscribe()
         seqs = pub.publish_many([b"p%d" % i for i in range(1000)])

@@ -15,7 +15,7 @@ import gevent
 import pytest
 from gevent import socket
 
-import fyrehose.drivers.link
+import fyrehose.drivers.backbone_io
 from fyrehose.drivers.link import BackboneLink
 from fyrehose.net.sockets import enlarge_buffers
 from fyrehose.protocol import codec
@@ -132,7 +132,7 @@ def test_a_forward_is_answered_from_what_the_link_held_and_nothing_else(links):
 def test_answers_wait_for_the_bucket_after_a_burst(links, monkeypatch):
     """Every re-DELIVER waits for a token of the ``forward_rate`` bucket (its arithmetic: tests/protocol/test_pacing.py)."""
     WatchedBucket.made = []
-    monkeypatch.setattr(fyrehose.drivers.link, "TokenBucket", WatchedBucket)
+    monkeypatch.setattr(fyrehose.drivers.backbone_io, "TokenBucket", WatchedBucket)  # forward_bucket makes it
     holding = links(held=RecentMessages(1 << 20), forward_rate=500)
     count = FORWARD_BURST + 100
     seqs = holding.publish([b"p%d" % n for n in range(count)])

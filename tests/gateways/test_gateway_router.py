@@ -27,7 +27,7 @@ def wait_until(condition, timeout: float, what: str, interval: float = 0.01) -> 
         gevent.sleep(interval)
 
 
-def _bridge(backbone, routed, wanted=None):
+def _router(backbone, routed, wanted=None):
     stats: Counter = Counter()
     router = GatewayRouter(backbone.address, lambda seq, message: routed.append((seq, message)), stats=stats,
                     wants=wanted)
@@ -36,7 +36,7 @@ def _bridge(backbone, routed, wanted=None):
 
 def test_publishes_of_many_clients_in_one_loop_turn_share_one_batch_and_keep_each_order(module_backbone):
     routed: list = []
-    router, stats = _bridge(module_backbone, routed)
+    router, stats = _router(module_backbone, routed)
     try:
         results: dict[int, list[int]] = {}
 
@@ -68,7 +68,7 @@ def test_only_wanted_subjects_are_opened_and_routed(module_backbone):
         asked.append(subject)
         return subject.startswith("keep.")
 
-    router, stats = _bridge(module_backbone, routed, wanted)
+    router, stats = _router(module_backbone, routed, wanted)
     try:
         seqs = router.publish([Envelope("drop.me", b"1"), Envelope("keep.me", b"2"), Envelope("drop.too", b"3")])
         wait_until(lambda: router.position >= seqs[-1], 10, "the stream reaching the publishes")
@@ -81,7 +81,7 @@ def test_only_wanted_subjects_are_opened_and_routed(module_backbone):
 
 def test_announcements_and_the_deployments_interest_reach_the_table(module_backbone):
     routed: list = []
-    router, _ = _bridge(module_backbone, routed, lambda subject: False)
+    router, _ = _router(module_backbone, routed, lambda subject: False)
     try:
         with Client(module_backbone.addr) as other:
             other.subscribe("elsewhere.>")
@@ -95,7 +95,7 @@ def test_announcements_and_the_deployments_interest_reach_the_table(module_backb
 
 def test_no_thread_is_started(module_backbone):
     before = threading.active_count()
-    router, _ = _bridge(module_backbone, [])
+    router, _ = _router(module_backbone, [])
     try:
         assert threading.active_count() == before
         assert router.reachable
@@ -105,7 +105,7 @@ def test_no_thread_is_started(module_backbone):
 
 
 def test_an_empty_publish_is_answered_at_once(module_backbone):
-    router, stats = _bridge(module_backbone, [])
+    router, stats = _router(module_backbone, [])
     try:
         assert router.publish([]) == []
         assert stats["publish batches"] == 0
@@ -113,10 +113,10 @@ def test_an_empty_publish_is_answered_at_once(module_backbone):
         router.close()
 
 
-def test_the_bridge_knows_where_its_stream_began_and_where_it_is_routed_or_not(module_backbone):
+def test_the_router_knows_where_its_stream_began_and_where_it_is_routed_or_not(module_backbone):
     """What an SSE backfill hands over by: everything after ``position``, or from ``first`` on, is routed."""
     routed: list = []
-    router, _ = _bridge(module_backbone, routed, lambda subject: False)
+    router, _ = _router(module_backbone, routed, lambda subject: False)
     try:
         assert router.first == 0 and not router.started.is_set()
         seqs = router.publish([Envelope("router.unwanted", b"x")])
@@ -129,7 +129,7 @@ def test_the_bridge_knows_where_its_stream_began_and_where_it_is_routed_or_not(m
 
 
 def _publish(backbone, subject: str, count: int) -> list[int]:
-    router, _ = _bridge(backbone, [])
+    router, _ = _router(backbone, [])
     try:
         return router.publish([Envelope(subject, b"%d" % i) for i in range(count)])
     finally:

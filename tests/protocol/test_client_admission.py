@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from fyrehose.drivers.client import Client
 from fyrehose.protocol import codec
 from fyrehose.protocol.admission import admit
-from fyrehose.protocol.connection import BackboneConnection
+from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions
 from fyrehose.protocol.publishing import Finished
-from fyrehose.protocol.tracker import SequenceTracker
+from fyrehose.protocol.tracker import SequenceTracker, TrackerOptions
 from fyrehose.runtime.process import wait_until
 from fyrehose.subjects.auth import AuthDatabase, Authenticator, Credentials
 from fyrehose.subjects.envelope import Envelope, encode
@@ -74,8 +74,8 @@ def test_an_authenticating_client_fills_a_hole_only_with_what_verifies():
     genuine = encode(paul.sign(paul_session.stamp(Envelope("q.x", b"genuine"))))
     forged = genuine[:-40] + b"forged!!" + genuine[-32:]  # the data changed, the digest kept
     unsigned = encode(Envelope("q.x", b"unsigned"))
-    connection = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH, tracker_options={"request_delay": 0.01},
-                                    vouch=sam.vouches)
+    options = ConnectionOptions(flags=codec.FLAG_BATCH, tracker=TrackerOptions(request_delay=0.01))
+    connection = BackboneConnection(BACKBONE, options, vouch=sam.vouches)
     connection.track(1)
     connection.receive(codec.encode_deliver(1, b"a"), BACKBONE, 0.0)
     connection.receive(codec.encode_deliver(3, b"c"), BACKBONE, 0.0)
@@ -148,7 +148,7 @@ def test_a_stranger_cannot_stop_confuse_or_inject(backbone):
 
 
 def test_a_forged_confirm_completes_no_publish():
-    connection = BackboneConnection(BACKBONE, flags=codec.FLAG_NOSUBSCRIBE)
+    connection = BackboneConnection(BACKBONE, ConnectionOptions(flags=codec.FLAG_NOSUBSCRIBE))
     number, datagrams = connection.publishes.start([b"x", b"y"], 0.0, 5.0)
     (_, _, first), (_, _, second) = codec.scan(datagrams[0], codec.PUSH)[0]
     confirms = codec.encode_confirm(first, 5) + codec.encode_confirm(second, 6)
@@ -229,7 +229,7 @@ def test_a_datagram_of_one_frame_size_is_taken_as_frame_by_frame(size, steps, fi
     for step in steps[1:]:
         seqs.append(seqs[-1] + step)  # a step above 1 leaves a hole
     frames = [codec.encode_deliver(seq, bytes([seq & 0xFF]) * size) for seq in seqs]
-    packed, single = (BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH) for _ in range(2))
+    packed, single = (BackboneConnection(BACKBONE, ConnectionOptions(flags=codec.FLAG_BATCH)) for _ in range(2))
     for connection in (packed, single):
         connection.track(first)
     got = packed.receive(b"".join(frames), BACKBONE, 0.0)
@@ -244,7 +244,7 @@ def test_a_datagram_of_one_frame_size_is_taken_as_frame_by_frame(size, steps, fi
 
 
 def test_a_repeated_forward_is_served_once_until_the_driver_is_done_with_it():
-    connection = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH)
+    connection = BackboneConnection(BACKBONE, ConnectionOptions(flags=codec.FLAG_BATCH))
     forward = codec.encode(codec.Forward("127.0.0.1", 4000, 5, 9))
     first = connection.receive(forward, BACKBONE, 0.0).forwards
     assert first == [codec.Forward("127.0.0.1", 4000, 5, 9)]
@@ -252,7 +252,7 @@ def test_a_repeated_forward_is_served_once_until_the_driver_is_done_with_it():
     assert connection.stats["duplicate forwards"] == 1
     connection.forward_done(first[0])
     assert connection.receive(forward, BACKBONE, 0.2).forwards == first  # asked again later: served again
-    ignoring = BackboneConnection(BACKBONE, flags=codec.FLAG_NOJOURNAL, serves_forwards=False)
+    ignoring = BackboneConnection(BACKBONE, ConnectionOptions(flags=codec.FLAG_NOJOURNAL))
     assert ignoring.receive(forward, BACKBONE, 0.0).forwards == [] and ignoring.stats["forwards ignored"] == 1
 
 

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fyrehose.protocol import codec
-from fyrehose.protocol.connection import BackboneConnection
+from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions, DeliverForm
 from fyrehose.protocol.frame_run import FrameRun
 from fyrehose.protocol.recent_messages import RecentMessages
 from fyrehose.protocol.tracker import Message
@@ -85,11 +85,11 @@ def datagram(first: int, count: int, size: int = 8) -> bytes:
     return codec.pack([codec.Deliver(seq, payload(seq, size)) for seq in range(first, first + count)])
 
 
-def release_and_store_as_message_by_message(arrivals, frames_of, **whole_options) -> None:
-    """Datagrams in any order, overlapping: a connection keeping them whole (``whole_options``) releases and
+def release_and_store_as_message_by_message(arrivals, frames_of, delivers=DeliverForm.UNIFORM_RUNS) -> None:
+    """Datagrams in any order, overlapping: a connection keeping them whole (``delivers``) releases and
     stores exactly what one taking them message by message does."""
-    whole = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH, whole_datagrams=True, **whole_options)
-    single = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH)
+    whole = BackboneConnection(BACKBONE, ConnectionOptions(flags=codec.FLAG_BATCH, delivers=delivers))
+    single = BackboneConnection(BACKBONE, ConnectionOptions(flags=codec.FLAG_BATCH))
     whole.track(1)
     single.track(1)
     released_whole, released_single = [], []
@@ -124,7 +124,8 @@ def test_whole_datagrams_release_and_store_what_message_by_message_does(arrivals
 
 
 def test_a_peers_redelivery_is_never_taken_as_a_whole_run():
-    connection = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH, whole_datagrams=True)
+    options = ConnectionOptions(flags=codec.FLAG_BATCH, delivers=DeliverForm.UNIFORM_RUNS)
+    connection = BackboneConnection(BACKBONE, options)
     connection.track(1)
     assert connection.receive(datagram(1, 5), BACKBONE, 0.0).runs == [run_of(1, 5)]
     incoming = connection.receive(datagram(6, 5), ("127.0.0.1", 9999), 0.0)  # a stranger's: nothing asked
@@ -137,14 +138,14 @@ def varied(seq: int) -> bytes:
 
 @given(arrivals)
 def test_datagrams_of_varied_frame_sizes_go_out_whole_as_message_by_message_does(arrivals):
-    """With varied_runs a datagram of frames of several sizes that continues the stream is a run (step 0)."""
-    release_and_store_as_message_by_message(arrivals, varied, varied_runs=True)
+    """With ANY_RUNS a datagram of frames of several sizes that continues the stream is a run (step 0)."""
+    release_and_store_as_message_by_message(arrivals, varied, DeliverForm.ANY_RUNS)
 
 
 def test_a_datagram_of_varied_frame_sizes_is_one_run_only_when_asked_for():
     data = codec.pack([codec.Deliver(seq, varied(seq)) for seq in range(1, 6)])
-    asked = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH, whole_datagrams=True, varied_runs=True)
-    plain = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH, whole_datagrams=True)
+    asked = BackboneConnection(BACKBONE, ConnectionOptions(flags=codec.FLAG_BATCH, delivers=DeliverForm.ANY_RUNS))
+    plain = BackboneConnection(BACKBONE, ConnectionOptions(flags=codec.FLAG_BATCH, delivers=DeliverForm.UNIFORM_RUNS))
     asked.track(1)
     plain.track(1)
     run, = asked.receive(data, BACKBONE, 0.0).runs

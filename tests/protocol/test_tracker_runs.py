@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fyrehose.protocol import codec
-from fyrehose.protocol.connection import BackboneConnection
+from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions, DeliverForm
 from fyrehose.protocol.frame_run import FrameRun
 from fyrehose.protocol.tracker import Lost, Message, SequenceTracker
 
@@ -32,7 +32,8 @@ def flatten(events):
 def test_every_sequence_comes_out_once_in_order_whatever_is_dropped_and_re_sent(sizes, data):
     """Datagrams in order, some dropped; the dropped ones re-sent later one message at a time (as the backbone's
     recent log or a journal does); what comes out is exactly the stream, datagrams that waited coming out whole."""
-    connection = BackboneConnection(BACKBONE, flags=0, whole_datagrams=True, buffer_runs=True)
+    options = ConnectionOptions(flags=0, delivers=DeliverForm.UNIFORM_RUNS, buffer_runs=True)
+    connection = BackboneConnection(BACKBONE, options)
     connection.track()
     datagrams, first = [], 1
     for size in sizes:

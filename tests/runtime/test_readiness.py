@@ -1,14 +1,13 @@
-"""fyrehose.runtime.readiness: free loopback ports and the backbone start-up probe."""
+"""fyrehose.runtime.readiness: free loopback ports and the one readiness line of every service (the backbone
+start-up probe is a driver's: tests/drivers/test_backbone_io.py)."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
 import pytest
 
-from fyrehose.protocol import codec
-from fyrehose.runtime.readiness import LOOPBACK, free_port, keepalive_answered, wait_for_backbone
+from fyrehose.runtime.readiness import LOOPBACK, free_port
 
 
 @pytest.mark.parametrize("kind", [socket.SOCK_DGRAM, socket.SOCK_STREAM], ids=["udp", "tcp"])
@@ -17,68 +16,6 @@ def test_free_port_can_be_bound(kind):
     assert 0 < port < 65536
     with socket.socket(socket.AF_INET, kind) as sock:
         sock.bind((LOOPBACK, port))
-
-
-def test_a_running_backbone_answers(backbone):
-    wait_for_backbone(backbone.addr, timeout=5.0)
-    assert keepalive_answered(backbone.addr, wait=1.0)
-
-
-def _silent_addr() -> tuple[str, int]:
-    return LOOPBACK, free_port(socket.SOCK_DGRAM)
-
-
-def _keepalives(sock: socket.socket) -> int:
-    """The KEEPALIVEs waiting on ``sock`` (a peer that never answers), read without blocking."""
-    sock.setblocking(False)
-    count = 0
-    for _ in range(10_000):
-        try:
-            data = sock.recv(100)
-        except BlockingIOError:
-            return count
-        count += data[:1] == bytes((codec.KEEPALIVE,))
-    return count
-
-
-def test_keepalive_answered_is_false_when_nobody_listens():
-    assert not keepalive_answered(_silent_addr(), wait=0.1)
-
-
-def test_keepalive_answered_is_false_when_the_keepalive_goes_unanswered():
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
-        silent.bind((LOOPBACK, 0))
-        assert not keepalive_answered(silent.getsockname(), wait=0.1)
-        assert _keepalives(silent) == 1  # it asked once
-
-
-def test_keepalive_answered_ignores_other_datagrams():
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as fake:  # answers with a wrong token, then junk
-        fake.bind((LOOPBACK, 0))
-        fake.settimeout(2.0)
-        addr = fake.getsockname()
-
-        def answer():
-            try:
-                _, source = fake.recvfrom(100)
-            except OSError:
-                return
-            fake.sendto(bytes((0x20,)) + bytes(16), source)
-            fake.sendto(b"junk", source)
-
-        thread = threading.Thread(target=answer)
-        thread.start()
-        assert not keepalive_answered(addr, wait=0.3)
-        thread.join()
-
-
-def test_wait_for_backbone_keeps_asking_then_times_out_when_nobody_answers():
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
-        silent.bind((LOOPBACK, 0))
-        host, port = addr = silent.getsockname()
-        with pytest.raises(TimeoutError, match=f"backbone at {host}:{port} did not answer within 1 s"):
-            wait_for_backbone(addr, timeout=1.0)
-        assert _keepalives(silent) >= 2  # asked again after the first attempt went unanswered
 
 
 def _stdout_until_stopped(argv: list[str], log, timeout: float = 30.0) -> tuple[list[str], int | None]:

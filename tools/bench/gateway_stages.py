@@ -26,7 +26,7 @@ from fyrehose.gateways.redis.connection import RedisRoutes
 from fyrehose.gateways.redis.hiredis_parser import HiredisCommandParser
 from fyrehose.gateways.sizes import checked
 from fyrehose.protocol import codec
-from fyrehose.protocol.connection import BackboneConnection
+from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions
 from fyrehose.protocol.publishing import PendingPublishes
 from fyrehose.subjects.envelope import Envelope, decode, peek_subject
 from fyrehose.subjects.patterns import SubjectIndex
@@ -126,7 +126,7 @@ def _push_and_confirm(payloads: list[bytes], confirms: list[bytes]) -> None:
 def _stream_receive(payload: bytes, seconds: float) -> float:
     """The connection's cost per message of in-order DELIVER datagrams of 700 messages (the gateway's stream)."""
     count = 700
-    connection = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH | codec.FLAG_NOJOURNAL, serves_forwards=False)
+    connection = BackboneConnection(BACKBONE, ConnectionOptions(flags=codec.FLAG_BATCH | codec.FLAG_NOJOURNAL))
     connection.track(1)
     next_seq = [1]
 

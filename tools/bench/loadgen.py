@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from fyrehose.backbone.host.udp import SOCKET_BUFFER
+from fyrehose.drivers.backbone_io import keepalive_handshake, open_socket
 from fyrehose.net.sockets import enlarge_buffers
 from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address
-from fyrehose.protocol.connection import BackboneConnection
+from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions
 from fyrehose.tools.bench import wire
 from fyrehose.tools.bench.offer_schedule import OfferSchedule
 from fyrehose.tools.bench.recovery import HoleRecovery
@@ -42,7 +43,6 @@ from fyrehose.tools.bench.scanning import (
 )
 from fyrehose.tools.bench.targets import FYREHOSE, NATS, REDIS
 
-KEEPALIVE_INTERVAL = 0.5
 HANDSHAKE_TIMEOUT = 10.0
 START_TIMEOUT = 60.0
 IDLE_WAIT = 0.05
@@ -277,26 +277,16 @@ class _FyrehoseReceiver(_Receiver):
             flags |= codec.FLAG_HEAD
         # the client's protocol state for KEEPALIVEs, their ACKs and the REQUESTs of holes; DELIVERs are
         # counted by the scanner, and ordered only as far as noticing and timing holes needs (HoleRecovery)
-        self.connection = BackboneConnection(spec.address, flags=flags, keepalive_interval=KEEPALIVE_INTERVAL)
+        self.connection = BackboneConnection(spec.address, ConnectionOptions(flags=flags))
         self.recovery = HoleRecovery(self.connection.track())
         self._delivers = 0
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        enlarge_buffers(self.sock, SOCKET_BUFFER)
-        self.sock.bind((spec.address[0], 0))
-        self._subscribe()
+        self.sock = open_socket(spec.address, receive_buffer=SOCKET_BUFFER, send_buffer=True)
+        self._subscribe(self.sock)
 
-    def _subscribe(self) -> None:
-        deadline = time.monotonic() + HANDSHAKE_TIMEOUT
-        self.sock.settimeout(0.2)
-        while time.monotonic() < deadline:
-            self.tick(max(time.monotonic(), self.connection.next_deadline()))
-            try:
-                data, source = self.sock.recvfrom(100)
-            except TimeoutError:
-                continue
-            if self.connection.receive(data, source, time.monotonic()).acked:
-                return
-        raise StreamError(f"the backbone at {self.spec.address[0]}:{self.spec.address[1]} did not answer a KEEPALIVE")
+    def _subscribe(self, sock: socket.socket) -> None:
+        if not keepalive_handshake(sock, self.connection, HANDSHAKE_TIMEOUT, every=0.2):
+            host, port = self.spec.address
+            raise StreamError(f"the backbone at {host}:{port} did not answer a KEEPALIVE")
 
     def tick(self, now: float) -> None:
         datagrams, _ = self.connection.poll(now)

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -43,13 +43,7 @@ from fyrehose.net.group_socket import join_group
 from fyrehose.protocol import codec
 from fyrehose.protocol.connection import BackboneConnection
 from fyrehose.tools.bench import report, scaling
-from fyrehose.tools.bench.loadgen import (
-    KEEPALIVE_INTERVAL,
-    SOCKET_BUFFER,
-    LoadSpec,
-    _FyrehoseReceiver,
-    subscriber_main,
-)
+from fyrehose.tools.bench.loadgen import SOCKET_BUFFER, LoadSpec, _FyrehoseReceiver, subscriber_main
 from fyrehose.tools.bench.orchestra import BenchSettings, StepResult, StepRunner
 from fyrehose.tools.bench.servers import ServerProcess
 from fyrehose.tools.bench.targets import FYREHOSE, BenchError, Target
@@ -73,8 +67,7 @@ class GroupReceiver(_FyrehoseReceiver):
         self.unicast.setblocking(False)
         self.sock = join_group(GROUP, spec.address, SOCKET_BUFFER)
         # the same flags and MULTICAST, from a KEEPALIVE sent now on: no unicast DELIVERs from then on
-        self.connection = BackboneConnection(spec.address, flags=self.connection.flags,
-                                             keepalive_interval=KEEPALIVE_INTERVAL, multicast=True)
+        self.connection = BackboneConnection(spec.address, replace(self.connection.options, multicast=True))
         self.strangers = 0
         self.joined = True
         self.tick(time.monotonic())

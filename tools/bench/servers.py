@@ -16,9 +16,10 @@ from pathlib import Path
 import psutil
 
 from fyrehose.backbone.multiprocess.supervisor import default_sizes
+from fyrehose.drivers.backbone_io import keepalive_answered
 from fyrehose.protocol.codec import Address
 from fyrehose.runtime.process import ChildProcess, wait_until
-from fyrehose.runtime.readiness import free_port, keepalive_answered
+from fyrehose.runtime.readiness import free_port
 from fyrehose.tools.bench import wire
 from fyrehose.tools.bench.loadgen import read_chunk, resp_request
 from fyrehose.tools.bench.scanning import NatsStream, StreamError

@@ -29,9 +29,10 @@ from pathlib import Path
 
 import psutil
 
+from fyrehose.drivers.backbone_io import wait_for_backbone
 from fyrehose.protocol import codec
 from fyrehose.runtime.process import FYREHOSE, ChildProcess
-from fyrehose.runtime.readiness import free_port, wait_for_backbone
+from fyrehose.runtime.readiness import free_port
 from fyrehose.tools.fuzz.mutation import mutation_inputs
 
 LOOPBACK = "127.0.0.1"

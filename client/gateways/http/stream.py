@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 import gevent
 
-from fyrehose.drivers.link import RangeLink, wall_us
+from fyrehose.drivers.backbone_io import wall_us
+from fyrehose.drivers.link import RangeLink
 from fyrehose.gateways.http import sse
 from fyrehose.protocol.tracker import Event, Lost
 from fyrehose.subjects.envelope import Envelope, is_envelope, peek_subject

@@ -21,7 +21,7 @@ from harness import instrumented, main  # noqa: E402
 
 with instrumented():
     from fyrehose.protocol import codec
-    from fyrehose.protocol.connection import BackboneConnection
+    from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions, DeliverForm
     from fyrehose.protocol.tracker import Message
 
 BACKBONE = ("127.0.0.1", 2323)
@@ -49,8 +49,9 @@ def check(data: bytes) -> None:
     tokens = iter(range(1, 1 << 20))
     whole = bool(data[:1] and data[0] & 2)
     group = bool(data[:1] and data[0] & 4)
-    connection = BackboneConnection(BACKBONE, flags=codec.FLAG_BATCH | codec.FLAG_HEAD, whole_datagrams=whole,
-                                    multicast=group,
+    options = ConnectionOptions(flags=codec.FLAG_BATCH | codec.FLAG_HEAD, multicast=group,
+                                delivers=DeliverForm.UNIFORM_RUNS if whole else DeliverForm.MESSAGES)
+    connection = BackboneConnection(BACKBONE, options,
                                     token_source=lambda size: next(tokens).to_bytes(size, "big"))
     tracker = connection.track(1)
     connection.poll(0.0)  # one KEEPALIVE: token 1 is outstanding

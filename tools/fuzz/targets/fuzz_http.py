@@ -63,7 +63,7 @@ class MemoryConnection:
             self.output.append(farewell)
 
 
-class MemoryBridge:
+class MemoryRouter:
     """The router's public interface without a backbone: publishes are confirmed at once, a cache holds one record."""
 
     reachable = True
@@ -99,7 +99,7 @@ def drive(data: bytes) -> MemoryConnection:
     elif mode == 2:
         body = UPGRADE + masked(body)
     gateway = HttpGateway(HttpSettings(backbone="127.0.0.1:1", max_message=4096, max_head=2048))
-    router = MemoryBridge()
+    router = MemoryRouter()
     gateway.router = router  # type: ignore[assignment]
     connection = MemoryConnection()
     session = connection.session = HttpConnection(connection, gateway, router)  # type: ignore[arg-type]

@@ -1,0 +1,245 @@
+"""The I/O every driver of :class:`~fyrehose.protocol.connection.BackboneConnection` does around it, written once.
+
+The threaded :class:`fyrehose.Client`, the gateways' gevent link
+(:mod:`fyrehose.drivers.link`), the journal's receive loop
+(:mod:`fyrehose.journal.recorder`), the load test's Locust users
+(:mod:`fyrehose.loadtest.users`) and the bench's load generators
+(:mod:`fyrehose.tools.bench.loadgen`) all open a UDP socket towards the
+backbone, wait for its first KEEPALIVE-ACK, time their receive waits by the
+connection's next deadline, answer FORWARDs at a paced rate, stamp the
+subject layer's messages with the wall clock and say goodbye when they stop;
+the start-up probe (:func:`keepalive_answered`, :func:`wait_for_backbone`)
+asks a backbone for one ACK.  What differs between them is how they wait,
+their :class:`IoStyle`: :data:`THREADS` (``time.sleep``, ``threading.Event``,
+stdlib sockets; cooperative under gevent's monkey patching, since they are
+looked up when called) or :func:`gevent_style` (``gevent.sleep``, gevent's
+events and sockets, with nothing patched).  The rest is here, once.
+
+The constants of the client side live where they are decided: the
+keepalive interval in :mod:`fyrehose.protocol.connection`, the pace of
+re-DELIVERs in :mod:`fyrehose.protocol.forwarding`; the socket sizes and
+waits of the drivers here.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Protocol
+
+from fyrehose.errors import BackboneUnreachable
+from fyrehose.net.addresses import resolve_ipv4, route_source
+from fyrehose.net.sockets import enlarge_buffers
+from fyrehose.protocol import codec
+from fyrehose.protocol.codec import Address
+from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions
+from fyrehose.protocol.forwarding import FORWARD_BURST, MessageStore, deliveries, paced
+from fyrehose.protocol.pacing import TokenBucket
+
+RECEIVE_BUFFER = 8 << 20  # a second of a fast stream: what arrives while the driver is busy waits here
+UNREACHABLE_AFTER = 5.0  # seconds without a KEEPALIVE-ACK (the first one included) before the backbone is unreachable
+SHORTEST_WAIT = 0.001  # a receive loop's least wait for a datagram: a timer already due is no busy loop
+PROBE_INTERVAL = 0.1  # seconds between the start-up probe's KEEPALIVEs
+_PROBE_FLAGS = codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL  # a probe neither subscribes nor asks the journal
+
+
+class Waitable(Protocol):
+    """What an :class:`IoStyle` makes for one greenlet or thread to wake another: threading's or gevent's Event."""
+
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+@dataclass(frozen=True)
+class IoStyle:
+    """How a driver waits: its sleep, its events, the UDP sockets it blocks on."""
+
+    name: str
+    sleep: Callable[[float], object]
+    event: Callable[[], Waitable]
+    udp_socket: Callable[[], socket.socket]
+
+    def until(self, condition: Callable[[], bool], every: float = 0.01) -> Callable[[float], bool]:
+        """A wait for ``condition`` (asked every ``every`` s) of at most the seconds it is given; whether it held."""
+        def wait(timeout: float) -> bool:
+            deadline = time.monotonic() + timeout
+            while not condition():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.sleep(min(every, left))
+            return True
+        return wait
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)  # looked up now: gevent's once the process is monkey-patched
+
+
+THREADS = IoStyle("threads", _sleep, lambda: threading.Event(),
+                  lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+
+
+@cache
+def gevent_style() -> IoStyle:
+    """gevent's waits on its loop, nothing monkey-patched (imported on first use: the Client needs no gevent)."""
+    import gevent
+    import gevent.event
+    import gevent.socket
+
+    return IoStyle("gevent", gevent.sleep, gevent.event.Event,
+                   lambda: gevent.socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+
+
+# ---------------------------------------------------------------- the socket
+
+
+def open_socket(backbone: Address, *, bind: Address | None = None, receive_buffer: int = RECEIVE_BUFFER,
+                send_buffer: bool = False, style: IoStyle = THREADS) -> socket.socket:
+    """A UDP socket of ``style`` to talk to ``backbone`` from, with a ``receive_buffer``-byte kernel buffer (and a
+    send buffer of the same size with ``send_buffer``), bound to ``bind`` or else to the local address that routes
+    to the backbone, on a port the kernel picks: the source the backbone sees and names in FORWARDs, reachable
+    only where the backbone is."""
+    sock = style.udp_socket()
+    try:
+        enlarge_buffers(sock, receive_buffer,
+                        (socket.SO_RCVBUF, socket.SO_SNDBUF) if send_buffer else (socket.SO_RCVBUF,))
+        sock.bind(bind if bind is not None else (route_source(backbone), 0))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def say_goodbye(sock: socket.socket, connection: BackboneConnection) -> None:
+    """Send the connection's goodbye (NOSUBSCRIBE, NOJOURNAL): the backbone stops sending to this client now rather
+    than after its 5 s lifetime.  A socket that cannot send any more has nothing to stop."""
+    try:
+        sock.sendto(connection.goodbye(), connection.backbone)
+    except OSError:
+        pass
+
+
+def sent(sock: socket.socket, datagram: bytes, target: Address) -> bool:
+    """Whether ``datagram`` went out to ``target`` (a full send buffer, a closed socket: it did not)."""
+    try:
+        sock.sendto(datagram, target)
+    except OSError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- time
+
+
+def wall_us() -> int:
+    """Wall-clock microseconds: the time heartbeats and the trust exchange carry."""
+    return time.time_ns() // 1000
+
+
+def timer_wait(deadline: float, now: float, longest: float) -> float:
+    """How long a receive loop may wait for a datagram at ``now`` before the connection's timers are due at
+    ``deadline``: at least :data:`SHORTEST_WAIT`, at most ``longest`` (so it notices being closed)."""
+    return min(max(deadline - now, SHORTEST_WAIT), longest)
+
+
+# ---------------------------------------------------------------- the first ACK
+
+
+def unreachable(backbone: Address, waited: float) -> BackboneUnreachable:
+    host, port = backbone
+    return BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} within {waited:g} s")
+
+
+def await_ack(wait: Callable[[float], bool], backbone: Address, timeout: float = UNREACHABLE_AFTER, *,
+              give_up: Callable[[], object] | None = None) -> None:
+    """Wait (``wait(timeout)``: an event the driver's receive loop sets on the first KEEPALIVE-ACK, or
+    :meth:`IoStyle.until` a condition) until the backbone has answered; else ``give_up()`` (close what was
+    opened) and raise :class:`~fyrehose.errors.BackboneUnreachable`."""
+    if not wait(timeout):
+        if give_up is not None:
+            give_up()
+        raise unreachable(backbone, timeout)
+
+
+def keepalive_handshake(sock: socket.socket, connection: BackboneConnection, timeout: float, *,
+                        every: float = PROBE_INTERVAL, style: IoStyle = THREADS) -> bool:
+    """Send the connection's KEEPALIVE from the blocking ``sock`` every ``every`` s until a KEEPALIVE-ACK to one of
+    its tokens arrives (True) or ``timeout`` passes (False); for a driver with no receive loop running yet.
+
+    Every datagram read meanwhile goes through the connection, which judges the answer (only the backbone's
+    address, only our tokens).  An ICMP error (nobody listens yet) ends an attempt early; the next one waits its
+    turn.  The socket is left with a timeout set.
+    """
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        ends = time.monotonic() + min(every, left)
+        try:
+            now = time.monotonic()
+            for datagram in connection.poll(max(now, connection.next_deadline()))[0]:
+                sock.sendto(datagram, connection.backbone)
+            while (wait := ends - time.monotonic()) > 0:
+                sock.settimeout(wait)
+                data, source = sock.recvfrom(codec.MAX_DATAGRAM)
+                if connection.receive(data, source, time.monotonic()).acked:
+                    return True
+        except (TimeoutError, ConnectionError):  # no answer in time (socket.timeout); an ICMP port unreachable
+            pass
+        if ends < deadline:  # another attempt follows: no busy loop when this one failed at once
+            style.sleep(max(0.0, ends - time.monotonic()))
+    return False
+
+
+def _probe_connection(addr: Address) -> BackboneConnection:
+    host, port = addr
+    return BackboneConnection((resolve_ipv4(host), port), ConnectionOptions(flags=_PROBE_FLAGS,
+                                                                             keepalive_interval=PROBE_INTERVAL))
+
+
+def keepalive_answered(addr: Address, wait: float = PROBE_INTERVAL) -> bool:
+    """Whether the backbone at ``addr`` answers one KEEPALIVE, sent from a fresh UDP socket, within ``wait`` s."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        return keepalive_handshake(sock, _probe_connection(addr), wait, every=wait)
+
+
+def wait_for_backbone(addr: Address, timeout: float = 10.0) -> None:
+    """Block until the backbone at ``addr`` answers a KEEPALIVE; ``TimeoutError`` after ``timeout`` seconds.
+
+    Every attempt goes from one socket, so the backbone sees a single client
+    (one slot of ``--max-clients``) however many attempts it takes, and an ACK
+    to an earlier attempt's token that comes after it gave up still counts.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        if keepalive_handshake(sock, _probe_connection(addr), timeout):
+            return
+    host, port = addr
+    raise TimeoutError(f"backbone at {host}:{port} did not answer within {timeout:g} s")
+
+
+# ---------------------------------------------------------------- answering FORWARDs
+
+
+def forward_bucket(rate: float) -> TokenBucket:
+    """The token bucket that paces one driver's re-DELIVERs: ``rate`` messages/s, bursts of FORWARD_BURST."""
+    return TokenBucket(rate, burst=FORWARD_BURST, now=time.monotonic())
+
+
+def answer_forward(forward: codec.Forward, store: MessageStore, bucket: TokenBucket,
+                   send: Callable[[bytes, Address], bool], stats: Counter[str], *, style: IoStyle = THREADS,
+                   stopped: Callable[[], bool] = lambda: False) -> None:
+    """Re-DELIVER what ``store`` holds of ``forward``'s range to its requester through ``send``, each datagram once
+    ``bucket`` has a token for it (waiting with the style's sleep), counted as ``forwarded`` or ``send errors``;
+    nothing more once ``stopped()`` (asked before each token and after each wait: the socket may be gone)."""
+    target = (forward.addr, forward.port)
+    for datagram in paced(deliveries(store, forward), bucket, style.sleep, time.monotonic, stopped):
+        if send(datagram, target):
+            stats["forwarded"] += 1
+        else:
+            stats["send errors"] += 1
