@@ -92,6 +92,8 @@ class Publisher(User):
         if not self.pacer.take(elapsed, self._rate(elapsed)):
             return
         phase = run.schedule.index_at(elapsed)  # now: while publishing, a truncation may replace the schedule
+        if phase is None:  # the run ended (or was cut short) since the pacer gave its token
+            return
         payload = stamp(time.time_ns(), run.settings.size)
         self.in_flight = self.channel.publish([payload] * max(self.batch, 1), phase)
 
@@ -175,7 +177,9 @@ class PushChannel:
 
     def wait(self, number: int | None) -> None:
         """Until batch ``number`` has been reported (at once if it has been, or for None)."""
-        request = self._requests.get(number) if number is not None else None
+        if number is None:
+            return
+        request = self._requests.get(number)
         if request is None:
             return
         request.finished = gevent.event.Event()
@@ -297,9 +301,9 @@ class Subscriber(User):
                 now = time.monotonic()
                 continue
             now = time.monotonic()
-            events, forward = session.receive(datagram, source, now)
-            if events:
-                released += session.release(events, time.time_ns())
+            arrived, forward = session.receive(datagram, source, now)
+            if arrived:
+                released += session.release(arrived, time.time_ns())
                 if len(released) >= REPORT_EVERY:
                     self._report(released)
                     released = []

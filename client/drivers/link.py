@@ -289,14 +289,17 @@ class BackboneLink:
     def _group_loop(self) -> None:
         """The group's DELIVERs, admitted only from the backbone's address, until the link leaves the group."""
         group = self._group_sock
+        if group is None:
+            return
+        receive = group.recvfrom
         connection = self.connection
         taken = 0
-        while group is not None and self._group_sock is group and not self._closed:
+        while self._group_sock is group and not self._closed:
             taken += 1
             if taken % YIELD_EVERY == 0:
                 gevent.sleep(0)
             try:
-                data, source = group.recvfrom(65536)
+                data, source = receive(65536)
             except OSError:
                 if self._closed or self._group_sock is not group:
                     return

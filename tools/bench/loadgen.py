@@ -80,18 +80,20 @@ def _describe(exc: BaseException) -> str:
 
 
 class _Sender(abc.ABC):
+    sock: socket.socket  # each kind opens its own in its constructor
+
     def __init__(self, spec: LoadSpec, batch: wire.Batch) -> None:
         self.spec = spec
         self.batch = batch
-        self.sock: socket.socket | None = None
 
     @abc.abstractmethod
     def send(self, count: int) -> None:
         """Send the first ``count`` messages of the batch, the first one stamped now."""
 
     def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
+        sock = getattr(self, "sock", None)  # a constructor that failed may not have opened it
+        if sock is not None:
+            sock.close()
 
 
 class _FyrehoseSender(_Sender):
@@ -235,9 +237,10 @@ def publisher_main(conn: Connection, spec: LoadSpec) -> None:
 class _Receiver(abc.ABC):
     read_size = TCP_READ
 
+    sock: socket.socket  # each kind opens its own in its constructor
+
     def __init__(self, spec: LoadSpec) -> None:
         self.spec = spec
-        self.sock: socket.socket | None = None
 
     @abc.abstractmethod
     def feed(self, data: bytes) -> tuple[int, list[int]]:
@@ -262,8 +265,9 @@ class _Receiver(abc.ABC):
         return []
 
     def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
+        sock = getattr(self, "sock", None)  # a constructor that failed may not have opened it
+        if sock is not None:
+            sock.close()
 
 
 class _FyrehoseReceiver(_Receiver):
@@ -351,6 +355,8 @@ class _TcpReceiver(_Receiver):
 
 
 class _RespReceiver(_TcpReceiver):
+    stream: RespStream
+
     def make_stream(self, payload_size: int) -> RespStream:
         return RespStream(payload_size)
 
@@ -362,6 +368,8 @@ class _RespReceiver(_TcpReceiver):
 
 
 class _NatsReceiver(_TcpReceiver):
+    stream: NatsStream
+
     def make_stream(self, payload_size: int) -> NatsStream:
         return NatsStream(payload_size)
 
