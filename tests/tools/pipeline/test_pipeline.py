@@ -33,9 +33,6 @@ from fyrehose.tools.pipeline.spark import spark_session
 from fyrehose.tools.pipeline.subject_regex import pattern_regex
 from fyrehose.tools.pipeline.timerange import TimeRange
 
-# One test worker runs every Spark test: a Spark session costs more to start than all its queries here take.
-pytestmark = pytest.mark.xdist_group("spark")
-
 START = datetime(2024, 5, 1, 22, 30, tzinfo=UTC)  # the journal crosses midnight: two dates, five hours
 MISSING = ((10, 12), (999, 1001), (1999, 1999), (2990, 4010), (5000, 5001))  # bucket edges at multiples of 1000
 DUPLICATES = (5, 998, 7000)

@@ -25,9 +25,6 @@ from fyrehose.tools.pipeline.timerange import (
 
 from support import run_cli
 
-# One test worker runs every Spark test: a Spark session costs more to start than all its queries here take.
-pytestmark = pytest.mark.xdist_group("spark")
-
 UTC = UTC
 instants = st.datetimes(min_value=datetime(1990, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC))
 
