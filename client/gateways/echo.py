@@ -9,7 +9,7 @@ once the numbers are known the held frames are released minus the client's
 own, and later frames are checked against those numbers directly.  The held
 bytes are bounded; beyond ``max_held`` the client is a slow consumer.
 
-Pure: the session calls :meth:`publishing` / :meth:`published` around each
+Pure: the connection calls :meth:`publishing` / :meth:`published` around each
 publish and passes every frame for the client through :meth:`offer`.
 """
 from __future__ import annotations

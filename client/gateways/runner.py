@@ -34,7 +34,7 @@ ConnectionMaker = Callable[[TcpClient, GatewayRouter], ClientConnection]
 
 
 def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,
-                make_session: ConnectionMaker, wants: Wants | None = None, *,
+                make_connection: ConnectionMaker, wants: Wants | None = None, *,
                 ssl_context: ssl.SSLContext | None = None, refusal: bytes = b"") -> int:
     """Serve until SIGTERM or SIGINT; print the listening address once ready.
 
@@ -51,7 +51,7 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
                     credentials=credentials_from(args), session_interval=args.session_interval,
                     bind=args.bind, wants=wants, multicast=args.multicast)
     try:
-        server = GatewayServer(listen, lambda connection: make_session(connection, router),
+        server = GatewayServer(listen, lambda client: make_connection(client, router),
                                max_pending=args.max_pending, max_clients=args.max_clients, stats=stats,
                                ssl_context=ssl_context, max_output=args.max_output, max_input=args.max_input,
                                refusal=refusal)

@@ -7,9 +7,9 @@ only queues (it never blocks the fan-out) up to ``max_pending`` bytes; a
 client that falls further behind is disconnected as a slow consumer, with
 the protocol's own last words when they can still be delivered intact, and
 the reason logged, as nats-server does.  Input is read by one greenlet per
-client, which hands the bytes to the protocol session; a session may block
-(waiting for the backbone to confirm a publish), which simply stops reading
-from that client (TCP back-pressure).
+client, which hands the bytes to the client's protocol connection; a
+connection may block (waiting for the backbone to confirm a publish), which
+simply stops reading from that client (TCP back-pressure).
 
 No single client can take the gateway from the others:
 
@@ -24,12 +24,12 @@ No single client can take the gateway from the others:
   clients' unfinished input (incomplete commands, each bounded by its
   protocol's limits) shares another (``max_input``): a client whose input
   would not fit is closed with the protocol's error.  Nothing
-  on a connection's path refers back to it once it is closed, so its memory
+  on a client's path refers back to it once it is closed, so its memory
   returns at once, without waiting for the cycle collector.
 - *Admission*: at ``max_clients`` a new connection is accepted, told the
   protocol's own refusal (``refusal``) and closed, instead of waiting in the
   listen backlog where it would hang.
-- *Deadlines*: a session may ask to be woken without input
+- *Deadlines*: a connection may ask to be woken without input
   (:meth:`ClientConnection.wake_at`), for handshake deadlines, idle timeouts and
   keepalive PINGs; the reader waits for input only until then.
 """
@@ -52,8 +52,8 @@ from fyrehose.protocol.codec import Address
 
 log = logging.getLogger("fyrehose.gateway")
 
-TURN_BYTES = 8 << 10  # input one client's session handles before the other greenlets get their turn
-CLOSE_GRACE = 5.0  # seconds a closing connection gets to flush its output
+TURN_BYTES = 8 << 10  # input one client's connection handles before the other greenlets get their turn
+CLOSE_GRACE = 5.0  # seconds a closing client gets to flush its output
 TLS_HANDSHAKE_TIMEOUT = 10.0  # seconds a client gets to complete the TLS handshake
 REFUSAL_TIMEOUT = 1.0  # seconds a refused connection's last words may take to be written
 
@@ -81,17 +81,17 @@ class ClientConnection(Protocol):
 
 
 class OutputBudget:
-    """The bytes all connections may have queued together; over it, the one furthest behind goes."""
+    """The bytes all clients may have queued together; over it, the one furthest behind goes."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.used = 0
-        self.connections: dict[TcpClient, None] = {}
+        self.clients: dict[TcpClient, None] = {}
 
     def claim(self, size: int) -> None:
         self.used += size
-        while self.used > self.limit and self.connections:
-            furthest = max(self.connections, key=lambda connection: connection.pending)
+        while self.used > self.limit and self.clients:
+            furthest = max(self.clients, key=lambda client: client.pending)
             if not furthest.pending:
                 break
             furthest.slow_consumer(f"the gateway's output budget of {self.limit} bytes is spent")
@@ -106,9 +106,9 @@ class TcpClient:
         self.peer = f"{peer[0]}:{peer[1]}"
         self.max_pending = max_pending
         self.stats = stats
-        self.session: ClientConnection | None = None
+        self.connection: ClientConnection | None = None  # the protocol's state, set by GatewayServer
         self.budget = budget if budget is not None else OutputBudget(1 << 62)
-        self.budget.connections[self] = None
+        self.budget.clients[self] = None
         self.last_input = time.monotonic()  # when the client last sent anything
         self.pending = 0  # bytes queued or being written
         self.closing: str | None = None  # why the connection is ending, once it is
@@ -162,7 +162,7 @@ class TcpClient:
         if self._sending:  # a frame is half written: nothing more can be added intact
             self._hang_up()
             return
-        self._farewell = self.session.farewell(reason) if self.session else b""
+        self._farewell = self.connection.farewell(reason) if self.connection else b""
         self._wake.set()
         self._grace = gevent.spawn_later(CLOSE_GRACE, self._hang_up)
 
@@ -202,7 +202,7 @@ class TcpClient:
         self.closing = self.closing or "closed"
         self._written(self.pending)  # whatever was still queued or half written is given up
         self._chunks = []
-        self.budget.connections.pop(self, None)
+        self.budget.clients.pop(self, None)
         if self._grace is not None and self._grace is not gevent.getcurrent():
             self._grace.kill(block=False)
         try:
@@ -216,12 +216,12 @@ ConnectionFactory = Callable[[TcpClient], ClientConnection]
 
 
 class GatewayServer:
-    """Accepts clients on ``listen`` and runs one session per client, at most ``max_clients`` at once."""
+    """Accepts clients on ``listen`` and runs one connection per client, at most ``max_clients`` at once."""
 
-    def __init__(self, listen: Address | socket.socket, make_session: ConnectionFactory, *, max_pending: int,
+    def __init__(self, listen: Address | socket.socket, make_connection: ConnectionFactory, *, max_pending: int,
                  max_clients: int, stats: Counter, ssl_context: ssl.SSLContext | None = None,
                  max_output: int = 1 << 62, max_input: int = 1 << 62, refusal: bytes = b"") -> None:
-        self.make_session = make_session
+        self.make_connection = make_connection
         self.max_pending = max_pending
         self.max_clients = max_clients
         self.refusal = refusal
@@ -281,14 +281,14 @@ class GatewayServer:
                 self.stats["tls handshake failures"] += 1
                 log.info("%s:%s: TLS handshake failed: %s", peer[0], peer[1], exc)
                 return
-        connection = TcpClient(sock, peer, self.max_pending, self.stats, self.budget)
+        client = TcpClient(sock, peer, self.max_pending, self.stats, self.budget)
         self.stats["connections"] += 1
-        session = None
+        connection = None
         claimed = 0  # bytes of self.input_budget this client's unfinished input holds
         try:
-            session = connection.session = self.make_session(connection)
-            while connection.closing is None:
-                wake_at = session.wake_at()
+            connection = client.connection = self.make_connection(client)
+            while client.closing is None:
+                wake_at = connection.wake_at()
                 timer = None if wake_at is None else gevent.Timeout(max(0.0, wake_at - time.monotonic()))
                 try:
                     if timer is not None:
@@ -297,7 +297,7 @@ class GatewayServer:
                 except gevent.Timeout as expired:
                     if expired is not timer:
                         raise
-                    session.wake(time.monotonic())
+                    connection.wake(time.monotonic())
                     continue
                 except OSError:
                     break
@@ -306,24 +306,24 @@ class GatewayServer:
                         timer.close()
                 if not data:
                     break
-                connection.last_input = time.monotonic()
-                session.receive(data)
-                held = session.held()
+                client.last_input = time.monotonic()
+                connection.receive(data)
+                held = connection.held()
                 if not self.input_budget.resize(claimed, held):
                     self.stats["input budget refusals"] += 1
                     reason = f"the gateway's input budget of {self.input_budget.limit} bytes is spent"
-                    log.warning("%s disconnected: %s", connection.peer, reason)
-                    connection.close(reason, session.farewell(reason))
+                    log.warning("%s disconnected: %s", client.peer, reason)
+                    client.close(reason, connection.farewell(reason))
                     break
                 claimed = held
                 gevent.sleep(0)  # every other client, and the backbone session, get their turn
-        except Exception:  # a bug must cost one connection, never the gateway
-            self.stats["session failures"] += 1
-            log.exception("%s: session failed; disconnecting", connection.peer)
+        except Exception:  # a bug must cost one client, never the gateway
+            self.stats["connection failures"] += 1
+            log.exception("%s: connection failed; disconnecting", client.peer)
         finally:
             self.input_budget.resize(claimed, 0)
-            if session is not None:
-                session.closed()
-            connection.close()
-            connection.wait_closed()  # the server closes the socket once this returns
-            connection.session = None  # no cycle between the connection and its session: memory returns now
+            if connection is not None:
+                connection.closed()
+            client.close()
+            client.wait_closed()  # the server closes the socket once this returns
+            client.connection = None  # no cycle between the client and its connection: memory returns now

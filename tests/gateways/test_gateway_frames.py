@@ -48,7 +48,7 @@ def test_a_snapshot_answer_with_its_sequence_reaches_nats_clients_with_type_and_
     assert MessageFrames(answer).frame(b"7", True) == b"HMSG _INBOX.x.1 7 %d %d\r\n%sv\r\n" % (len(block), len(block) + 1, block)
 
 
-class _Connection:
+class _Client:
     def __init__(self) -> None:
         self.sent: list[bytes] = []
 
@@ -56,24 +56,24 @@ class _Connection:
         self.sent.append(data)
 
 
-class _Session:
+class _Connection:
     def __init__(self, resp3: bool) -> None:
         self.resp3 = resp3
-        self.connection = _Connection()
+        self.client = _Client()
         self.stats: Counter = Counter()
 
     def deliver(self, frame: bytes) -> None:
-        self.connection.send(frame)
+        self.client.send(frame)
 
 
 @given(subjects, payloads, st.lists(st.booleans(), min_size=1, max_size=5))
 def test_redis_frames_shared_by_subscribers_equal_frames_built_alone(subject, data, versions):
     routes = RedisRoutes()
-    sessions = [_Session(resp3) for resp3 in versions]
+    connections = [_Connection(resp3) for resp3 in versions]
     channel = subject.encode()
-    for session in sessions:
-        routes.channels.setdefault(channel, {})[session] = None  # type: ignore[index]
+    for connection in connections:
+        routes.channels.setdefault(channel, {})[connection] = None  # type: ignore[index]
     routes.route(1, Envelope(subject, data))
-    for session in sessions:
-        alone = resp.push([resp.bulk(b"message"), resp.bulk(channel), resp.bulk(data)], session.resp3)
-        assert session.connection.sent == [alone]
+    for connection in connections:
+        alone = resp.push([resp.bulk(b"message"), resp.bulk(channel), resp.bulk(data)], connection.resp3)
+        assert connection.client.sent == [alone]

@@ -120,14 +120,14 @@ def test_a_compressed_frame_commits_its_declared_size_before_it_arrives():
 
 
 class Blaster:
-    """A session that answers every input with ``size`` bytes (a subscriber's backlog, made to order)."""
+    """A connection that answers every input with ``size`` bytes (a subscriber's backlog, made to order)."""
 
-    def __init__(self, connection, size: int) -> None:
-        self.connection = connection
+    def __init__(self, client, size: int) -> None:
+        self.client = client
         self.size = size
 
     def receive(self, data: bytes) -> None:
-        self.connection.send(b"x" * self.size)
+        self.client.send(b"x" * self.size)
 
     def farewell(self, reason: str) -> bytes:
         return b""
@@ -145,9 +145,9 @@ class Blaster:
         return 0
 
 
-def serve(make_session, **limits) -> GatewayServer:
+def serve(make_connection, **limits) -> GatewayServer:
     options = {"max_pending": 64 << 20, "max_clients": 16, "stats": Counter()} | limits
-    server = GatewayServer(("127.0.0.1", 0), make_session, **options)
+    server = GatewayServer(("127.0.0.1", 0), make_connection, **options)
     server.start()
     return server
 
@@ -168,7 +168,7 @@ def settle(condition, what: str, rounds: int = 500) -> None:
 
 
 def test_all_clients_share_one_output_budget_and_the_furthest_behind_goes():
-    server = serve(lambda connection: Blaster(connection, 3 << 20), max_output=8 << 20)
+    server = serve(lambda client: Blaster(client, 3 << 20), max_output=8 << 20)
     try:
         slow = [small_buffer_client(server.address) for _ in range(3)]
         for sock in slow:  # none of them reads: three backlogs of about 3 MiB against an 8 MiB budget
@@ -179,14 +179,14 @@ def test_all_clients_share_one_output_budget_and_the_furthest_behind_goes():
         assert server.budget.used <= server.budget.limit
         for sock in slow:
             sock.close()
-        settle(lambda: server.budget.used == 0 and not server.budget.connections, "the budget released")
+        settle(lambda: server.budget.used == 0 and not server.budget.clients, "the budget released")
     finally:
         server.stop()
 
 
 
 class NoBackbone:
-    """A router with nobody behind it: enough for sessions to subscribe, and to fail publishing."""
+    """A router with nobody behind it: enough for connections to subscribe, and to fail publishing."""
 
     position = 0
 
@@ -202,35 +202,35 @@ class NoBackbone:
         raise RuntimeError("no backbone here")
 
 
-def redis_sessions():
+def redis_connections():
     from fyrehose.gateways.redis.connection import RedisConnection, RedisRoutes
 
     routes, router = RedisRoutes(), NoBackbone()
     hello = (b"SUBSCRIBE a b\r\nPSUBSCRIBE c* d?\r\nPUBLISH x y\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\n", 16)
-    return (lambda connection: RedisConnection(connection, routes, router, Counter()),  # type: ignore[arg-type]
+    return (lambda client: RedisConnection(client, routes, router, Counter()),  # type: ignore[arg-type]
             hello, lambda: not routes.channels and not routes.patterns)
 
 
-def nats_sessions():
+def nats_connections():
     from fyrehose.gateways.nats.connection import NatsConnection, NatsRoutes
 
     routes, router = NatsRoutes(Counter()), NoBackbone()
     hello = (b'CONNECT {"echo":false,"verbose":false}\r\nSUB a.> 1\r\nSUB b q 2\r\nPING\r\nPUB a.b 2\r\nhi\r\nPUB x 9\r\n', 3)
-    return (lambda connection: NatsConnection(connection, routes, router, Counter(),  # type: ignore[arg-type]
-                                           server_id="S", host="127.0.0.1", port=4222),
+    return (lambda client: NatsConnection(client, routes, router, Counter(),  # type: ignore[arg-type]
+                                       server_id="S", host="127.0.0.1", port=4222),
             hello, lambda: not routes.index)
 
 
-@pytest.mark.parametrize("sessions", [redis_sessions, nats_sessions], ids=["redis", "nats"])
-def test_a_closed_connection_is_freed_without_the_cycle_collector(sessions):
-    make_session, (hello, lines), unsubscribed = sessions()
+@pytest.mark.parametrize("connections", [redis_connections, nats_connections], ids=["redis", "nats"])
+def test_a_closed_connection_is_freed_without_the_cycle_collector(connections):
+    make_connection, (hello, lines), unsubscribed = connections()
     alive: weakref.WeakSet = weakref.WeakSet()
 
-    def make(connection):
-        session = make_session(connection)
-        alive.add(session)
+    def make(client):
+        connection = make_connection(client)
         alive.add(connection)
-        return session
+        alive.add(client)
+        return connection
 
     server = serve(make)
     gc.collect()
@@ -243,7 +243,7 @@ def test_a_closed_connection_is_freed_without_the_cycle_collector(sessions):
             while received.count(b"\r\n") < lines:
                 received += sock.recv(65536)
             sock.close()
-        settle(lambda: not alive, "sessions and connections freed")
+        settle(lambda: not alive, "connections and clients freed")
         assert unsubscribed()
     finally:
         gc.enable()
@@ -252,7 +252,7 @@ def test_a_closed_connection_is_freed_without_the_cycle_collector(sessions):
 
 @pytest.mark.parametrize("clients", [2])
 def test_a_client_beyond_the_limit_is_told_and_closed(clients):
-    server = serve(lambda connection: Blaster(connection, 1), max_clients=clients, refusal=b"-ERR full\r\n")
+    server = serve(lambda client: Blaster(client, 1), max_clients=clients, refusal=b"-ERR full\r\n")
     try:
         held = [gevent.socket.create_connection(server.address) for _ in range(clients)]
         for sock in held:
@@ -280,7 +280,7 @@ def test_the_table_holds_a_bounded_number_of_distinct_globs(monkeypatch):
 
 
 class Recorder:
-    """A connection that keeps what the session sends."""
+    """A TcpClient that keeps what the connection sends."""
 
     max_pending = 1 << 20
     peer = "127.0.0.1:1"
@@ -316,10 +316,10 @@ def test_the_gateway_holds_a_bounded_number_of_distinct_patterns(monkeypatch):
 
 
 class Hoarder(Blaster):
-    """A session that keeps every byte it is sent unfinished (an incomplete command without end)."""
+    """A connection that keeps every byte it is sent unfinished (an incomplete command without end)."""
 
-    def __init__(self, connection, size: int) -> None:
-        super().__init__(connection, size)
+    def __init__(self, client, size: int) -> None:
+        super().__init__(client, size)
         self.kept = 0
 
     def receive(self, data: bytes) -> None:
@@ -333,7 +333,7 @@ class Hoarder(Blaster):
 
 
 def test_all_clients_unfinished_input_shares_one_budget():
-    server = serve(lambda connection: Hoarder(connection, 0), max_input=256 << 10)
+    server = serve(lambda client: Hoarder(client, 0), max_input=256 << 10)
     try:
         first = gevent.socket.create_connection(server.address)
         first.sendall(b"x" * (200 << 10))

@@ -13,7 +13,7 @@ and ``real-N`` messages are published over plain HTTP.  Afterwards:
 - the gateway is still running and its memory is flat (at the end at most
   5 % + 8 MiB above the midpoint sample);
 - the subscriber received every real message, ``/healthz`` answers 200, and
-  the gateway logged no failed session (a traceback).
+  the gateway logged no failed connection (a traceback).
 
 Exit status 0 when the gateway passed.
 """
@@ -78,12 +78,12 @@ class HttpFuzzResult:
     flat: bool = False
     real_seen: int = 0
     healthy: bool = False
-    session_failures: int = 0
+    connection_failures: int = 0
 
     @property
     def passed(self) -> bool:
         return (self.alive and self.flat and self.healthy and self.real_seen == self.real_published
-                and self.session_failures == 0)
+                and self.connection_failures == 0)
 
 
 def send_input(port: int, data: bytes) -> None:
@@ -221,12 +221,12 @@ def fuzz_http(inputs: int, connections: int, seed: int, log=print) -> HttpFuzzRe
             result.flat = result.rss_end <= result.rss_middle * 1.05 + FLAT_SLACK
             result.real_seen = subscriber.real_seen(real)
             result.healthy = healthy(http_port)
-            result.session_failures = gateway.output().count("Traceback")
+            result.connection_failures = gateway.output().count("Traceback")
             log(f"http: {inputs} inputs in {result.seconds:.1f} s ({inputs / max(result.seconds, 1e-9):.0f}/s); "
                 f"RSS start {result.rss_start >> 20} MiB, middle {result.rss_middle >> 20} MiB, "
                 f"end {result.rss_end >> 20} MiB (flat: {result.flat}); alive {result.alive}; "
                 f"real messages {result.real_seen}/{result.real_published}; healthz {result.healthy}; "
-                f"failed sessions {result.session_failures}; "
+                f"failed connections {result.connection_failures}; "
                 f"{'PASSED' if result.passed else 'FAILED'}")
             return result
         finally:

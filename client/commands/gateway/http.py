@@ -70,9 +70,9 @@ def run(args: argparse.Namespace) -> int:
                             tls=context is not None, credentials=credentials_from(args))
     gateway = HttpGateway(settings, stats)
 
-    def make_session(connection, router):
+    def make_connection(client, router):
         gateway.router = router
-        return HttpConnection(connection, gateway, router)
+        return HttpConnection(client, gateway, router)
 
-    return run_gateway(args, "http", stats, gateway.route, make_session, wants=gateway.wants,
+    return run_gateway(args, "http", stats, gateway.route, make_connection, wants=gateway.wants,
                        ssl_context=context)

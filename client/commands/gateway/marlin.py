@@ -18,5 +18,5 @@ def run(args: argparse.Namespace) -> int:
     stats: Counter = Counter()
     routes = MarlinRoutes()
     return run_gateway(args, "marlin", stats, routes.route,
-                       lambda connection, router: MarlinConnection(connection, routes, router, stats),
+                       lambda client, router: MarlinConnection(client, routes, router, stats),
                        wants=routes.wants, refusal=error_response("max number of clients reached"))

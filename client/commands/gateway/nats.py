@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     info = server_info(server_id, host, port)
     return run_gateway(args, "nats", stats, routes.route,
-                       lambda connection, router: NatsConnection(
-                           connection, routes, router, stats, server_id=server_id, host=host, port=port,
+                       lambda client, router: NatsConnection(
+                           client, routes, router, stats, server_id=server_id, host=host, port=port,
                            liveness=liveness()),
                        wants=routes.wants, refusal=proto.info(info) + proto.error("maximum connections exceeded"))

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     stats: Counter = Counter()
     routes = RedisRoutes()
     return run_gateway(args, "redis", stats, routes.route,
-                       lambda connection, router: RedisConnection(
-                           connection, routes, router, stats, request_timeout=args.request_timeout,
+                       lambda client, router: RedisConnection(
+                           client, routes, router, stats, request_timeout=args.request_timeout,
                            idle=IdleTimeout(args.idle_timeout)),
                        wants=routes.wants, refusal=TOO_MANY_CLIENTS)

@@ -5,7 +5,7 @@ and headers together are bounded (``431``), bodies by ``--max-message``
 (``413``, before reading them); malformed HTTP gets h11's status (``400``) and
 a close.  ``GET /resp`` with a WebSocket upgrade from an allowed origin turns
 the connection into a :class:`~fyrehose.gateways.http.websocket.WebSocketEndpoint`
-carrying a Redis session; ``GET /v1/stream/<pattern>`` turns it into an SSE
+carrying a Redis connection; ``GET /v1/stream/<pattern>`` turns it into an SSE
 response that lasts until the client leaves.
 """
 from __future__ import annotations
@@ -54,10 +54,10 @@ class BadRequest(Exception):
 
 
 class HttpConnection:
-    """The per-connection session the gateway's TCP server drives (see :class:`fyrehose.gateways.tcp.ClientConnection`)."""
+    """One HTTP client's connection, the :class:`fyrehose.gateways.tcp.ClientConnection` its TcpClient drives."""
 
-    def __init__(self, connection: TcpClient, gateway: HttpGateway, router: GatewayRouter) -> None:
-        self.connection = connection
+    def __init__(self, client: TcpClient, gateway: HttpGateway, router: GatewayRouter) -> None:
+        self.client = client
         self.gateway = gateway
         self.router = router
         self.stats = gateway.stats
@@ -99,7 +99,7 @@ class HttpConnection:
         return self._body_size + len(self.http.trailing_data[0])
 
     def wake_at(self) -> float | None:
-        return None  # the idle deadline runs on a timer greenlet of the session's own
+        return None  # the idle deadline runs on a timer greenlet of the connection's own
 
     def wake(self, now: float) -> None:
         """Never due: :meth:`wake_at` is always None."""
@@ -114,7 +114,7 @@ class HttpConnection:
     # ------------------------------------------------------------ HTTP
 
     def _handle_events(self) -> None:
-        while self.connection.closing is None and self.websocket is None and self.stream is None:
+        while self.client.closing is None and self.websocket is None and self.stream is None:
             try:
                 event = self.http.next_event()
             except h11.RemoteProtocolError as exc:
@@ -133,8 +133,8 @@ class HttpConnection:
                     self._fail(413, f"body over {self.gateway.settings.max_message} bytes")
                     return
                 if self.http.they_are_waiting_for_100_continue:  # curl's Expect: the body is welcome
-                    self.connection.send(self.http.send(h11.InformationalResponse(status_code=100, headers=[],
-                                                                                  reason=b"Continue")))
+                    self.client.send(self.http.send(h11.InformationalResponse(status_code=100, headers=[],
+                                                                              reason=b"Continue")))
             elif isinstance(event, h11.Data):
                 self._body_size += len(event.data)
                 if self._body_size > self.gateway.settings.max_message:
@@ -144,15 +144,15 @@ class HttpConnection:
             elif isinstance(event, h11.EndOfMessage):
                 self._stop_timer()
                 self._dispatch()
-                if self.websocket is not None or self.stream is not None or self.connection.closing is not None:
+                if self.websocket is not None or self.stream is not None or self.client.closing is not None:
                     return
                 if self.http.our_state is h11.MUST_CLOSE or self.http.their_state is h11.MUST_CLOSE:
-                    self.connection.close("request done")
+                    self.client.close("request done")
                     return
                 self.http.start_next_cycle()
                 self._start_timer()
             elif isinstance(event, h11.ConnectionClosed):
-                self.connection.close("client closed")
+                self.client.close("client closed")
                 return
 
     def _start_timer(self) -> None:
@@ -166,10 +166,10 @@ class HttpConnection:
 
     def _timed_out(self) -> None:
         self._timer = None
-        if self.connection.closing is None and self.websocket is None and self.stream is None:
+        if self.client.closing is None and self.websocket is None and self.stream is None:
             self.stats["http idle timeouts"] += 1
             if self.http.their_state is h11.IDLE and not self.http.trailing_data[0]:
-                self.connection.close(f"idle for {self.gateway.settings.idle_timeout:g} s")  # nothing was asked
+                self.client.close(f"idle for {self.gateway.settings.idle_timeout:g} s")  # nothing was asked
             else:
                 self._fail(408, f"no complete request within {self.gateway.settings.idle_timeout:g} s")
 
@@ -180,7 +180,7 @@ class HttpConnection:
                 self._respond(status, (message + "\n").encode(), close=True)
             except h11.LocalProtocolError:
                 pass
-        self.connection.close(f"HTTP {status}: {message}")
+        self.client.close(f"HTTP {status}: {message}")
 
     def _respond(self, status: int, body: bytes = b"", *, content_type: str = "text/plain; charset=utf-8",
                  headers: list[tuple[str, str]] | None = None, close: bool = False) -> None:
@@ -191,7 +191,7 @@ class HttpConnection:
         if body and (self._request is None or self._request.method != b"HEAD"):
             out += self.http.send(h11.Data(data=body))
         out += self.http.send(h11.EndOfMessage())
-        self.connection.send(out)
+        self.client.send(out)
         self.stats[f"http {status}"] += 1
 
     def _dispatch(self) -> None:
@@ -263,8 +263,8 @@ class HttpConnection:
             headers += [("etag", f'"{seq}"'), ("fyrehose-sequence", str(seq))]
         if seq is not None and _etag_matches(f'"{seq}"', request):
             fields = [SERVER, *headers]
-            self.connection.send(self.http.send(h11.Response(status_code=304, headers=fields, reason=b"Not Modified"))
-                                 + self.http.send(h11.EndOfMessage()))
+            self.client.send(self.http.send(h11.Response(status_code=304, headers=fields, reason=b"Not Modified"))
+                             + self.http.send(h11.EndOfMessage()))
             self.stats["http 304"] += 1
             return
         self._respond(200, answer.data, content_type="application/octet-stream", headers=headers)
@@ -277,12 +277,12 @@ class HttpConnection:
             raise BadRequest(400, str(exc)) from None
         headers = [SERVER, ("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"),
                    ("x-accel-buffering", "no")]
-        self.connection.send(self.http.send(h11.Response(status_code=200, headers=headers, reason=b"OK"))
-                             + self.http.send(h11.Data(data=b": stream " + pattern.encode() + b"\n\n")))
+        self.client.send(self.http.send(h11.Response(status_code=200, headers=headers, reason=b"OK"))
+                         + self.http.send(h11.Data(data=b": stream " + pattern.encode() + b"\n\n")))
         self.stats["http 200"] += 1
         self.stats["event streams"] += 1
-        self.stream = EventStream(self.connection, self.gateway, pattern,
-                                  lambda data: self.http.send(h11.Data(data=data)))
+        self.stream = EventStream(self.client, self.gateway, pattern,
+                              lambda data: self.http.send(h11.Data(data=data)))
         self.stream.start(sse.parse_last_event_id(_header(request, b"last-event-id")))
 
     def _upgrade(self, request: h11.Request) -> None:
@@ -298,18 +298,18 @@ class HttpConnection:
         origin = _header(request, b"origin")
         if origin is not None and not self._origin_allowed(origin.decode("latin-1"), request):
             self.stats["websocket origins refused"] += 1
-            log.warning("%s: WebSocket upgrade from origin %s refused", self.connection.peer, origin[:200])
+            log.warning("%s: WebSocket upgrade from origin %s refused", self.client.peer, origin[:200])
             self._respond(403, b"WebSocket upgrades from this origin are not allowed (see --allow-origin)\n")
             return
         fields = [(b"upgrade", b"websocket"), (b"connection", b"Upgrade"),
                   (b"sec-websocket-accept", generate_accept_token(key))]
-        self.connection.send(self.http.send(h11.InformationalResponse(status_code=101, headers=fields, reason=b"Switching Protocols")))
+        self.client.send(self.http.send(h11.InformationalResponse(status_code=101, headers=fields, reason=b"Switching Protocols")))
         trailing, _ = self.http.trailing_data
         self.stats["websocket connections"] += 1
-        endpoint = WebSocketEndpoint(self.connection, max_message=self.gateway.settings.max_message, stats=self.stats)
+        endpoint = WebSocketEndpoint(self.client, max_message=self.gateway.settings.max_message, stats=self.stats)
         query = urlsplit(request.target.decode("ascii", "replace")).query
         wants_seq = "seq" in query.split("&") or "seq=1" in query.split("&")
-        self.resp = RedisConnection(RespMessages(endpoint, self.gateway.mark, with_seq=wants_seq),  # type: ignore[arg-type]  # RespMessages is the connection a session writes to
+        self.resp = RedisConnection(RespMessages(endpoint, self.gateway.mark, with_seq=wants_seq),  # type: ignore[arg-type]  # RespMessages in place of a TcpClient
                                  self.gateway.redis_routes, self.router, self.stats,
                                  request_timeout=self.gateway.settings.request_timeout)
         endpoint.on_message = self.resp.receive

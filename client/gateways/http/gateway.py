@@ -1,6 +1,6 @@
 """What every connection of one HTTP gateway shares: the routes from the stream, limits, counters.
 
-The backbone stream reaches two kinds of local subscribers: RESP sessions
+The backbone stream reaches two kinds of local subscribers: RESP connections
 over WebSocket (the Redis gateway's own :class:`~fyrehose.gateways.redis.connection.RedisRoutes`,
 so channels, patterns and receiver counts mean exactly what they mean on the
 Redis gateway) and Server-Sent Event streams, indexed by subject pattern.

@@ -1,6 +1,6 @@
-"""Where each RESP value ends in what a gateway session sends: one WebSocket message per value.
+"""Where each RESP value ends in what a gateway connection sends: one WebSocket message per value.
 
-The Redis session writes its replies to a byte stream, several values at a
+The Redis connection writes its replies to a byte stream, several values at a
 time (a SUBSCRIBE of three channels is three confirmations in one write);
 over a WebSocket each value travels as a message of its own, so the writes
 are cut at value boundaries.  Pure and only for values the gateway itself

@@ -12,7 +12,7 @@ node holds the messages (the REQUEST path ``fyrehose sub --from`` uses: the
 backbone's recent log, then journals), verified as the gateway verifies; the
 held messages after what it reached follow.  What cannot be had is reported
 as an SSE comment (``: lost A..B (reason)``).  Held bytes are bounded by the
-connection's ``max_pending``, like everything else queued for a client.
+client's ``max_pending``, like everything else queued for a client.
 """
 from __future__ import annotations
 
@@ -42,9 +42,9 @@ log = logging.getLogger("fyrehose.gateway")
 class EventStream:
     """The events of one SSE response; ``write`` frames bytes into the response body."""
 
-    def __init__(self, connection: TcpClient, gateway: HttpGateway, pattern: str,
+    def __init__(self, client: TcpClient, gateway: HttpGateway, pattern: str,
                  write: Callable[[bytes], bytes]) -> None:
-        self.connection = connection
+        self.client = client
         self.gateway = gateway
         self.pattern = pattern
         self.write = write
@@ -68,15 +68,15 @@ class EventStream:
             self._backfill.kill(block=False)
 
     def deliver(self, seq: int, message: Envelope) -> None:
-        if self.connection.closing is not None:  # the response may be finished already: nothing more to frame
+        if self.client.closing is not None:  # the response may be finished already: nothing more to frame
             return
         if self._held is not None:
             self._held.append((seq, message))
             self._held_bytes += len(message.data) + len(message.subject)
-            if self._held_bytes > self.connection.max_pending:
-                self.connection.slow_consumer(f"more than {self.connection.max_pending} bytes held during backfill")
+            if self._held_bytes > self.client.max_pending:
+                self.client.slow_consumer(f"more than {self.client.max_pending} bytes held during backfill")
             return
-        self.connection.send(self.write(sse.event(seq, message.subject, message.data)))
+        self.client.send(self.write(sse.event(seq, message.subject, message.data)))
         self.gateway.stats["events sent"] += 1
 
     def _run_backfill(self, first: int, position: int) -> None:
@@ -102,7 +102,7 @@ class EventStream:
             if end is None or self._covered < end:
                 self._lost(self._covered + 1, end, f"backfill timed out after {settings.backfill_timeout:g} s")
         except Exception as exc:  # a backfill that fails must not end the live stream
-            log.warning("%s: backfill from %d failed: %s", self.connection.peer, first, exc)
+            log.warning("%s: backfill from %d failed: %s", self.client.peer, first, exc)
             self._lost(self._covered + 1, end, f"backfill failed: {exc}")
         finally:
             self._hand_over()
@@ -158,5 +158,5 @@ class EventStream:
             self._covered = max(self._covered, last)
 
     def _send(self, data: bytes) -> None:
-        if self.connection.closing is None:
-            self.connection.send(self.write(data))
+        if self.client.closing is None:
+            self.client.send(self.write(data))

@@ -8,13 +8,13 @@ buffering more of it) and with wsproto's own code (1002, 1007) a malformed
 frame.  A client that stops reading is closed with 1008 once its unread
 output would pass ``max_pending``: the close frame is queued behind what the
 client has not read yet (a little room is kept for it), so a client that
-reads again within the connection's close grace period receives everything
+reads again within its close grace period receives everything
 up to the close and learns why; one that never does is hung up on.
 
 :class:`RespMessages` is what a :class:`~fyrehose.gateways.redis.connection.RedisConnection`
-writes to instead of a TCP connection: every RESP value the session sends
-becomes one binary message, so a browser handles one reply or push per
-``onmessage``.  With ``seq`` on, each pub/sub message pushed by the stream is
+writes to instead of a :class:`~fyrehose.gateways.tcp.TcpClient`: every RESP
+value that connection sends becomes one binary message, so a browser handles
+one reply or push per ``onmessage``.  With ``seq`` on, each pub/sub message pushed by the stream is
 preceded, inside the same WebSocket message, by a RESP3 attribute
 ``|1 +seq :N`` holding its backbone sequence (the live view shows it; RESP3
 clients skip attributes they do not know).
@@ -48,7 +48,7 @@ MessageHandler = Callable[[bytes], None]
 class StreamMark:
     """The sequence of the message being routed right now (0 outside routing).
 
-    Routing never yields to another greenlet, so whatever a session sends
+    Routing never yields to another greenlet, so whatever a connection sends
     while the mark is set is that message's push, never a command's reply.
     """
 
@@ -56,10 +56,10 @@ class StreamMark:
 
 
 class WebSocketEndpoint:
-    """One WebSocket connection: whole messages to ``on_message``, messages out through the bounded connection."""
+    """One WebSocket connection: whole messages to ``on_message``, messages out through the client's bounded output."""
 
-    def __init__(self, connection: TcpClient, *, max_message: int, stats: Counter) -> None:
-        self.connection = connection
+    def __init__(self, client: TcpClient, *, max_message: int, stats: Counter) -> None:
+        self.client = client
         self.max_message = max_message
         self.stats = stats
         self.on_message: MessageHandler = lambda data: None
@@ -96,7 +96,7 @@ class WebSocketEndpoint:
                     if not self.open:
                         return
             elif isinstance(event, Ping):
-                self.connection.send(self._ws.send(event.response()))
+                self.client.send(self._ws.send(event.response()))
             elif isinstance(event, CloseConnection):
                 if event.code == PROTOCOL_ERROR or event.code == 1007:
                     self.stats["websocket protocol errors"] += 1
@@ -108,17 +108,17 @@ class WebSocketEndpoint:
         if self._ws.state is not ConnectionState.OPEN:
             return
         frame = self._ws.send(BytesMessage(data=message))
-        connection = self.connection
-        if connection.pending + len(frame) > connection.max_pending - CLOSE_HEADROOM:
-            self._slow_consumer(f"more than {connection.max_pending - CLOSE_HEADROOM} bytes unread")
+        client = self.client
+        if client.pending + len(frame) > client.max_pending - CLOSE_HEADROOM:
+            self._slow_consumer(f"more than {client.max_pending - CLOSE_HEADROOM} bytes unread")
             return
-        connection.send(frame)
+        client.send(frame)
 
     def _slow_consumer(self, detail: str) -> None:
         """Close with 1008 behind what is queued: a client that reads again within the grace period hears why."""
         reason = f"slow consumer: {detail}"
         self.stats["slow consumers"] += 1
-        log.warning("%s disconnected: %s", self.connection.peer, reason)
+        log.warning("%s disconnected: %s", self.client.peer, reason)
         self.close(POLICY_VIOLATION, reason)
 
     def close(self, code: int, reason: str) -> None:
@@ -127,8 +127,8 @@ class WebSocketEndpoint:
         if self._ws.state in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
             # a close without a status (1005) is answered by a close without one: no code, no reason
             sent = CloseConnection(code=code, reason=reason if code not in UNSENDABLE else "")
-            self.connection.send(self._ws.send(sent))
-        self.connection.close(f"websocket closed {code}: {reason}")
+            self.client.send(self._ws.send(sent))
+        self.client.close(f"websocket closed {code}: {reason}")
 
     def farewell(self, reason: str) -> bytes:
         """The close frame for a client disconnected as a slow consumer."""
@@ -138,11 +138,11 @@ class WebSocketEndpoint:
 
 
 class RespMessages:
-    """A Redis session's connection over a WebSocket: one binary message per RESP value."""
+    """A Redis connection's output over a WebSocket, in place of a TcpClient: one binary message per RESP value."""
 
     def __init__(self, endpoint: WebSocketEndpoint, mark: StreamMark, *, with_seq: bool = False) -> None:
         self.endpoint = endpoint
-        self.peer = endpoint.connection.peer
+        self.peer = endpoint.client.peer
         self.mark = mark
         self.with_seq = with_seq  # the client asked for each message's sequence
 

@@ -63,7 +63,7 @@ class LumberjackServer:
         self.budget = InputBudget(max_buffered_bytes)
         self.stall_timeout = stall_timeout
         self.inactivity_timeout = inactivity_timeout
-        self._connections: set[LumberjackClient] = set()
+        self._clients: set[LumberjackClient] = set()
         self._handlers: set[gevent.Greenlet] = set()
         self._log_refusal = OnceASecond()
         self._log_inactive = OnceASecond()
@@ -84,8 +84,8 @@ class LumberjackServer:
     def close(self, grace: float) -> None:
         """Stop accepting, abort every connection (chunks being published finish and are acked)."""
         self._server.close()
-        for connection in list(self._connections):
-            connection.abort()
+        for client in list(self._clients):
+            client.abort()
         handlers = list(self._handlers)
         gevent.joinall(handlers, timeout=grace)
         gevent.killall(handlers, block=True, timeout=1)
@@ -119,13 +119,13 @@ class LumberjackServer:
                 sock.close()
                 return
             sock.settimeout(None)
-        connection = LumberjackClient(sock, peer, self.publisher, self.rule,
-                                AckWindow(max_compressed_bytes=self.max_compressed_bytes), self.stats, _log,
-                                self.max_pending_bytes, self.budget, self.stall_timeout, self.inactivity_timeout,
-                                self._log_inactive)
-        self._connections.add(connection)
+        client = LumberjackClient(sock, peer, self.publisher, self.rule,
+                                  AckWindow(max_compressed_bytes=self.max_compressed_bytes), self.stats, _log,
+                                  self.max_pending_bytes, self.budget, self.stall_timeout, self.inactivity_timeout,
+                                  self._log_inactive)
+        self._clients.add(client)
         try:
-            connection.run()
+            client.run()
         finally:
-            self._connections.discard(connection)
+            self._clients.discard(client)
             sock.close()

@@ -42,24 +42,24 @@ class MarlinRoutes:
         self.channels: dict[bytes, dict[MarlinConnection, None]] = {}
         self.subjects: set[str] = set()  # the subjects of the channels in ``channels``, for ``wants``
 
-    def subscribe(self, channel: bytes, session: MarlinConnection) -> None:
+    def subscribe(self, channel: bytes, connection: MarlinConnection) -> None:
         subject = channel_to_subject_or_none(channel)
         if channel not in self.channels and subject is not None:
             self.subjects.add(subject)
-        self.channels.setdefault(channel, {})[session] = None
+        self.channels.setdefault(channel, {})[connection] = None
         if subject is not None:  # announced, so other gateways count this subscriber
-            session.router.interest.add(subject)
+            connection.router.interest.add(subject)
 
-    def unsubscribe(self, channel: bytes, session: MarlinConnection) -> None:
-        sessions = self.channels.get(channel)
-        if sessions is not None and session in sessions:
-            del sessions[session]
+    def unsubscribe(self, channel: bytes, connection: MarlinConnection) -> None:
+        connections = self.channels.get(channel)
+        if connections is not None and connection in connections:
+            del connections[connection]
             subject = channel_to_subject_or_none(channel)
-            if not sessions:
+            if not connections:
                 del self.channels[channel]
                 self.subjects.discard(subject)
             if subject is not None:
-                session.router.interest.remove(subject)
+                connection.router.interest.remove(subject)
 
     def wants(self, subject: str) -> bool:
         """Whether a message on ``subject`` may reach a client here (the router opens no other)."""
@@ -67,25 +67,25 @@ class MarlinRoutes:
 
     def route(self, seq: int, message: Envelope) -> None:
         channel = subject_to_channel(message.subject)
-        sessions = self.channels.get(channel)
-        if not sessions or len(channel) > proto.MAX_CHANNEL:
+        connections = self.channels.get(channel)
+        if not connections or len(channel) > proto.MAX_CHANNEL:
             return
         frame = proto.message_frame(seq, channel, message.data)
-        for session in list(sessions):
-            session.deliver(seq, frame)
+        for connection in list(connections):
+            connection.deliver(seq, frame)
 
 
 class MarlinConnection:
     """One Marlin client: its channels and the publishes it is waiting on."""
 
-    def __init__(self, connection: TcpClient, routes: MarlinRoutes, router: GatewayRouter, stats: Counter) -> None:
-        self.connection = connection
+    def __init__(self, client: TcpClient, routes: MarlinRoutes, router: GatewayRouter, stats: Counter) -> None:
+        self.client = client
         self.routes = routes
         self.router = router
         self.stats = stats
         self.parser = proto.FrameParser(MAX_FRAME)
         self.channels: dict[bytes, None] = {}
-        self.echo = EchoFilter(connection.max_pending)
+        self.echo = EchoFilter(client.max_pending)
 
     # ------------------------------------------------------------ the driver's interface
 
@@ -107,8 +107,8 @@ class MarlinConnection:
                 self.stats["malformed frames"] += 1
                 replies.append(error_response(frame.reason))
                 if frame.fatal:
-                    self.connection.send(b"".join(replies))
-                    self.connection.close(frame.reason)
+                    self.client.send(b"".join(replies))
+                    self.client.close(frame.reason)
                     return
             elif isinstance(frame, proto.Subscribe):
                 replies.append(self._subscribe(frame.channel))
@@ -119,7 +119,7 @@ class MarlinConnection:
         if batch:
             replies.extend(self._publish(batch))
         if replies:
-            self.connection.send(b"".join(replies))
+            self.client.send(b"".join(replies))
 
     def farewell(self, reason: str) -> bytes:
         return error_response(reason)
@@ -142,10 +142,10 @@ class MarlinConnection:
         try:
             ready = self.echo.offer(seq, frame)
         except HeldTooMuch as exc:
-            self.connection.slow_consumer(str(exc))
+            self.client.slow_consumer(str(exc))
             return
         if ready is not None:
-            self.connection.send(ready)
+            self.client.send(ready)
             self.stats["delivered"] += 1
 
     # ------------------------------------------------------------ frames
@@ -195,7 +195,7 @@ class MarlinConnection:
         finally:
             released = self.echo.published(seqs, self.router.position)
         for frame in released:
-            self.connection.send(frame)
+            self.client.send(frame)
         self.stats["delivered"] += len(released)
         return failures
 

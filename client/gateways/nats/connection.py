@@ -83,7 +83,7 @@ def server_info(server_id: str, host: str, port: int) -> dict:
 
 @dataclass(eq=False)
 class NatsSubscription:
-    session: NatsConnection
+    connection: NatsConnection
     sid: str
     subject: str
     queue: str | None
@@ -128,12 +128,12 @@ class NatsRoutes:
         groups: dict[str, list[NatsSubscription]] = {}
         for subscription in subscriptions:
             if subscription.queue is None:
-                subscription.session.deliver(seq, subscription, frames)
+                subscription.connection.deliver(seq, subscription, frames)
             else:
                 groups.setdefault(subscription.queue, []).append(subscription)
         for members in groups.values():  # a queue group: one member, chosen at random
             chosen = random.choice(members)
-            chosen.session.deliver(seq, chosen, frames)
+            chosen.connection.deliver(seq, chosen, frames)
 
 
 class MessageFrames:
@@ -184,9 +184,9 @@ class NatsConnection:
 
     _ids = itertools.count(1)
 
-    def __init__(self, connection: TcpClient, routes: NatsRoutes, router: GatewayRouter, stats: Counter, *,
+    def __init__(self, client: TcpClient, routes: NatsRoutes, router: GatewayRouter, stats: Counter, *,
                  server_id: str, host: str, port: int, liveness: NatsLiveness | None = None) -> None:
-        self.connection = connection
+        self.client = client
         self.liveness = liveness or NatsLiveness(time.monotonic())
         self.routes = routes
         self.router = router
@@ -200,9 +200,9 @@ class NatsConnection:
         self.subscriptions: dict[str, NatsSubscription] = {}
         self._inflight: deque[tuple[AsyncResult, int]] = deque()  # submitted PUB batches, oldest first
         self._inflight_messages = 0
-        connection.send(proto.info(server_info(server_id, host, port) | {
+        client.send(proto.info(server_info(server_id, host, port) | {
             "client_id": self.id,
-            "client_ip": connection.peer.rpartition(":")[0],
+            "client_ip": client.peer.rpartition(":")[0],
         }))
 
     # ------------------------------------------------------------ the driver's interface
@@ -237,7 +237,7 @@ class NatsConnection:
                 replies, batch = [], []
             if isinstance(operation, proto.Ping) and self._inflight:  # a PONG follows every earlier PUB's confirmation
                 if replies:
-                    self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # no slot is waiting here
+                    self.client.send(b"".join(replies))  # type: ignore[arg-type]  # no slot is waiting here
                     replies = []
                 if not self._drain():
                     return
@@ -256,18 +256,18 @@ class NatsConnection:
         return self.parser.held
 
     def wake_at(self) -> float | None:
-        return self.liveness.wake_at(self.connection.last_input)
+        return self.liveness.wake_at(self.client.last_input)
 
     def wake(self, now: float) -> None:
-        action = self.liveness.wake(now, self.connection.last_input)
+        action = self.liveness.wake(now, self.client.last_input)
         if action == PING:
-            self.connection.send(proto.PING)
+            self.client.send(proto.PING)
         elif action == HANDSHAKE_TIMEOUT:
             self.stats["handshake timeouts"] += 1
-            self.connection.close("no CONNECT in time", proto.error("Authentication Timeout"))
+            self.client.close("no CONNECT in time", proto.error("Authentication Timeout"))
         elif action == STALE:
             self.stats["stale connections"] += 1
-            self.connection.close("stale connection", proto.error("Stale Connection"))
+            self.client.close("stale connection", proto.error("Stale Connection"))
 
     def closed(self) -> None:
         for subscription in self.subscriptions.values():
@@ -282,10 +282,10 @@ class NatsConnection:
             try:
                 frame = self.echo.offer(seq, frame)
             except HeldTooMuch as exc:
-                self.connection.slow_consumer(str(exc))
+                self.client.slow_consumer(str(exc))
                 return
         if frame is not None:
-            self.connection.send(frame)
+            self.client.send(frame)
             self.stats["delivered"] += 1
         subscription.delivered += 1
         if subscription.max_msgs is not None and subscription.delivered >= subscription.max_msgs:
@@ -339,11 +339,11 @@ class NatsConnection:
                     replies[index] = b"" if failure else proto.OK
             if failure:
                 self.stats["publish failures"] += len(batch)
-                self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
-                self.connection.close("publish failed", proto.error(f"Publish Failed: {failure}"))
+                self.client.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
+                self.client.close("publish failed", proto.error(f"Publish Failed: {failure}"))
                 return False
         if replies:
-            self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
+            self.client.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
         return True
 
     def _submit(self, messages: list[Envelope]) -> bool:
@@ -359,7 +359,7 @@ class NatsConnection:
         while self._inflight_messages > MAX_IN_FLIGHT:  # back-pressure: stop reading until the backbone catches up
             self._inflight[0][0].wait()
             self._forget_confirmed()
-            if self.connection.closing is not None:
+            if self.client.closing is not None:
                 return False
         return True
 
@@ -380,11 +380,11 @@ class NatsConnection:
         for result, _ in list(self._inflight):
             result.wait()
         self._forget_confirmed()
-        return self.connection.closing is None
+        return self.client.closing is None
 
     def _publish_failed(self, count: int, reason: str) -> None:
         self.stats["publish failures"] += count
-        self.connection.close("publish failed", proto.error(f"Publish Failed: {reason}"))
+        self.client.close("publish failed", proto.error(f"Publish Failed: {reason}"))
 
     def _publish_batch(self, messages: list[Envelope]) -> str | None:
         """Publish and wait for the confirmation; why it failed, or None."""
@@ -403,13 +403,13 @@ class NatsConnection:
             failure = str(exc)
         released = echo.published(seqs, self.router.position)
         for frame in released:
-            self.connection.send(frame)
+            self.client.send(frame)
         self.stats["delivered"] += len(released)
         return failure
 
     def _fatal(self, replies: list[bytes | None], batch: list[tuple[int | None, Envelope]], message: str) -> None:
         if self._send(replies, batch):
-            self.connection.close(message, proto.error(message))
+            self.client.close(message, proto.error(message))
 
     def _execute(self, operation: proto.Operation) -> bytes | _Refusal:
         if isinstance(operation, proto.Ping):
@@ -426,7 +426,7 @@ class NatsConnection:
     def _connect(self, options: dict) -> bytes | _Refusal:
         self.liveness.connect()
         if options.get("echo") is False:
-            self.echo = EchoFilter(self.connection.max_pending)
+            self.echo = EchoFilter(self.client.max_pending)
         if options.get("tls_required"):
             return _Refusal("Secure Connection - TLS Required is not supported by this gateway")
         self.verbose = bool(options.get("verbose"))

@@ -59,46 +59,46 @@ class RedisRoutes:
         self.patterns: GlobIndex[tuple[bytes, dict[RedisConnection, None]]] = GlobIndex()
         self.subjects: set[str] = set()  # the subjects of the channels in ``channels``, for ``wants``
 
-    def subscribe(self, channel: bytes, session: RedisConnection) -> None:
+    def subscribe(self, channel: bytes, connection: RedisConnection) -> None:
         subject = channel_to_subject_or_none(channel)
         if channel not in self.channels and subject is not None:
             self.subjects.add(subject)
-        self.channels.setdefault(channel, {})[session] = None
+        self.channels.setdefault(channel, {})[connection] = None
         if subject is not None:  # a channel without a subject receives nothing: no interest to announce
-            session.router.interest.add(subject)
+            connection.router.interest.add(subject)
 
-    def unsubscribe(self, channel: bytes, session: RedisConnection) -> None:
-        sessions = self.channels.get(channel)
-        if sessions is not None and session in sessions:
-            del sessions[session]
+    def unsubscribe(self, channel: bytes, connection: RedisConnection) -> None:
+        connections = self.channels.get(channel)
+        if connections is not None and connection in connections:
+            del connections[connection]
             subject = channel_to_subject_or_none(channel)
-            if not sessions:
+            if not connections:
                 del self.channels[channel]
                 self.subjects.discard(subject)
             if subject is not None:
-                session.router.interest.remove(subject)
+                connection.router.interest.remove(subject)
 
-    def psubscribe(self, pattern: bytes, session: RedisConnection) -> None:
+    def psubscribe(self, pattern: bytes, connection: RedisConnection) -> None:
         entry = self.patterns.get(pattern)
         if entry is None:
             entry = (pattern, {})
             self.patterns.add(pattern, entry)
-        entry[1][session] = None
-        session.router.interest.add_glob(pattern)
+        entry[1][connection] = None
+        connection.router.interest.add_glob(pattern)
 
-    def punsubscribe(self, pattern: bytes, session: RedisConnection) -> None:
+    def punsubscribe(self, pattern: bytes, connection: RedisConnection) -> None:
         entry = self.patterns.get(pattern)
-        if entry is not None and session in entry[1]:
-            del entry[1][session]
+        if entry is not None and connection in entry[1]:
+            del entry[1][connection]
             if not entry[1]:
                 self.patterns.discard(pattern)
-            session.router.interest.remove_glob(pattern)
+            connection.router.interest.remove_glob(pattern)
 
     def receivers(self, channel: bytes) -> int:
         """How many deliveries a message on ``channel`` makes here (a client per matching subscription)."""
         count = len(self.channels.get(channel, ()))
-        for _, sessions in self.patterns.matching(channel):
-            count += len(sessions)
+        for _, connections in self.patterns.matching(channel):
+            count += len(connections)
         return count
 
     def wants(self, subject: str) -> bool:
@@ -109,19 +109,19 @@ class RedisRoutes:
         """Queue the message on every matching subscription; each distinct frame is built once."""
         channel = subject_to_channel(message.subject)
         tail = b""
-        sessions = self.channels.get(channel)
-        if sessions:
+        connections = self.channels.get(channel)
+        if connections:
             tail = resp.bulk(channel) + resp.bulk(message.data)
             frames = _Frames(3, MESSAGE_HEAD, tail)
-            for session in list(sessions):
-                session.deliver(frames.get(session.resp3))
-        for pattern, sessions in self.patterns.matching(channel):
-            if sessions:
+            for connection in list(connections):
+                connection.deliver(frames.get(connection.resp3))
+        for pattern, connections in self.patterns.matching(channel):
+            if connections:
                 if not tail:
                     tail = resp.bulk(channel) + resp.bulk(message.data)
                 frames = _Frames(4, PMESSAGE_HEAD + resp.bulk(pattern), tail)
-                for session in list(sessions):
-                    session.deliver(frames.get(session.resp3))
+                for connection in list(connections):
+                    connection.deliver(frames.get(connection.resp3))
 
 
 class _Frames:
@@ -150,9 +150,9 @@ class RedisConnection:
 
     _ids = itertools.count(1)
 
-    def __init__(self, connection: TcpClient, routes: RedisRoutes, router: GatewayRouter, stats: Counter,
+    def __init__(self, client: TcpClient, routes: RedisRoutes, router: GatewayRouter, stats: Counter,
                  *, request_timeout: float = 1.0, idle: IdleTimeout | None = None) -> None:
-        self.connection = connection
+        self.client = client
         self.idle = idle or IdleTimeout()
         self.routes = routes
         self.router = router
@@ -174,7 +174,7 @@ class RedisConnection:
             if isinstance(command, resp.RespError):
                 self.stats["protocol errors"] += 1
                 self._send(replies, batch)
-                self.connection.close(command.message, resp.error(f"ERR {command.message}"))
+                self.client.close(command.message, resp.error(f"ERR {command.message}"))
                 return
             name = command[0].lower()
             if name != b"publish" and batch:  # what was published before this command is confirmed first
@@ -188,7 +188,7 @@ class RedisConnection:
                 replies.append(None)
             if name == b"quit":
                 self._send(replies, batch)
-                self.connection.close("QUIT")
+                self.client.close("QUIT")
                 return
         self._send(replies, batch)
 
@@ -199,12 +199,12 @@ class RedisConnection:
         return self.parser.held
 
     def wake_at(self) -> float | None:
-        return self.idle.wake_at(self.connection.last_input, self._subscribed)
+        return self.idle.wake_at(self.client.last_input, self._subscribed)
 
     def wake(self, now: float) -> None:
-        if self.idle.wake(now, self.connection.last_input, self._subscribed):
+        if self.idle.wake(now, self.client.last_input, self._subscribed):
             self.stats["idle clients closed"] += 1
-            self.connection.close("idle timeout")  # silently, as redis-server does
+            self.client.close("idle timeout")  # silently, as redis-server does
 
     def closed(self) -> None:
         for channel in self.channels:
@@ -216,7 +216,7 @@ class RedisConnection:
 
     def deliver(self, frame: bytes) -> None:
         """Queue one pub/sub message, framed for this client's protocol version."""
-        self.connection.send(frame)
+        self.client.send(frame)
         self.stats["delivered"] += 1
 
     # ------------------------------------------------------------ publishing
@@ -236,7 +236,7 @@ class RedisConnection:
                 for index, _, _ in batch:
                     replies[index] = resp.error(f"ERR publish not confirmed by the backbone: {exc}")
         if replies:
-            self.connection.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
+            self.client.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
 
     # ------------------------------------------------------------ commands
 

@@ -1,4 +1,4 @@
-"""The HTTP gateway's fuzzing: the in-memory session target (tools/fuzz/targets/fuzz_http.py) and the TCP fuzzer.
+"""The HTTP gateway's fuzzing: the in-memory connection target (tools/fuzz/targets/fuzz_http.py) and the TCP fuzzer.
 
 Long runs: ``python tools/fuzz/targets/fuzz_http.py -atheris_runs=N`` and
 ``python -m fyrehose.tools.fuzz http`` (1,000,000 inputs, docs/security.md);
@@ -29,16 +29,16 @@ from harness import run_mutations  # noqa: E402
 @given(data=st.one_of(st.binary(max_size=600),
                       st.tuples(st.sampled_from(fuzz_http.SEEDS), st.randoms(use_true_random=False)).map(
                           lambda pair: mutate(pair[0], pair[1], fuzz_http.SEEDS))))
-def test_session_target_holds_for_hypothesis_inputs(data):
+def test_connection_target_holds_for_hypothesis_inputs(data):
     fuzz_http.check(data)
 
 
-def test_session_target_holds_for_the_mutation_loop():
+def test_connection_target_holds_for_the_mutation_loop():
     assert run_mutations(fuzz_http.check, fuzz_http.SEEDS, 5000, seed=7) == 5000
 
 
-def test_session_target_seeds_reach_every_route():
-    """The seeds are valid: each gets its route's answer, so mutations start from deep inside the session."""
+def test_connection_target_seeds_reach_every_route():
+    """The seeds are valid: each gets its route's answer, so mutations start from deep inside the connection."""
     outputs = [b"".join(fuzz_http.drive(seed).output) for seed in fuzz_http.SEEDS]
     assert outputs[0].startswith(b"HTTP/1.1 200 OK\r\n")  # /healthz
     assert b'{"seq": 1, "receivers": 0}' in outputs[1] and b'{"seq": 1, "receivers": 0}' in outputs[2]
@@ -50,7 +50,7 @@ def test_session_target_seeds_reach_every_route():
     assert b"HTTP/1.1 200 OK" in outputs[9] and outputs[9].endswith(b"\r\n\r\ncached")
 
 
-def test_session_target_runs_under_atheris():
+def test_connection_target_runs_under_atheris():
     pytest.importorskip("atheris")
     result = subprocess.run([sys.executable, str(FUZZ_DIR / "fuzz_http.py"), "-atheris_runs=3000"],
                             capture_output=True, timeout=300)
@@ -60,7 +60,7 @@ def test_session_target_runs_under_atheris():
 
 def test_tcp_fuzzer_small_run():
     result = http_gateway.fuzz_http(inputs=3000, connections=4, seed=3, log=lambda line: None)
-    assert result.alive and result.healthy and result.session_failures == 0, result
+    assert result.alive and result.healthy and result.connection_failures == 0, result
     assert result.real_seen == result.real_published == 1, result
 
 

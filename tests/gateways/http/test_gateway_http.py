@@ -279,7 +279,7 @@ async def recv(ws) -> bytes:
     return await asyncio.wait_for(ws.recv(), 10)
 
 
-async def _resp_session(port: int) -> list[bytes]:
+async def _resp_exchange(port: int) -> list[bytes]:
     url = f"ws://{LOOPBACK}:{port}/resp"
     async with websockets.connect(url) as ws, websockets.connect(url) as publisher:
         got = []
@@ -301,7 +301,7 @@ async def _resp_session(port: int) -> list[bytes]:
 
 
 def test_resp_over_websocket_is_byte_exact(http_gateway):
-    got = asyncio.run(_resp_session(http_gateway.port))
+    got = asyncio.run(_resp_exchange(http_gateway.port))
     assert got[:4] == [b"+PONG\r\n", b"*3\r\n$9\r\nsubscribe\r\n$7\r\nws.chan\r\n:1\r\n",
                        b"*3\r\n$10\r\npsubscribe\r\n$4\r\nws.*\r\n:2\r\n", b":2\r\n"]
     assert sorted(got[4:6]) == [b"*3\r\n$7\r\nmessage\r\n$7\r\nws.chan\r\n$3\r\n\x00\xff\n\r\n",

@@ -2,8 +2,8 @@
 
 gevent runs without monkey patching, as in the gateway process: the gateway's
 router and the backfill's :class:`~fyrehose.drivers.link.RangeLink` are
-greenlets' drivers of the pure session.  Only the client's TCP connection is
-kept in memory, so the output can be compared byte for byte.
+greenlets' drivers of the pure session.  Only the client's TcpClient is kept
+in memory, so the output can be compared byte for byte.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from fyrehose.gateways.router import GatewayRouter
 from fyrehose.subjects.envelope import Envelope
 
 
-class MemoryConnection:
+class MemoryClient:
     """What an event stream writes to (fyrehose.gateways.tcp.TcpClient's interface), kept in memory."""
 
     peer = "memory:0"
@@ -57,8 +57,8 @@ def _event(seq: int, data: bytes) -> bytes:
 
 def test_the_backfill_keeps_the_newest_within_its_limit_then_hands_over_to_the_live_stream(module_backbone):
     gateway, router = _gateway(module_backbone, backfill_limit=2)
-    connection = MemoryConnection()
-    stream = EventStream(connection, gateway, "backfill.>", lambda data: data)
+    client = MemoryClient()
+    stream = EventStream(client, gateway, "backfill.>", lambda data: data)
     threads = threading.active_count()
     try:
         seqs = router.publish([Envelope("backfill.x", b"%d" % i) for i in range(5)])
@@ -66,32 +66,32 @@ def test_the_backfill_keeps_the_newest_within_its_limit_then_hands_over_to_the_l
         position = router.position
         stream.start(seqs[0])  # wants seqs[1]..position; the limit leaves the last two
         live = router.publish([Envelope("backfill.x", b"live")])
-        wait_until(lambda: b"data: live\n" in connection.output, 15, "the live message after the backfill")
+        wait_until(lambda: b"data: live\n" in client.output, 15, "the live message after the backfill")
         assert threading.active_count() == threads
     finally:
         stream.stop()
         router.close()
     newest = [seq for seq in seqs if seq > position - 2]
-    assert connection.output == (sse.comment(f"lost {seqs[1]}..{position - 2} (backfill is limited to 2 messages)")
-                                 + b"".join(_event(seq, b"%d" % seqs.index(seq)) for seq in newest)
-                                 + _event(live[0], b"live"))
+    assert client.output == (sse.comment(f"lost {seqs[1]}..{position - 2} (backfill is limited to 2 messages)")
+                             + b"".join(_event(seq, b"%d" % seqs.index(seq)) for seq in newest)
+                             + _event(live[0], b"live"))
     assert gateway.stats["events backfilled"] == len(newest)
 
 
 def test_what_no_node_holds_is_reported_lost_and_the_live_stream_follows(backbone_factory):
     backbone = backbone_factory(extra=["--recent-bytes", "0"])  # no recent log, and no journal answers
     gateway, router = _gateway(backbone, backfill_timeout=1.0)
-    connection = MemoryConnection()
-    stream = EventStream(connection, gateway, "backfill.>", lambda data: data)
+    client = MemoryClient()
+    stream = EventStream(client, gateway, "backfill.>", lambda data: data)
     try:
         seqs = router.publish([Envelope("backfill.x", b"%d" % i) for i in range(3)])
         wait_until(lambda: router.position >= seqs[-1], 10, "the gateway taking its publishes")
         position = router.position
         stream.start(seqs[0])
         live = router.publish([Envelope("backfill.x", b"live")])
-        wait_until(lambda: b"data: live\n" in connection.output, 15, "the live message after the backfill")
+        wait_until(lambda: b"data: live\n" in client.output, 15, "the live message after the backfill")
     finally:
         stream.stop()
         router.close()
-    assert connection.output == (sse.comment(f"lost {seqs[1]}..{position} (backfill timed out after 1 s)")
-                                 + _event(live[0], b"live"))
+    assert client.output == (sse.comment(f"lost {seqs[1]}..{position} (backfill timed out after 1 s)")
+                             + _event(live[0], b"live"))

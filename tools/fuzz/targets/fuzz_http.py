@@ -1,6 +1,6 @@
-"""Fuzz target: the HTTP gateway's session (h11, then wsproto and RESP after an upgrade) never raises.
+"""Fuzz target: the HTTP gateway's connection (h11, then wsproto and RESP after an upgrade) never raises.
 
-Each input drives one connection's :class:`HttpConnection` in memory, fed in two
+Each input drives one client's :class:`HttpConnection` in memory, fed in two
 chunks at a split point the input chooses: as raw HTTP, as WebSocket frames
 after a valid upgrade, or as RESP inside valid masked frames.  Afterwards one
 message is routed through the gateway to whatever the input subscribed to.
@@ -30,8 +30,8 @@ UPGRADE = (b"GET /resp HTTP/1.1\r\nHost: fuzz\r\nUpgrade: websocket\r\nConnectio
 MAX_PENDING = 1 << 16
 
 
-class MemoryConnection:
-    """What the session writes to (the interface of fyrehose.gateways.tcp.TcpClient), kept in memory."""
+class MemoryClient:
+    """What the connection writes to (the interface of fyrehose.gateways.tcp.TcpClient), kept in memory."""
 
     peer = "fuzz:0"
     max_pending = MAX_PENDING
@@ -40,7 +40,7 @@ class MemoryConnection:
         self.output: list[bytes] = []
         self.pending = 0
         self.closing: str | None = None
-        self.session: HttpConnection | None = None
+        self.connection: HttpConnection | None = None
 
     def send(self, data: bytes) -> None:
         if self.closing is not None:
@@ -58,7 +58,7 @@ class MemoryConnection:
 
     def slow_consumer(self, detail: str) -> None:
         if self.closing is None:
-            farewell = self.session.farewell(detail) if self.session else b""
+            farewell = self.connection.farewell(detail) if self.connection else b""
             self.closing = detail
             self.output.append(farewell)
 
@@ -91,7 +91,7 @@ def masked(payload: bytes, opcode: Opcode = Opcode.BINARY) -> bytes:
     return FrameProtocol(client=True, extensions=[]).send_data(payload, fin=True) if opcode is Opcode.BINARY else b""
 
 
-def drive(data: bytes) -> MemoryConnection:
+def drive(data: bytes) -> MemoryClient:
     mode, split = (data[0] % 3, data[1]) if len(data) >= 2 else (0, 0)
     body = data[2:]
     if mode == 1:
@@ -101,22 +101,22 @@ def drive(data: bytes) -> MemoryConnection:
     gateway = HttpGateway(HttpSettings(backbone="127.0.0.1:1", max_message=4096, max_head=2048))
     router = MemoryRouter()
     gateway.router = router  # type: ignore[assignment]
-    connection = MemoryConnection()
-    session = connection.session = HttpConnection(connection, gateway, router)  # type: ignore[arg-type]
+    client = MemoryClient()
+    connection = client.connection = HttpConnection(client, gateway, router)  # type: ignore[arg-type]
     cut = split * len(body) // 256
     for chunk in (body[:cut], body[cut:]):
-        if connection.closing is None and chunk:
-            session.receive(chunk)
+        if client.closing is None and chunk:
+            connection.receive(chunk)
     gateway.route(router.position + 1, Envelope("fuzz.subject", b"routed"))
-    session.closed()
-    return connection
+    connection.closed()
+    return client
 
 
 def check(data: bytes) -> None:
-    connection = drive(data)
-    out = b"".join(connection.output)
+    client = drive(data)
+    out = b"".join(client.output)
     assert not out or out.startswith(b"HTTP/1.1 "), out[:100]
-    assert connection.pending <= MAX_PENDING
+    assert client.pending <= MAX_PENDING
 
 
 SEEDS = [
