@@ -2,7 +2,7 @@
 
 Pure parts (no Locust, no I/O): ``rates`` (load shapes, pacing), ``stamp``
 (payload publish times), ``tally`` (mergeable per-phase counts and latency
-histograms), ``account`` and ``session`` (a measuring subscriber), ``results``
+histograms), ``account`` and ``measuring_subscriber`` (a measuring subscriber), ``results``
 (verdicts, summary), ``settings``, ``prometheus``.  Drivers: ``users`` (the
 Locust users), ``coordination`` and ``locustfile`` (Locust processes and their
 messages), ``sampler`` (metrics scraping), ``command`` (the CLI).

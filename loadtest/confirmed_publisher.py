@@ -1,10 +1,10 @@
-"""A publishing Locust process's one session with the backbone: packed, tagged PUSHes and their CONFIRMs.
+"""A publishing Locust process's one confirmed publisher on the backbone: packed, tagged PUSHes and their CONFIRMs.
 
 Pure: datagrams and time in, datagrams and finished batches out.  Every
 publishing user of the process shares it (and the driver's one socket), so a
 process carries hundreds of thousands of messages per second where a
 :class:`fyrehose.Client` per user, with its threads, carried thousands.  The
-publisher's guarantees are the client's own: the session is a
+publisher's guarantees are the client's own: it drives a
 :class:`~fyrehose.protocol.connection.BackboneConnection` whose
 :class:`~fyrehose.protocol.publishing.PendingPublishes` tags every message, sends the
 unconfirmed ones again with the same tags until the timeout, and counts only

@@ -33,7 +33,7 @@ class LoadSettings:
     users: int = _option(4, int, "publishing users, each with one CONFIRMed PUSH in flight (default 4)", "N")
     subscribers: int = _option(2, int, "subscribing users; two or more recover each other's gaps (default 2)", "N")
     batch: int = _option(0, int, "messages per publish request, packed into tagged PUSH datagrams of the Locust "
-                                 "process's one session and CONFIRMed together (default 0: one message per "
+                                 "process's one confirmed publisher and CONFIRMed together (default 0: one message per "
                                  "request)", "N")
     rate: float = _option(200.0, float, "offered msgs/s; the step shape adds this much per step (default 200)", "R")
     duration: float = _option(30.0, duration_type, "how long to publish: seconds, or like 15s, 1m30s, 1h (default 30)", "T")

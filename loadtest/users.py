@@ -1,6 +1,6 @@
-"""The Locust users: thin gevent drivers around the fyrehose client and the measuring subscriber session.
+"""The Locust users: thin gevent drivers around the load test's pure publisher and measuring subscriber.
 
-Both drive pure sessions (:class:`ConfirmedPublisher`, :class:`MeasuringSubscriber`)
+Both drive pure state machines (:class:`ConfirmedPublisher`, :class:`MeasuringSubscriber`)
 over non-blocking sockets; every wait is a gevent wait on the process's one
 loop, and no thread is started.
 Both classes get the process's :class:`ProcessRun` as the class attribute
@@ -155,12 +155,12 @@ class PushChannel:
         self.backbone = backbone
         self.environment = environment
         self.name = name
-        self.session = ConfirmedPublisher(backbone, timeout=timeout)
+        self.publisher = ConfirmedPublisher(backbone, timeout=timeout)
         self.sock = open_socket(backbone, receive_buffer=RECEIVE_BUFFER, send_buffer=True)
         self.sock.setblocking(False)  # a stdlib socket, waited for in gevent's hub (wait_read, wait_write)
         self._requests: dict[int, Request] = {}
         self._pump = gevent.spawn(self._run)
-        await_ack(gevent_style().until(lambda: self.session.acked), backbone, UNREACHABLE_AFTER, give_up=self._stop)
+        await_ack(gevent_style().until(lambda: self.publisher.acked), backbone, UNREACHABLE_AFTER, give_up=self._stop)
 
     def _stop(self) -> None:
         self._pump.kill()
@@ -169,7 +169,7 @@ class PushChannel:
     def publish(self, payloads: list[bytes], phase: int) -> int:
         """Send ``payloads`` as one batch, published in ``phase``; its number, to :meth:`wait` for."""
         started = time.perf_counter()
-        number, datagrams = self.session.publish(payloads, time.monotonic())
+        number, datagrams = self.publisher.publish(payloads, time.monotonic())
         self._requests[number] = Request(phase, len(payloads), len(payloads[0]) * len(payloads), started)
         for datagram in datagrams:
             self._send(datagram)
@@ -185,22 +185,22 @@ class PushChannel:
         request.finished = gevent.event.Event()
         # the pump finishes every batch by its timeout (it wakes at least every 50 ms); waiting longer
         # than that means the pump is gone, and the batch counts as not confirmed rather than hanging the user
-        if not request.finished.wait(self.session.timeout + 1.0):
+        if not request.finished.wait(self.publisher.timeout + 1.0):
             self._report(number, False)
 
     def _send(self, datagram: bytes) -> None:
         if not send(self.sock, datagram, self.backbone):
-            self.session.stats["send errors"] += 1  # the retry sends it again
+            self.publisher.stats["send errors"] += 1  # the retry sends it again
 
     def _run(self) -> None:
-        """Reads CONFIRMs until the socket is empty, and only then waits in the hub (or for the session's timers)."""
-        session = self.session
+        """Reads CONFIRMs until the socket is empty, and only then waits in the hub (or for the machine's timers)."""
+        publisher = self.publisher
         sock = self.sock
         fileno = sock.fileno()
         now = time.monotonic()
         while True:
-            if now >= session.next_deadline():
-                sends, finished = session.poll(now)
+            if now >= publisher.next_deadline():
+                sends, finished = publisher.poll(now)
                 for datagram in sends:
                     self._send(datagram)
                 self._resolve(finished)
@@ -208,16 +208,16 @@ class PushChannel:
                 datagram, source = sock.recvfrom(65536)
             except BlockingIOError:
                 try:
-                    wait_read(fileno, timer_wait(session.next_deadline(), time.monotonic(), 0.05))
+                    wait_read(fileno, timer_wait(publisher.next_deadline(), time.monotonic(), 0.05))
                 except TimeoutError:
                     pass
                 now = time.monotonic()
                 continue
             except OSError:
-                session.stats["receive errors"] += 1
+                publisher.stats["receive errors"] += 1
                 continue
             now = time.monotonic()
-            self._resolve(session.receive(datagram, source, now))
+            self._resolve(publisher.receive(datagram, source, now))
 
     def _resolve(self, finished: list[Finished]) -> None:
         for batch in finished:
@@ -229,7 +229,7 @@ class PushChannel:
             return
         response_ms = (time.perf_counter() - request.started) * 1000
         error = None if confirmed else PublishTimeout(
-            f"{request.messages} messages not all confirmed within {self.session.timeout:g} s")
+            f"{request.messages} messages not all confirmed within {self.publisher.timeout:g} s")
         report_push(self.environment, self.name, request.phase, response_ms, error, request.size, request.messages)
         if request.finished is not None:
             request.finished.set()
@@ -251,7 +251,7 @@ class Subscriber(User):
     def on_start(self) -> None:
         settings = self.load.settings
         self.backbone = parse_hostport(settings.backbone)
-        self.session = MeasuringSubscriber(self.backbone, DeliveryAccount(self.load.phase_of_ns),
+        self.measuring = MeasuringSubscriber(self.backbone, DeliveryAccount(self.load.phase_of_ns),
                                          give_up_after=max(settings.drain, 0.5))
         self.sock = open_socket(self.backbone, receive_buffer=RECEIVE_BUFFER)
         self.sock.setblocking(False)  # a stdlib socket, waited for in gevent's hub (wait_read, wait_write)
@@ -264,7 +264,7 @@ class Subscriber(User):
 
     def _pump_until_acked(self, timeout: float) -> bool:
         self._pump(time.monotonic() + timeout, until_acked=True)
-        return self.session.acked
+        return self.measuring.acked
 
     @task
     def receive(self) -> None:
@@ -272,51 +272,51 @@ class Subscriber(User):
 
     def _pump(self, until: float, until_acked: bool = False) -> None:
         """Reads datagrams until the socket is empty, then reports what they released in one go and waits in the
-        hub (or for the session's timers): a wake-up, not each datagram, costs a greenlet switch and a Locust
+        hub (or for the machine's timers): a wake-up, not each datagram, costs a greenlet switch and a Locust
         event."""
-        session = self.session
+        measuring = self.measuring
         sock = self.sock
         fileno = sock.fileno()
         released: list[Delivery | Lost] = []
         now = time.monotonic()
-        while now < until and not (until_acked and session.acked):
-            if now >= session.deadline():
-                sends, events = session.poll(now)
+        while now < until and not (until_acked and measuring.acked):
+            if now >= measuring.deadline():
+                sends, events = measuring.poll(now)
                 for datagram in sends:
                     self._send(datagram, self.backbone)
-                released += session.release(events, time.time_ns())
+                released += measuring.release(events, time.time_ns())
             try:
                 datagram, source = sock.recvfrom(65536)
             except BlockingIOError:
                 self._report(released)
                 released = []
                 try:
-                    wait_read(fileno, timer_wait(session.deadline(), now, until - now))
+                    wait_read(fileno, timer_wait(measuring.deadline(), now, until - now))
                 except TimeoutError:
                     pass
                 now = time.monotonic()
                 continue
             except OSError:
-                session.stats["receive errors"] += 1
+                measuring.stats["receive errors"] += 1
                 now = time.monotonic()
                 continue
             now = time.monotonic()
-            arrived, forward = session.receive(datagram, source, now)
+            arrived, forward = measuring.receive(datagram, source, now)
             if arrived:
-                released += session.release(arrived, time.time_ns())
+                released += measuring.release(arrived, time.time_ns())
                 if len(released) >= REPORT_EVERY:
                     self._report(released)
                     released = []
             if forward is not None:
                 if self.forwards.full():
-                    session.stats["forwards dropped"] += 1
-                    session.forward_done(forward)
+                    measuring.stats["forwards dropped"] += 1
+                    measuring.forward_done(forward)
                 else:
                     self.forwards.put_nowait(forward)
         self._report(released)
 
     def _report(self, released: list[Delivery | Lost]) -> None:
-        """What the session released (each message's latency is in the tally already), to Locust: one DELIVER
+        """What the subscriber released (each message's latency is in the tally already), to Locust: one DELIVER
         per message, or with ``--batch`` one per name for all the runs of messages released since the last
         report (the statistics' own cost is per request)."""
         fire = self.environment.events.request.fire
@@ -344,24 +344,24 @@ class Subscriber(User):
         style = gevent_style()
         while True:
             forward = self.forwards.get()
-            answer_forward(forward, self.session.journal, bucket, self._send_to, self.session.stats, style=style)
-            self.session.forward_done(forward)
+            answer_forward(forward, self.measuring.journal, bucket, self._send_to, self.measuring.stats, style=style)
+            self.measuring.forward_done(forward)
 
     def _send_to(self, datagram: bytes, target: tuple[str, int]) -> bool:
         return send(self.sock, datagram, target)
 
     def _send(self, datagram: bytes, target: tuple[str, int]) -> None:
         if not send(self.sock, datagram, target):
-            self.session.stats["send errors"] += 1
+            self.measuring.stats["send errors"] += 1
 
     def finish(self) -> None:
-        self._report(self.session.release(self.session.finish(time.monotonic()), time.time_ns()))
+        self._report(self.measuring.release(self.measuring.finish(time.monotonic()), time.time_ns()))
 
     def snapshot(self) -> RunTally:
-        return self.session.snapshot()
+        return self.measuring.snapshot()
 
     def on_stop(self) -> None:
         self.forwarder.kill()
         self.sock.close()
-        if self.session.stats:  # REQUESTs sent, datagrams dropped and why: in locust.log
-            logger.info("subscriber %s:%d: %s", *self.sock_address, dict(self.session.stats))
+        if self.measuring.stats:  # REQUESTs sent, datagrams dropped and why: in locust.log
+            logger.info("subscriber %s:%d: %s", *self.sock_address, dict(self.measuring.stats))

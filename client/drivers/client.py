@@ -291,7 +291,7 @@ class Client:
     def _publish_window(self, payloads: list[bytes], timeout: float) -> list[int]:
         """One batch through the connection's :class:`~fyrehose.protocol.publishing.PendingPublishes`.
 
-        The receive thread matches the CONFIRMs and runs the session's timers
+        The receive thread matches the CONFIRMs and runs the connection's timers
         (sending unconfirmed messages again, giving up at ``timeout``); a
         publish called from the receive thread itself (a subscription's
         callback), or still waiting past its deadline, runs them here, so it

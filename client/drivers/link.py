@@ -1,4 +1,4 @@
-"""A gateway's gevent driver of the pure backbone session: one UDP socket, one receive greenlet, no threads.
+"""A gateway's gevent driver of the pure backbone connection: one UDP socket, one receive greenlet, no threads.
 
 :class:`~fyrehose.protocol.connection.BackboneConnection` (keepalives, ordering, gap
 REQUESTs, confirmed publishes) and :class:`~fyrehose.subjects.session.SubjectSession`
@@ -68,7 +68,7 @@ from fyrehose.subjects.session import SubjectSession
 
 log = logging.getLogger("fyrehose.gateway")
 
-TIMER_PERIOD = 0.02  # the longest the session's timers wait while datagrams keep arriving
+TIMER_PERIOD = 0.02  # the longest the connection's timers wait while datagrams keep arriving
 YIELD_EVERY = 16  # datagrams taken in a row before the clients' greenlets get a turn
 FORWARDS_QUEUED = 1024  # FORWARDs waiting for their answer; more are dropped (the requester asks again)
 
@@ -82,7 +82,7 @@ class _Waiter:
 
 
 class BackboneLink:
-    """One gateway process's session with the backbone: subscribed to the whole stream, or a publisher only.
+    """One gateway process's connection to the backbone: subscribed to the whole stream, or a publisher only.
 
     ``on_events`` gets the ordered stream; ``from_seq`` starts it there
     instead of at whatever arrives first: the first DELIVER (or the

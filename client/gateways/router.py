@@ -1,7 +1,7 @@
 """A gateway's one link to the backbone: publishes envelopes and fans the ordered stream out.
 
 Every gateway process holds one :class:`~fyrehose.drivers.link.BackboneLink`
-(the gevent driver of the pure backbone session; no threads, no monkey
+(the gevent driver of the pure backbone connection; no threads, no monkey
 patching), subscribed to the whole stream.  Whatever any gateway or UDP
 client publishes comes back through it in backbone sequence order, and
 :class:`GatewayRouter` hands each enveloped message to the gateway's ``route``

@@ -1,7 +1,7 @@
 """Runs one gateway process: the router to the backbone, the TCP server, and a clean stop on SIGTERM.
 
 Everything runs on one gevent loop without monkey patching: the router's
-link to the backbone is a gevent driver of the pure session.
+link to the backbone is a gevent driver of the pure connection.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ simply stops reading from that client (TCP back-pressure).
 No single client can take the gateway from the others:
 
 - *Fairness*: a reader handles at most :data:`TURN_BYTES` of input, then
-  yields to every other greenlet (other clients, the backbone session's
+  yields to every other greenlet (other clients, the backbone connection's
   timers, the fan-out) before reading again, so a client that streams
   cheap commands as fast as it can gets one turn among many instead of the
   whole loop.
@@ -316,7 +316,7 @@ class GatewayServer:
                     client.close(reason, connection.farewell(reason))
                     break
                 claimed = held
-                gevent.sleep(0)  # every other client, and the backbone session, get their turn
+                gevent.sleep(0)  # every other client, and the backbone connection, get their turn
         except Exception:  # a bug must cost one client, never the gateway
             self.stats["connection failures"] += 1
             log.exception("%s: connection failed; disconnecting", client.peer)

@@ -5,7 +5,7 @@ the command becomes a supervisor: it reserves the port (a bound socket that
 never listens, so it takes no connections), starts N ordinary gateway
 processes that each listen on it with SO_REUSEPORT (the kernel spreads new
 connections over them), and prints its readiness line once all N printed
-theirs.  Each worker is a whole gateway with its own backbone session: it
+theirs.  Each worker is a whole gateway with its own backbone connection: it
 routes the one backbone stream in sequence order, so every subscriber of
 every worker sees the one order, and announces its own clients' interest,
 so Redis receiver counts and NATS no-responders include the other workers'

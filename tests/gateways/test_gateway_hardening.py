@@ -200,7 +200,7 @@ def test_a_flooding_redis_client_does_not_starve_the_others(redis_address, unit)
             assert other.call(b"PING") == [b"pong", b""]
         other.close()
         publisher = RawRedis(redis_address, timeout=5)
-        for _ in range(5):  # the backbone session did not lapse: publishes are still confirmed
+        for _ in range(5):  # the backbone connection did not lapse: publishes are still confirmed
             assert isinstance(publisher.call(b"PUBLISH", b"fair.share", b"m"), int)
         publisher.close()
     finally:

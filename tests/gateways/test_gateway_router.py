@@ -1,7 +1,7 @@
 """The gateways' gevent router to a real backbone, in this process: shared publishes, filtered routing.
 
 gevent runs here without monkey patching, exactly as in a gateway process:
-the router's link is a gevent driver of the pure backbone session.
+the router's link is a gevent driver of the pure backbone connection.
 """
 from __future__ import annotations
 

@@ -298,7 +298,7 @@ class _FyrehoseReceiver(_Receiver):
             self.sock.sendto(datagram, self.spec.address)
 
     def read(self) -> bytes | None:
-        """The backbone's DELIVERs for the scanner; anything else goes through the session (ACKs) or is counted."""
+        """The backbone's DELIVERs for the scanner; anything else goes through the connection (ACKs) or is counted."""
         data, source = self.sock.recvfrom(self.read_size)
         if data[:1] == DELIVER and source != self.spec.address:
             self.recovery.take_peer(data, time.monotonic)  # a journal answering a REQUEST FORWARDed to it
@@ -412,7 +412,7 @@ def receive(receiver: _Receiver, deadline: float) -> tuple[int, array.array]:
             tick(now)
             select.select((sock,), (), (), min(IDLE_WAIT, deadline - now))
             continue
-        if data is not None:  # None: taken by the session (an ACK, a re-delivery, a datagram dropped on purpose)
+        if data is not None:  # None: taken by the connection (an ACK, a re-delivery, a datagram dropped on purpose)
             if not data:
                 raise StreamError("the server closed the connection")
             got, stamps = feed(data)

@@ -1,4 +1,4 @@
-"""CPU per message of the load test's pure sessions, stage by stage, offline: what the generator costs before sockets.
+"""CPU per message of the load test's pure state machines, stage by stage, offline: what the generator costs before sockets.
 
 ``python -m fyrehose.tools.bench.loadtest_stages [--batch 500] [--payload 64] [--requests 400] [--json PATH]``
 drives one :class:`ConfirmedPublisher` and one :class:`MeasuringSubscriber` against the
@@ -48,9 +48,9 @@ def measure(batch: int, payload: int, requests: int) -> dict:
     spent = dict.fromkeys(STAGES, 0.0)
     cpu = time.process_time
     now = 1000.0
-    # both sessions' KEEPALIVEs, so the backbone knows the subscriber (BATCH) and the publisher
-    for session, address in ((publisher.connection, PUBLISHER), (subscriber.connection, SUBSCRIBER)):
-        for datagram in session.poll(now)[0]:
+    # both connections' KEEPALIVEs, so the backbone knows the subscriber (BATCH) and the publisher
+    for connection, address in ((publisher.connection, PUBLISHER), (subscriber.connection, SUBSCRIBER)):
+        for datagram in connection.poll(now)[0]:
             backbone.receive(datagram, address, now)
     for data, to in backbone.flush(now).sends:
         (publisher if to == PUBLISHER else subscriber).receive(bytes(data), BACKBONE, now)

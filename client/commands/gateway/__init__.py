@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if kind in WORKER_KINDS:
             sub.add_argument("--workers", type=positive_int, default=1, metavar="N",
                              help="gateway processes sharing the port with SO_REUSEPORT, each with its own "
-                                  "backbone session (default 1)")
+                                  "backbone connection (default 1)")
             sub.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for each worker
         _add_module_arguments(sub, module_name)
     for name, (module_name, help_text) in TOOLS.items():

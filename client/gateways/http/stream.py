@@ -7,7 +7,7 @@ everything the gateway takes after the stream's start is routed, so the live
 stream begins just after the gateway's position at that moment (or, when it
 has taken nothing yet, as after a restart, at the first sequence it takes).
 A :class:`~fyrehose.drivers.link.RangeLink` (the gateway's own gevent driver
-of the pure session, tracking from N+1) fetches up to there from whichever
+of the pure connection, tracking from N+1) fetches up to there from whichever
 node holds the messages (the REQUEST path ``fyrehose sub --from`` uses: the
 backbone's recent log, then journals), verified as the gateway verifies; the
 held messages after what it reached follow.  What cannot be had is reported

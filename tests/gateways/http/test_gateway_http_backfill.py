@@ -2,7 +2,7 @@
 
 gevent runs without monkey patching, as in the gateway process: the gateway's
 router and the backfill's :class:`~fyrehose.drivers.link.RangeLink` are
-greenlets' drivers of the pure session.  Only the client's TcpClient is kept
+greenlets' drivers of the pure connection.  Only the client's TcpClient is kept
 in memory, so the output can be compared byte for byte.
 """
 from __future__ import annotations
