@@ -17,6 +17,21 @@ os.environ[PORT_RANGE_VARIABLE] = f"{12000 + 2000 * _worker}-{14000 + 2000 * _wo
 # The gateway fixtures (module_backbone, gateways) for every gateway test module.
 pytest_plugins = ["gateway_support"]
 
+# The folders whose test files take longest, slowest first.  pytest-xdist hands each worker whole files
+# (--dist loadfile) in collection order: a long file handed out last would leave one worker busy while the others
+# idle, so these are collected first (the order within a file does not change).
+SLOW_FIRST = ("tests/tools/pipeline/", "tests/tools/bench/", "tests/journal/", "tests/gateways/lumberjack/",
+              "tests/cache/", "tests/loadtest/", "tests/drivers/", "tests/backbone/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        return next((index for index, folder in enumerate(SLOW_FIRST) if item.nodeid.startswith(folder)),
+                    len(SLOW_FIRST))
+
+    items.sort(key=rank)
+
+
 # Every protocol test runs against each backbone mode listed here (--workers values).
 BACKBONE_MODES = [0, 2]  # 2: the multi-process backbone (fan-out workers sized by the backbone)
 
