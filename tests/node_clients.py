@@ -6,8 +6,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-NODE_MODULES = ROOT / "tools" / "node" / "node_modules"
+from fyrehose.tools.bench.npm_packages import SOURCE_TREE
+
+NODE_MODULES = SOURCE_TREE  # where tools/bootstrap --test installs tools/node/package.json
 SCRIPTS = Path(__file__).resolve().parent / "node"
 
 
