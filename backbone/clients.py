@@ -72,6 +72,23 @@ class ClientTable:
             self._next_expiry = expires
         return True
 
+    def adopt(self, addr: Address, flags: int, expires: float) -> bool:
+        """Take a client over from another backbone's table (a standby following its primary)."""
+        entry = self._entries.get(addr)
+        if entry is None and len(self._entries) >= self.capacity:
+            return False
+        if entry is None or entry.flags != flags:
+            self._views = None
+        self._entries[addr] = ClientEntry(addr, flags, expires)
+        if expires < self._next_expiry:
+            self._next_expiry = expires
+        return True
+
+    def members(self, now: float) -> list[tuple[Address, int, float]]:
+        """(address, flags, seconds since its last KEEPALIVE) of every live client."""
+        return [(entry.addr, entry.flags, self.lifetime - (entry.expires - now))
+                for entry in self._entries.values() if entry.expires > now]
+
     def expire(self, now: float) -> int:
         """Forget clients whose lifetime ran out; cheap when none is due."""
         if now < self._next_expiry:

@@ -40,13 +40,26 @@ from fyrehose.backbone.recent_log import DEFAULT_BYTES, RecentLog
 from fyrehose.backbone.redelivery import BYTE_RATE, DATAGRAM_RATE, Redeliveries
 from fyrehose.backbone.sequence_counter import DEFAULT_BLOCK, SequenceCounter, SequenceExhausted
 from fyrehose.protocol import codec
-from fyrehose.protocol.codec import Address
+from fyrehose.protocol.codec import Address, Run
 
 _SEQ_FIELD = struct.Struct(">HI")
 REPEAT_WINDOW = 2.0  # a REQUEST for the same hole again within this: the FORWARDed client did not answer
 MAX_ASKED = 4096  # requesters whose recent REQUESTs are remembered for that
 ASKS_PER_CLIENT = 32
 _ACK_PREFIX = bytes((codec.KEEPALIVE_ACK,))
+_NOBODY: Address = ("0.0.0.0", 0)  # the publisher of untagged frames, as far as a standby needs to know
+RECOVERY_WINDOW = 0.3  # seconds a promoted standby waits for the journals' copies of the numbers it lacks
+
+
+@dataclass(slots=True)
+class Recovery:
+    """Numbers a promoted standby lacks, asked of every journaling client (docs/protocol.md, "Hot standby pair")."""
+
+    from_seq: int
+    to_seq: int
+    deadline: float
+    journalers: set[Address]
+    found: set[int] = field(default_factory=set)
 
 
 def _notice(from_seq: int, to_seq: int) -> bytes:
@@ -102,6 +115,11 @@ class Backbone:
         self._unkept: list[LogEntry] = []  # handed out, not yet copied into the recent log
         self._asked: OrderedDict[Address, deque[tuple[int, int, float]]] = OrderedDict()  # recent REQUESTs
         self._redeliveries = Redeliveries(datagram_rate=redeliver_datagrams, byte_rate=redeliver_bytes)
+        # a member of a standby pair (docs/protocol.md, "Hot standby pair"): the driver sets `replicas` to a list
+        # that collects every sequenced entry with its publisher and tag runs, for the standby
+        self.replicas: list[tuple[LogEntry, Address, list[Run]]] | None = None
+        self.gone: list[tuple[int, int, int]] = []  # (from, to, reason): numbers no one will ever deliver
+        self._recovery: Recovery | None = None
 
     # ------------------------------------------------------------ input
 
@@ -112,6 +130,9 @@ class Backbone:
             return
         if datagram and datagram[0] == codec.PUSH and len(datagram) <= codec.MAX_DATAGRAM:
             self.push(datagram, source, now)
+            return
+        if datagram and datagram[0] == codec.DELIVER and self._recovery is not None:
+            self._recovered(datagram, source, now)
             return
         accepted = read_control(datagram, source, self.policy)
         if isinstance(accepted, KeepaliveIn):
@@ -150,6 +171,8 @@ class Backbone:
             self._drop("request beyond last sequence")
             return
         to_seq = min(frame.to_seq, last, frame.from_seq + self.max_request_range - 1)
+        if self.gone and self._answer_gone(requester, frame.from_seq, to_seq):
+            return
         journaler = self.clients.choose_journaler(now, requester, self.rng)
         repeated = self._asked_again(requester, frame.from_seq, to_seq, now)
         if journaler is not None:
@@ -172,6 +195,87 @@ class Backbone:
                         self._control.append((_notice(from_seq, to_seq), requester))
             elif journaler is None:
                 self._drop("no journaling client")
+
+    def _answer_gone(self, requester: Address, from_seq: int, to_seq: int) -> bool:
+        """GONE frames for the requested numbers no one will deliver, to a client that takes them; True when
+        they cover the whole request."""
+        member = self.clients.get(requester)
+        if member is None or not member.flags & codec.FLAG_GONE:
+            return False
+        covered = 0
+        for first, last, reason in self.gone:
+            low, high = max(first, from_seq), min(last, to_seq)
+            if low <= high:
+                self._control.append((codec.encode_gone(low, high, reason), requester))
+                covered += high - low + 1
+                self.counters["gone answers"] += 1
+        return covered == to_seq - from_seq + 1
+
+    def recover(self, from_seq: int, to_seq: int, requester: Address, now: float,
+                window: float = RECOVERY_WINDOW) -> None:
+        """After a takeover: ask every journaling client for ``from_seq..to_seq`` on behalf of ``requester`` (this
+        backbone's own address); what arrives within ``window`` goes to every subscriber, the rest is GONE."""
+        journalers = self.clients.journalers(now)
+        forward = codec.encode(codec.Forward(requester[0], requester[1], from_seq, to_seq))
+        self._control.extend((forward, journaler) for journaler in journalers)
+        self.counters["forwards"] += len(journalers)
+        self._recovery = Recovery(from_seq, to_seq, now + window, set(journalers))
+
+    def _recovered(self, datagram: bytes | bytearray | memoryview, source: Address, now: float) -> None:
+        recovery = self._recovery
+        assert recovery is not None
+        if source not in recovery.journalers:
+            self._drop("unasked deliver")
+            return
+        spans, error = codec.scan(datagram, codec.DELIVER)
+        if error is not None:
+            self._drop("malformed")
+        fresh = []
+        for start, end, seq in spans:
+            if recovery.from_seq <= seq <= recovery.to_seq and seq not in recovery.found:
+                recovery.found.add(seq)
+                fresh.append(bytes(datagram[start:end]))
+        self.counters["recovered"] += len(fresh)
+        self.send_to_subscribers(fresh, now)
+
+    def hold_replica(self, frames: bytes, count: int, source: Address, runs: list[Run], now: float) -> None:
+        """A standby keeps what its primary sequenced: the frames in its recent log (for REQUESTs after a
+        takeover), the tags in its CONFIRM memory (a retried PUSH gets its original number)."""
+        if runs:
+            self.confirmed.remember_runs(source, runs, now)
+        self.keep_recent()
+        self._recent.add([LogEntry(memoryview(frames), count)])
+        self.counters["replicated"] += count
+
+    def send_to_subscribers(self, frames: list[bytes], now: float) -> None:
+        """DELIVER frames sequenced before (recovered or held at a takeover) to every subscriber, apart from the
+        sequenced log, packed for BATCH subscribers."""
+        if not frames:
+            return
+        plain, batch = self.clients.subscribers(now)
+        for addr in plain:
+            self._control.extend((frame, addr) for frame in frames)
+        if batch:
+            packed = codec.pack_greedy(frames, self.batch_bytes)
+            for addr in batch:
+                self._control.extend((datagram, addr) for datagram in packed)
+        self.counters["resent"] += len(frames) * (len(plain) + len(batch))
+
+    def end_recovery(self, now: float) -> None:
+        """Once the window is over: every number not found is GONE (lost)."""
+        recovery = self._recovery
+        if recovery is None or now < recovery.deadline:
+            return
+        self._recovery = None
+        start = None
+        for seq in range(recovery.from_seq, recovery.to_seq + 2):
+            missing = seq <= recovery.to_seq and seq not in recovery.found
+            if missing and start is None:
+                start = seq
+            elif not missing and start is not None:
+                self.gone.append((start, seq - 1, codec.GONE_LOST))
+                self.counters["gone"] += seq - start
+                start = None
 
     def _asked_again(self, requester: Address, from_seq: int, to_seq: int, now: float) -> bool:
         """Whether ``requester`` asked for any of these sequences within REPEAT_WINDOW; remembers this ask.
@@ -220,12 +324,16 @@ class Backbone:
             return
         buf = bytearray(datagram)
         stamp_uniform(buf, step, seq)
+        runs: list[Run] = []
         if tags is not None and source is not None:
             runs = [(tags.start, count, seq)] if isinstance(tags, range) else codec.pair_runs(zip(tags, range(seq, seq + count)))
             self.confirmed.remember_runs(source, runs, now)
             self._confirms.setdefault(source, []).append(confirm_block(tags, seq))
         self.counters["pushes"] += count
-        self._log.append(LogEntry(memoryview(buf), count, step))
+        entry = LogEntry(memoryview(buf), count, step)
+        self._log.append(entry)
+        if self.replicas is not None:
+            self.replicas.append((entry, source or _NOBODY, runs))
 
     def _push_spans(self, datagram: bytes | bytearray | memoryview, spans: list[tuple[int, int, int]],
                     source: Address, now: float) -> None:
@@ -268,8 +376,9 @@ class Backbone:
                 tagged.append((tag, seq))
             bounds.append((start, end))
             seq += 1
+        runs = codec.pair_runs(tagged) if tagged else []
         if tagged:
-            confirmed.remember_runs(source, codec.pair_runs(tagged), now)
+            confirmed.remember_runs(source, runs, now)
             self._confirms.setdefault(source, []).extend(codec.encode_confirms(tagged))
         for tag in repeated:
             first = confirmed.lookup(source, tag)
@@ -280,11 +389,13 @@ class Backbone:
         if len(keep) == len(spans) or self._contiguous(bounds):
             view = memoryview(buf)[base:]
             relative = bounds if not base else [(s - base, e - base) for s, e in bounds]
-            self._log.append(LogEntry(view, len(bounds), 0, relative))
+            entries = [LogEntry(view, len(bounds), 0, relative)]
         else:
             view = memoryview(buf)
-            for start, end in bounds:
-                self._log.append(LogEntry(view[start:end], 1, end - start))
+            entries = [LogEntry(view[start:end], 1, end - start) for start, end in bounds]
+        self._log += entries
+        if self.replicas is not None:
+            self.replicas += [(entry, source, runs) for entry in entries]
 
     @staticmethod
     def _contiguous(bounds: list[tuple[int, int]]) -> bool:
@@ -296,7 +407,7 @@ class Backbone:
     # ------------------------------------------------------------ output
 
     def pending(self) -> bool:
-        return bool(self._log or self._control or self._confirms or self._redeliveries)
+        return bool(self._log or self._control or self._confirms or self._redeliveries or self._recovery)
 
     def take_log(self) -> list[LogEntry]:
         """The frames sequenced since the last call, for a driver that fans them out itself; it calls
@@ -336,11 +447,16 @@ class Backbone:
 
     def next_due(self, now: float) -> float | None:
         """When a flush next has re-deliveries to send although no datagram arrives; for the drivers' waits."""
-        return self._redeliveries.next_due(now)
+        due = self._redeliveries.next_due(now)
+        if self._recovery is not None:
+            due = self._recovery.deadline if due is None else min(due, self._recovery.deadline)
+        return due
 
     def flush_control(self, now: float | None = None) -> Outbox:
         """The reservation to persist, then ACKs, FORWARDs and CONFIRMs (packed for BATCH clients); no DELIVERs."""
         self.keep_recent()  # a driver that never calls it still holds no more than one flush's frames
+        if self._recovery is not None and now is not None:
+            self.end_recovery(now)
         out = Outbox()
         if not (self._control or self._confirms or self._redeliveries or self.sequence.unpersisted):
             return out  # the usual flush of a subscriber's-only traffic: nothing but DELIVERs

@@ -28,9 +28,10 @@ MAY_IMPORT = {
     TOOLS: {PURE, NET, RUNTIME, DRIVERS, SERVICES, TOOLS},
     COMMANDS: {PURE, NET, RUNTIME, DRIVERS, SERVICES, TOOLS, COMMANDS},
 }
-# The backbone's rules (its drivers are backbone.single, backbone.host, backbone.multiprocess).
+# The backbone's rules (its drivers are backbone.single, backbone.host, backbone.multiprocess), and the standby
+# pair's (backbone.pair, driven by backbone.single.pair_member).
 BACKBONE_CORE = {"core", "clients", "confirms", "intake", "pushes", "ratelimit", "recent_log", "redelivery",
-                 "sequence_counter"}
+                 "sequence_counter", "pair"}
 # Pure modules inside the service folders: the state machines and codecs their drivers run.
 PURE_SERVICE_MODULES = {
     "fyrehose.cache.core", "fyrehose.cache.merge",
@@ -72,7 +73,7 @@ def layer_of(module: str) -> str:
         return PURE
     parts = module.split(".")
     if parts[:2] == ["fyrehose", "backbone"]:
-        if len(parts) == 2 or (len(parts) == 3 and parts[2] in BACKBONE_CORE):
+        if len(parts) == 2 or parts[2] in BACKBONE_CORE:
             return PURE
         return SERVICES
     second = parts[1] if len(parts) > 1 else ""

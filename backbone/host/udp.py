@@ -13,8 +13,16 @@ SOCKET_BUFFER = 32 * 1024 * 1024
 _RETRYABLE = (errno.EAGAIN, errno.ENOBUFS)
 
 
-def bind_udp(addr: Address, reuse_port: bool = False, buffer_size: int = SOCKET_BUFFER) -> socket.socket:
+IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # Linux; the constant is missing from some Pythons
+
+
+def bind_udp(addr: Address, reuse_port: bool = False, buffer_size: int = SOCKET_BUFFER,
+             freebind: bool = False) -> socket.socket:
+    """``freebind``: bind an address this host does not hold yet (a standby's service address, which VRRP
+    brings when it takes over); sending from it fails until then, which is part of the pair's fencing."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    if freebind:
+        sock.setsockopt(socket.IPPROTO_IP, IP_FREEBIND, 1)
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     enlarge_buffers(sock, buffer_size)

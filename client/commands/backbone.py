@@ -3,14 +3,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fyrehose.backbone.host.multicast import DEFAULT_TTL, GroupOptions
 from fyrehose.backbone.host.udp import SOCKET_BUFFER
+from fyrehose.backbone.pair.primary import DETACH_AFTER
 from fyrehose.backbone.recent_log import DEFAULT_BYTES as RECENT_BYTES
 from fyrehose.backbone.single.trace import DEFAULT_EVERY, StageTrace
 from fyrehose.errors import InputError
 from fyrehose.net.addresses import parse_group, parse_hostport, parse_networks, resolve_ipv4
 from fyrehose.protocol.codec import FRAME_HEADER, MAX_DATAGRAM
+
+if TYPE_CHECKING:
+    from fyrehose.backbone.single.driver import PairOptions
 
 DEFAULT_LISTEN = "127.0.0.1:2323"
 
@@ -58,6 +63,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "each (python -m fyrehose.backbone.single.trace FILE reports them; docs/operations.md)")
     parser.add_argument("--trace-every", type=int, default=DEFAULT_EVERY, metavar="N",
                         help=f"with --trace: one PUSH datagram in N (default {DEFAULT_EVERY})")
+    parser.add_argument("--pair", metavar="HOST:PORT",
+                        help="run as one member of a hot standby pair: this host's own address for the pair's "
+                             "replication traffic; the member starts as standby, binds --listen (the virtual IP) "
+                             "before holding it, and is promoted by SIGUSR1 (docs/operations.md, A hot standby "
+                             "pair); needs --peer and --workers 0")
+    parser.add_argument("--peer", metavar="HOST:PORT", help="the other member's --pair address")
+    parser.add_argument("--standby-sync", action="store_true",
+                        help="CONFIRM and DELIVER only what the standby holds, so a confirmed message survives the "
+                             "loss of either host (default: asynchronous)")
+    parser.add_argument("--standby-timeout", type=float, default=DETACH_AFTER, metavar="SECONDS",
+                        help=f"the primary goes on alone after its standby was silent this long (default "
+                             f"{DETACH_AFTER})")
     parser.add_argument("--rate-limit", type=float, default=0, metavar="N",
                         help="datagrams/s accepted from each source IP, bursts of one second's worth; the rest "
                              "are dropped and counted (default 0: off; with R receive workers, a source "
@@ -99,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers == 0 and args.fanout is not None:
         raise InputError("--fanout needs --workers 1 or more (with --workers 0 one process does everything)")
     group = _group_options(args)
+    pair = _pair_options(args)
     if args.workers == "auto":
         from fyrehose.backbone.multiprocess.supervisor import auto_workers, default_sizes
 
@@ -106,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         args.workers = default_sizes()[0] if args.fanout is not None else auto_workers()
     if args.trace is not None and args.workers != 0:
         raise InputError("--trace needs the single-process backbone (--workers 0)")
+    if pair is not None and args.workers != 0:
+        raise InputError("--pair needs the single-process backbone (--workers 0)")
     try:
         trace = StageTrace(args.trace, args.trace_every) if args.trace is not None else None
     except OSError as exc:
@@ -133,7 +153,24 @@ def run(args: argparse.Namespace) -> int:
     )
     from fyrehose.backbone.single.driver import run_single
 
-    return run_single(backbone, listen, state, metrics, args.socket_buffer, group, trace)
+    return run_single(backbone, listen, state, metrics, args.socket_buffer, group, trace, pair)
+
+
+def _pair_options(args: argparse.Namespace) -> PairOptions | None:
+    from fyrehose.backbone.single.driver import PairOptions
+
+    if args.pair is None:
+        if args.peer is not None or args.standby_sync or args.standby_timeout != DETACH_AFTER:
+            raise InputError("--peer, --standby-sync and --standby-timeout need --pair HOST:PORT")
+        return None
+    if args.peer is None:
+        raise InputError("--pair needs --peer HOST:PORT (the other member's pair address)")
+    if not args.standby_timeout > 0:
+        raise InputError("--standby-timeout must be more than 0 seconds")
+    pair, peer = parse_hostport(args.pair), parse_hostport(args.peer)
+    if pair == peer:
+        raise InputError("--pair and --peer must be different addresses")
+    return PairOptions(pair, peer, args.standby_sync, args.standby_timeout)
 
 
 def _group_options(args: argparse.Namespace) -> GroupOptions | None:

@@ -37,6 +37,11 @@ FLAG_BATCH = 0x4
 FLAG_HEAD = 0x8  # extension: the KEEPALIVE-ACK also carries the last sequence issued
 FLAG_MULTICAST = 0x10  # extension: this client takes DELIVERs from the backbone's multicast group, none unicast
 FLAG_REDELIVERING = 0x20  # extension: the client takes a FORWARD to 0.0.0.0:0 as "the backbone re-DELIVERs this"
+FLAG_GONE = 0x40  # extension: the client takes GONE frames (numbers no one will ever deliver)
+GONE = 0x80  # extension frame: 0x80 FROM(6) TO(6) REASON(1), backbone to a client that set FLAG_GONE
+GONE_SIZE = 14
+GONE_LOST = 0  # issued perhaps, but neither the backbone nor any client holds them
+GONE_NEVER_SENT = 1  # never DELIVERed or CONFIRMed by anyone
 
 MAX_DATAGRAM = 65507  # largest IPv4 UDP payload
 FRAME_HEADER = 9  # type(1) length(2) sequence-or-tag(6)
@@ -70,6 +75,7 @@ _NAMES = {
     KEEPALIVE: "KEEPALIVE",
     KEEPALIVE_ACK: "KEEPALIVE-ACK",
     CONFIRM: "CONFIRM",
+    GONE: "GONE",
 }
 
 
@@ -186,6 +192,25 @@ def encode_push(data: bytes, tag: int = 0) -> bytes:
     _check_payload(data)
     _check_u48("tag", tag)
     return _HEADER.pack(PUSH, len(data), tag >> 32, tag & 0xFFFFFFFF) + data
+
+
+_GONE = struct.Struct(">BHIHIB")
+
+
+def encode_gone(from_seq: int, to_seq: int, reason: int) -> bytes:
+    """A GONE frame (docs/protocol.md): the backbone's answer to a REQUEST for numbers no one will deliver."""
+    return _GONE.pack(GONE, from_seq >> 32, from_seq & 0xFFFFFFFF, to_seq >> 32, to_seq & 0xFFFFFFFF, reason)
+
+
+def decode_gone(datagram: bytes | bytearray | memoryview) -> tuple[int, int, int]:
+    """(from, to, reason) of a GONE datagram; ProtocolError when it is not a well-formed one."""
+    if len(datagram) != GONE_SIZE or datagram[0] != GONE:
+        raise ProtocolError("bad size", f"a GONE frame is {GONE_SIZE} bytes")
+    _, f_high, f_low, t_high, t_low, reason = _GONE.unpack_from(datagram)
+    from_seq, to_seq = (f_high << 32) | f_low, (t_high << 32) | t_low
+    if not 1 <= from_seq <= to_seq or reason not in (GONE_LOST, GONE_NEVER_SENT):
+        raise ProtocolError("bad value", "a GONE frame names no range of sequences or an unknown reason")
+    return from_seq, to_seq, reason
 
 
 def encode_confirm(tag: int, seq: int) -> bytes:

@@ -46,7 +46,7 @@ class Incoming:
 
 KEEPALIVE_INTERVAL = 0.5  # seconds between KEEPALIVEs, by default (docs/protocol.md, client rule 1: at most 1 s)
 _KNOWN_FLAGS = (codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL | codec.FLAG_BATCH | codec.FLAG_HEAD
-                | codec.FLAG_MULTICAST | codec.FLAG_REDELIVERING)
+                | codec.FLAG_MULTICAST | codec.FLAG_REDELIVERING)  # GONE is the connection's own, always set
 
 
 class DeliverForm(Enum):
@@ -150,7 +150,8 @@ class BackboneConnection:
                  vouch: Callable[[bytes], bool] | None = None) -> None:
         self.backbone = backbone
         self.options = options
-        self.flags = options.flags  # the KEEPALIVEs' flags: MULTICAST comes and goes
+        # the KEEPALIVEs' flags: MULTICAST comes and goes; every connection takes GONE (after a takeover)
+        self.flags = options.flags | codec.FLAG_GONE
         self.group_watch: GroupWatch | None = None
         self._head: int | None = None  # the backbone's last HEAD
         self._head_at_track: int | None = None  # the HEAD when tracking began: later messages are the stream's
@@ -238,6 +239,12 @@ class BackboneConnection:
             if kind == codec.CONFIRM:
                 incoming.confirms = codec.decode_confirm_runs(data)
                 incoming.published = self.publishes.confirm_runs(incoming.confirms)
+                return incoming
+            if kind == codec.GONE:
+                from_seq, to_seq, reason = codec.decode_gone(data)
+                self.stats["gone notices"] += 1
+                if self.tracker is not None:
+                    incoming.events = self.tracker.gone(from_seq, to_seq, reason == codec.GONE_NEVER_SENT, now)
                 return incoming
             frames = codec.decode(data)
         except codec.ProtocolError:

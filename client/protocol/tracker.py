@@ -44,13 +44,20 @@ class Lost:
 Event = Message | Lost
 
 
+NOT_RECOVERED = "not recovered"
+GONE_LOST = "lost in a backbone takeover"  # the backbone's GONE: nobody holds these numbers
+GONE_NEVER_SENT = "never sent (backbone takeover)"  # the backbone's GONE: these numbers never carried a message
+_GIVEN_UP = float("-inf")
+
+
 @dataclass(slots=True)
 class _Hole:
     first: int
     last: int
-    noticed: float  # when the hole was first seen; give-up time counts from here
+    noticed: float  # when the hole was first seen; give-up time counts from here (-inf: the backbone said GONE)
     next_request: float
     attempts: int = 0
+    reason: str = NOT_RECOVERED
 
 
 def _hole_last(hole: _Hole) -> int:
@@ -138,6 +145,7 @@ class SequenceTracker:
         self._holes: list[_Hole] = []  # disjoint, ascending, all below or at `highest`
         self.duplicates = 0
         self.lost = 0
+        self.never_sent = 0  # numbers the backbone said never carried a message (reported as Lost, not counted lost)
         # seconds from noticing a hole to its last sequence's arrival, per hole filled (a split hole: per part),
         # for the bench's recovery figures; the first MAX_RECOVERIES only
         self.recoveries = array("d")
@@ -329,7 +337,7 @@ class SequenceTracker:
         """Timers: the (from, to) ranges to REQUEST now, and events released by giving up holes."""
         events: list[Event] = []
         while self._holes and self._holes[0].noticed + self.give_up_after <= now:
-            events.extend(self._give_up_front("not recovered"))
+            events.extend(self._give_up_front())
         requests = []
         span = self.max_request_span
         for hole in self._holes:
@@ -352,6 +360,28 @@ class SequenceTracker:
                 continue
             span = min(hole.last, to_seq) - max(hole.first, from_seq) + 1
             hole.next_request = now + self.redelivery_retry + span / self.redelivery_rate
+
+    def gone(self, from_seq: int, to_seq: int, never_sent: bool, now: float) -> list[Event]:
+        """The backbone says nobody will deliver ``from_seq..to_seq`` (a GONE frame): what of it this tracker
+        waits for is given up now, in order (a part behind an earlier hole goes once that hole is settled)."""
+        reason = GONE_NEVER_SENT if never_sent else GONE_LOST
+        holes: list[_Hole] = []
+        for hole in self._holes:
+            low, high = max(hole.first, from_seq), min(hole.last, to_seq)
+            if low > high:
+                holes.append(hole)
+                continue
+            if hole.first < low:
+                holes.append(_Hole(hole.first, low - 1, hole.noticed, hole.next_request, hole.attempts, hole.reason))
+            holes.append(_Hole(low, high, _GIVEN_UP, float("inf"), hole.attempts, reason))
+            if high < hole.last:
+                holes.append(_Hole(high + 1, hole.last, hole.noticed, hole.next_request, hole.attempts, hole.reason))
+        self._holes = holes
+        events: list[Event] = []
+        while holes and holes[0].noticed == _GIVEN_UP:
+            events.extend(self._give_up_front())
+            holes = self._holes
+        return events
 
     def next_deadline(self) -> float | None:
         if not self._holes:
@@ -399,11 +429,14 @@ class SequenceTracker:
                 break
         self.next = seq
 
-    def _give_up_front(self, reason: str) -> list[Event]:
+    def _give_up_front(self, reason: str | None = None) -> list[Event]:
         hole = self._holes.pop(0)  # always starts at self.next: everything below it was drained
         events: list[Event] = []
-        lost = Lost(hole.first, hole.last, reason)
-        self.lost += lost.count
+        lost = Lost(hole.first, hole.last, reason or hole.reason)
+        if lost.reason == GONE_NEVER_SENT:
+            self.never_sent += lost.count
+        else:
+            self.lost += lost.count
         events.append(lost)
         self.next = hole.last + 1
         self._drain(events)

@@ -86,6 +86,16 @@ _COUNTERS = {
     "redelivered": ("fyrehose_redelivered_total", "DELIVER frames re-sent from the backbone's recent log"),
     "multicast datagrams": ("fyrehose_multicast_datagrams_total",
                             "DELIVER datagrams sent once to the multicast group (--multicast)"),
+    "pair records": ("fyrehose_pair_records_total", "RECORD datagrams the primary sent to its standby"),
+    "pair replayed": ("fyrehose_pair_replayed_total", "RECORD datagrams sent again on the standby's REPLAY"),
+    "replicated": ("fyrehose_pair_replicated_total", "messages the standby took from its primary"),
+    "pair takeovers": ("fyrehose_pair_takeovers_total", "times this backbone was promoted to primary"),
+    "pair fenced": ("fyrehose_pair_fenced_total", "times this primary met a newer primary and stood down"),
+    "pair standby detached": ("fyrehose_pair_standby_detached_total",
+                              "times the primary went on alone after its standby fell silent"),
+    "recovered": ("fyrehose_pair_recovered_total", "messages a promoted standby got back from journaling clients"),
+    "gone": ("fyrehose_pair_gone_total", "numbers a promoted standby found nobody holds (reported lost)"),
+    "gone answers": ("fyrehose_gone_answers_total", "GONE frames sent in answer to REQUESTs"),
 }
 
 
@@ -129,6 +139,20 @@ def client_metrics(counts: dict[str, int], last_sequence: int) -> list[Metric]:
         ("fyrehose_clients", "gauge", "live clients (any flags)", [({}, counts["clients"])]),
         ("fyrehose_last_sequence", "gauge", "last sequence number issued", [({}, last_sequence)]),
     ]
+
+
+def pair_metrics(values: dict[str, float]) -> list[Metric]:
+    """Gauges of a standby pair member (docs/operations.md, "A hot standby pair")."""
+    helps = {
+        "role_primary": "1 while this backbone is its pair's primary, 0 while standby",
+        "epoch": "the pair epoch this backbone serves or follows",
+        "standby_attached": "1 while the primary's standby is attached (grants and, in sync mode, gates output)",
+        "replication_lag_messages": "sequences issued that the standby does not hold yet",
+        "replication_lag_seconds": "seconds since the standby last answered (primary) or the primary was last "
+                                   "heard (standby); -1 when there is no peer",
+    }
+    return [(f"fyrehose_pair_{name}", "gauge", help_text, [({}, values[name])])
+            for name, help_text in helps.items() if name in values]
 
 
 def ring_metrics(fills: dict[str, float]) -> list[Metric]:

@@ -195,11 +195,12 @@ def group_deliver(conn: BackboneConnection, clock: Clock, first: int, count: int
 def test_a_joined_client_says_multicast_in_its_keepalives_and_a_publisher_never_does():
     clock = Clock()
     conn = connection(clock)
-    assert keepalive_flags(conn.poll(clock.now)[0]) == [codec.FLAG_BATCH | codec.FLAG_HEAD | codec.FLAG_MULTICAST]
+    assert keepalive_flags(conn.poll(clock.now)[0]) == [
+        codec.FLAG_BATCH | codec.FLAG_HEAD | codec.FLAG_MULTICAST | codec.FLAG_GONE]
     with pytest.raises(ValueError, match="multicast needs a subscriber"):
         ConnectionOptions(flags=codec.FLAG_NOSUBSCRIBE, multicast=True)  # a publisher never joins
     without_head = BackboneConnection(BACKBONE, ConnectionOptions(flags=codec.FLAG_BATCH, multicast=True))
-    assert without_head.flags == codec.FLAG_BATCH | codec.FLAG_MULTICAST | codec.FLAG_HEAD  # the fallback needs HEAD
+    assert without_head.flags == codec.FLAG_BATCH | codec.FLAG_MULTICAST | codec.FLAG_HEAD | codec.FLAG_GONE  # HEAD: the fallback
     assert without_head.options.flags == codec.FLAG_BATCH  # as asked: MULTICAST and HEAD are the connection's
     plain = BackboneConnection(BACKBONE, ConnectionOptions(flags=codec.FLAG_BATCH))
     assert plain.group_watch is None and plain.receive_group(codec.encode_deliver(1, b"x"), BACKBONE, T0).stored
@@ -271,7 +272,7 @@ def test_a_silent_group_while_head_advances_falls_back_once_and_loses_nothing():
     assert T0 + 0.5 * (first + 1) - silent_from >= after > T0 + 0.5 * first - silent_from
     head = 12 + first
     datagrams, _ = conn.poll(clock.now)  # a KEEPALIVE without the flag at once, and REQUESTs for the gap
-    assert keepalive_flags(datagrams) == [codec.FLAG_BATCH | codec.FLAG_HEAD]
+    assert keepalive_flags(datagrams) == [codec.FLAG_BATCH | codec.FLAG_HEAD | codec.FLAG_GONE]
     sent_out += datagrams
     asked = {seq for d in sent_out if d[0] == codec.REQUEST for r in codec.decode(d)
              for seq in range(r.from_seq, r.to_seq + 1)}

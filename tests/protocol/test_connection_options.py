@@ -76,7 +76,7 @@ def test_only_a_journaling_client_serves_forwards():
 def test_the_connection_keeps_the_flags_asked_and_its_own_changing_ones_apart():
     options = ConnectionOptions(flags=codec.FLAG_BATCH, multicast=True)
     connection = BackboneConnection(BACKBONE, options)
-    assert connection.flags == codec.FLAG_BATCH | codec.FLAG_MULTICAST | codec.FLAG_HEAD
+    assert connection.flags == codec.FLAG_BATCH | codec.FLAG_MULTICAST | codec.FLAG_HEAD | codec.FLAG_GONE
     assert connection.options is options and options.flags == codec.FLAG_BATCH
     assert connection.group_watch.after == FALLBACK_INTERVALS * KEEPALIVE_INTERVAL
     later = BackboneConnection(BACKBONE, dataclasses.replace(options, multicast_fallback_after=7.0))

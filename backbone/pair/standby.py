@@ -1,0 +1,150 @@
+"""The standby's side of the pair: the sequenced stream it holds, the grants it gives, and its takeover plan.
+
+The standby holds an unbroken run of sequences from the first RECORD it saw
+(a standby that starts late needs no history: the journals keep that), asks
+the primary to REPLAY what went missing on the way, and learns the
+primary's subscribers and CONFIRM memory from STATE and RECORD datagrams, so
+that once promoted it delivers at once and answers a retried PUSH with its
+original number.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fyrehose.backbone.pair import frames
+
+REPLAY_AFTER = 0.02  # a missing RECORD is asked for again this long after it was noticed (and then each time)
+REBASE_AFTER = 2.0  # a hole the primary cannot replay for this long: the standby follows on from above it
+MAX_AHEAD = 65536  # RECORDs held beyond a hole
+
+
+@dataclass(frozen=True, slots=True)
+class Takeover:
+    """What a promoted standby does first (docs/operations.md, "What a takeover does").
+
+    ``start`` is its first number; ``resend`` the held sequences the old
+    primary may not have sent to every subscriber yet (sent again at once);
+    ``unknown`` the numbers between what it holds and ``start`` (None when
+    there are none): ``never_sent`` when the old primary was still gated
+    by this standby (sync mode), else they are looked for at the journals
+    and what nobody has is reported lost.
+    """
+
+    epoch: int
+    start: int
+    resend: tuple[int, int] | None
+    unknown: tuple[int, int] | None
+    never_sent: bool
+
+
+class ReplicaFollower:
+    def __init__(self, epoch: int, granted: int) -> None:
+        self.epoch = epoch  # the highest epoch seen
+        self.granted = granted  # durably persisted: numbers up to it may have been issued
+        self.base: int | None = None  # the sequence before the first one held
+        self.held = 0
+        self.primary: frames.State | None = None  # the last STATE of the current epoch's primary
+        self.heard = float("-inf")  # when a datagram of the current epoch's primary last arrived
+        self.clean_until = float("-inf")  # promoted before this, the old primary sent nothing above `held`
+        self.caught_up_at: int | None = None  # the primary's last issued when this standby first heard it
+        self._ahead: dict[int, frames.Record] = {}  # RECORDs beyond a hole, by first sequence
+        self._missing_since: float | None = None
+        self._next_replay = 0.0
+
+    def newer(self, epoch: int) -> bool:
+        """Take note of a peer's epoch; True when it is above any seen (the held stream starts over)."""
+        if epoch <= self.epoch:
+            return False
+        self.epoch = epoch
+        self.base = None
+        self.held = 0
+        self.primary = None
+        self.caught_up_at = None
+        self._ahead.clear()
+        self._missing_since = None
+        return True
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether it holds everything the primary had issued when it first heard it (fit to take over)."""
+        return self.caught_up_at is not None and self.held >= self.caught_up_at
+
+    def on_state(self, state: frames.State, now: float) -> None:
+        self.primary = state
+        self.heard = now
+        if state.flags & frames.STATE_SYNC and state.flags & frames.STATE_ATTACHED:
+            self.clean_until = now + state.clean_ms / 1000.0
+        else:
+            self.clean_until = float("-inf")
+        if self.caught_up_at is None:
+            self.caught_up_at = state.last_issued
+            if self.base is None:
+                self.base = self.held = state.last_issued  # follows on from here; history is the journals'
+
+    def on_record(self, record: frames.Record, now: float) -> list[frames.Record]:
+        """The RECORDs now held in order (none when this one is old, a duplicate, or beyond a hole)."""
+        self.heard = now
+        if self.base is None:
+            self.base = self.held = record.first - 1
+        if record.last <= self.held:
+            return []
+        if record.first > self.held + 1:
+            if len(self._ahead) < MAX_AHEAD:
+                self._ahead.setdefault(record.first, record)
+            if self._missing_since is None:
+                self._missing_since = now
+                self._next_replay = now + REPLAY_AFTER
+            return []
+        applied = [record]
+        self.held = record.last
+        ahead = self._ahead
+        while ahead:
+            following = ahead.pop(self.held + 1, None)
+            if following is None:
+                stale = [first for first, held in ahead.items() if held.last <= self.held]
+                for first in stale:
+                    del ahead[first]
+                if not stale:
+                    break
+                continue
+            applied.append(following)
+            self.held = following.last
+        self._missing_since = None if not ahead and not self._behind() else self._missing_since or now
+        return applied
+
+    def _behind(self) -> bool:
+        return self.primary is not None and self.primary.last_issued > self.held
+
+    def replays(self, now: float) -> list[bytes]:
+        """REPLAY requests for the hole above what is held, when it has waited long enough."""
+        if self.base is None or not (self._ahead or self._behind()):
+            self._missing_since = None
+            return []
+        if self._missing_since is None:
+            self._missing_since = now
+            self._next_replay = now + REPLAY_AFTER
+            return []
+        if now < self._next_replay:
+            return []
+        if now - self._missing_since > REBASE_AFTER and self._ahead:  # the primary no longer has it
+            first = min(self._ahead)
+            self.base = self.held = first - 1
+            self._missing_since = None
+            return []
+        self._next_replay = now + REPLAY_AFTER * 4
+        to_seq = min(self._ahead) - 1 if self._ahead else self.primary.last_issued if self.primary else self.held
+        return [frames.encode_replay(self.epoch, self.held + 1, to_seq)] if to_seq > self.held else []
+
+    def ack(self) -> bytes:
+        return frames.encode_ack(self.epoch, self.held, self.granted)
+
+    def takeover(self, now: float, persisted: int) -> Takeover:
+        """The plan for a promotion now: a new epoch, numbers above every grant and every number ever seen."""
+        seen = self.primary.last_issued if self.primary else 0
+        start = max(self.granted, persisted, seen, self.held) + 1
+        resend = None
+        if self.primary is not None and self.held > self.primary.delivered:
+            resend = (max(self.primary.delivered + 1, (self.base or 0) + 1), self.held)
+        low = max(self.held, (self.base or 0)) + 1 if self.base is not None else None
+        unknown = (low, start - 1) if low is not None and low <= start - 1 else None
+        return Takeover(self.epoch + 1, start, resend, unknown, now < self.clean_until)

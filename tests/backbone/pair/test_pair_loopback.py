@@ -1,0 +1,180 @@
+"""Two real backbones as a pair on loopback (each with its own client port, as no address can move here): the
+standby follows, a promotion carries on above every grant, a retried PUSH gets its original number, a second
+primary is fenced, and nothing sent to the pair port brings a member down.  Takeovers of a real moving address
+are tested in namespaces (tests/backbone/pair/test_pair_namespaces.py)."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fyrehose import Client
+from fyrehose.loadtest.prometheus import parse_samples
+from fyrehose.protocol import codec
+from fyrehose.runtime.process import ChildProcess, wait_until
+from tests.support import FYREHOSE, LOOPBACK, free_port
+
+
+@dataclass
+class Member:
+    state_dir: Path
+    port: int
+    pair: int
+    peer: int
+    metrics_port: int
+    extra: tuple[str, ...] = ()
+    child: ChildProcess | None = None
+
+    def start(self) -> Member:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        args = FYREHOSE + ["backbone", "--listen", f"{LOOPBACK}:{self.port}", "--state-dir", str(self.state_dir),
+                           "--pair", f"{LOOPBACK}:{self.pair}", "--peer", f"{LOOPBACK}:{self.peer}",
+                           "--metrics", f"{LOOPBACK}:{self.metrics_port}", *self.extra]
+        self.child = ChildProcess(args, self.state_dir.parent / f"member-{self.port}.log")
+        self.child.wait_ready(10)
+        return self
+
+    @property
+    def role(self) -> str:
+        return (self.state_dir / "role").read_text().strip()
+
+    def signal(self, signum: int) -> None:
+        assert self.child is not None
+        os.kill(self.child.proc.pid, signum)
+
+    def metric(self, name: str) -> float:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{self.metrics_port}/metrics", timeout=5) as response:
+            return parse_samples(response.read().decode()).get(name, 0.0)
+
+    def stop(self) -> None:
+        if self.child is not None:
+            self.child.stop(10)
+
+
+@pytest.fixture
+def pair(tmp_path):
+    ports = [free_port() for _ in range(4)]
+    metrics = [free_port(socket.SOCK_STREAM) for _ in range(2)]
+    members = []
+
+    def make(*extra: str) -> tuple[Member, Member]:
+        a = Member(tmp_path / "a", ports[0], ports[2], ports[3], metrics[0], extra)
+        b = Member(tmp_path / "b", ports[1], ports[3], ports[2], metrics[1], extra)
+        members.extend((a, b))
+        return a.start(), b.start()
+
+    yield make
+    for member in members:
+        member.stop()
+
+
+def push(sock: socket.socket, port: int, tag: int, data: bytes) -> codec.Confirm:
+    sock.sendto(codec.encode(codec.Push(data, tag)), (LOOPBACK, port))
+    frame, = codec.decode(sock.recv(100))
+    assert isinstance(frame, codec.Confirm)
+    return frame
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+def test_the_standby_follows_and_a_promotion_carries_on_with_the_confirmed_numbers(pair, sync):
+    a, b = pair(*(["--standby-sync"] if sync else []))
+    assert a.role == b.role == "standby"
+    assert int((a.state_dir / "pid").read_text()) == a.child.proc.pid
+    a.signal(signal.SIGUSR1)
+    wait_until(lambda: a.role == "primary", 5, "a promoted")
+    wait_until(lambda: a.metric("fyrehose_pair_standby_attached") == 1, 5, "b attached")
+    with Client(f"{LOOPBACK}:{a.port}") as publisher:
+        numbers = [publisher.publish(b"m%d" % i) for i in range(300)]
+    assert numbers == list(range(1, 301))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((LOOPBACK, 0))
+    sock.settimeout(5)
+    confirmed = push(sock, a.port, 77, b"tagged")
+    wait_until(lambda: b.metric("fyrehose_pair_replicated_total") >= 301, 5, "b holds everything")
+    assert a.metric("fyrehose_pair_epoch") == 1 and a.metric("fyrehose_pair_replication_lag_messages") == 0
+    a.child.kill()
+    b.signal(signal.SIGUSR1)
+    wait_until(lambda: b.role == "primary", 5, "b promoted")
+    assert (b.state_dir / "epoch").read_text().strip() == "2"
+    assert push(sock, b.port, 77, b"tagged") == confirmed  # the retry after the takeover: its original number
+    fresh = push(sock, b.port, 78, b"new")
+    assert fresh.seq > confirmed.seq + 1  # above every number a could have been granted
+    with Client(f"{LOOPBACK}:{b.port}") as subscriber:
+        stream = subscriber.subscribe(from_seq=1)
+        got = [next(stream) for _ in range(301)]
+    assert [message.data for message in got] == [b"m%d" % i for i in range(300)] + [b"tagged"]
+    sock.close()
+
+
+def test_a_primary_that_meets_a_newer_primary_stands_down_and_follows(pair):
+    a, b = pair()
+    a.signal(signal.SIGUSR1)
+    wait_until(lambda: a.role == "primary", 5, "a promoted")
+    b.signal(signal.SIGUSR1)  # split brain on purpose: b believes it must take over
+    wait_until(lambda: b.role == "primary", 5, "b promoted")
+    wait_until(lambda: a.role in ("standby", "fenced") and a.metric("fyrehose_pair_fenced_total") == 1, 5,
+               "a fenced by b's newer epoch")
+    wait_until(lambda: a.role == "standby", 5, "a caught up")
+    assert b.metric("fyrehose_pair_role_primary") == 1 and a.metric("fyrehose_pair_role_primary") == 0
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((LOOPBACK, 0))
+    sock.settimeout(0.5)
+    sock.sendto(codec.encode(codec.Push(b"to a standby", 5)), (LOOPBACK, a.port))
+    with pytest.raises(TimeoutError):  # a standby does not sequence
+        sock.recv(100)
+    b.signal(signal.SIGUSR2)
+    wait_until(lambda: b.role == "standby", 5, "b demoted")
+    sock.close()
+
+
+def test_garbage_and_forged_pair_datagrams_are_counted_and_the_members_stay_up(pair):
+    a, b = pair()
+    a.signal(signal.SIGUSR1)
+    wait_until(lambda: a.role == "primary", 5, "a promoted")
+    rng = random.Random(7)
+    stranger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    stranger.bind((LOOPBACK, 0))
+    for _ in range(300):  # a stranger may send anything to a pair port: all of it is dropped and counted
+        kind = rng.choice([0x81, 0x82, 0x83, 0x84, rng.randrange(256)])
+        stranger.sendto(bytes([kind]) + rng.randbytes(rng.randrange(60)), (LOOPBACK, a.pair))
+        stranger.sendto(bytes([kind]) + rng.randbytes(rng.randrange(60)), (LOOPBACK, b.pair))
+    wait_until(lambda: a.metric('fyrehose_dropped_total{reason="pair foreign source"}') >= 300, 5, "a counted")
+    wait_until(lambda: b.metric('fyrehose_dropped_total{reason="pair foreign source"}') >= 300, 5, "b counted")
+    # from the peer's own address: malformed frames are counted by reason, never applied
+    peer_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    b.stop()
+    peer_sock.bind((LOOPBACK, b.pair))
+    for _ in range(300):
+        kind = rng.choice([0x81, 0x82, 0x83, 0x84])
+        peer_sock.sendto(bytes([kind]) + rng.randbytes(rng.randrange(80)), (LOOPBACK, a.pair))
+    peer_sock.sendto(codec.encode_deliver(1, b"x"), (LOOPBACK, a.pair))
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and a.metric('fyrehose_dropped_total{reason="pair unknown type"}') < 1:
+        time.sleep(0.05)
+    assert a.metric('fyrehose_dropped_total{reason="pair unknown type"}') >= 1
+    assert a.child.proc.poll() is None and a.role == "primary"
+    with Client(f"{LOOPBACK}:{a.port}") as publisher:
+        assert publisher.publish(b"still here") >= 1
+    peer_sock.close()
+    stranger.close()
+
+
+def test_pair_arguments_are_checked_in_one_line(tmp_path):
+    from tests.support import run_cli
+
+    for args, message in ((["--pair", "127.0.0.1:9"], "--pair needs --peer"),
+                          (["--peer", "127.0.0.1:9"], "need --pair"),
+                          (["--pair", "127.0.0.1:9", "--peer", "127.0.0.1:9"], "must be different"),
+                          (["--pair", "127.0.0.1:9", "--peer", "127.0.0.1:8", "--workers", "2"], "--workers 0"),
+                          (["--pair", "127.0.0.1:9", "--peer", "127.0.0.1:8", "--standby-timeout", "0"],
+                           "more than 0")):
+        result = run_cli("backbone", "--state-dir", str(tmp_path), *args)
+        assert result.returncode != 0 and message in result.stderr.decode()
+        assert len(result.stderr.decode().strip().splitlines()) == 1
