@@ -1,0 +1,283 @@
+"""``fyrehose bench failover``: takeovers of a standby pair, in namespaces it builds, seen from a subscriber.
+
+Two backbone hosts (a and b, keepalived moving the service address between
+them) and a client host (:mod:`fyrehose.tools.bench.pair_hosts`).  The client
+host runs :mod:`fyrehose.tools.bench.failover_client`: first the cost of the
+standby (confirmed throughput and CONFIRM latency with the standby attached,
+then with it stopped, in the same run), then a confirmed publisher at
+``--rate`` and a subscriber while the orchestrator kills the primary backbone
+``--runs`` times, alternating the hosts: after each kill it waits for the
+other host to hold the address and be primary, starts the killed backbone
+again as standby and waits until it has caught up.
+
+Per run and as min/median/max: the takeover time (the longest silence in the
+subscriber's stream around the kill: the last message through the old primary
+to the first through the new one), messages confirmed, confirmed but never
+delivered, reported lost, never sent and duplicates (an index delivered
+twice).  docs/benchmarks.md, "Failover", has the figures.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from fyrehose.errors import CommandFailed
+from fyrehose.runtime.process import wait_until
+from fyrehose.tools.bench.pair_hosts import PAIR, PairHosts, unavailable
+
+SERVICE_PORT = 2323
+PAIR_PORT = 2324
+WINDOW_BEFORE = 0.5  # seconds before a kill in which the silence may begin
+WINDOW_AFTER = 10.0  # and after it, in which it must end for the takeover to count as completed
+COST_SECONDS = 2.0
+COST_SAMPLES = 1000
+
+
+class FailoverError(CommandFailed):
+    pass
+
+
+@dataclass
+class FailoverSettings:
+    runs: int
+    rate: float
+    sync: bool
+    grace: float = 3.0
+
+
+@dataclass
+class Takeover:
+    killed: str
+    killed_at: float
+    took_over: str = ""
+    address_moved_s: float = float("nan")
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class Pair:
+    """The two backbones of the pair and their keepalived, inside :class:`PairHosts`."""
+
+    def __init__(self, net: PairHosts, workdir: Path, sync: bool) -> None:
+        self.net = net
+        self.sync = sync
+        self.state = {host: workdir / f"state-{host}" for host in PAIR}
+        self.backbones: dict[str, subprocess.Popen] = {}
+        for host in PAIR:
+            self.state[host].mkdir(parents=True, exist_ok=True)
+            self.start_backbone(host)
+        for host in PAIR:
+            net.keepalived(host, net.keepalived_config(host, self.state[host]))
+
+    def start_backbone(self, host: str) -> None:
+        peer = PAIR[1 - PAIR.index(host)]
+        net = self.net
+        argv = [sys.executable, "-m", "fyrehose", "backbone", "--listen", f"{net.vip.ip}:{SERVICE_PORT}",
+                "--pair", f"{net.address(host)}:{PAIR_PORT}", "--peer", f"{net.address(peer)}:{PAIR_PORT}",
+                "--state-dir", str(self.state[host])] + (["--standby-sync"] if self.sync else [])
+        proc = net.start(host, argv)
+        net.wait_ready(proc, 30)
+        self.backbones[host] = proc
+
+    def role(self, host: str) -> str:
+        try:
+            return (self.state[host] / "role").read_text().strip()
+        except FileNotFoundError:
+            return ""
+
+    def wait_role(self, host: str, role: str, timeout: float) -> None:
+        wait_until(lambda: self.role(host) == role, timeout, f"the backbone on {host} to be {role}", interval=0.01)
+
+    def primary(self) -> str:
+        holder = self.net.vip_holder()
+        if holder is None or self.role(holder) != "primary":
+            raise FailoverError(f"no primary holds the service address (holder {holder}, roles "
+                                f"{', '.join(f'{h}: {self.role(h) or "-"}' for h in PAIR)})")
+        return holder
+
+
+class ClientHost:
+    """The measuring client in the client namespace, driven line by line."""
+
+    def __init__(self, net: PairHosts, rate: float, log: Path) -> None:
+        argv = net.hosts["client"].prefix + [sys.executable, "-m", "fyrehose.tools.bench.failover_client",
+                                             f"{net.vip.ip}:{SERVICE_PORT}", str(rate)]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=log.open("w"), text=True)
+
+    def ask(self, command: str, timeout: float = 120.0) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:  # the answer is one line; readline returns at once if the client died
+            line = self.proc.stdout.readline()
+            if line:
+                answer: dict[str, Any] = json.loads(line)
+                if "error" in answer:
+                    raise FailoverError(f"the measuring client: {answer['error']}")
+                return answer
+            if self.proc.poll() is not None:
+                break
+        raise FailoverError(f"the measuring client did not answer {command.split()[0]!r} "
+                            f"(exit status {self.proc.poll()})")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+def run_failover(settings: FailoverSettings, workdir: Path, out: TextIO) -> dict[str, Any]:
+    reason = unavailable()
+    if reason is not None:
+        raise FailoverError(f"bench failover needs network namespaces and keepalived: {reason}")
+    with PairHosts(workdir) as net:
+        pair = Pair(net, workdir, settings.sync)
+        net.wait_for_holder("a", 30)
+        pair.wait_role("a", "primary", 10)
+        pair.wait_role("b", "standby", 10)
+        client = ClientHost(net, settings.rate, workdir / "client.log")
+        try:
+            cost = measure_cost(pair, client, out)
+            client.ask("stream")
+            time.sleep(1.0)
+            takeovers = [take_over(pair, out, run) for run in range(settings.runs)]
+            time.sleep(1.0)
+            record = client.ask(f"finish {settings.grace}", timeout=60 + settings.grace)
+        finally:
+            client.stop()
+    return summarize(settings, cost, takeovers, record)
+
+
+def measure_cost(pair: Pair, client: ClientHost, out: TextIO) -> dict[str, Any]:
+    """Throughput and CONFIRM latency with the standby attached, then with it stopped (the primary alone)."""
+    with_standby = client.ask(f"cost {COST_SECONDS} {COST_SAMPLES}")
+    standby = "b" if pair.primary() == "a" else "a"
+    pair.net.stop(pair.backbones[standby])
+    time.sleep(1.5)  # the primary detaches its silent standby after 1 s
+    alone = client.ask(f"cost {COST_SECONDS} {COST_SAMPLES}")
+    pair.start_backbone(standby)
+    pair.wait_role(standby, "standby", 30)
+    cost = {"with_standby": with_standby, "without_standby": alone,
+            "throughput_ratio": with_standby["throughput"] / alone["throughput"],
+            "confirm_p50_ratio": with_standby["confirm_p50_ms"] / alone["confirm_p50_ms"]}
+    print(f"standby cost: {with_standby['throughput']:,.0f} confirmed msgs/s with the standby, "
+          f"{alone['throughput']:,.0f} without ({cost['throughput_ratio']:.2f}x); CONFIRM p50 "
+          f"{with_standby['confirm_p50_ms']:.3f} ms against {alone['confirm_p50_ms']:.3f} ms "
+          f"({cost['confirm_p50_ratio']:.2f}x), p99 {with_standby['confirm_p99_ms']:.3f} against "
+          f"{alone['confirm_p99_ms']:.3f} ms", file=out, flush=True)
+    return cost
+
+
+def take_over(pair: Pair, out: TextIO, run: int) -> Takeover:
+    """Kill the primary backbone (kill -9), wait for the other host to serve, bring the killed one back as standby."""
+    net = pair.net
+    killed = pair.primary()
+    other = PAIR[1 - PAIR.index(killed)]
+    takeover = Takeover(killed, time.monotonic())
+    os.kill(pair.backbones[killed].pid, signal.SIGKILL)
+    try:
+        takeover.address_moved_s = net.wait_for_holder(other, WINDOW_AFTER)
+        pair.wait_role(other, "primary", WINDOW_AFTER)
+        takeover.took_over = other
+    except TimeoutError as exc:
+        print(f"run {run + 1}: no takeover: {exc}", file=out, flush=True)
+    net.stop(pair.backbones[killed], 5)  # reaps it
+    time.sleep(1.0)
+    pair.start_backbone(killed)
+    pair.wait_role(killed, "standby", 30)
+    time.sleep(0.5)
+    return takeover
+
+
+def summarize(settings: FailoverSettings, cost: dict[str, Any], takeovers: list[Takeover],
+              record: dict[str, Any]) -> dict[str, Any]:
+    published = record["published"]
+    messages = [(seq, index, at) for kind, seq, index, at in record["events"] if kind == "m"]
+    losses = [(kind, first, last, at) for kind, first, last, at in record["events"] if kind != "m"]
+    arrivals = [at for _, _, at in messages]
+    delivered = Counter(index for _, index, _ in messages)
+    bounds = [t.killed_at for t in takeovers] + [float("inf")]
+    for number, takeover in enumerate(takeovers):
+        low = bounds[number - 1] if number else float("-inf")
+        high = bounds[number + 1]
+        mine = [(index, seq) for index, sent, seq in published if low <= sent < high]
+        confirmed = [index for index, seq in mine if seq > 0]
+        gap = _longest_silence(arrivals, takeover.killed_at)
+        takeover.stats = {
+            "killed": takeover.killed, "took_over": takeover.took_over or None,
+            "completed": bool(takeover.took_over) and gap is not None,
+            "takeover_ms": None if gap is None else gap * 1000,
+            "address_moved_ms": takeover.address_moved_s * 1000,
+            "confirmed": len(confirmed),
+            "confirmed_lost": sum(1 for index in confirmed if not delivered[index]),
+            "failed_publishes": sum(1 for _, seq in mine if seq < 0),
+            "duplicates": sum(delivered[index] - 1 for index, _ in mine if delivered[index] > 1),
+            "reported_lost": sum(last - first + 1 for kind, first, last, at in losses
+                                 if low <= at < high and "never sent" not in kind),
+            "never_sent": sum(last - first + 1 for kind, first, last, at in losses
+                              if low <= at < high and "never sent" in kind),
+        }
+    per_run = [t.stats for t in takeovers]
+    times = [run["takeover_ms"] for run in per_run if run["takeover_ms"] is not None]
+    confirmed_all = [index for index, _, seq in published if seq > 0]
+    return {
+        "mode": "sync" if settings.sync else "async", "rate": settings.rate,
+        "runs": settings.runs, "completed": sum(run["completed"] for run in per_run),
+        "confirmed": len(confirmed_all),
+        "confirmed_lost": sum(1 for index in confirmed_all if not delivered[index]),
+        "duplicates": sum(count - 1 for count in delivered.values() if count > 1),
+        "reported_lost": sum(last - first + 1 for kind, first, last, _ in losses if "never sent" not in kind),
+        "never_sent": sum(last - first + 1 for kind, first, last, _ in losses if "never sent" in kind),
+        "failed_publishes": sum(1 for _, _, seq in published if seq < 0),
+        "takeover_ms": _spread(times),
+        "cost": cost,
+        "per_run": per_run,
+    }
+
+
+def _longest_silence(arrivals: list[float], killed_at: float) -> float | None:
+    """The longest gap between consecutive arrivals that begins within WINDOW_BEFORE of the kill and ends within
+    WINDOW_AFTER of it (None: the stream never resumed)."""
+    window = [at for at in arrivals if killed_at - WINDOW_BEFORE <= at <= killed_at + WINDOW_AFTER]
+    before = [at for at in window if at <= killed_at]
+    after = [at for at in window if at > killed_at]
+    if not after:
+        return None
+    start = before[-1] if before else killed_at
+    points = [start] + after
+    return max(b - a for a, b in zip(points, points[1:]))
+
+
+def _spread(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"min": None, "median": None, "max": None}
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def write_table(doc: dict[str, Any], out: TextIO) -> None:
+    print(f"\nfailover, {doc['mode']} standby, {doc['rate']:g} confirmed msgs/s offered, {doc['runs']} kills of the "
+          f"primary backbone (kill -9), alternating hosts", file=out)
+    print(f"{'run':>4} {'killed':>6} {'new':>4} {'takeover ms':>12} {'address ms':>11} {'confirmed':>10} "
+          f"{'conf. lost':>10} {'rep. lost':>10} {'never sent':>10} {'dups':>5} {'failed':>6}", file=out)
+    for number, run in enumerate(doc["per_run"], 1):
+        takeover = "-" if run["takeover_ms"] is None else f"{run['takeover_ms']:.0f}"
+        print(f"{number:>4} {run['killed']:>6} {run['took_over'] or '-':>4} {takeover:>12} "
+              f"{run['address_moved_ms']:>11.0f} {run['confirmed']:>10} {run['confirmed_lost']:>10} "
+              f"{run['reported_lost']:>10} {run['never_sent']:>10} {run['duplicates']:>5} "
+              f"{run['failed_publishes']:>6}", file=out)
+    spread = doc["takeover_ms"]
+    shown = " / ".join("-" if spread[key] is None else f"{spread[key]:.0f}" for key in ("min", "median", "max"))
+    print(f"takeovers completed {doc['completed']} of {doc['runs']}; takeover ms min / median / max: {shown}; "
+          f"confirmed {doc['confirmed']}, confirmed but lost {doc['confirmed_lost']}, reported lost "
+          f"{doc['reported_lost']}, never sent {doc['never_sent']}, duplicates {doc['duplicates']}, "
+          f"publishes that raised {doc['failed_publishes']}", file=out, flush=True)
