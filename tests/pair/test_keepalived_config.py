@@ -40,7 +40,7 @@ def member(tmp_path: Path, **changes: object) -> PairMember:
 def test_the_configuration_has_one_backup_instance_unicast_with_the_check_and_the_notify_scripts(tmp_path):
     text = render_config(member(tmp_path))
     scripts = tmp_path / "scripts"
-    for line in ["script_user root", "enable_script_security", f"script {scripts}/check", "interval 1",
+    for line in ["script_user root", "enable_script_security", "vrrp_rt_priority 50", f"script {scripts}/check", "interval 1",
                  "fall 1", "rise 2", "state BACKUP", "nopreempt", "interface eth0", "virtual_router_id 51",
                  "priority 150", "version 3", "advert_int 0.1", f"unicast_src_ip {SRC}", f"{PEER}", f"{VIP}",
                  f"notify_master {scripts}/promote", f"notify_backup {scripts}/demote",
