@@ -19,9 +19,9 @@ children and scripts), and deletes the namespaces.
 Processes start through ``ip netns exec``, which execs the command (its PID is
 the command's own) after giving it the namespace's view of ``/sys`` too.
 Entering the namespace in the parent thread (``setns`` before a
-``posix_spawn``) starts a process faster, by about a millisecond and a half:
-nothing next to the tens of milliseconds a Python process takes to start, and
-keepalived looks at interfaces in ``/sys``.
+``posix_spawn``) saves the start of ``ip``, which is little next to a Python
+process's own start, and leaves the child with the host's ``/sys``, where any
+tool that lists interfaces there would see the wrong ones.
 """
 from __future__ import annotations
 
@@ -47,12 +47,11 @@ INTERFACE = "eth0"
 BRIDGE = "br0"
 VIP_HOST = 100  # the service address's last octet
 PRIORITIES = {"a": 150, "b": 100}  # a takes the address when both start together
-TOOLS = ("ip", "nft", "keepalived")  # what a PairHosts needs besides root
 
 
 def unavailable() -> str | None:
     """Why :class:`PairHosts` cannot run here (root, iproute2, nftables, keepalived), or None."""
-    return netns.namespaces_available(*TOOLS[1:])
+    return netns.namespaces_available("nft", "keepalived")
 
 
 class SplitBrain(CommandFailed):

@@ -61,7 +61,7 @@ DEFAULT_SCRIPTS_DIR = PurePosixPath("/etc/keepalived/fyrehose")
 
 _INTERFACE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 _SAFE_PATH = re.compile(r"/[A-Za-z0-9_./+-]*")  # needs no quoting in keepalived.conf
-_AUTH_PASS = re.compile(r"[A-Za-z0-9_.,:;+=@%^*()\[\]{}<>?/~-]{1,8}")
+_AUTH_PASS = re.compile(r"[A-Za-z0-9_.,:+=@%^*/~-]{1,8}")
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class PairMember:
                                  "0.01 to 40.95")
             return
         if not _AUTH_PASS.fullmatch(self.auth_pass):
-            raise InputError("--auth-pass must be 1-8 characters, no spaces, quotes, backslashes, '#' or '!'")
+            raise InputError("--auth-pass must be 1-8 letters, digits or '_.,:+=@%^*/~-'")
         if self.advert_int != int(self.advert_int) or not 1 <= self.advert_int <= 255:
             raise InputError(f"--advert-int {self.advert_int:g} with --auth-pass: authentication needs VRRPv2, "
                              "whose adverts come every 1-255 whole seconds (VRRPv3 has none)")
