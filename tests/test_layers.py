@@ -42,7 +42,7 @@ PURE_SERVICE_MODULES = {
     "fyrehose.gateways.lumberjack.events", "fyrehose.gateways.http.sse",
     "fyrehose.loadtest.measuring_subscriber", "fyrehose.loadtest.account", "fyrehose.loadtest.stamp",
     "fyrehose.loadtest.tally", "fyrehose.loadtest.rates",
-    "fyrehose.tools.bench.search",
+    "fyrehose.tools.bench.search", "fyrehose.tools.deploy.keepalived",
 }
 # What a pure module may not import: I/O, concurrency, processes, the wall clock's sleep.
 IMPURE_STDLIB = {"socket", "select", "selectors", "threading", "_thread", "multiprocessing", "subprocess", "asyncio",

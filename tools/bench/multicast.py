@@ -27,7 +27,6 @@ import argparse
 import functools
 import json
 import os
-import shutil
 import socket
 import statistics
 import subprocess
@@ -42,7 +41,7 @@ from fyrehose.backbone.multiprocess.supervisor import auto_workers
 from fyrehose.net.group_socket import join_group
 from fyrehose.protocol import codec
 from fyrehose.protocol.connection import BackboneConnection
-from fyrehose.tools.bench import report, scaling
+from fyrehose.tools.bench import netns, report, scaling
 from fyrehose.tools.bench.loadgen import SOCKET_BUFFER, LoadSpec, _FyrehoseReceiver, subscriber_main
 from fyrehose.tools.bench.orchestra import BenchSettings, StepResult, StepRunner
 from fyrehose.tools.bench.servers import ServerProcess
@@ -239,14 +238,10 @@ def run_multicast(args: argparse.Namespace) -> int:
 
 def _in_own_namespace(args: argparse.Namespace) -> int:
     """Create a namespace, run the measurement inside it with ``ip netns exec``, delete it."""
-    if os.geteuid() != 0:
-        raise BenchError("--multicast runs in a network namespace of its own, which needs root")
-    if shutil.which("ip") is None:
-        raise BenchError("--multicast needs ip (iproute2) to create its network namespace")
-    name = f"fyrehose-bench-{os.getpid()}"
-    _ip("netns", "add", name)
-    try:
-        _ip("-n", name, "link", "set", "lo", "up")
+    unavailable = netns.namespaces_available()
+    if unavailable is not None:
+        raise BenchError(f"--multicast runs in a network namespace of its own: {unavailable}")
+    with netns.Namespace("fyrehose-bench") as namespace:
         inner = [sys.executable, "-m", "fyrehose.commands.main", "bench", "--multicast", "--payload", str(args.payload),
                  "--duration", str(args.duration), "--rounds", str(args.rounds), "--grace", str(args.grace),
                  "--publishers", str(args.publishers), "--workers", str(args.workers)]
@@ -256,15 +251,7 @@ def _in_own_namespace(args: argparse.Namespace) -> int:
             inner += ["--fanout", str(args.fanout)]
         if args.json:
             inner += ["--json", str(Path(args.json).resolve())]
-        return subprocess.run(["ip", "netns", "exec", name, *inner], env={**os.environ, NAMESPACE_ENV: name}).returncode
-    finally:
-        subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=30)
-
-
-def _ip(*arguments: str) -> None:
-    result = subprocess.run(["ip", *arguments], capture_output=True, text=True, timeout=30)
-    if result.returncode != 0:
-        raise BenchError(f"ip {' '.join(arguments)}: {result.stderr.strip() or 'failed'}")
+        return subprocess.run(namespace.prefix + inner, env={**os.environ, NAMESPACE_ENV: namespace.name}).returncode
 
 
 def _measure(args: argparse.Namespace) -> int:
