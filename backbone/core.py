@@ -48,7 +48,7 @@ MAX_ASKED = 4096  # requesters whose recent REQUESTs are remembered for that
 ASKS_PER_CLIENT = 32
 _ACK_PREFIX = bytes((codec.KEEPALIVE_ACK,))
 _NOBODY: Address = ("0.0.0.0", 0)  # the publisher of untagged frames, as far as a standby needs to know
-RECOVERY_WINDOW = 0.3  # seconds a promoted standby waits for the journals' copies of the numbers it lacks
+RECOVERY_WINDOW = 0.2  # seconds a promoted standby waits for the journals' copies of the numbers it lacks
 
 
 @dataclass(slots=True)
@@ -273,9 +273,19 @@ class Backbone:
             if missing and start is None:
                 start = seq
             elif not missing and start is not None:
-                self.gone.append((start, seq - 1, codec.GONE_LOST))
+                self.declare_gone(start, seq - 1, codec.GONE_LOST, now)
                 self.counters["gone"] += seq - start
                 start = None
+
+    def declare_gone(self, from_seq: int, to_seq: int, reason: int, now: float) -> None:
+        """Numbers nobody will deliver: every subscriber that takes GONE is told at once (its REQUESTs for them
+        are answered so too), instead of waiting for them until it gives up."""
+        self.gone.append((from_seq, to_seq, reason))
+        frame = codec.encode_gone(from_seq, to_seq, reason)
+        told = [(frame, addr) for addr, flags, _ in self.clients.members(now)
+                if flags & codec.FLAG_GONE and not flags & codec.FLAG_NOSUBSCRIBE]
+        self._control.extend(told)
+        self.counters["gone answers"] += len(told)
 
     def _asked_again(self, requester: Address, from_seq: int, to_seq: int, now: float) -> bool:
         """Whether ``requester`` asked for any of these sequences within REPEAT_WINDOW; remembers this ask.

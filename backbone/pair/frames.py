@@ -15,10 +15,13 @@ frames, so the standby holds the message and its CONFIRM memory alike.
 """
 from __future__ import annotations
 
+import hmac
 import struct
 from dataclasses import dataclass
+from hashlib import blake2b
 from socket import inet_aton, inet_ntoa
 
+from fyrehose.backbone.pushes import LogEntry
 from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address, Run
 
@@ -33,6 +36,8 @@ STATE_SYNC = 0x1  # the primary CONFIRMs and DELIVERs only what the standby hold
 STATE_ATTACHED = 0x2  # the primary counts its standby as attached: it issues nothing the standby did not grant
 
 MAX_EPOCH = (1 << 32) - 1
+DIGEST_SIZE = 16  # with a pair key (--pair-key), every datagram ends in a keyed BLAKE2b digest of the rest
+MIN_KEY = 16
 
 _RECORD = struct.Struct(">BIHIHI4sHH")  # type, epoch, first (16+32), last (16+32), addr, port, runs
 _RUN = struct.Struct(">HIHHI")  # tag (16+32), count, seq (16+32)
@@ -41,6 +46,7 @@ _MEMBER = struct.Struct(">4sHHIH")  # addr, port, flags (16+32), age in ms
 _ACK = struct.Struct(">BIHIHI")  # type, epoch, held, granted
 _REPLAY = struct.Struct(">BIHIHI")  # type, epoch, from, to
 RUN_SIZE = _RUN.size
+MAX_BODY = codec.MAX_DATAGRAM - DIGEST_SIZE  # what a datagram holds besides its digest
 MEMBER_SIZE = _MEMBER.size
 MAX_AGE_MS = 0xFFFF
 
@@ -111,23 +117,37 @@ def clip_runs(runs: list[Run], first: int, last: int) -> list[Run]:
     return clipped
 
 
-def records_for(epoch: int, view: bytes | bytearray | memoryview, bounds: list[tuple[int, int]], first: int,
-                source: Address, runs: list[Run]) -> list[bytes]:
-    """RECORD datagrams for consecutive DELIVER frames (``bounds`` within ``view``, numbered from ``first``), split
-    between frames wherever one datagram would exceed the largest UDP payload."""
+def records_for(epoch: int, entry: LogEntry, first: int, source: Address, runs: list[Run]) -> list[bytes]:
+    """RECORD datagrams for a sequenced entry (its frames numbered from ``first``): one, unless it would exceed the
+    largest UDP payload, then split between frames."""
+    view = entry.view
+    if _RECORD.size + RUN_SIZE * len(runs) + len(view) <= MAX_BODY:
+        return [encode_record(epoch, first, first + entry.count - 1, source, runs, view)]
+    step = entry.step
+    if step:  # frames of one size: where frame i begins is arithmetic, no list of every frame's bounds
+        count = entry.count
+
+        def begin(index: int) -> int:
+            return index * step
+    else:
+        bounds = entry.frame_bounds()
+        count = len(bounds)
+        starts = [start for start, _ in bounds] + [bounds[-1][1]]
+
+        def begin(index: int) -> int:
+            return starts[index]
     out = []
     start = 0
-    while start < len(bounds):
-        end = len(bounds)
+    while start < count:
+        end = count
         while True:
-            last = first + end - 1
-            piece_runs = clip_runs(runs, first + start, last)
-            size = _RECORD.size + RUN_SIZE * len(piece_runs) + bounds[end - 1][1] - bounds[start][0]
-            if size <= codec.MAX_DATAGRAM or end - start == 1:
+            piece_runs = clip_runs(runs, first + start, first + end - 1)
+            size = _RECORD.size + RUN_SIZE * len(piece_runs) + begin(end) - begin(start)
+            if size <= MAX_BODY or end - start == 1:
                 break
             end = start + (end - start) // 2
         out.append(encode_record(epoch, first + start, first + end - 1, source, piece_runs,
-                                 view[bounds[start][0]:bounds[end - 1][1]]))
+                                 view[begin(start):begin(end)]))
         start = end
     return out
 
@@ -135,7 +155,7 @@ def records_for(epoch: int, view: bytes | bytearray | memoryview, bounds: list[t
 def encode_state(epoch: int, role: int, flags: int, last_issued: int, delivered: int, want: int, clean_ms: int,
                  members: list[Member]) -> list[bytes]:
     """One STATE datagram, or several when the members do not fit one (each repeats the header)."""
-    per = (codec.MAX_DATAGRAM - _STATE.size) // MEMBER_SIZE
+    per = (MAX_BODY - _STATE.size) // MEMBER_SIZE
     chunks = [members[i:i + per] for i in range(0, len(members), per)] or [[]]
     out = []
     for chunk in chunks:
@@ -153,6 +173,20 @@ def encode_ack(epoch: int, held: int, granted: int) -> bytes:
 
 def encode_replay(epoch: int, from_seq: int, to_seq: int) -> bytes:
     return _REPLAY.pack(REPLAY, epoch, *_u48(from_seq), *_u48(to_seq))
+
+
+def seal(datagram: bytes, key: bytes) -> bytes:
+    """The datagram with its digest appended, so that only a holder of the key can have sent it."""
+    return datagram + blake2b(datagram, key=key, digest_size=DIGEST_SIZE).digest()
+
+
+def unseal(datagram: bytes, key: bytes) -> bytes | None:
+    """The datagram without its digest, or None when the digest is not the key's."""
+    if len(datagram) <= DIGEST_SIZE:
+        return None
+    body, digest = datagram[:-DIGEST_SIZE], datagram[-DIGEST_SIZE:]
+    expected = blake2b(body, key=key, digest_size=DIGEST_SIZE).digest()
+    return body if hmac.compare_digest(digest, expected) else None
 
 
 def decode(datagram: bytes | bytearray | memoryview) -> PairFrame | str:
@@ -196,11 +230,17 @@ def _decode_record(datagram: bytes | bytearray | memoryview) -> Record | str:
             return "run outside the record"
         runs.append(((t_high << 32) | t_low, count, seq))
     frames = bytes(datagram[frames_at:])
-    spans, error = codec.scan(frames, codec.DELIVER)
-    if error is not None:
-        return "malformed frames"
-    if len(spans) != last - first + 1 or any(value != first + i for i, (_, _, value) in enumerate(spans)):
-        return "frames do not match the record's range"
+    count = last - first + 1
+    step = codec.uniform_step(frames, codec.DELIVER)
+    if step:  # frames of one size: checked by strided comparisons, not a step per frame
+        if len(frames) // step != count or codec.consecutive_u48(frames, 3, step, count) != first:
+            return "frames do not match the record's range"
+    else:
+        spans, error = codec.scan(frames, codec.DELIVER)
+        if error is not None:
+            return "malformed frames"
+        if len(spans) != count or any(value != first + i for i, (_, _, value) in enumerate(spans)):
+            return "frames do not match the record's range"
     return Record(epoch, first, last, (inet_ntoa(addr), port), runs, frames)
 
 

@@ -23,21 +23,26 @@ from collections import deque
 from fyrehose.backbone.pair import frames
 from fyrehose.protocol.codec import MAX_SEQUENCE
 
-GRANT_BLOCK = 16384  # numbers granted ahead: the unknown range after an asynchronous takeover is at most this
+GRANT_TIME = 0.05  # seconds of numbers, at the rate they are issued, granted ahead
+MIN_GRANT = 1024  # the unknown range after an asynchronous takeover is about a grant: small at a low rate
+MAX_GRANT = 1 << 16
 DETACH_AFTER = 1.0  # seconds without an ACK before the primary goes on alone
 REPLAY_BYTES = 64 << 20
 
 
 class ReplicationSource:
-    def __init__(self, epoch: int, *, sync: bool, grant_block: int = GRANT_BLOCK, timeout: float = DETACH_AFTER,
-                 replay_bytes: int = REPLAY_BYTES) -> None:
-        if grant_block < 2:
-            raise ValueError("the grant block must be at least 2 numbers")
+    def __init__(self, epoch: int, *, sync: bool, min_grant: int = MIN_GRANT, max_grant: int = MAX_GRANT,
+                 timeout: float = DETACH_AFTER, replay_bytes: int = REPLAY_BYTES) -> None:
+        if not 2 <= min_grant <= max_grant:
+            raise ValueError("grants must be at least 2 numbers, the smallest no larger than the largest")
         if timeout <= 0:
             raise ValueError("the standby timeout must be more than 0 seconds")
         self.epoch = epoch
         self.sync = sync
-        self.grant_block = grant_block
+        self.min_grant = min_grant
+        self.max_grant = max_grant
+        self.grant_block = min_grant  # follows the issue rate (GRANT_TIME's worth), between the two bounds
+        self._rate_mark: tuple[int, float] | None = None  # (last issued, time) when the block was last sized
         self.timeout = timeout
         self.attached = False
         self.held = 0  # the standby's last ACKed contiguous sequence
@@ -77,10 +82,17 @@ class ReplicationSource:
             return True
         return False
 
-    def want(self, last_issued: int) -> int:
-        """The grant to ask for: a block ahead of the numbers issued, renewed at half a block."""
+    def want(self, last_issued: int, now: float) -> int:
+        """The grant to ask for: a block ahead of the numbers issued, renewed at half a block; the block is
+        GRANT_TIME's worth of numbers at the recent issue rate, so a renewal is rare at any rate and what an
+        asynchronous takeover cannot account for stays small at a low one."""
         if self.granted - last_issued >= self.grant_block // 2:
             return self.granted
+        mark = self._rate_mark
+        if mark is not None and now > mark[1]:
+            rate = (last_issued - mark[0]) / (now - mark[1])
+            self.grant_block = max(self.min_grant, min(self.max_grant, int(rate * GRANT_TIME)))
+        self._rate_mark = (last_issued, now)
         return min(MAX_SEQUENCE, last_issued + self.grant_block)
 
     def releasable(self, through: int) -> bool:

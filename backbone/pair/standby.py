@@ -38,9 +38,11 @@ class Takeover:
 
 
 class ReplicaFollower:
-    def __init__(self, epoch: int, granted: int) -> None:
+    def __init__(self, epoch: int, persisted: int) -> None:
         self.epoch = epoch  # the highest epoch seen
-        self.granted = granted  # durably persisted: numbers up to it may have been issued
+        self.persisted = persisted  # its state file's mark: no number above it was issued, as far as it knows
+        self.wanted = 0  # the highest grant the current primary asked for
+        self.granted = 0  # what of it is persisted: the primary may issue numbers up to it
         self.base: int | None = None  # the sequence before the first one held
         self.held = 0
         self.primary: frames.State | None = None  # the last STATE of the current epoch's primary
@@ -60,6 +62,7 @@ class ReplicaFollower:
         self.held = 0
         self.primary = None
         self.caught_up_at = None
+        self.wanted = self.granted = 0
         self._ahead.clear()
         self._missing_since = None
         return True
@@ -69,9 +72,22 @@ class ReplicaFollower:
         """Whether it holds everything the primary had issued when it first heard it (fit to take over)."""
         return self.caught_up_at is not None and self.held >= self.caught_up_at
 
+    @property
+    def fit(self) -> bool:
+        """Whether it may take over now without a number issued twice: it follows no primary, or holds what
+        that primary had issued when first heard and is attached (the primary asks it for every number)."""
+        primary = self.primary
+        return primary is None or (self.caught_up and bool(primary.flags & frames.STATE_ATTACHED))
+
+    def persisted_up_to(self, durable: int) -> None:
+        """The state file now holds ``durable``: grant what the primary asked for, as far as that covers it."""
+        self.persisted = max(self.persisted, durable)
+        self.granted = max(self.granted, min(self.wanted, durable))
+
     def on_state(self, state: frames.State, now: float) -> None:
         self.primary = state
         self.heard = now
+        self.wanted = max(self.wanted, state.want)
         if state.flags & frames.STATE_SYNC and state.flags & frames.STATE_ATTACHED:
             self.clean_until = now + state.clean_ms / 1000.0
         else:
@@ -138,10 +154,18 @@ class ReplicaFollower:
     def ack(self) -> bytes:
         return frames.encode_ack(self.epoch, self.held, self.granted)
 
-    def takeover(self, now: float, persisted: int) -> Takeover:
-        """The plan for a promotion now: a new epoch, numbers above every grant and every number ever seen."""
-        seen = self.primary.last_issued if self.primary else 0
-        start = max(self.granted, persisted, seen, self.held) + 1
+    def takeover(self, now: float) -> Takeover:
+        """The plan for a promotion now: a new epoch, numbers above every grant and every number ever seen.
+
+        Having followed a primary, it starts above that primary's grant (the
+        primary issued nothing above it, and everything before was granted by
+        that primary's own standby in turn); knowing none, above its own state
+        file's mark.
+        """
+        if self.primary is not None:
+            start = max(self.granted, self.primary.last_issued, self.held) + 1
+        else:
+            start = max(self.persisted, self.held) + 1
         resend = None
         if self.primary is not None and self.held > self.primary.delivered:
             resend = (max(self.primary.delivered + 1, (self.base or 0) + 1), self.held)

@@ -47,6 +47,7 @@ class PairOptions:
     peer: Address
     sync: bool
     timeout: float
+    key: bytes | None = None
 
 
 class SingleProcessBackbone:
@@ -65,7 +66,7 @@ class SingleProcessBackbone:
                 enable_group_sends(self.sock, group)  # the core's DELIVERs to the group go out of this socket
             if pair is not None:
                 self.pair = PairMember(backbone, self.reservations, state.directory, self.sock, pair.pair, pair.peer,
-                                       sync=pair.sync, timeout=pair.timeout)
+                                       sync=pair.sync, timeout=pair.timeout, key=pair.key)
         except BaseException:
             self.sock.close()
             self.reservations.close()

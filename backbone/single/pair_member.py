@@ -35,7 +35,8 @@ RECV_SIZE = 65536
 
 class PairMember:
     def __init__(self, backbone: Backbone, reservations: ReservationWriter, directory: os.PathLike | str,
-                 client_sock: socket.socket, pair: Address, peer: Address, *, sync: bool, timeout: float) -> None:
+                 client_sock: socket.socket, pair: Address, peer: Address, *, sync: bool, timeout: float,
+                 key: bytes | None = None) -> None:
         self.backbone = backbone
         self.client_sock = client_sock
         self.reservations = reservations
@@ -44,12 +45,14 @@ class PairMember:
         self.service: Address = client_sock.getsockname()  # the virtual IP: recovered DELIVERs come back to it
         self.sync = sync
         self.timeout = timeout
+        self.key = key  # --pair-key: every pair datagram sealed with it, and only sealed ones taken
         self.sock = bind_udp(pair)
         self.address = self.sock.getsockname()
         self.counters = backbone.counters
         self.epoch = self._read_epoch()
         self.role = STANDBY
-        self.follower = ReplicaFollower(0, reservations.durable)
+        self.follower = ReplicaFollower(self.epoch, reservations.durable)
+        self._fenced_by = 0  # the epoch that made this primary stand down: unfit until it follows that epoch
         self.source: ReplicationSource | None = None
         self._held: deque[tuple[int, list[tuple[bytes | memoryview, Address]]]] = deque()  # gated output
         self._next_state = 0.0
@@ -79,11 +82,21 @@ class PairMember:
         replace_atomically(path, text.encode())  # type: ignore[arg-type]
 
     def _write_role(self) -> None:
-        role = self.role
-        if role == STANDBY and self.follower.primary is not None and not self.follower.caught_up:
-            role = FENCED  # not fit to take over before it holds what its primary had issued when it first heard it
-        self._write(os.path.join(self.directory, "role"), role + "\n")
-        self._written_role = role
+        self._written_role = self._role_now()
+        self._write(os.path.join(self.directory, "role"), self._written_role + "\n")
+
+    def _role_now(self) -> str:
+        """``fenced`` for a standby not fit to take over yet (keepalived will not make this host master): one
+        that does not hold what its primary issued, is not attached, or stood down for a newer epoch that it
+        does not follow yet."""
+        if self.role != STANDBY:
+            return self.role
+        follower = self.follower
+        if self._fenced_by:
+            if follower.primary is None or follower.epoch < self._fenced_by or not follower.fit:
+                return FENCED
+            self._fenced_by = 0
+        return STANDBY if follower.fit else FENCED
 
     # ------------------------------------------------------------ input
 
@@ -105,13 +118,19 @@ class PairMember:
             if source != self.peer:
                 self.counters["drop:pair foreign source"] += 1
                 continue
+            if self.key is not None:
+                opened = frames.unseal(data, self.key)
+                if opened is None:
+                    self.counters["drop:pair bad digest"] += 1
+                    continue
+                data = opened
             frame = frames.decode(data)
             if isinstance(frame, str):
                 self.counters["drop:pair " + frame] += 1
                 continue
             acked |= self._take(frame, now)
         if acked:
-            self.follower.granted = self.reservations.durable
+            self.follower.persisted_up_to(self.reservations.durable)
             self._send([self.follower.ack()])
 
     def _take(self, frame: frames.PairFrame, now: float) -> bool:
@@ -119,9 +138,9 @@ class PairMember:
         if self.role == PRIMARY:
             source = self.source
             assert source is not None
-            if isinstance(frame, frames.State) and frame.role == frames.ROLE_PRIMARY and \
-                    (frame.epoch, self.peer) > (self.epoch, self.address):
-                self._fence(now)  # a newer primary exists: stop at once, follow it
+            if frame.epoch > self.epoch or (isinstance(frame, frames.State) and frame.role == frames.ROLE_PRIMARY
+                                            and frame.epoch == self.epoch and self.peer > self.address):
+                self._fence(frame.epoch, now)  # a newer epoch exists: stop at once, follow it
                 return self._take(frame, now)
             if frame.epoch != self.epoch:
                 self.counters["drop:pair old epoch"] += 1
@@ -160,6 +179,9 @@ class PairMember:
     # ------------------------------------------------------------ output
 
     def _send(self, datagrams: list[bytes]) -> None:
+        key = self.key
+        if key is not None:
+            datagrams = [frames.seal(datagram, key) for datagram in datagrams]
         send_all(self.sock, [(datagram, self.peer) for datagram in datagrams], self.counters)
 
     def replicate_and_send(self, out: Outbox, now: float) -> None:
@@ -171,7 +193,7 @@ class PairMember:
             records = []
             for entry, publisher, runs in replicas:
                 first = int.from_bytes(entry.view[3:codec.FRAME_HEADER], "big")
-                encoded = frames.records_for(self.epoch, entry.view, entry.frame_bounds(), first, publisher, runs)
+                encoded = frames.records_for(self.epoch, entry, first, publisher, runs)
                 source.keep(first, first + entry.count - 1, encoded)
                 records += encoded
             replicas.clear()
@@ -180,7 +202,7 @@ class PairMember:
         last = self.backbone.sequence.last_issued
         if self._held or not source.releasable(last):
             self._held.append((last, out.sends))
-            if source.want(last) > self._wanted:
+            if source.want(last, now) > self._wanted:
                 self._heartbeat(now)
             self._release(now)
         else:
@@ -210,22 +232,20 @@ class PairMember:
             replays = follower.replays(now)
             if replays:
                 self._send(replays)
-            durable = self.reservations.durable
-            if now >= self._next_state or durable > follower.granted:  # a grant persisted: tell the primary now
+            granted = follower.granted
+            follower.persisted_up_to(self.reservations.durable)
+            if now >= self._next_state or follower.granted > granted:  # a grant persisted: tell the primary now
                 self._next_state = now + STATE_EVERY
-                follower.granted = durable
                 self._send([follower.ack()])
-            if self.role == STANDBY:
-                role = FENCED if follower.primary is not None and not follower.caught_up else STANDBY
-                if role != self._written_role:
-                    self._write_role()
+            if self._role_now() != self._written_role:
+                self._write_role()
 
     def _heartbeat(self, now: float) -> None:
         source = self.source
         assert source is not None
         backbone = self.backbone
         last = backbone.sequence.last_issued
-        want = source.want(last)
+        want = source.want(last, now)
         self._wanted = max(self._wanted, want)
         members: list[frames.Member] = []
         if now >= self._next_members:
@@ -253,7 +273,8 @@ class PairMember:
 
     def _promote(self, now: float) -> None:
         backbone = self.backbone
-        plan = self.follower.takeover(now, self.reservations.durable)
+        self.follower.persisted_up_to(self.reservations.durable)
+        plan = self.follower.takeover(now)
         self.epoch = max(self.epoch + 1, plan.epoch)  # above its own earlier epochs too
         self._write(os.path.join(self.directory, "epoch"), f"{self.epoch}\n")
         backbone.sequence = SequenceCounter(plan.start - 1, backbone.sequence.block)
@@ -262,7 +283,7 @@ class PairMember:
             backbone.send_to_subscribers([bytes(frame) for _, frame in backbone.recent.frames(*plan.resend)], now)
         if plan.unknown is not None:
             if plan.never_sent:
-                backbone.gone.append((*plan.unknown, codec.GONE_NEVER_SENT))
+                backbone.declare_gone(*plan.unknown, codec.GONE_NEVER_SENT, now)
             else:
                 backbone.recover(*plan.unknown, self.service, now)
         self.source = ReplicationSource(self.epoch, sync=self.sync, timeout=self.timeout)
@@ -278,14 +299,16 @@ class PairMember:
         self._held.clear()  # not CONFIRMed: publishers send again, to the new primary
         self.source = None
         self.backbone.replicas = None
-        self.follower = ReplicaFollower(0, self.reservations.durable)
+        self.follower = ReplicaFollower(self.epoch, self.reservations.durable)
         self._wanted = 0
         self.role = role
         self._write_role()
 
-    def _fence(self, now: float) -> None:
+    def _fence(self, epoch: int, now: float) -> None:
         self.counters["pair fenced"] += 1
+        self._fenced_by = epoch
         self._demote(now, STANDBY)
+        self.follower.newer(epoch)
 
     # ------------------------------------------------------------ metrics
 

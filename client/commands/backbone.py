@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from fyrehose.backbone.host.multicast import DEFAULT_TTL, GroupOptions
 from fyrehose.backbone.host.udp import SOCKET_BUFFER
+from fyrehose.backbone.pair.frames import MIN_KEY
 from fyrehose.backbone.pair.primary import DETACH_AFTER
 from fyrehose.backbone.recent_log import DEFAULT_BYTES as RECENT_BYTES
 from fyrehose.backbone.single.trace import DEFAULT_EVERY, StageTrace
@@ -75,6 +76,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--standby-timeout", type=float, default=DETACH_AFTER, metavar="SECONDS",
                         help=f"the primary goes on alone after its standby was silent this long (default "
                              f"{DETACH_AFTER})")
+    parser.add_argument("--pair-key", type=Path, metavar="FILE",
+                        help="a secret both members share (at least 16 bytes, e.g. from /dev/urandom): every pair "
+                             "datagram is signed with it and unsigned ones are dropped; without it the pair trusts "
+                             "its peer's source address (docs/operations.md, A hot standby pair)")
     parser.add_argument("--rate-limit", type=float, default=0, metavar="N",
                         help="datagrams/s accepted from each source IP, bursts of one second's worth; the rest "
                              "are dropped and counted (default 0: off; with R receive workers, a source "
@@ -160,8 +165,8 @@ def _pair_options(args: argparse.Namespace) -> PairOptions | None:
     from fyrehose.backbone.single.driver import PairOptions
 
     if args.pair is None:
-        if args.peer is not None or args.standby_sync or args.standby_timeout != DETACH_AFTER:
-            raise InputError("--peer, --standby-sync and --standby-timeout need --pair HOST:PORT")
+        if args.peer is not None or args.standby_sync or args.standby_timeout != DETACH_AFTER or args.pair_key:
+            raise InputError("--peer, --pair-key, --standby-sync and --standby-timeout need --pair HOST:PORT")
         return None
     if args.peer is None:
         raise InputError("--pair needs --peer HOST:PORT (the other member's pair address)")
@@ -170,7 +175,15 @@ def _pair_options(args: argparse.Namespace) -> PairOptions | None:
     pair, peer = parse_hostport(args.pair), parse_hostport(args.peer)
     if pair == peer:
         raise InputError("--pair and --peer must be different addresses")
-    return PairOptions(pair, peer, args.standby_sync, args.standby_timeout)
+    key = None
+    if args.pair_key is not None:
+        try:
+            key = args.pair_key.read_bytes().strip()
+        except OSError as exc:
+            raise InputError(f"--pair-key {args.pair_key}: {exc.strerror or exc}") from None
+        if not MIN_KEY <= len(key) <= 64:
+            raise InputError(f"--pair-key {args.pair_key}: a key is {MIN_KEY} to 64 bytes, not {len(key)}")
+    return PairOptions(pair, peer, args.standby_sync, args.standby_timeout, key)
 
 
 def _group_options(args: argparse.Namespace) -> GroupOptions | None:

@@ -56,10 +56,16 @@ def _payload(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("mode", nargs="?", choices=("servers", "client"), default="servers",
+    parser.add_argument("mode", nargs="?", choices=("servers", "client", "failover"), default="servers",
                         help="servers (default): the servers at their limits, driven by lean load generators; "
                              "client: each system through its own Python client (fyrehose.Client, redis-py, "
-                             "nats-py), one publisher and one subscriber, messages/s end to end")
+                             "nats-py), one publisher and one subscriber, messages/s end to end; failover: "
+                             "takeovers of a standby pair in network namespaces it builds (needs root and "
+                             "keepalived; --runs, --standby-sync, --rate; docs/benchmarks.md)")
+    parser.add_argument("--runs", type=positive_int, default=20, metavar="N",
+                        help="failover: kills of the primary backbone, alternating the hosts (default 20)")
+    parser.add_argument("--standby-sync", action="store_true",
+                        help="failover: the pair in sync mode (the primary CONFIRMs what the standby holds)")
     parser.add_argument("--targets", type=_targets, metavar="LIST",
                         help="comma-separated, measured in this order each round: fyrehose (multi-process backbone), "
                              "fyrehose-single (--workers 0), redis, nats, fyrehose-nobatch / "
@@ -142,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
         from fyrehose.tools.bench.multicast import run_multicast
 
         return run_multicast(args)
+    if args.mode == "failover":
+        return _run_failover(args)
     if args.journal:
         return _run_journals(args)
     client = args.mode == "client"
@@ -186,6 +194,31 @@ def run(args: argparse.Namespace) -> int:
             preflight(settings, binaries, Path(workdir) / "preflight")
             doc = report.document(settings, machine, run_rounds(settings, binaries, Path(workdir) / "run"))
             report.write_table(doc, sys.stdout)
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+def _run_failover(args: argparse.Namespace) -> int:
+    import json
+    import signal
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from fyrehose.tools.bench.failover import FailoverSettings, run_failover, write_table
+
+    settings = FailoverSettings(runs=args.runs, rate=args.rate or 1000.0, sync=args.standby_sync)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).touch()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    # under /var/tmp, not /tmp's per-session copies: keepalived runs only scripts no one but root can change
+    with tempfile.TemporaryDirectory(prefix="fyrehose-failover-", dir="/var/tmp") as workdir:
+        os_workdir = Path(workdir)
+        os_workdir.chmod(0o755)
+        doc = run_failover(settings, os_workdir, sys.stdout)
+    write_table(doc, sys.stdout)
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     return 0

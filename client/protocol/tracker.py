@@ -365,6 +365,9 @@ class SequenceTracker:
         """The backbone says nobody will deliver ``from_seq..to_seq`` (a GONE frame): what of it this tracker
         waits for is given up now, in order (a part behind an earlier hole goes once that hole is settled)."""
         reason = GONE_NEVER_SENT if never_sent else GONE_LOST
+        if self.next is not None and to_seq > self.highest:  # told before the stream got there: like a HEAD
+            self._holes.append(_Hole(self.highest + 1, to_seq, now, now + self.request_delay))
+            self.highest = to_seq
         holes: list[_Hole] = []
         for hole in self._holes:
             low, high = max(hole.first, from_seq), min(hole.last, to_seq)

@@ -40,6 +40,7 @@ WINDOW_BEFORE = 0.5  # seconds before a kill in which the silence may begin
 WINDOW_AFTER = 10.0  # and after it, in which it must end for the takeover to count as completed
 COST_SECONDS = 2.0
 COST_SAMPLES = 1000
+HEALTHY_AGAIN = 2.5  # a backbone back as standby: keepalived counts it healthy after two checks (rise 2)
 
 
 class FailoverError(CommandFailed):
@@ -99,8 +100,8 @@ class Pair:
     def primary(self) -> str:
         holder = self.net.vip_holder()
         if holder is None or self.role(holder) != "primary":
-            raise FailoverError(f"no primary holds the service address (holder {holder}, roles "
-                                f"{', '.join(f'{h}: {self.role(h) or "-"}' for h in PAIR)})")
+            roles = ", ".join(f"{host}: {self.role(host) or '-'}" for host in PAIR)
+            raise FailoverError(f"no primary holds the service address (holder {holder}, roles {roles})")
         return holder
 
 
@@ -167,6 +168,7 @@ def measure_cost(pair: Pair, client: ClientHost, out: TextIO) -> dict[str, Any]:
     alone = client.ask(f"cost {COST_SECONDS} {COST_SAMPLES}")
     pair.start_backbone(standby)
     pair.wait_role(standby, "standby", 30)
+    time.sleep(HEALTHY_AGAIN)
     cost = {"with_standby": with_standby, "without_standby": alone,
             "throughput_ratio": with_standby["throughput"] / alone["throughput"],
             "confirm_p50_ratio": with_standby["confirm_p50_ms"] / alone["confirm_p50_ms"]}
@@ -195,7 +197,7 @@ def take_over(pair: Pair, out: TextIO, run: int) -> Takeover:
     time.sleep(1.0)
     pair.start_backbone(killed)
     pair.wait_role(killed, "standby", 30)
-    time.sleep(0.5)
+    time.sleep(HEALTHY_AGAIN)
     return takeover
 
 
@@ -208,11 +210,11 @@ def summarize(settings: FailoverSettings, cost: dict[str, Any], takeovers: list[
     delivered = Counter(index for _, index, _ in messages)
     bounds = [t.killed_at for t in takeovers] + [float("inf")]
     for number, takeover in enumerate(takeovers):
-        low = bounds[number - 1] if number else float("-inf")
+        low = takeover.killed_at if number else float("-inf")  # each run: from its kill to the next
         high = bounds[number + 1]
         mine = [(index, seq) for index, sent, seq in published if low <= sent < high]
         confirmed = [index for index, seq in mine if seq > 0]
-        gap = _longest_silence(arrivals, takeover.killed_at)
+        gap = _longest_silence(arrivals, takeover.killed_at, min(WINDOW_AFTER, high - takeover.killed_at))
         takeover.stats = {
             "killed": takeover.killed, "took_over": takeover.took_over or None,
             "completed": bool(takeover.took_over) and gap is not None,
@@ -245,10 +247,10 @@ def summarize(settings: FailoverSettings, cost: dict[str, Any], takeovers: list[
     }
 
 
-def _longest_silence(arrivals: list[float], killed_at: float) -> float | None:
+def _longest_silence(arrivals: list[float], killed_at: float, after: float) -> float | None:
     """The longest gap between consecutive arrivals that begins within WINDOW_BEFORE of the kill and ends within
-    WINDOW_AFTER of it (None: the stream never resumed)."""
-    window = [at for at in arrivals if killed_at - WINDOW_BEFORE <= at <= killed_at + WINDOW_AFTER]
+    ``after`` s of it (None: the stream never resumed)."""
+    window = [at for at in arrivals if killed_at - WINDOW_BEFORE <= at <= killed_at + after]
     before = [at for at in window if at <= killed_at]
     after = [at for at in window if at > killed_at]
     if not after:

@@ -28,13 +28,15 @@ def record(first: int, count: int, epoch: int = 1, runs: list | None = None) -> 
 
 
 def test_an_attached_primary_releases_only_what_is_granted_and_in_sync_mode_only_what_is_held():
-    source = ReplicationSource(1, sync=False, grant_block=100)
+    source = ReplicationSource(1, sync=False, min_grant=100, max_grant=1000)
     assert source.releasable(10**9)  # no standby yet: alone
-    assert source.want(0) == 100
+    assert source.want(0, 0.0) == 100
     source.on_ack(frames.Ack(1, 0, 100), last_issued=0, now=0.0)
     assert source.attached and source.releasable(100) and not source.releasable(101)
-    assert source.want(40) == 100 and source.want(51) == 151  # renewed at half a block
-    sync = ReplicationSource(1, sync=True, grant_block=100)
+    assert source.want(40, 0.001) == 100 and source.want(51, 10.0) == 151  # renewed at half a block, 5/s: smallest
+    source.on_ack(frames.Ack(1, 0, 151), last_issued=51, now=10.0)
+    assert source.want(140, 10.001) == 1140  # 89 numbers in 1 ms: 89,000/s, 4,450 in GRANT_TIME: the largest
+    sync = ReplicationSource(1, sync=True, min_grant=100, max_grant=1000)
     sync.on_ack(frames.Ack(1, 0, 100), last_issued=0, now=0.0)
     assert not sync.releasable(1)
     sync.on_ack(frames.Ack(1, 5, 100), last_issued=5, now=0.1)
@@ -63,7 +65,7 @@ def test_replay_returns_the_kept_records_that_overlap_and_old_ones_are_forgotten
 
 
 def test_the_follower_holds_in_order_and_asks_for_what_it_misses():
-    follower = ReplicaFollower(0, granted=0)
+    follower = ReplicaFollower(0, persisted=0)
     follower.newer(1)
     assert [r.first for r in follower.on_record(record(1, 5), 0.0)] == [1]
     assert follower.on_record(record(9, 2), 0.0) == [] and follower.held == 5
@@ -77,13 +79,13 @@ def test_the_follower_holds_in_order_and_asks_for_what_it_misses():
 
 
 def test_a_follower_that_first_hears_a_state_follows_on_from_there_and_is_fit_once_caught_up():
-    follower = ReplicaFollower(0, granted=0)
+    follower = ReplicaFollower(0, persisted=0)
     follower.newer(2)
     follower.on_state(state(1000, epoch=2), 0.0)
     assert follower.base == 1000 and follower.caught_up
     follower.on_state(state(1010, epoch=2), 0.1)
     assert follower.caught_up  # judged against what was issued when it first heard the primary
-    late = ReplicaFollower(0, granted=0)
+    late = ReplicaFollower(0, persisted=0)
     late.on_record(record(1, 10), 0.0)
     late.on_state(state(30), 0.0)
     assert not late.caught_up
@@ -92,7 +94,7 @@ def test_a_follower_that_first_hears_a_state_follows_on_from_there_and_is_fit_on
 
 
 def test_a_hole_the_primary_cannot_replay_is_given_up_and_the_follower_goes_on_above_it():
-    follower = ReplicaFollower(0, granted=0)
+    follower = ReplicaFollower(0, persisted=0)
     follower.on_record(record(1, 1), 0.0)
     follower.on_record(record(50, 1), 0.0)
     follower.replays(0.0)
@@ -102,7 +104,7 @@ def test_a_hole_the_primary_cannot_replay_is_given_up_and_the_follower_goes_on_a
 
 
 def test_a_newer_epoch_starts_the_held_stream_over():
-    follower = ReplicaFollower(0, granted=0)
+    follower = ReplicaFollower(0, persisted=0)
     follower.newer(1)
     follower.on_record(record(1, 10), 0.0)
     assert follower.newer(2) and follower.held == 0 and follower.base is None
@@ -110,22 +112,29 @@ def test_a_newer_epoch_starts_the_held_stream_over():
 
 
 def test_the_takeover_plan_starts_above_every_grant_and_says_what_is_unknown():
-    follower = ReplicaFollower(0, granted=0)
+    follower = ReplicaFollower(0, persisted=0)
     follower.newer(3)
     follower.on_record(record(1, 100), 0.0)
     follower.on_state(state(120, epoch=3, delivered=90, flags=frames.STATE_SYNC | frames.STATE_ATTACHED,
                             clean_ms=800), 1.0)
-    follower.granted = 5000
-    clean = follower.takeover(1.5, persisted=4000)
+    follower.on_state(state(120, epoch=3, delivered=90, want=5000, flags=frames.STATE_SYNC | frames.STATE_ATTACHED,
+                            clean_ms=800), 1.0)
+    follower.persisted_up_to(4000)
+    assert follower.granted == 4000  # only what is on disk is granted
+    follower.persisted_up_to(9000)
+    assert follower.granted == 5000  # and only what the primary asked for
+    clean = follower.takeover(1.5)
     assert (clean.epoch, clean.start, clean.resend, clean.unknown, clean.never_sent) == \
         (4, 5001, (91, 100), (101, 5000), True)
-    late = follower.takeover(1.9, persisted=4000)  # the primary may have detached this standby by now
+    late = follower.takeover(1.9)  # the primary may have detached this standby by now
     assert not late.never_sent
-    asynchronous = ReplicaFollower(0, granted=300)
+    asynchronous = ReplicaFollower(0, persisted=70_000)  # a mark of its own earlier life as primary
     asynchronous.on_record(record(1, 300), 0.0)
-    asynchronous.on_state(state(300, delivered=300), 0.0)
-    plan = asynchronous.takeover(0.1, persisted=0)
+    asynchronous.on_state(state(300, delivered=300, want=300), 0.0)
+    asynchronous.persisted_up_to(70_000)
+    plan = asynchronous.takeover(0.1)
     assert (plan.start, plan.resend, plan.unknown, plan.never_sent) == (301, None, None, False)
+    assert ReplicaFollower(0, persisted=70_000).takeover(0.0).start == 70_001  # having followed no one
 
 
 def run_pair(pushes: list[tuple[int, int]], loss: float, seed: int) -> tuple[Backbone, Backbone, ReplicaFollower]:
@@ -136,7 +145,7 @@ def run_pair(pushes: list[tuple[int, int]], loss: float, seed: int) -> tuple[Bac
     primary.replicas = []
     source = ReplicationSource(1, sync=True)
     standby = Backbone()
-    follower = ReplicaFollower(0, granted=0)
+    follower = ReplicaFollower(0, persisted=0)
     follower.newer(1)
     in_flight: list[bytes] = []
     now = 0.0
@@ -148,7 +157,7 @@ def run_pair(pushes: list[tuple[int, int]], loss: float, seed: int) -> tuple[Bac
         primary.flush(now)
         for entry, publisher, runs in primary.replicas:
             first = int.from_bytes(entry.view[3:9], "big")
-            encoded = frames.records_for(1, entry.view, entry.frame_bounds(), first, publisher, runs)
+            encoded = frames.records_for(1, entry, first, publisher, runs)
             source.keep(first, first + entry.count - 1, encoded)
             in_flight += [d for d in encoded if rng.random() >= loss]
         primary.replicas.clear()
