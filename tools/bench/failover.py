@@ -26,6 +26,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -72,18 +74,26 @@ class Pair:
         self.sync = sync
         self.state = {host: workdir / f"state-{host}" for host in PAIR}
         self.backbones: dict[str, subprocess.Popen] = {}
+        self.keepaliveds: dict[str, subprocess.Popen] = {}
+        self.key = workdir / "pair.key"
+        self.key.write_bytes(os.urandom(32))
+        self.key.chmod(0o600)
         for host in PAIR:
             self.state[host].mkdir(parents=True, exist_ok=True)
             self.start_backbone(host)
         for host in PAIR:
-            net.keepalived(host, net.keepalived_config(host, self.state[host]))
+            self.start_keepalived(host)
+
+    def start_keepalived(self, host: str) -> None:
+        self.keepaliveds[host] = self.net.keepalived(host, self.net.keepalived_config(host, self.state[host]))
 
     def start_backbone(self, host: str) -> None:
         peer = PAIR[1 - PAIR.index(host)]
         net = self.net
         argv = [sys.executable, "-m", "fyrehose", "backbone", "--listen", f"{net.vip.ip}:{SERVICE_PORT}",
                 "--pair", f"{net.address(host)}:{PAIR_PORT}", "--peer", f"{net.address(peer)}:{PAIR_PORT}",
-                "--state-dir", str(self.state[host])] + (["--standby-sync"] if self.sync else [])
+                "--state-dir", str(self.state[host]), "--pair-key", str(self.key)] + \
+            (["--standby-sync"] if self.sync else [])
         proc = net.start(host, argv)
         net.wait_ready(proc, 30)
         self.backbones[host] = proc
@@ -137,25 +147,33 @@ class ClientHost:
         self.proc.wait(10)
 
 
-def run_failover(settings: FailoverSettings, workdir: Path, out: TextIO) -> dict[str, Any]:
+@contextmanager
+def pair_rig(workdir: Path, sync: bool, rate: float) -> Iterator[tuple[Pair, ClientHost]]:
+    """The pair serving (a primary, b its standby) and the measuring client on the client host."""
     reason = unavailable()
     if reason is not None:
-        raise FailoverError(f"bench failover needs network namespaces and keepalived: {reason}")
+        raise FailoverError(f"a standby pair in namespaces needs root and keepalived: {reason}")
     with PairHosts(workdir) as net:
-        pair = Pair(net, workdir, settings.sync)
+        pair = Pair(net, workdir, sync)
         net.wait_for_holder("a", 30)
         pair.wait_role("a", "primary", 10)
         pair.wait_role("b", "standby", 10)
-        client = ClientHost(net, settings.rate, workdir / "client.log")
+        time.sleep(HEALTHY_AGAIN)
+        client = ClientHost(net, rate, workdir / "client.log")
         try:
-            cost = measure_cost(pair, client, out)
-            client.ask("stream")
-            time.sleep(1.0)
-            takeovers = [take_over(pair, out, run) for run in range(settings.runs)]
-            time.sleep(1.0)
-            record = client.ask(f"finish {settings.grace}", timeout=60 + settings.grace)
+            yield pair, client
         finally:
             client.stop()
+
+
+def run_failover(settings: FailoverSettings, workdir: Path, out: TextIO) -> dict[str, Any]:
+    with pair_rig(workdir, settings.sync, settings.rate) as (pair, client):
+        cost = measure_cost(pair, client, out)
+        client.ask("stream")
+        time.sleep(1.0)
+        takeovers = [take_over(pair, out, run) for run in range(settings.runs)]
+        time.sleep(1.0)
+        record = client.ask(f"finish {settings.grace}", timeout=60 + settings.grace)
     return summarize(settings, cost, takeovers, record)
 
 
@@ -180,23 +198,34 @@ def measure_cost(pair: Pair, client: ClientHost, out: TextIO) -> dict[str, Any]:
     return cost
 
 
-def take_over(pair: Pair, out: TextIO, run: int) -> Takeover:
-    """Kill the primary backbone (kill -9), wait for the other host to serve, bring the killed one back as standby."""
+Fault = Callable[[Pair, str], Callable[[], None]]  # does something to the primary's host; returns how to heal it
+
+
+def kill_backbone(pair: Pair, host: str) -> Callable[[], None]:
+    """kill -9 of the primary backbone; healed by starting it again (as standby)."""
+    os.kill(pair.backbones[host].pid, signal.SIGKILL)
+    return lambda: None
+
+
+def take_over(pair: Pair, out: TextIO, run: int, fault: Fault = kill_backbone) -> Takeover:
+    """Do ``fault`` to the primary's host, wait for the other host to serve, heal the fault, and wait until the
+    old primary's backbone (started again if it died) is a standby fit to take over in turn."""
     net = pair.net
-    killed = pair.primary()
-    other = PAIR[1 - PAIR.index(killed)]
-    takeover = Takeover(killed, time.monotonic())
-    os.kill(pair.backbones[killed].pid, signal.SIGKILL)
+    failed = pair.primary()
+    other = PAIR[1 - PAIR.index(failed)]
+    takeover = Takeover(failed, time.monotonic())
+    heal = fault(pair, failed)
     try:
         takeover.address_moved_s = net.wait_for_holder(other, WINDOW_AFTER)
         pair.wait_role(other, "primary", WINDOW_AFTER)
         takeover.took_over = other
     except TimeoutError as exc:
         print(f"run {run + 1}: no takeover: {exc}", file=out, flush=True)
-    net.stop(pair.backbones[killed], 5)  # reaps it
-    time.sleep(1.0)
-    pair.start_backbone(killed)
-    pair.wait_role(killed, "standby", 30)
+    heal()
+    if pair.backbones[failed].poll() is not None:
+        net.stop(pair.backbones[failed], 5)  # reaps it
+        pair.start_backbone(failed)
+    pair.wait_role(failed, "standby", 30)
     time.sleep(HEALTHY_AGAIN)
     return takeover
 
@@ -208,6 +237,8 @@ def summarize(settings: FailoverSettings, cost: dict[str, Any], takeovers: list[
     losses = [(kind, first, last, at) for kind, first, last, at in record["events"] if kind != "m"]
     arrivals = [at for _, _, at in messages]
     delivered = Counter(index for _, index, _ in messages)
+    at_number = {seq: index for seq, index, _ in messages}
+    reported = sorted((first, last) for _, first, last, _ in losses)
     bounds = [t.killed_at for t in takeovers] + [float("inf")]
     for number, takeover in enumerate(takeovers):
         low = takeover.killed_at if number else float("-inf")  # each run: from its kill to the next
@@ -232,7 +263,12 @@ def summarize(settings: FailoverSettings, cost: dict[str, Any], takeovers: list[
     per_run = [t.stats for t in takeovers]
     times = [run["takeover_ms"] for run in per_run if run["takeover_ms"] is not None]
     confirmed_all = [index for index, _, seq in published if seq > 0]
+    numbers = [(index, seq) for index, _, seq in published if seq > 0]
     return {
+        # a confirmed number that came with another message: a number issued twice
+        "wrong_numbers": sum(1 for index, seq in numbers if seq in at_number and at_number[seq] != index),
+        # confirmed, never delivered, and not inside any range the subscriber was told is lost
+        "unreported_lost": sum(1 for index, seq in numbers if not delivered[index] and not _inside(seq, reported)),
         "mode": "sync" if settings.sync else "async", "rate": settings.rate,
         "runs": settings.runs, "completed": sum(run["completed"] for run in per_run),
         "confirmed": len(confirmed_all),
@@ -260,6 +296,10 @@ def _longest_silence(arrivals: list[float], killed_at: float, after: float) -> f
     return max(b - a for a, b in zip(points, points[1:]))
 
 
+def _inside(seq: int, ranges: list[tuple[int, int]]) -> bool:
+    return any(first <= seq <= last for first, last in ranges)
+
+
 def _spread(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {"min": None, "median": None, "max": None}
@@ -282,4 +322,5 @@ def write_table(doc: dict[str, Any], out: TextIO) -> None:
     print(f"takeovers completed {doc['completed']} of {doc['runs']}; takeover ms min / median / max: {shown}; "
           f"confirmed {doc['confirmed']}, confirmed but lost {doc['confirmed_lost']}, reported lost "
           f"{doc['reported_lost']}, never sent {doc['never_sent']}, duplicates {doc['duplicates']}, "
-          f"publishes that raised {doc['failed_publishes']}", file=out, flush=True)
+          f"publishes that raised {doc['failed_publishes']}; numbers issued twice {doc['wrong_numbers']}, "
+          f"confirmed and lost silently {doc['unreported_lost']}", file=out, flush=True)
