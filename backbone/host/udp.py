@@ -18,8 +18,8 @@ IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # Linux; the constant is missi
 
 def bind_udp(addr: Address, reuse_port: bool = False, buffer_size: int = SOCKET_BUFFER,
              freebind: bool = False) -> socket.socket:
-    """``freebind``: bind an address this host does not hold yet (a standby's service address, which VRRP
-    brings when it takes over); sending from it fails until then, which is part of the pair's fencing."""
+    """``freebind``: bind an address this host does not hold yet (a pair member's service address, which VRRP
+    brings when it takes over); datagrams to it arrive once the address does."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     if freebind:
         sock.setsockopt(socket.IPPROTO_IP, IP_FREEBIND, 1)

@@ -199,6 +199,10 @@ class PairMember:
             replicas.clear()
             self._send(records)
             self.counters["pair records"] += len(records)
+        self.receive(now)  # a newer epoch waiting (this process was frozen, say): it must not send this
+        if self.role != PRIMARY:
+            self.counters["pair held output dropped"] += len(out.sends)
+            return
         last = self.backbone.sequence.last_issued
         if self._held or not source.releasable(last):
             self._held.append((last, out.sends))
