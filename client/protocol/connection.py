@@ -45,6 +45,7 @@ class Incoming:
 
 
 KEEPALIVE_INTERVAL = 0.5  # seconds between KEEPALIVEs, by default (docs/protocol.md, client rule 1: at most 1 s)
+SILENCE_INTERVALS = 1.5  # an ACK this many intervals after the last one ends a silence: unconfirmed PUSHes go again
 _KNOWN_FLAGS = (codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL | codec.FLAG_BATCH | codec.FLAG_HEAD
                 | codec.FLAG_MULTICAST | codec.FLAG_REDELIVERING)  # GONE is the connection's own, always set
 
@@ -253,6 +254,9 @@ class BackboneConnection:
         if kind == codec.KEEPALIVE_ACK:
             ack = frames[0]
             if isinstance(ack, codec.KeepaliveAck) and ack.token in self._tokens:
+                if self.last_ack is not None and now - self.last_ack > SILENCE_INTERVALS * self.keepalive_interval:
+                    self.stats["backbone answers again"] += 1
+                    self.publishes.retry_now(now)
                 self.last_ack = now
                 incoming.acked = True
                 if ack.head is not None:

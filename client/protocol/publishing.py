@@ -197,6 +197,16 @@ class PendingPublishes:
         self._due = self.next_deadline()
         return sends, finished
 
+    def retry_now(self, now: float) -> None:
+        """The backbone answers again after a silence (a takeover, a network outage): what is unconfirmed goes
+        again at the next poll, and backs off afresh, instead of waiting out a back-off grown while nobody
+        answered."""
+        for batch in self._batches.values():
+            batch.retry = self.retry
+            batch.next_retry = now
+        if self._batches:
+            self._due = now
+
     def cancel(self, number: int) -> None:
         """Forget a batch nobody waits for any more (its publisher gave up or the client closed)."""
         batch = self._batches.pop(number, None)

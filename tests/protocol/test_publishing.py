@@ -117,3 +117,24 @@ def test_a_confirm_run_across_two_batches_finishes_both_in_one_step():
     finished = publishes.confirm_runs([(10, 8, 100)])  # both datagrams' CONFIRMs packed together
     assert finished == [Finished(first, [100, 101, 102, 103, 104]), Finished(second, [105, 106, 107])]
     assert publishes.stats["unmatched confirms"] == 0 and len(publishes) == 0
+
+
+def test_an_answer_after_a_silence_sends_what_is_unconfirmed_again_at_once_and_backs_off_afresh():
+    from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions
+
+    tokens = iter(range(1, 100))
+    connection = BackboneConnection(("10.0.0.1", 2323), ConnectionOptions(flags=codec.FLAG_NOSUBSCRIBE),
+                                    token_source=lambda size: next(tokens).to_bytes(size, "big"))
+
+    def ack(now: float) -> None:
+        sent, _ = connection.poll(now)
+        token = [frame.token for data in sent if data[0] == codec.KEEPALIVE for frame in codec.decode(data)][-1]
+        connection.receive(codec.encode(codec.KeepaliveAck(token)), ("10.0.0.1", 2323), now)
+
+    ack(0.0)
+    connection.publishes.start([b"m"], 0.0, 20.0)
+    retries = [now / 10 for now in range(1, 40) if connection.publishes.poll(now / 10)[0]]
+    assert retries[0] == 0.2 and retries[1] - retries[0] >= 0.4 and len(retries) <= 5  # backing off, unanswered
+    ack(3.9)  # the backbone (a new primary) answers again, 3.9 s after the last ACK
+    assert connection.stats["backbone answers again"] == 1
+    assert connection.publishes.poll(3.9)[0] and connection.publishes.poll(4.31)[0]  # at once, then 0.4 s later

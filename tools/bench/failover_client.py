@@ -31,7 +31,8 @@ class Stream:
     def __init__(self, backbone: str, rate: float) -> None:
         self.backbone = backbone
         self.interval = 1.0 / rate
-        self.stopping = threading.Event()
+        self.stopping = threading.Event()  # the publisher stops
+        self.settled = threading.Event()  # the subscriber stops, once what was published had time to arrive
         self.published: list[tuple[int, float, int]] = []  # (index, sent at, sequence or -1: raised)
         self.events: list[tuple[str, int, int, float]] = []  # ("m", seq, index, at) or ("lost"/reason, from, to, at)
         self._subscriber = Client(backbone)
@@ -58,7 +59,7 @@ class Stream:
 
     def _receive(self) -> None:
         subscription = self._subscription
-        while not self.stopping.is_set() or subscription.queued():
+        while not self.settled.is_set() or subscription.queued():
             event = subscription.get(timeout=0.1)
             now = time.monotonic()
             if isinstance(event, Message):
@@ -71,6 +72,7 @@ class Stream:
         self.stopping.set()
         self._threads[0].join(15)
         time.sleep(grace)
+        self.settled.set()
         self._threads[1].join(5)
         self._subscriber.close()
         return {"published": self.published, "events": self.events}
