@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import psutil
+
 from fyrehose.errors import CommandFailed
 from fyrehose.runtime.process import wait_until
 from fyrehose.tools.bench.pair_hosts import PAIR, PairHosts, unavailable
@@ -42,6 +44,7 @@ WINDOW_BEFORE = 0.5  # seconds before a kill in which the silence may begin
 WINDOW_AFTER = 10.0  # and after it, in which it must end for the takeover to count as completed
 COST_SECONDS = 2.0
 COST_SAMPLES = 1000
+COST_ROUNDS = 3
 HEALTHY_AGAIN = 2.5  # a backbone back as standby: keepalived counts it healthy after two checks (rise 2)
 
 
@@ -184,25 +187,45 @@ def run_failover(settings: FailoverSettings, workdir: Path, out: TextIO) -> dict
     return summarize(settings, cost, takeovers, record)
 
 
-def measure_cost(pair: Pair, client: ClientHost, out: TextIO) -> dict[str, Any]:
-    """Throughput and CONFIRM latency with the standby attached, then with it stopped (the primary alone)."""
-    with_standby = client.ask(f"cost {COST_SECONDS} {COST_SAMPLES}")
-    standby = "b" if pair.primary() == "a" else "a"
-    pair.net.stop(pair.backbones[standby])
-    time.sleep(1.5)  # the primary detaches its silent standby after 1 s
-    alone = client.ask(f"cost {COST_SECONDS} {COST_SAMPLES}")
-    pair.start_backbone(standby)
-    pair.wait_role(standby, "standby", 30)
-    time.sleep(HEALTHY_AGAIN)
-    cost = {"with_standby": with_standby, "without_standby": alone,
-            "throughput_ratio": with_standby["throughput"] / alone["throughput"],
-            "confirm_p50_ratio": with_standby["confirm_p50_ms"] / alone["confirm_p50_ms"]}
-    print(f"standby cost: {with_standby['throughput']:,.0f} confirmed msgs/s with the standby, "
-          f"{alone['throughput']:,.0f} without ({cost['throughput_ratio']:.2f}x); CONFIRM p50 "
-          f"{with_standby['confirm_p50_ms']:.3f} ms against {alone['confirm_p50_ms']:.3f} ms "
-          f"({cost['confirm_p50_ratio']:.2f}x), p99 {with_standby['confirm_p99_ms']:.3f} against "
-          f"{alone['confirm_p99_ms']:.3f} ms", file=out, flush=True)
+def measure_cost(pair: Pair, client: ClientHost, out: TextIO, rounds: int = COST_ROUNDS) -> dict[str, Any]:
+    """The standby's cost, alternated in ``rounds``: with the standby attached, then with it stopped (the primary
+    alone), each time confirmed msgs/s through ``publish_many``, the CONFIRM latency of ``publish`` and the
+    primary backbone's own CPU per message.  On one machine the standby also takes CPU from the primary and the
+    client; the primary's CPU per message is what the standby costs the primary on hosts of its own."""
+    phases: dict[str, list[dict[str, Any]]] = {"with_standby": [], "without_standby": []}
+    for _ in range(rounds):
+        phases["with_standby"].append(_cost_phase(pair, client))
+        standby = PAIR[1 - PAIR.index(pair.primary())]
+        pair.net.stop(pair.backbones[standby])
+        time.sleep(1.5)  # the primary detaches its silent standby after 1 s
+        phases["without_standby"].append(_cost_phase(pair, client))
+        pair.start_backbone(standby)
+        pair.wait_role(standby, "standby", 30)
+        time.sleep(HEALTHY_AGAIN)
+    ratios = {
+        name: [with_[key] / alone[key] for with_, alone in zip(phases["with_standby"], phases["without_standby"])]
+        for name, key in (("throughput_ratio", "throughput"), ("confirm_p50_ratio", "confirm_p50_ms"),
+                          ("confirm_p99_ratio", "confirm_p99_ms"), ("primary_cpu_ratio", "primary_us_per_msg"))}
+    cost: dict[str, Any] = {**phases, **{name: _spread(values) for name, values in ratios.items()}}
+    for name, values in phases.items():
+        print(f"{name.replace('_', ' ')}: " + "; ".join(
+            f"{phase['throughput']:,.0f} msgs/s, CONFIRM p50 {phase['confirm_p50_ms']:.3f} p99 "
+            f"{phase['confirm_p99_ms']:.3f} ms, primary {phase['primary_us_per_msg']:.2f} us/msg" for phase in values),
+            file=out)
+    print("standby's cost, with / without, min / median / max over rounds: " + ", ".join(
+        f"{name.removesuffix('_ratio').replace('_', ' ')} " + " / ".join(f"{value:.2f}" for value in spread.values())
+        for name, spread in cost.items() if name.endswith("_ratio")), file=out, flush=True)
     return cost
+
+
+def _cost_phase(pair: Pair, client: ClientHost) -> dict[str, Any]:
+    primary = psutil.Process(pair.backbones[pair.primary()].pid)
+    before = primary.cpu_times()
+    phase = client.ask(f"cost {COST_SECONDS} {COST_SAMPLES}")
+    after = primary.cpu_times()
+    cpu = (after.user + after.system) - (before.user + before.system)
+    phase["primary_us_per_msg"] = cpu / max(1, phase["messages"]) * 1e6
+    return phase
 
 
 Fault = Callable[[Pair, str], Callable[[], None]]  # does something to the primary's host; returns how to heal it

@@ -93,7 +93,7 @@ def cost(backbone: str, seconds: float, samples: int) -> dict:
             publisher.publish(b"%0*d" % (ID_SIZE, i))
             latencies.append((time.perf_counter() - began) * 1000)
     latencies.sort()
-    return {"throughput": throughput, "confirm_p50_ms": statistics.median(latencies),
+    return {"throughput": throughput, "messages": sent + samples, "confirm_p50_ms": statistics.median(latencies),
             "confirm_p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]}
 
 
