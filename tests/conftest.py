@@ -20,7 +20,7 @@ pytest_plugins = ["gateway_support"]
 # The folders whose test files take longest, slowest first.  pytest-xdist hands each worker whole files
 # (--dist loadfile) in collection order: a long file handed out last would leave one worker busy while the others
 # idle, so these are collected first (the order within a file does not change).
-SLOW_FIRST = ("tests/tools/pipeline/", "tests/tools/bench/", "tests/journal/", "tests/gateways/lumberjack/",
+SLOW_FIRST = ("tests/backbone/pair/", "tests/tools/pipeline/", "tests/tools/bench/", "tests/journal/", "tests/gateways/lumberjack/",
               "tests/cache/", "tests/loadtest/", "tests/drivers/", "tests/backbone/")
 
 

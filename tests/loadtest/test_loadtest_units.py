@@ -248,7 +248,7 @@ def acked_session(give_up_after=1.0):
     session = MeasuringSubscriber(BACKBONE, DeliveryAccount(phase_of), give_up_after=give_up_after)
     sends, _ = session.poll(0.0)
     (keepalive,) = codec.decode(sends[0])
-    assert keepalive.flags == codec.FLAG_BATCH | codec.FLAG_HEAD | codec.FLAG_REDELIVERING  # subscribes, journals, wants HEAD
+    assert keepalive.flags == codec.FLAG_BATCH | codec.FLAG_HEAD | codec.FLAG_REDELIVERING | codec.FLAG_GONE  # wants HEAD
     session.receive(codec.encode(codec.KeepaliveAck(keepalive.token, head=0)), BACKBONE, 0.0)
     assert session.acked
     return session
