@@ -172,7 +172,7 @@ class SingleProcessBackbone:
         now = time.monotonic()
         due = self.backbone.next_due(now)
         if self.pair is not None:
-            due = self.pair.next_due(now) if due is None else min(due, self.pair.next_due(now))
+            due = self.pair.next_due() if due is None else min(due, self.pair.next_due())
         return IDLE_POLL_MS if due is None else min(IDLE_POLL_MS, max(0, math.ceil((due - now) * 1000)))
 
     def _flush(self, now: float) -> None:

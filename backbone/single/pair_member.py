@@ -60,7 +60,6 @@ class PairMember:
         self._wanted = 0
         self._delivered = 0  # the last sequence whose output left (STATE tells the standby)
         self.requested: str | None = None  # a role asked for by signal, applied by the loop
-        self.takeovers = 0
         self._write(os.path.join(self.directory, "pid"), f"{os.getpid()}\n")
         self._write_role()
 
@@ -140,7 +139,7 @@ class PairMember:
             assert source is not None
             if frame.epoch > self.epoch or (isinstance(frame, frames.State) and frame.role == frames.ROLE_PRIMARY
                                             and frame.epoch == self.epoch and self.peer > self.address):
-                self._fence(frame.epoch, now)  # a newer epoch exists: stop at once, follow it
+                self._fence(frame.epoch)  # a newer epoch exists: stop at once, follow it
                 return self._take(frame, now)
             if frame.epoch != self.epoch:
                 self.counters["drop:pair old epoch"] += 1
@@ -259,21 +258,19 @@ class PairMember:
                                        source.clean_ms(now), members))
         self._next_state = now + STATE_EVERY
 
-    def next_due(self, now: float) -> float:
+    def next_due(self) -> float:
+        """When the next heartbeat (STATE or ACK) is due; the loop wakes for it."""
         return self._next_state
 
     # ------------------------------------------------------------ roles
 
-    def apply_requested(self, now: float) -> bool:
-        """Apply a role asked for by signal; True when the role changed."""
+    def apply_requested(self, now: float) -> None:
+        """Apply a role asked for by signal (a standby asked to stand by, or a primary to lead, stays as it is)."""
         wanted, self.requested = self.requested, None
         if wanted == PRIMARY and self.role != PRIMARY:
             self._promote(now)
-            return True
-        if wanted == STANDBY and self.role == PRIMARY:
-            self._demote(now, STANDBY)
-            return True
-        return False
+        elif wanted == STANDBY and self.role == PRIMARY:
+            self._demote()
 
     def _promote(self, now: float) -> None:
         backbone = self.backbone
@@ -293,25 +290,24 @@ class PairMember:
         self.source = ReplicationSource(self.epoch, sync=self.sync, timeout=self.timeout)
         backbone.replicas = []
         self.role = PRIMARY
-        self.takeovers += 1
         self.counters["pair takeovers"] += 1
         self._write_role()
         self._heartbeat(now)
 
-    def _demote(self, now: float, role: str) -> None:
+    def _demote(self) -> None:
         self.counters["pair held output dropped"] += sum(len(sends) for _, sends in self._held)
         self._held.clear()  # not CONFIRMed: publishers send again, to the new primary
         self.source = None
         self.backbone.replicas = None
         self.follower = ReplicaFollower(self.epoch, self.reservations.durable)
         self._wanted = 0
-        self.role = role
+        self.role = STANDBY
         self._write_role()
 
-    def _fence(self, epoch: int, now: float) -> None:
+    def _fence(self, epoch: int) -> None:
         self.counters["pair fenced"] += 1
         self._fenced_by = epoch
-        self._demote(now, STANDBY)
+        self._demote()
         self.follower.newer(epoch)
 
     # ------------------------------------------------------------ metrics

@@ -318,11 +318,10 @@ def _longest_silence(arrivals: list[float], killed_at: float, after: float) -> f
     ``after`` s of it (None: the stream never resumed)."""
     window = [at for at in arrivals if killed_at - WINDOW_BEFORE <= at <= killed_at + after]
     before = [at for at in window if at <= killed_at]
-    after = [at for at in window if at > killed_at]
-    if not after:
+    resumed = [at for at in window if at > killed_at]
+    if not resumed:
         return None
-    start = before[-1] if before else killed_at
-    points = [start] + after
+    points = [before[-1] if before else killed_at] + resumed
     return max(b - a for a, b in zip(points, points[1:]))
 
 

@@ -59,7 +59,7 @@ class Stream:
 
     def _receive(self) -> None:
         subscription = self._subscription
-        while not self.settled.is_set() or subscription.queued():
+        while not self.settled.is_set() or subscription.queued:
             event = subscription.get(timeout=0.1)
             now = time.monotonic()
             if isinstance(event, Message):
