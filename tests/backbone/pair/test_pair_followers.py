@@ -58,7 +58,7 @@ def test_journal_gateways_and_load_test_go_on_through_a_takeover(tmp_path):
             net.stop(proc, 10)
     doc = summarize(settings, {}, [takeover], record)
     assert doc["completed"] == 1 and doc["confirmed_lost"] == 0 and doc["wrong_numbers"] == 0
-    assert published.strip().lstrip("(integer) ").isdigit(), published
+    assert published.strip().removeprefix("(integer) ").isdigit(), published
     assert json.loads(posted)["seq"] > 0, posted
     summary = json.loads((loadtest_dir / "summary.json").read_text())
     assert summary["complete"] and summary["failures"] == 0 and summary["messages_lost_after_recovery"] == 0
