@@ -14,6 +14,7 @@ from fyrehose.backbone.single.trace import DEFAULT_EVERY, StageTrace
 from fyrehose.errors import InputError
 from fyrehose.net.addresses import parse_group, parse_hostport, parse_networks, resolve_ipv4
 from fyrehose.protocol.codec import FRAME_HEADER, MAX_DATAGRAM
+from fyrehose.runtime.argtypes import positive_duration
 
 if TYPE_CHECKING:
     from fyrehose.backbone.single.driver import PairOptions
@@ -73,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--standby-sync", action="store_true",
                         help="CONFIRM and DELIVER only what the standby holds, so a confirmed message survives the "
                              "loss of either host (default: asynchronous)")
-    parser.add_argument("--standby-timeout", type=float, default=DETACH_AFTER, metavar="SECONDS",
+    parser.add_argument("--standby-timeout", type=positive_duration, default=DETACH_AFTER, metavar="SECONDS",
                         help=f"the primary goes on alone after its standby was silent this long (default "
                              f"{DETACH_AFTER})")
     parser.add_argument("--pair-key", type=Path, metavar="FILE",
@@ -170,8 +171,6 @@ def _pair_options(args: argparse.Namespace) -> PairOptions | None:
         return None
     if args.peer is None:
         raise InputError("--pair needs --peer HOST:PORT (the other member's pair address)")
-    if not args.standby_timeout > 0:
-        raise InputError("--standby-timeout must be more than 0 seconds")
     pair, peer = parse_hostport(args.pair), parse_hostport(args.peer)
     if pair == peer:
         raise InputError("--pair and --peer must be different addresses")

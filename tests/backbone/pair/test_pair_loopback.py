@@ -177,7 +177,7 @@ def test_pair_arguments_are_checked_in_one_line(tmp_path):
                           (["--pair", "127.0.0.1:9", "--peer", "127.0.0.1:9"], "must be different"),
                           (["--pair", "127.0.0.1:9", "--peer", "127.0.0.1:8", "--workers", "2"], "--workers 0"),
                           (["--pair", "127.0.0.1:9", "--peer", "127.0.0.1:8", "--standby-timeout", "0"],
-                           "more than 0"),
+                           "not a positive duration"),
                           (["--pair", "127.0.0.1:9", "--peer", "127.0.0.1:8", "--pair-key", str(tmp_path / "no")],
                            "--pair-key"),
                           (["--pair", "127.0.0.1:9", "--peer", "127.0.0.1:8", "--pair-key", str(short)],
