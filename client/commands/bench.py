@@ -66,6 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="failover: kills of the primary backbone, alternating the hosts (default 20)")
     parser.add_argument("--standby-sync", action="store_true",
                         help="failover: the pair in sync mode (the primary CONFIRMs what the standby holds)")
+    parser.add_argument("--pair-key", action="store_true",
+                        help="failover: the members sign every pair datagram (backbone --pair-key)")
     parser.add_argument("--targets", type=_targets, metavar="LIST",
                         help="comma-separated, measured in this order each round: fyrehose (multi-process backbone), "
                              "fyrehose-single (--workers 0), redis, nats, fyrehose-nobatch / "
@@ -208,7 +210,7 @@ def _run_failover(args: argparse.Namespace) -> int:
 
     from fyrehose.tools.bench.failover import FailoverSettings, run_failover, write_table
 
-    settings = FailoverSettings(runs=args.runs, rate=args.rate or 1000.0, sync=args.standby_sync)
+    settings = FailoverSettings(runs=args.runs, rate=args.rate or 1000.0, sync=args.standby_sync, key=args.pair_key)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).touch()

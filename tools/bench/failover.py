@@ -57,6 +57,7 @@ class FailoverSettings:
     runs: int
     rate: float
     sync: bool
+    key: bool = False  # the members sign their pair datagrams (--pair-key)
     grace: float = 3.0
 
 
@@ -72,15 +73,17 @@ class Takeover:
 class Pair:
     """The two backbones of the pair and their keepalived, inside :class:`PairHosts`."""
 
-    def __init__(self, net: PairHosts, workdir: Path, sync: bool) -> None:
+    def __init__(self, net: PairHosts, workdir: Path, sync: bool, key: bool) -> None:
         self.net = net
         self.sync = sync
         self.state = {host: workdir / f"state-{host}" for host in PAIR}
         self.backbones: dict[str, subprocess.Popen] = {}
         self.keepaliveds: dict[str, subprocess.Popen] = {}
-        self.key = workdir / "pair.key"
-        self.key.write_bytes(os.urandom(32))
-        self.key.chmod(0o600)
+        self.key: Path | None = None
+        if key:
+            self.key = workdir / "pair.key"
+            self.key.write_bytes(os.urandom(32))
+            self.key.chmod(0o600)
         for host in PAIR:
             self.state[host].mkdir(parents=True, exist_ok=True)
             self.start_backbone(host)
@@ -95,8 +98,8 @@ class Pair:
         net = self.net
         argv = [sys.executable, "-m", "fyrehose", "backbone", "--listen", f"{net.vip.ip}:{SERVICE_PORT}",
                 "--pair", f"{net.address(host)}:{PAIR_PORT}", "--peer", f"{net.address(peer)}:{PAIR_PORT}",
-                "--state-dir", str(self.state[host]), "--pair-key", str(self.key)] + \
-            (["--standby-sync"] if self.sync else [])
+                "--state-dir", str(self.state[host])] + (["--standby-sync"] if self.sync else []) + \
+            (["--pair-key", str(self.key)] if self.key is not None else [])
         proc = net.start(host, argv)
         net.wait_ready(proc, 30)
         self.backbones[host] = proc
@@ -157,13 +160,13 @@ class ClientHost:
 
 
 @contextmanager
-def pair_rig(workdir: Path, sync: bool, rate: float) -> Iterator[tuple[Pair, ClientHost]]:
+def pair_rig(workdir: Path, sync: bool, rate: float, key: bool = False) -> Iterator[tuple[Pair, ClientHost]]:
     """The pair serving (a primary, b its standby) and the measuring client on the client host."""
     reason = unavailable()
     if reason is not None:
         raise FailoverError(f"a standby pair in namespaces needs root and keepalived: {reason}")
     with PairHosts(workdir) as net:
-        pair = Pair(net, workdir, sync)
+        pair = Pair(net, workdir, sync, key)
         # a, with the higher priority, usually takes the address first; on a busy machine b may get there first
         wait_until(lambda: len(net.vip_holders()) == 1, 30, f"one host holding {net.vip.ip}", interval=0.05)
         first = pair.primary_once_promoted(10)
@@ -177,7 +180,7 @@ def pair_rig(workdir: Path, sync: bool, rate: float) -> Iterator[tuple[Pair, Cli
 
 
 def run_failover(settings: FailoverSettings, workdir: Path, out: TextIO) -> dict[str, Any]:
-    with pair_rig(workdir, settings.sync, settings.rate) as (pair, client):
+    with pair_rig(workdir, settings.sync, settings.rate, settings.key) as (pair, client):
         cost = measure_cost(pair, client, out)
         client.ask("stream")
         time.sleep(1.0)
@@ -299,7 +302,7 @@ def summarize(settings: FailoverSettings, cost: dict[str, Any], takeovers: list[
         "wrong_numbers": sum(1 for index, seq in numbers if seq in at_number and at_number[seq] != index),
         # confirmed, never delivered, and not inside any range the subscriber was told is lost
         "unreported_lost": sum(1 for index, seq in numbers if not delivered[index] and not _inside(seq, reported)),
-        "mode": "sync" if settings.sync else "async", "rate": settings.rate,
+        "mode": "sync" if settings.sync else "async", "rate": settings.rate, "pair_key": settings.key,
         "runs": settings.runs, "completed": sum(run["completed"] for run in per_run),
         "confirmed": len(confirmed_all),
         "confirmed_lost": sum(1 for index in confirmed_all if not delivered[index]),
@@ -336,7 +339,8 @@ def _spread(values: list[float]) -> dict[str, float | None]:
 
 
 def write_table(doc: dict[str, Any], out: TextIO) -> None:
-    print(f"\nfailover, {doc['mode']} standby, {doc['rate']:g} confirmed msgs/s offered, {doc['runs']} kills of the "
+    print(f"\nfailover, {doc['mode']} standby{', signed pair datagrams' if doc['pair_key'] else ''}, "
+          f"{doc['rate']:g} confirmed msgs/s offered, {doc['runs']} kills of the "
           f"primary backbone (kill -9), alternating hosts", file=out)
     print(f"{'run':>4} {'killed':>6} {'new':>4} {'takeover ms':>12} {'address ms':>11} {'confirmed':>10} "
           f"{'conf. lost':>10} {'rep. lost':>10} {'never sent':>10} {'dups':>5} {'failed':>6}", file=out)

@@ -73,8 +73,9 @@ def pause_backbone(pair: Pair, host: str) -> Callable[[], None]:
         "pause-backbone-sync", "loss-then-kill-sync"])
 def test_a_takeover_loses_nothing_confirmed_silently_and_issues_no_number_twice(tmp_path, fault, sync, runs):
     workdir = tmp_path / "pair"
-    settings = FailoverSettings(runs=runs, rate=RATE, sync=sync, grace=3.0)
-    with pair_rig(workdir, sync, RATE) as (pair, client):
+    key = fault in (pause_host, lossy_then_kill)  # signed pair datagrams, in the cases where strangers matter most
+    settings = FailoverSettings(runs=runs, rate=RATE, sync=sync, key=key, grace=3.0)
+    with pair_rig(workdir, sync, RATE, key) as (pair, client):
         client.ask("stream")
         time.sleep(1.0)
         takeovers = [take_over(pair, _Report(), run, fault) for run in range(runs)]
