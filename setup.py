@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import configparser
 import importlib.util
+import shutil
 import sys
 import sysconfig
 from pathlib import Path
@@ -19,6 +20,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
+BUILD = ROOT / "build" / "cython"
 
 
 def _warn(message: str) -> None:
@@ -48,15 +50,42 @@ def _source(module: str) -> str:
     return str(Path(folders[package], *module[len(package) + 1:].split(".")).with_suffix(".py"))
 
 
+def _staged(module: str) -> str:
+    """The module's ``.py`` (and ``.pxd``) copied to where its package path is a real folder path.
+
+    Cython takes a module's declarations from the ``.pxd`` beside its ``.py``
+    only when the folders spell the module's dotted name; the source tree maps
+    ``fyrehose`` onto ``client/`` (and ``fyrehose.backbone`` onto
+    ``backbone/``), so each compiled module is laid out as
+    ``build/cython/tree/fyrehose/...`` first.  A copy is rewritten only when
+    its source changed, so an unchanged module is not compiled again.
+    """
+    parts = module.split(".")
+    tree = BUILD / "tree"
+    for depth in range(1, len(parts)):
+        package = tree.joinpath(*parts[:depth])
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").touch()
+    source = ROOT / _source(module)
+    target = tree.joinpath(*parts).with_suffix(".py")
+    for origin, copy in ((source, target), (source.with_suffix(".pxd"), target.with_suffix(".pxd"))):
+        if origin.exists():
+            if not copy.exists() or copy.read_bytes() != origin.read_bytes():
+                shutil.copyfile(origin, copy)
+        elif copy.exists():
+            copy.unlink()
+    return str(target.relative_to(ROOT))
+
+
 def extensions() -> list[Extension]:
     try:
         from Cython.Build import cythonize
     except ImportError:
         _warn("Cython is not installed, nothing is compiled")
         return []
-    modules = [Extension(name, [_source(name)]) for name in _listed_modules()]
+    modules = [Extension(name, [_staged(name)]) for name in _listed_modules()]
     try:
-        return cythonize(modules, build_dir="build/cython", quiet=True, compiler_directives={
+        return cythonize(modules, build_dir=str(BUILD / "c"), quiet=True, compiler_directives={
             "language_level": 3,
             # The .pxd alone declares machine types: annotations stay for mypy, and no local is typed by inference
             # (an inferred bytearray local rejected a bytes value in a slice assignment that Python accepts).

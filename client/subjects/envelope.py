@@ -205,20 +205,21 @@ def decode(payload: bytes, known_subjects: dict[bytes, str] | None = None) -> En
     ``struct``: the compiled build (docs/architecture.md) turns them into
     machine integers.
     """
-    size = len(payload)
-    if size < _FIXED_SIZE or payload[0] != _MAGIC0 or payload[1] != _MAGIC1:
+    data = payload if type(payload) is bytes else bytes(payload)  # any other buffer as a copy
+    size = len(data)
+    if size < _FIXED_SIZE or data[0] != _MAGIC0 or data[1] != _MAGIC1:
         return None
-    version = payload[2]
+    version = data[2]
     if version != VERSION and version != VERSION_HEADERS:
         return None
-    kind = payload[3]
-    status = payload[4]
-    flags = payload[5]
-    subject_len = (payload[6] << 8) | payload[7]
+    kind = data[3]
+    status = data[4]
+    flags = data[5]
+    subject_len = (data[6] << 8) | data[7]
     offset = _FIXED_SIZE + subject_len
     if offset > size or kind >= _TYPE_COUNT or status >= _STATUS_COUNT:
         return None
-    raw_subject = payload[_FIXED_SIZE:offset]
+    raw_subject = data[_FIXED_SIZE:offset]
     subject = known_subjects.get(raw_subject) if known_subjects is not None else None
     try:
         checked = subject is not None
@@ -228,37 +229,36 @@ def decode(payload: bytes, known_subjects: dict[bytes, str] | None = None) -> En
         if flags & FLAG_REPLY:
             if offset + 2 > size:
                 return None
-            length = (payload[offset] << 8) | payload[offset + 1]
+            length = (data[offset] << 8) | data[offset + 1]
             offset += 2 + length
             if offset > size:
                 return None
-            reply = payload[offset - length:offset].decode("utf-8")
+            reply = data[offset - length:offset].decode("utf-8")
         if flags & FLAG_SESSION:
             if offset >= size:
                 return None
-            length = payload[offset]
+            length = data[offset]
             if offset + 1 + length + 8 > size:
                 return None
-            session = payload[offset + 1:offset + 1 + length].decode("utf-8")
-            seqno = int.from_bytes(payload[offset + 1 + length:offset + 9 + length], "big")
+            session = data[offset + 1:offset + 1 + length].decode("utf-8")
+            seqno = int.from_bytes(data[offset + 1 + length:offset + 9 + length], "big")
             offset += 9 + length
         if version == VERSION_HEADERS and flags & FLAG_HEADERS:
             if offset + 4 > size:
                 return None
-            length = (payload[offset] << 24) | (payload[offset + 1] << 16) | (payload[offset + 2] << 8) \
-                | payload[offset + 3]
+            length = int.from_bytes(data[offset:offset + 4], "big")  # shifts by 24 would overflow a C int
             offset += 4 + length
             if offset > size:
                 return None
-            headers = bytes(payload[offset - length:offset])
+            headers = bytes(data[offset - length:offset])
         if flags & FLAG_DIGEST:
             if offset >= size:
                 return None
-            length = payload[offset]
+            length = data[offset]
             offset += 1 + length
             if offset > size:
                 return None
-            digest = bytes(payload[offset - length:offset])
+            digest = bytes(data[offset - length:offset])
         if not checked:
             check_subject(subject)  # a wildcard or empty token on the wire is damage, not a subject
             if known_subjects is not None:
@@ -267,22 +267,23 @@ def decode(payload: bytes, known_subjects: dict[bytes, str] | None = None) -> En
             check_subject(reply)
     except (UnicodeDecodeError, EnvelopeError):
         return None
-    return Envelope(subject, bytes(payload[offset:]), _TYPES[kind], _STATUSES[status], reply, session, seqno,
+    return Envelope(subject, bytes(data[offset:]), _TYPES[kind], _STATUSES[status], reply, session, seqno,
                     digest, headers)
 
 
 def peek_subject(payload: bytes) -> str | None:
     """Only the subject (None for raw payloads): cheap enough for the journal's hot path."""
-    size = len(payload)
-    if size < _FIXED_SIZE or payload[0] != _MAGIC0 or payload[1] != _MAGIC1:
+    data = payload if type(payload) is bytes else bytes(payload)  # any other buffer as a copy
+    size = len(data)
+    if size < _FIXED_SIZE or data[0] != _MAGIC0 or data[1] != _MAGIC1:
         return None
-    version = payload[2]
+    version = data[2]
     if version != VERSION and version != VERSION_HEADERS:
         return None
-    end = _FIXED_SIZE + ((payload[6] << 8) | payload[7])
+    end = _FIXED_SIZE + ((data[6] << 8) | data[7])
     if end > size:
         return None
     try:
-        return payload[_FIXED_SIZE:end].decode("utf-8")
+        return data[_FIXED_SIZE:end].decode("utf-8")
     except UnicodeDecodeError:
         return None

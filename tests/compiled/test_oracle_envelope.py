@@ -57,7 +57,7 @@ def test_decode_and_peek_agree_on_damaged_and_random_payloads(builds, data, cut,
     damaged = bytearray(payload[:cut] if cut < len(payload) else payload)
     if flip < len(damaged):
         damaged[flip] = value
-    for sample in (payload, bytes(damaged)):
+    for sample in (payload, bytes(damaged), damaged, memoryview(payload)):  # any buffer, as bytes() takes
         remembered_built: dict[bytes, str] | None = {} if known else None
         remembered_source: dict[bytes, str] | None = {} if known else None
         for _ in range(2):  # twice: the second time the subject is remembered
