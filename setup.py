@@ -10,6 +10,7 @@ beside their sources.
 from __future__ import annotations
 
 import configparser
+import hashlib
 import importlib.util
 import shutil
 import sys
@@ -21,6 +22,16 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 BUILD = ROOT / "build" / "cython"
+
+
+DIRECTIVES = {
+    "language_level": 3,
+    # The .pxd alone declares machine types: annotations stay for mypy, and no local is typed by inference
+    # (an inferred bytearray local rejected a bytes value in a slice assignment that Python accepts).
+    "annotation_typing": False,
+    "infer_types": False,
+    "binding": True,
+}
 
 
 def _warn(message: str) -> None:
@@ -79,20 +90,17 @@ def _staged(module: str) -> str:
 
 def extensions() -> list[Extension]:
     try:
+        import Cython
         from Cython.Build import cythonize
     except ImportError:
         _warn("Cython is not installed, nothing is compiled")
         return []
     modules = [Extension(name, [_staged(name)]) for name in _listed_modules()]
+    # C files of other directives or another Cython live in another folder: cythonize regenerates a C file only
+    # when its .py or .pxd changed, never when the directives did.
+    generated = BUILD / f"c-{hashlib.sha1(repr((DIRECTIVES, Cython.__version__)).encode()).hexdigest()[:12]}"
     try:
-        return cythonize(modules, build_dir=str(BUILD / "c"), quiet=True, compiler_directives={
-            "language_level": 3,
-            # The .pxd alone declares machine types: annotations stay for mypy, and no local is typed by inference
-            # (an inferred bytearray local rejected a bytes value in a slice assignment that Python accepts).
-            "annotation_typing": False,
-            "infer_types": False,
-            "binding": True,
-        })
+        return cythonize(modules, build_dir=str(generated), quiet=True, compiler_directives=DIRECTIVES)
     except Exception as exc:  # a Cython error in any module: install everything pure rather than fail
         _warn(f"Cython failed ({type(exc).__name__}: {exc})")
         return []

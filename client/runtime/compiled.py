@@ -25,7 +25,6 @@ import importlib.util
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from importlib.abc import MetaPathFinder
 from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, ModuleSpec, PathFinder
 from pathlib import Path
 from types import ModuleType
@@ -51,8 +50,13 @@ def pure_requested(environ: Mapping[str, str] = os.environ) -> bool:
     return environ.get(PURE_VARIABLE, "") not in ("", "0")
 
 
-class SourceFinder(MetaPathFinder):
-    """Finds the listed modules from their ``.py`` when pure is requested or their build is stale."""
+class SourceFinder:
+    """Finds the listed modules from their ``.py`` when pure is requested or their build is stale.
+
+    A meta path finder (``find_spec``) without ``importlib.abc.MetaPathFinder``
+    as its base: importing that module would pull in ``importlib.resources``,
+    ``typing`` and ``tempfile`` before anything of the package loads.
+    """
 
     def __init__(self, pure: bool, listed: Sequence[str] = COMPILED_MODULES) -> None:
         self.pure = pure
@@ -72,7 +76,7 @@ class SourceFinder(MetaPathFinder):
         if self.pure:
             reason = f"{PURE_VARIABLE} is set"
         elif newer_than(source, built):
-            reason = f"{source.name} is newer than its build (tools/bootstrap or pip install rebuilds it)"
+            reason = f"{source.name} is newer than its build; tools/bootstrap or pip install rebuilds it"
         else:
             return spec
         self.from_source[fullname] = reason
@@ -152,9 +156,10 @@ def describe() -> str:
             return f"all pure ({PURE_VARIABLE} is set)"
         if finder.from_source:
             return f"all pure (the build is stale: {next(iter(finder.from_source.values()))})"
-        return "all pure (no compiled build: install with Cython present to build one)"
+        return "all pure (no compiled build: the install found no Cython or no C compiler)"
     line = f"compiled with Cython: {', '.join(names)}"
-    pure = [name.removeprefix("fyrehose.") for name, yes in compiled.items() if not yes]
+    pure = [name.removeprefix("fyrehose.") + (f" ({finder.from_source[name]})" if name in finder.from_source else "")
+            for name, yes in compiled.items() if not yes]
     if pure:
         line += f"; pure: {', '.join(pure)}"
     return line
