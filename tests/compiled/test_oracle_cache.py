@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fyrehose.subjects.envelope import Envelope, MsgType, Status, encode
+from fyrehose.subjects.envelope import Envelope, MsgType, Status, decode, encode
 
 from oracle import plain, same, twins
 
@@ -74,15 +74,24 @@ def _records(cache) -> list:
 
 
 @EXAMPLES
-@given(payloads=streams(), runs=st.booleans(), max_bytes=st.sampled_from([64, 1 << 20]))
-def test_the_cache_core_agrees(cores, payloads, runs, max_bytes):
+@given(payloads=streams(), way=st.sampled_from(["run", "messages", "envelopes", "one by one"]),
+       max_bytes=st.sampled_from([64, 1 << 20]))
+def test_the_cache_core_agrees(cores, payloads, way, max_bytes):
     built, source = cores
     caches = [built.Cache(max_bytes), source.Cache(max_bytes)]
-    if runs:
+    opened = [envelope for envelope in map(decode, payloads) if envelope is not None]
+    if way == "run":
         same(lambda: caches[0].receive_run(1, payloads, 0.0), lambda: caches[1].receive_run(1, payloads, 0.0))
-    else:
+    elif way == "messages":
         messages = list(enumerate(payloads, start=1))
         same(lambda: caches[0].receive_messages(messages, 0.0), lambda: caches[1].receive_messages(messages, 0.0))
+    elif way == "envelopes":
+        seqs = list(range(1, len(opened) + 1))
+        same(lambda: caches[0].receive_many(opened, 0.0, seqs), lambda: caches[1].receive_many(opened, 0.0, seqs))
+    else:
+        for seq, envelope in enumerate(opened, start=1):
+            same(lambda seq=seq, envelope=envelope: caches[0].receive(envelope, 0.0, seq),
+                 lambda seq=seq, envelope=envelope: caches[1].receive(envelope, 0.0, seq))
     for subject in ("p.a", "p.b", "p.c.d"):
         same(lambda subject=subject: caches[0].get(subject), lambda subject=subject: caches[1].get(subject))
     assert _records(caches[0]) == _records(caches[1])
