@@ -46,7 +46,6 @@ FLAG_DIGEST = 0x4
 FLAG_HEADERS = 0x8
 VERSION_HEADERS = 2  # the first version that carries FLAG_HEADERS
 MAX_SUBJECT = 1024
-_VERSIONS = (VERSION, VERSION_HEADERS)
 
 _FIXED = struct.Struct(">2sBBBBH")  # magic, version, type, status, flags, subject length
 _FIXED_SIZE = 8  # _FIXED.size, as a constant the compiled build knows
