@@ -1,4 +1,9 @@
 """fyrehose: a sequenced pub/sub backbone over UDP.  ``from fyrehose import Client`` is all a script needs."""
+# First, before any module of the package loads: FYREHOSE_PURE=1 runs every compiled module from its .py.
+from fyrehose.runtime import compiled as _compiled
+
+_compiled.install()
+
 from fyrehose.drivers.client import (
     BackboneUnreachable,
     Client,

@@ -8,6 +8,8 @@ how a ``verify`` "clears fields").  Any other value simply replaces the record.
 """
 from __future__ import annotations
 
+import functools
+
 import orjson
 
 
@@ -44,7 +46,7 @@ def merge(record: bytes, update: bytes) -> bytes:
         return update
     try:
         return orjson.dumps(merge_patch(base, patch))
-    except RecursionError:  # nesting deeper than Python recurses: no field-wise merge for that
+    except (RecursionError, orjson.JSONEncodeError):  # nesting deeper than Python recurses or orjson writes
         return update
 
 
@@ -88,7 +90,12 @@ def merge_many(record: bytes, updates: list[bytes]) -> bytes:
             merged = True
         except RecursionError:  # as merge: no field-wise merge for nesting deeper than Python recurses
             current, value, merged = update, _UNPARSED, False
-    return orjson.dumps(value) if merged else current
+    if not merged:
+        return current
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes: merge gives up on it step by step
+        return functools.reduce(merge, tail, record)
 
 
 def _merge_flat(record: bytes, patches: list[bytes]) -> bytes | None:

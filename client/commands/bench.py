@@ -56,12 +56,13 @@ def _payload(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("mode", nargs="?", choices=("servers", "client", "failover"), default="servers",
+    parser.add_argument("mode", nargs="?", choices=("servers", "client", "failover", "compiled"), default="servers",
                         help="servers (default): the servers at their limits, driven by lean load generators; "
                              "client: each system through its own Python client (fyrehose.Client, redis-py, "
                              "nats-py), one publisher and one subscriber, messages/s end to end; failover: "
                              "takeovers of a standby pair in network namespaces it builds (needs root and "
-                             "keepalived; --runs, --standby-sync, --rate; docs/benchmarks.md)")
+                             "keepalived; --runs, --standby-sync, --rate; docs/benchmarks.md); compiled: each compiled module's "
+                             "per-message calls against its own .py, in this process")
     parser.add_argument("--runs", type=positive_int, default=20, metavar="N",
                         help="failover: kills of the primary backbone, alternating the hosts (default 20)")
     parser.add_argument("--standby-sync", action="store_true",
@@ -131,6 +132,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--catch-up", type=positive_duration, default=30.0, metavar="S",
                         help="with --journal: how long after publishing the journals may take to reach the HEAD "
                              "(default 30)")
+    parser.add_argument("--modules", metavar="LIST",
+                        help="compiled mode: comma-separated modules to time (default: every compiled module)")
+    parser.add_argument("--case-seconds", type=positive_duration, default=0.2, metavar="S",
+                        help="compiled mode: seconds each case runs per build and round (default 0.2)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
 
 
@@ -154,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_failover(args)
     if args.journal:
         return _run_journals(args)
+    if args.mode == "compiled":
+        return _run_compiled(args)
     client = args.mode == "client"
     try:
         if client:
@@ -222,6 +229,28 @@ def _run_failover(args: argparse.Namespace) -> int:
         doc = run_failover(settings, os_workdir, sys.stdout)
     write_table(doc, sys.stdout)
     if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+def _run_compiled(args: argparse.Namespace) -> int:
+    import json
+    import sys
+    from pathlib import Path
+
+    from fyrehose.errors import InputError
+    from fyrehose.tools.bench import compiled
+
+    requested = [name.strip() for name in args.modules.split(",") if name.strip()] if args.modules else None
+    try:
+        modules = compiled.compiled_modules(requested)
+    except ValueError as exc:
+        raise InputError(f"bench compiled: {exc}") from None
+    doc = compiled.document(compiled.measure(modules, args.rounds, args.case_seconds), args.rounds,
+                            args.case_seconds)
+    compiled.write_table(doc, sys.stdout)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 

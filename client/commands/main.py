@@ -87,6 +87,20 @@ def _version() -> str:
         return "unknown"
 
 
+class _PrintVersion(argparse.Action):
+    """``--version``: the version and which modules run compiled (worked out only when asked: it imports them)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and which modules run compiled")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        from fyrehose.runtime.compiled import describe
+
+        sys.stdout.write(f"fyrehose {_version()}\n{describe()}\n")
+        parser.exit()
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error in one line."""
 
@@ -97,7 +111,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="fyrehose", description="fyrehose: a sequenced pub/sub backbone over UDP")
-    parser.add_argument("--version", action="version", version=f"fyrehose {_version()}")
+    parser.add_argument("--version", action=_PrintVersion)
     parser.add_argument("--debug", action="store_true",
                         help="print the traceback of any error (also with FYREHOSE_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)

@@ -45,9 +45,20 @@ class FrameRun:
         return [data[start + header:start + step] for start in range(0, len(data), step)]
 
     def messages(self, from_seq: int | None = None, to_seq: int | None = None) -> Iterator[tuple[int, bytes]]:
-        """(sequence, payload) of the frames in ``from_seq..to_seq`` (all by default), ascending."""
+        """(sequence, payload) of the frames in ``from_seq..to_seq`` (all by default), ascending.
+
+        A part is sliced in one pass as the whole is, not a method call per frame (which the
+        interpreter makes faster than compiled code does: docs/benchmarks.md).
+        """
         if from_seq is None and to_seq is None:  # the whole run: its payloads sliced in one pass
             return zip(range(self.first, self.last + 1), self.payloads())
         low = self.first if from_seq is None else max(from_seq, self.first)
         high = self.last if to_seq is None else min(to_seq, self.last)
-        return ((seq, self.payload(seq)) for seq in range(low, high + 1))
+        data, header, sequences = self.data, codec.FRAME_HEADER, range(low, high + 1)  # zip stops with the range
+        if self.spans is not None:
+            return zip(sequences, [data[start + header:end]
+                                   for start, end, _ in self.spans[low - self.first:high - self.first + 1]])
+        step = self.step
+        begin = (low - self.first) * step
+        return zip(sequences, [data[start + header:start + step]
+                               for start in range(begin, begin + len(sequences) * step, step)])

@@ -46,9 +46,11 @@ FLAG_DIGEST = 0x4
 FLAG_HEADERS = 0x8
 VERSION_HEADERS = 2  # the first version that carries FLAG_HEADERS
 MAX_SUBJECT = 1024
-_VERSIONS = (VERSION, VERSION_HEADERS)
 
 _FIXED = struct.Struct(">2sBBBBH")  # magic, version, type, status, flags, subject length
+_FIXED_SIZE = 8  # _FIXED.size, as a constant the compiled build knows
+_MAGIC0 = 0xFB
+_MAGIC1 = 0x1E
 _EMPTY_TOKEN_OR_SPACE = re.compile(r"\A\.|\.\.|\.\Z|\s")  # \s is exactly str.isspace()
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -88,6 +90,9 @@ class Status(enum.IntEnum):
 _TYPES = tuple(MsgType)  # by value: the values count up from 0, so decoding indexes instead of calling the enum
 _STATUSES = tuple(Status)
 assert all(index == value for values in (_TYPES, _STATUSES) for index, value in enumerate(values))
+_TYPE_COUNT = 8  # len(_TYPES), len(_STATUSES): constants the compiled build knows
+_STATUS_COUNT = 16
+assert _FIXED.size == _FIXED_SIZE and len(_TYPES) == _TYPE_COUNT and len(_STATUSES) == _STATUS_COUNT
 
 
 class EnvelopeError(ValueError):
@@ -195,66 +200,89 @@ def decode(payload: bytes, known_subjects: dict[bytes, str] | None = None) -> En
     ``known_subjects`` (bytes to subject) remembers the subjects already
     checked, for a reader that sees a few subjects many times (the cache):
     each is then decoded and checked once.  Its owner bounds its size.
+    Lengths are read byte by byte into integer locals rather than through
+    ``struct``: the compiled build (docs/architecture.md) turns them into
+    machine integers.
     """
-    if payload[:2] != MAGIC or len(payload) < _FIXED.size:
+    data = payload if type(payload) is bytes else bytes(payload)  # any other buffer as a copy
+    size = len(data)
+    if size < _FIXED_SIZE or data[0] != _MAGIC0 or data[1] != _MAGIC1:
         return None
+    version = data[2]
+    if version != VERSION and version != VERSION_HEADERS:
+        return None
+    kind = data[3]
+    status = data[4]
+    flags = data[5]
+    subject_len = (data[6] << 8) | data[7]
+    offset = _FIXED_SIZE + subject_len
+    if offset > size or kind >= _TYPE_COUNT or status >= _STATUS_COUNT:
+        return None
+    raw_subject = data[_FIXED_SIZE:offset]
+    subject = known_subjects.get(raw_subject) if known_subjects is not None else None
     try:
-        _, version, kind, status, flags, subject_len = _FIXED.unpack_from(payload)
-        if version not in _VERSIONS:
-            return None
-        offset = _FIXED.size
-        raw_subject = payload[offset:offset + subject_len]
-        remembered = known_subjects.get(raw_subject) if known_subjects is not None else None
-        checked = remembered is not None
-        subject = remembered if remembered is not None else raw_subject.decode("utf-8")
-        offset += subject_len
+        checked = subject is not None
+        if subject is None:
+            subject = raw_subject.decode("utf-8")
         reply = session = seqno = digest = headers = None
         if flags & FLAG_REPLY:
-            (length,) = _U16.unpack_from(payload, offset)
-            reply = payload[offset + 2:offset + 2 + length].decode("utf-8")
+            if offset + 2 > size:
+                return None
+            length = (data[offset] << 8) | data[offset + 1]
             offset += 2 + length
+            if offset > size:
+                return None
+            reply = data[offset - length:offset].decode("utf-8")
         if flags & FLAG_SESSION:
-            length = payload[offset]
-            session = payload[offset + 1:offset + 1 + length].decode("utf-8")
-            (seqno,) = _U64.unpack_from(payload, offset + 1 + length)
-            offset += 1 + length + 8
-        if version >= VERSION_HEADERS and flags & FLAG_HEADERS:
-            (length,) = _U32.unpack_from(payload, offset)
-            headers = bytes(payload[offset + 4:offset + 4 + length])
-            if len(headers) != length:
+            if offset >= size:
                 return None
+            length = data[offset]
+            if offset + 1 + length + 8 > size:
+                return None
+            session = data[offset + 1:offset + 1 + length].decode("utf-8")
+            seqno = int.from_bytes(data[offset + 1 + length:offset + 9 + length], "big")
+            offset += 9 + length
+        if version == VERSION_HEADERS and flags & FLAG_HEADERS:
+            if offset + 4 > size:
+                return None
+            length = int.from_bytes(data[offset:offset + 4], "big")  # shifts by 24 would overflow a C int
             offset += 4 + length
+            if offset > size:
+                return None
+            headers = bytes(data[offset - length:offset])
         if flags & FLAG_DIGEST:
-            length = payload[offset]
-            digest = bytes(payload[offset + 1:offset + 1 + length])
-            if len(digest) != length:
+            if offset >= size:
                 return None
+            length = data[offset]
             offset += 1 + length
-        if offset > len(payload):
-            return None
-        if not checked:
-            if len(subject.encode()) != subject_len:
+            if offset > size:
                 return None
+            digest = bytes(data[offset - length:offset])
+        if not checked:
             check_subject(subject)  # a wildcard or empty token on the wire is damage, not a subject
             if known_subjects is not None:
                 known_subjects[bytes(raw_subject)] = subject
         if reply is not None:
             check_subject(reply)
-        return Envelope(subject, bytes(payload[offset:]), _TYPES[kind], _STATUSES[status], reply, session, seqno,
-                        digest, headers)
-    except (struct.error, IndexError, UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, EnvelopeError):
         return None
+    return Envelope(subject, bytes(data[offset:]), _TYPES[kind], _STATUSES[status], reply, session, seqno,
+                    digest, headers)
 
 
 def peek_subject(payload: bytes) -> str | None:
     """Only the subject (None for raw payloads): cheap enough for the journal's hot path."""
-    if payload[:2] != MAGIC or len(payload) < _FIXED.size or payload[2] not in _VERSIONS:
+    data = payload if type(payload) is bytes else bytes(payload)  # any other buffer as a copy
+    size = len(data)
+    if size < _FIXED_SIZE or data[0] != _MAGIC0 or data[1] != _MAGIC1:
         return None
-    subject_len = (payload[6] << 8) | payload[7]
-    end = _FIXED.size + subject_len
-    if end > len(payload):
+    version = data[2]
+    if version != VERSION and version != VERSION_HEADERS:
+        return None
+    end = _FIXED_SIZE + ((data[6] << 8) | data[7])
+    if end > size:
         return None
     try:
-        return payload[_FIXED.size:end].decode("utf-8")
+        return data[_FIXED_SIZE:end].decode("utf-8")
     except UnicodeDecodeError:
         return None

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fyrehose.cache.core import RECORD_OVERHEAD, STICKY, Cache
-from fyrehose.cache.merge import merge, merge_patch
+from fyrehose.cache.merge import merge, merge_many, merge_patch
 from fyrehose.subjects.envelope import Envelope, MsgType, Status
 from fyrehose.subjects.session_table import SessionTable, StartOptions
 
@@ -356,3 +356,12 @@ def test_merge_patch_examples_from_rfc7396_appendix_a():
 def test_deeply_nested_update_replaces_instead_of_crashing():
     deep = b'{"a":' * 1000 + b"1" + b"}" * 1000
     assert merge(b'{"a":{}}', deep) == deep
+
+
+def test_an_update_nested_deeper_than_orjson_writes_replaces_the_record():
+    """orjson reads deeper nesting than it writes back (and than a compiled merge recurses into): the update
+    replaces the record then, instead of escaping as orjson's TypeError."""
+    deep = b'{"a":' * 300 + b"1" + b"}" * 300
+    assert merge(b'{"a":{}}', deep) == deep
+    assert merge_many(b'{"a":{}}', [deep]) == deep
+    assert merge_many(b'{"a":{}}', [b'{"b":2}', deep]) == merge(merge(b'{"a":{}}', b'{"b":2}'), deep) == deep

@@ -70,3 +70,13 @@ def test_target_runs_under_atheris_from_the_command_line(name):
                             capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert b"Done 3000 runs" in result.stderr or b"Done 3000 in" in result.stderr
+
+
+def test_a_target_says_which_build_it_fuzzes():
+    """The targets import fyrehose as any program does: the compiled modules where the install built them."""
+    from fyrehose.runtime.compiled import describe
+
+    result = subprocess.run([sys.executable, str(FUZZ_DIR / "fuzz_envelope.py"), "-atheris_runs=200", "-use_random=1"],
+                            capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert result.stdout.decode().splitlines()[0].endswith(f"fuzzing fyrehose {describe()}")

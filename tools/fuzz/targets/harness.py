@@ -9,6 +9,13 @@ invariant breaks) and ``SEEDS`` (valid inputs to mutate), and ends with
 
 The mutation loop exists so that the targets run where atheris has no wheel
 (it ships binary wheels for CPython on Linux x86-64 only).
+
+The targets import fyrehose as any program does, so they fuzz the compiled
+modules where the install built them (``FYREHOSE_PURE=1`` fuzzes the .py
+files); each run says first which build it fuzzes.  atheris has no coverage
+feedback from compiled modules (it instruments Python bytecode), so a
+coverage-guided campaign on a compiled module runs blind there: run it with
+``FYREHOSE_PURE=1`` too.
 """
 from __future__ import annotations
 
@@ -46,7 +53,10 @@ def _flag(argv: list[str], name: str, default: int) -> int:
 
 
 def main(check: Callable[[bytes], None], seeds: list[bytes]) -> None:
+    from fyrehose.runtime.compiled import describe
+
     argv = sys.argv
+    print(f"{argv[0]}: fuzzing fyrehose {describe()}", flush=True)
     try:
         import atheris
     except ImportError:
