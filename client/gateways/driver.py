@@ -172,18 +172,27 @@ class ConnectionDriver:
     def _published(self, token: int, seqs: list[int] | None, error: Exception | None) -> None:
         if self.client.connection is None:
             return  # the client is gone
-        if error is None:
-            self._guarded(lambda: self.connection.published(token, seqs or []))
-        else:
-            self._guarded(lambda: self.connection.failed(token, str(error)))
-        self._guarded(self._pump)
+        connection = self.connection
+
+        def step() -> None:
+            if error is None:
+                connection.published(token, seqs or [])
+            else:
+                connection.failed(token, str(error))
+            self._pump()
+
+        self._guarded(step)
 
     def _answered(self, token: int, answer: Envelope | None) -> None:
         if self.client.connection is None:
             return
         answered = self.connection.answered  # type: ignore[attr-defined]  # connections that ask the cache have it
-        self._guarded(lambda: answered(token, answer))
-        self._guarded(self._pump)
+
+        def step() -> None:
+            answered(token, answer)
+            self._pump()
+
+        self._guarded(step)
 
     def _guarded(self, step) -> None:
         """A bug in one connection costs that client, never the gateway."""

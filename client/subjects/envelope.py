@@ -49,6 +49,7 @@ MAX_SUBJECT = 1024
 _VERSIONS = (VERSION, VERSION_HEADERS)
 
 _FIXED = struct.Struct(">2sBBBBH")  # magic, version, type, status, flags, subject length
+FIXED_SIZE = _FIXED.size  # bytes of every envelope before its subject
 _EMPTY_TOKEN_OR_SPACE = re.compile(r"\A\.|\.\.|\.\Z|\s")  # \s is exactly str.isspace()
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")

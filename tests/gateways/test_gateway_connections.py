@@ -299,3 +299,18 @@ def test_an_http_request_that_does_not_arrive_whole_in_time_is_408_and_a_silent_
     silent = http()
     silent.wake(30.0)
     assert silent.outbox.take() == b"" and silent.outbox.closing == "idle for 30 s"
+
+
+@given(st.text(alphabet="abc.", min_size=1, max_size=30).filter(lambda s: all(s.split("."))),
+       st.one_of(st.none(), st.just("r.x")), st.one_of(st.none(), st.binary(max_size=50)), st.binary(max_size=300))
+def test_the_size_a_connection_checks_is_the_encoded_envelopes(subject, reply, headers, data):
+    from fyrehose.gateways.sizes import checked
+    from fyrehose.protocol.codec import MAX_PAYLOAD, PayloadTooLarge
+    from fyrehose.subjects.envelope import encode
+
+    message = Envelope(subject, data * 300, reply=reply, headers=headers)  # some beyond one backbone message
+    fits = len(encode(message)) <= MAX_PAYLOAD
+    try:
+        assert checked(message) is message and fits
+    except PayloadTooLarge:
+        assert not fits
