@@ -134,7 +134,10 @@ class ConnectionDriver:
         if client.closing is not None:
             return
         if connection.outbox.closing is not None:
-            client.close(connection.outbox.closing)
+            reason = connection.outbox.closing
+            if reason.startswith("slow consumer"):
+                log.warning("%s disconnected: %s", client.peer, reason)
+            client.close(reason)
         elif client.input_over and not connection.busy:
             client.close("client closed")
         elif connection.paused:
@@ -180,6 +183,7 @@ class ConnectionDriver:
             else:
                 connection.failed(token, str(error))
             self._pump()
+            self.client.rearm()
 
         self._guarded(step)
 
@@ -191,6 +195,7 @@ class ConnectionDriver:
         def step() -> None:
             answered(token, answer)
             self._pump()
+            self.client.rearm()
 
         self._guarded(step)
 

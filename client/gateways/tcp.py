@@ -196,6 +196,11 @@ class TcpClient:
                 if self.tls_pending():
                     self.server.readable(self)
 
+    def rearm(self) -> None:
+        """The connection's deadline may have moved (a response went out): have it woken then."""
+        if self.server is not None:
+            self.server.arm(self)
+
     def tls_pending(self) -> bool:
         """Whether TLS holds decrypted input the kernel no longer reports."""
         return self._tls_pending is not None and self._tls_pending() > 0
@@ -394,7 +399,7 @@ class GatewayServer:
             self._failed(client)
         else:
             client.start()
-            self._arm(client)
+            self.arm(client)
         try:
             client.done.wait()  # the loop serves the client; the server closes the socket once this returns
         finally:
@@ -468,7 +473,7 @@ class GatewayServer:
             return
         client.claimed = held
         if client.closing is None:
-            self._arm(client)
+            self.arm(client)
             if client.tls_pending():  # TLS holds more input than the kernel reports: read it next turn
                 self.readable(client)
 
@@ -495,7 +500,7 @@ class GatewayServer:
 
     # ------------------------------------------------------------ deadlines
 
-    def _arm(self, client: TcpClient) -> None:
+    def arm(self, client: TcpClient) -> None:
         connection = client.connection
         if connection is not None and client.closing is None:
             client.arm(connection.wake_at(), self._woken)
@@ -513,4 +518,4 @@ class GatewayServer:
         except Exception:
             self._failed(client)
             return
-        self._arm(client)
+        self.arm(client)

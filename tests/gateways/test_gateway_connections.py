@@ -314,3 +314,13 @@ def test_the_size_a_connection_checks_is_the_encoded_envelopes(subject, reply, h
         assert checked(message) is message and fits
     except PayloadTooLarge:
         assert not fits
+
+
+def test_the_idle_deadline_waits_while_a_response_is_held_and_starts_again_after_it():
+    driver = Driver(http())
+    driver.feed(HTTP_REQUESTS[0], now=5.0)
+    assert driver.connection.wake_at() is None  # the response waits for the backbone, not the client
+    driver.connection.wake(7.0)  # time passes (the driver tells it with each call); nothing is due
+    driver.answer()
+    assert driver.out.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert driver.connection.wake_at() == 7.0 + 30.0
