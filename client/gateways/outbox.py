@@ -67,10 +67,6 @@ class Outbox:
         self._ready: list[bytes] = []
         self._queue: deque[bytes | Slot | _Close] = deque()  # behind the first unfilled slot
 
-    @property
-    def ready(self) -> bool:
-        return bool(self._ready) or self.closing is not None
-
     def take(self) -> bytes:
         """Everything ready to write now, in order (b"" when nothing is)."""
         ready = self._ready
