@@ -72,7 +72,7 @@ from fyrehose.subjects.session import SubjectSession
 log = logging.getLogger("fyrehose.gateway")
 
 TIMER_PERIOD = 0.02  # the longest the connection's timers wait while datagrams keep arriving
-YIELD_EVERY = 16  # datagrams taken in a row before the clients' greenlets get a turn
+YIELD_EVERY = 16  # datagrams taken in a row before the loop serves the clients (and the Lumberjack writers)
 FORWARDS_QUEUED = 1024  # FORWARDs waiting for their answer; more are dropped (the requester asks again)
 
 EventsHandler = Callable[[list[StreamEvent]], None]
@@ -275,7 +275,7 @@ class BackboneLink:
         taken = 0
         while not self._closed:
             taken += 1
-            if taken % YIELD_EVERY == 0:  # a busy socket never blocks: let the writers and publishers run
+            if taken % YIELD_EVERY == 0:  # a busy socket never blocks: let the clients be read and written
                 gevent.sleep(0)
             now = time.monotonic()
             if now >= self._next_timers:

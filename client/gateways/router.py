@@ -65,7 +65,7 @@ log = logging.getLogger("fyrehose.gateway")
 Route = Callable[[int, Envelope], None]
 Wants = Callable[[str], bool]
 
-# Messages taken from the stream between two chances for the clients' greenlets to run
+# Messages taken from the stream between two chances for the loop to serve the clients
 # (never between a route's ``wants`` and the route itself).
 YIELD_EVERY = 64
 EXPIRE_EVERY = 1.0  # seconds between sweeps of silent owners out of the interest table
@@ -218,7 +218,7 @@ class GatewayRouter:
                             event.reason)
                 continue
             self._taken += 1
-            if self._taken % YIELD_EVERY == 0:  # let the writers hand what is queued to the kernel
+            if self._taken % YIELD_EVERY == 0:  # let the loop write what is queued, and read the clients
                 gevent.sleep(0)
             seq, data = event  # type: ignore[misc]  # a Message
             self._open_and_route(seq, data, wants, verifies)
