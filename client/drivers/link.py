@@ -7,13 +7,16 @@ everything; this module only moves their datagrams through a gevent socket
 and runs their timers, as the load test's sessions are driven.  Nothing is
 monkey-patched: waits are gevent events on the gateway's one loop.
 
-Publishes from every TCP client of the gateway share datagrams.  A client's
-:meth:`BackboneLink.publish` queues its messages and waits; once every
-greenlet that had input in this turn of the loop has queued its own, one
-callback starts a single :class:`~fyrehose.protocol.publishing.PendingPublishes`
-batch for all of them, so one CONFIRM datagram answers many clients.  Each
-waiter gets the sequence numbers of its own messages, in its own order, once
-all of them are confirmed (or an error once the batch's deadline passed).
+Publishes from every TCP client of the gateway share datagrams.  A
+connection's :meth:`BackboneLink.submit_with` queues its messages with a
+callback and returns at once; once everything that had input in this
+iteration of the loop has queued its own, one loop callback starts a single
+:class:`~fyrehose.protocol.publishing.PendingPublishes` batch for all of them,
+so one CONFIRM datagram answers many clients.  Each submitter's callback
+gets the sequence numbers of its own messages, in its own order, once all
+of them are confirmed (or the error once the batch's deadline passed), all
+of them while the link takes the datagram that completed the batch.
+:meth:`BackboneLink.publish` is the same for a greenlet that waits.
 
 A gateway that only publishes (the Lumberjack gateway) runs the link without
 ``on_events``: NOSUBSCRIBE, nothing tracked.  With a ``held`` store it is
@@ -31,7 +34,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import chain
 
 import gevent
@@ -69,16 +72,17 @@ from fyrehose.subjects.session import SubjectSession
 log = logging.getLogger("fyrehose.gateway")
 
 TIMER_PERIOD = 0.02  # the longest the connection's timers wait while datagrams keep arriving
-YIELD_EVERY = 16  # datagrams taken in a row before the clients' greenlets get a turn
+YIELD_EVERY = 16  # datagrams taken in a row before the loop serves the clients (and the Lumberjack writers)
 FORWARDS_QUEUED = 1024  # FORWARDs waiting for their answer; more are dropped (the requester asks again)
 
 EventsHandler = Callable[[list[StreamEvent]], None]
+Done = Callable[[list[int] | None, Exception | None], None]  # the sequence numbers, or why not
 
 
 @dataclass(slots=True)
 class _Waiter:
     payloads: list[bytes]
-    result: AsyncResult = field(default_factory=AsyncResult)
+    done: Done
 
 
 class BackboneLink:
@@ -158,10 +162,10 @@ class BackboneLink:
         except Full:
             pass
         self._leave_group()
-        for waiters in self._batches.values():
+        batches, self._batches = self._batches, {}
+        for waiters in batches.values():
             for waiter in waiters:
-                waiter.result.set_exception(FyrehoseError("gateway closed while publishing"))
-        self._batches.clear()
+                _call(waiter.done, None, FyrehoseError("gateway closed while publishing"))
         self.sock.close()
 
     # ------------------------------------------------------------ sending
@@ -190,20 +194,35 @@ class BackboneLink:
 
         BackboneUnreachable and a closed gateway are raised at once.
         """
+        result: AsyncResult = AsyncResult()
+
+        def done(seqs: list[int] | None, error: Exception | None) -> None:
+            if error is None:
+                result.set(seqs)
+            else:
+                result.set_exception(error)
+
+        self.submit_with(payloads, done)
+        return result
+
+    def submit_with(self, payloads: list[bytes], done: Done) -> None:
+        """Publish without waiting: ``done(seqs, None)`` once confirmed, ``done(None, error)`` if not.
+
+        ``done`` runs on the loop, without waiting itself.  BackboneUnreachable
+        and a closed gateway are raised at once.
+        """
         if self._closed:
             raise FyrehoseError("gateway closed")
         if not self.reachable:
             host, port = self.backbone
             raise BackboneUnreachable(f"no KEEPALIVE-ACK from {host}:{port} for {self.unreachable_after:g} s")
-        waiter = _Waiter(payloads)
         if not payloads:
-            waiter.result.set([])
-            return waiter.result
-        self._outbox.append(waiter)
+            done([], None)
+            return
+        self._outbox.append(_Waiter(payloads, done))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             gevent.get_hub().loop.run_callback(self._flush)
-        return waiter.result
 
     def _flush(self) -> None:
         """One batch for everything queued in this turn of the loop: one run of tags, shared CONFIRMs."""
@@ -211,14 +230,14 @@ class BackboneLink:
         waiters, self._outbox = self._outbox, []
         if self._closed:
             for waiter in waiters:
-                waiter.result.set_exception(FyrehoseError("gateway closed while publishing"))
+                _call(waiter.done, None, FyrehoseError("gateway closed while publishing"))
             return
         payloads = waiters[0].payloads if len(waiters) == 1 else [p for w in waiters for p in w.payloads]
         try:
             number, datagrams = self.publishes.start(payloads, time.monotonic(), self.publish_timeout)
         except Exception as exc:  # noqa: BLE001 - every waiter hears it; a callback has nobody else to tell
             for waiter in waiters:
-                waiter.result.set_exception(exc)
+                _call(waiter.done, None, exc)
             return
         self._batches[number] = waiters
         self.stats["publish batches"] += 1
@@ -238,13 +257,14 @@ class BackboneLink:
                 start = 0
                 for waiter in waiters:
                     end = start + len(waiter.payloads)
-                    waiter.result.set(list(batch.seqs[start:end]))  # a list, however the batch holds them
+                    _call(waiter.done, list(batch.seqs[start:end]), None)  # a list, however the batch holds them
                     start = end
                 continue
+            total = sum(len(w.payloads) for w in waiters)
             for waiter in waiters:
-                waiter.result.set_exception(PublishTimeout(
+                _call(waiter.done, None, PublishTimeout(
                     f"{len(waiter.payloads)} messages unconfirmed after {self.publish_timeout:g} s "
-                    f"({batch.unconfirmed} of the gateway's batch of {sum(len(w.payloads) for w in waiters)}); "
+                    f"({batch.unconfirmed} of the gateway's batch of {total}); "
                     "they may or may not have been published"))
 
     # ------------------------------------------------------------ receiving
@@ -255,7 +275,7 @@ class BackboneLink:
         taken = 0
         while not self._closed:
             taken += 1
-            if taken % YIELD_EVERY == 0:  # a busy socket never blocks: let the writers and publishers run
+            if taken % YIELD_EVERY == 0:  # a busy socket never blocks: let the clients be read and written
                 gevent.sleep(0)
             now = time.monotonic()
             if now >= self._next_timers:
@@ -351,6 +371,14 @@ class BackboneLink:
 
     def _send_to(self, datagram: bytes, target: Address) -> bool:
         return sent(self.sock, datagram, target)
+
+
+def _call(done: Done, seqs: list[int] | None, error: Exception | None) -> None:
+    """Tell one submitter; its failure is its own (logged), never the link's nor the other submitters'."""
+    try:
+        done(seqs, error)
+    except Exception:
+        log.exception("a publish's callback failed")
 
 
 def _first_of(event: StreamEvent) -> int:

@@ -49,7 +49,7 @@ from gevent.event import Event as GeventEvent
 from gevent.timeout import Timeout
 
 from fyrehose.drivers.backbone_io import wall_us
-from fyrehose.drivers.link import BackboneLink
+from fyrehose.drivers.link import BackboneLink, Done
 from fyrehose.gateways.channels import is_internal, subject_to_channel
 from fyrehose.protocol.codec import Address
 from fyrehose.protocol.tracker import Event, Lost
@@ -65,7 +65,7 @@ log = logging.getLogger("fyrehose.gateway")
 Route = Callable[[int, Envelope], None]
 Wants = Callable[[str], bool]
 
-# Messages taken from the stream between two chances for the clients' greenlets to run
+# Messages taken from the stream between two chances for the loop to serve the clients
 # (never between a route's ``wants`` and the route itself).
 YIELD_EVERY = 64
 EXPIRE_EVERY = 1.0  # seconds between sweeps of silent owners out of the interest table
@@ -145,21 +145,23 @@ class GatewayRouter:
         self.stats["published"] += len(seqs)
         return seqs
 
-    def publish_nowait(self, messages: list[Envelope]) -> AsyncResult:
-        """Publish without waiting: the result gets the sequence numbers once confirmed, or the error.
+    def publish_with(self, messages: list[Envelope], done: Done) -> None:
+        """Publish without waiting: ``done(seqs, None)`` once the backbone confirmed every message, ``done(None,
+        error)`` if it did not.
 
-        For clients promised no confirmation (NATS PUB without ``verbose``):
-        their connection keeps reading while the backbone confirms.  Raises
-        PayloadTooLarge, or a FyrehoseError when the backbone is unreachable.
+        ``done`` runs on the loop (with every other publisher's of the same
+        CONFIRM).  Raises PayloadTooLarge, or a FyrehoseError when the backbone
+        is unreachable, at once.
         """
         seal = self.subjects.seal
-        result = self.link.submit([seal(message) for message in messages])
-        result.rawlink(self._count_published)
-        return result
+        stats = self.stats
 
-    def _count_published(self, result: AsyncResult) -> None:
-        if result.successful():
-            self.stats["published"] += len(result.value)
+        def counted(seqs: list[int] | None, error: Exception | None) -> None:
+            if seqs:
+                stats["published"] += len(seqs)
+            done(seqs, error)
+
+        self.link.submit_with([seal(message) for message in messages], counted)
 
     def snapshot(self, subject: str, timeout: float) -> Envelope | None:
         """The cache's answer to ``_SNAP.<subject>``, under ``subject``; None when no cache answered in time.
@@ -188,6 +190,18 @@ class GatewayRouter:
             for name in inboxes:
                 self._waiters.pop(name, None)
 
+    def snapshot_with(self, subject: str, timeout: float, done: Callable[[Envelope | None], None]) -> None:
+        """:meth:`snapshot` without waiting: ``done`` gets the answer (None when no cache answered in time)."""
+        gevent.spawn(self._snapshot_then, subject, timeout, done)
+
+    def _snapshot_then(self, subject: str, timeout: float, done: Callable[[Envelope | None], None]) -> None:
+        try:
+            answer = self.snapshot(subject, timeout)
+        except Exception:  # a request the backbone cannot carry: nobody can answer it
+            log.exception("asking the cache for %s failed", subject)
+            answer = None
+        done(answer)
+
     # ------------------------------------------------------------ the stream, in sequence order
 
     def _take(self, events: list[Event]) -> None:
@@ -204,7 +218,7 @@ class GatewayRouter:
                             event.reason)
                 continue
             self._taken += 1
-            if self._taken % YIELD_EVERY == 0:  # let the writers hand what is queued to the kernel
+            if self._taken % YIELD_EVERY == 0:  # let the loop write what is queued, and read the clients
                 gevent.sleep(0)
             seq, data = event  # type: ignore[misc]  # a Message
             self._open_and_route(seq, data, wants, verifies)

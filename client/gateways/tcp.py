@@ -1,23 +1,31 @@
-"""The gevent TCP server every gateway runs: one reader greenlet per client, bounded output.
+"""The gevent TCP server every gateway runs: every client driven from the loop itself, output bounded.
 
-A gateway serves many TCP clients from one ordered backbone stream, so one
-client that stops reading must not hold up the others or make the gateway's
-memory grow.  Output therefore goes through :meth:`TcpClient.send`, which
-only queues (it never blocks the fan-out) up to ``max_pending`` bytes; a
-client that falls further behind is disconnected as a slow consumer, with
-the protocol's own last words when they can still be delivered intact, and
-the reason logged, as nats-server does.  Input is read by one greenlet per
-client, which hands the bytes to the client's protocol connection; a
-connection may block (waiting for the backbone to confirm a publish), which
-simply stops reading from that client (TCP back-pressure).
+A gateway serves many TCP clients from one ordered backbone stream.  No
+greenlet waits for a client: each client's socket is non-blocking and
+watched by the loop, and one *turn* (a callback of the loop, run once per
+iteration) reads every client that has input, hands each read to the
+client's connection (:class:`ClientConnection`, which never waits), and
+writes nothing itself.  The publishes those connections ask for in the turn
+go to the backbone together (:class:`~fyrehose.drivers.link.BackboneLink`
+packs every publish of a loop iteration into one batch), and their replies
+are written when the CONFIRMs come back, together, after the datagram that
+carried them.  A client's output is queued by :meth:`TcpClient.send`, which
+never blocks the fan-out, and written by one callback per loop iteration for
+every client that has some (a send that the kernel does not take whole
+waits for the socket to be writable).
 
 No single client can take the gateway from the others:
 
-- *Fairness*: a reader handles at most :data:`TURN_BYTES` of input, then
-  yields to every other greenlet (other clients, the backbone connection's
-  timers, the fan-out) before reading again, so a client that streams
-  cheap commands as fast as it can gets one turn among many instead of the
-  whole loop.
+- *Fairness*: a turn reads at most :data:`TURN_BYTES` of each client's
+  input, then the other clients, the backbone connection's greenlet and the
+  fan-out get theirs before the next turn; a client that streams cheap
+  commands as fast as it can gets one read among many instead of the whole
+  loop.  Its connection does not wait for the backbone meanwhile, so a fast
+  client pays an iteration of the loop per read, not a CONFIRM round trip.
+- *Back-pressure*: a connection that has to wait before going on (a reply
+  that must follow a confirmation, too many unconfirmed publishes) asks for
+  no more input (:meth:`TcpClient.pause`); its socket is not read until it
+  can go on, so TCP slows the client down.
 - *Memory*: besides each client's ``max_pending``, all clients' queued
   output shares one budget (``max_output``); when it is spent, the client
   with the most unread output is disconnected as a slow consumer.  All
@@ -31,7 +39,8 @@ No single client can take the gateway from the others:
   listen backlog where it would hang.
 - *Deadlines*: a connection may ask to be woken without input
   (:meth:`ClientConnection.wake_at`), for handshake deadlines, idle timeouts and
-  keepalive PINGs; the reader waits for input only until then.
+  keepalive PINGs; one timer per client, re-armed only when it comes due or
+  the deadline moves earlier.
 """
 from __future__ import annotations
 
@@ -41,7 +50,7 @@ import ssl
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import gevent
 from gevent.event import Event
@@ -52,17 +61,18 @@ from fyrehose.protocol.codec import Address
 
 log = logging.getLogger("fyrehose.gateway")
 
-TURN_BYTES = 8 << 10  # input one client's connection handles before the other greenlets get their turn
+TURN_BYTES = 8 << 10  # input of one client read per turn before the other clients get theirs
 CLOSE_GRACE = 5.0  # seconds a closing client gets to flush its output
 TLS_HANDSHAKE_TIMEOUT = 10.0  # seconds a client gets to complete the TLS handshake
 REFUSAL_TIMEOUT = 1.0  # seconds a refused connection's last words may take to be written
+_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 class ClientConnection(Protocol):
     """What a gateway keeps per client: the protocol state and its subscriptions."""
 
     def receive(self, data: bytes) -> None:
-        """Handle bytes from the client (may block: it stops reading from this client only)."""
+        """Handle bytes from the client (never waits: what must wait pauses the reading instead)."""
 
     def farewell(self, reason: str) -> bytes:
         """The protocol's error message for ``reason``, sent before the gateway hangs up."""
@@ -98,37 +108,52 @@ class OutputBudget:
 
 
 class TcpClient:
-    """One client's socket with a bounded output queue, written by its own greenlet."""
+    """One client's non-blocking socket with a bounded output queue, written from the loop."""
 
     def __init__(self, sock: socket.socket, peer: Address, max_pending: int, stats: Counter,
-                 budget: OutputBudget | None = None) -> None:
+                 budget: OutputBudget | None = None, server: GatewayServer | None = None) -> None:
         self.sock = sock
         self.peer = f"{peer[0]}:{peer[1]}"
         self.max_pending = max_pending
         self.stats = stats
+        self.server = server
         self.connection: ClientConnection | None = None  # the protocol's state, set by GatewayServer
         self.budget = budget if budget is not None else OutputBudget(1 << 62)
         self.budget.clients[self] = None
         self.last_input = time.monotonic()  # when the client last sent anything
         self.pending = 0  # bytes queued or being written
         self.closing: str | None = None  # why the connection is ending, once it is
+        self.input_over = False  # the client closed its side; replies still owed are written first
+        self.keep_open: Callable[[], bool] | None = None  # whether replies are still owed (by the connection's driver)
+        self.done = Event()  # set once the socket is released
+        self.paused = False
+        self.claimed = 0  # bytes of the server's input budget this client's unfinished input holds
+        self.wake_due: float | None = None  # when the wake timer fires
+        self.in_turn = False  # queued for the next turn's reads
         self._chunks: list[bytes] = []
+        self._unsent: memoryview | None = None  # the rest of a write the kernel did not take whole
+        self._writing = 0  # bytes of that write
         self._farewell = b""
-        self._sending = False
-        self._wake = Event()
-        self._writer = gevent.spawn(self._write_loop)
+        self._flush_queued = False
         self._grace: gevent.Greenlet | None = None
+        self._tls_pending: Callable[[], int] | None = getattr(sock, "pending", None)  # an SSL socket's
+        loop = gevent.get_hub().loop
+        sock.settimeout(0.0)
+        fileno = sock.fileno()
+        self._read_watcher: Any = loop.io(fileno, 1)
+        self._write_watcher: Any = loop.io(fileno, 2)
+        self._wake_timer: Any = None
 
     def send(self, data: bytes) -> None:
         """Queue ``data`` (never blocks); a client too far behind is disconnected instead."""
-        if self.closing is not None:
+        if self.closing is not None or not data:
             return
         if self.pending + len(data) > self.max_pending:
             self.slow_consumer(f"more than {self.max_pending} bytes unread")
             return
         self._chunks.append(data)
         self.pending += len(data)
-        self._wake.set()
+        self._queue_flush()
         self.budget.claim(len(data))
 
     def close(self, reason: str = "closed", farewell: bytes = b"") -> None:
@@ -137,16 +162,9 @@ class TcpClient:
             return
         self.closing = reason
         self._farewell = farewell
-        self._wake.set()
-        self._grace = gevent.spawn_later(CLOSE_GRACE, self._hang_up)
-
-    def wait_closed(self) -> None:
-        """Block until the output is written (or given up) and the socket closed."""
-        self._writer.join()
-        # gevent has no stubs: its sockets (StreamServer's, gevent.ssl's) are annotated as the socket.socket
-        # they stand in for, which has no ``closed``
-        if not self.sock.closed:  # type: ignore[attr-defined]
-            self._release()
+        self._stop_reading()
+        self._grace = gevent.spawn_later(CLOSE_GRACE, self.release)
+        self._queue_flush()
 
     def slow_consumer(self, detail: str) -> None:
         """Disconnect a client that does not keep up, telling it why if that can still be done intact."""
@@ -155,61 +173,146 @@ class TcpClient:
         reason = f"slow consumer: {detail}"
         self.stats["slow consumers"] += 1
         log.warning("%s disconnected: %s", self.peer, reason)
-        self.closing = reason
         dropped = sum(len(chunk) for chunk in self._chunks)
         self._chunks = []
         self._written(dropped)
-        if self._sending:  # a frame is half written: nothing more can be added intact
-            self._hang_up()
+        if self._unsent is not None:  # a frame is half written: nothing more can be added intact
+            self.closing = reason
+            self.release()
             return
-        self._farewell = self.connection.farewell(reason) if self.connection else b""
-        self._wake.set()
-        self._grace = gevent.spawn_later(CLOSE_GRACE, self._hang_up)
+        self.close(reason, self.connection.farewell(reason) if self.connection else b"")
 
-    def _write_loop(self) -> None:
+    def pause(self) -> None:
+        """Read no more input until :meth:`resume`."""
+        if not self.paused:
+            self.paused = True
+            self._read_watcher.stop()
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            if self.closing is None and not self.input_over and self.server is not None:
+                self._read_watcher.start(self.server.readable, self)
+                if self.tls_pending():
+                    self.server.readable(self)
+
+    def rearm(self) -> None:
+        """The connection's deadline may have moved (a response went out): have it woken then."""
+        if self.server is not None:
+            self.server.arm(self)
+
+    def tls_pending(self) -> bool:
+        """Whether TLS holds decrypted input the kernel no longer reports."""
+        return self._tls_pending is not None and self._tls_pending() > 0
+
+    def start(self) -> None:
+        """Start reading (the connection is in place)."""
+        if self.server is not None and self.closing is None and not self.paused:
+            self._read_watcher.start(self.server.readable, self)
+
+    def _stop_reading(self) -> None:
+        self._read_watcher.stop()
+
+    def _queue_flush(self) -> None:
+        if not self._flush_queued and self.server is not None:
+            self._flush_queued = True
+            self.server.queue_flush(self)
+
+    def flush(self) -> None:
+        """Hand the kernel what it takes of the queued output; the rest when the socket is writable."""
+        self._flush_queued = False
+        if self._write_watcher.active or self.done.is_set():
+            return
+        self._write()
+
+    def _write(self) -> None:
         sock = self.sock
         try:
             while True:
-                self._wake.wait()
-                self._wake.clear()
-                while self._chunks:
-                    data = b"".join(self._chunks) if len(self._chunks) > 1 else self._chunks[0]
-                    self._chunks = []
-                    self._sending = True
-                    sock.sendall(data)
-                    self._sending = False
-                    self._written(len(data))
-                if self.closing is not None:
-                    if self._farewell:
-                        sock.sendall(self._farewell)
-                    break
+                if self._unsent is None:
+                    if self._chunks:
+                        chunks, self._chunks = self._chunks, []
+                        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                    elif self.closing is not None and self._farewell:
+                        data, self._farewell = self._farewell, b""
+                        self.pending += len(data)  # counted like the rest until written
+                        self.budget.used += len(data)
+                    else:
+                        break
+                    self._unsent = memoryview(data)
+                    self._writing = len(data)
+                unsent = self._unsent
+                sent = sock.send(unsent)
+                if sent < len(unsent):
+                    self._unsent = unsent[sent:]
+                    if not self._write_watcher.active:
+                        self._write_watcher.start(self._writable)
+                    return
+                self._unsent = None
+                self._written(self._writing)  # a write counts as pending until the kernel took all of it
+                self._writing = 0
+        except _WOULD_BLOCK:
+            if not self._write_watcher.active:
+                self._write_watcher.start(self._writable)
+            return
         except OSError:
             self.closing = self.closing or "connection lost"
-        self._sending = False
-        self._release()
+            self.release()
+            return
+        if self._write_watcher.active:
+            self._write_watcher.stop()
+        if self.closing is not None:
+            self.release()
+
+    def _writable(self) -> None:
+        self._write_watcher.stop()
+        self._write()
 
     def _written(self, size: int) -> None:
         """``size`` bytes of output left the queue (written or dropped)."""
         self.pending -= size
         self.budget.used -= size
 
-    def _hang_up(self) -> None:
-        if not self._writer.dead:
-            self._writer.kill(block=False)
-        self._release()
-
-    def _release(self) -> None:
+    def release(self) -> None:
+        """Hang up now: whatever is still queued is given up."""
+        if self.done.is_set():
+            return
         self.closing = self.closing or "closed"
         self._written(self.pending)  # whatever was still queued or half written is given up
         self._chunks = []
+        self._unsent = None
+        self._writing = 0
         self.budget.clients.pop(self, None)
         if self._grace is not None and self._grace is not gevent.getcurrent():
             self._grace.kill(block=False)
+        for watcher in (self._read_watcher, self._write_watcher, self._wake_timer):
+            if watcher is not None:
+                watcher.stop()
+                watcher.close()
+        self._wake_timer = None
         try:
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader with end-of-file
+            self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self.sock.close()
+        self.done.set()
+
+    def arm(self, at: float | None, callback: Callable[[TcpClient], None]) -> None:
+        """Have ``callback`` called at ``at`` (monotonic), unless the timer already fires sooner."""
+        if at is None:
+            if self._wake_timer is not None:
+                self._wake_timer.stop()
+                self.wake_due = None
+            return
+        if self.wake_due is not None and self.wake_due <= at and self._wake_timer is not None \
+                and self._wake_timer.active:
+            return
+        if self._wake_timer is not None:
+            self._wake_timer.stop()
+            self._wake_timer.close()
+        self._wake_timer = gevent.get_hub().loop.timer(max(0.0, at - time.monotonic()))
+        self.wake_due = at
+        self._wake_timer.start(callback, self)
 
 
 ConnectionFactory = Callable[[TcpClient], ClientConnection]
@@ -231,6 +334,11 @@ class GatewayServer:
         self.input_budget = InputBudget(max_input)
         self.clients = 0
         self._refusals_logged = 0.0  # when a refusal was last logged (a connection flood logs once a second)
+        self._loop = gevent.get_hub().loop
+        self._to_read: list[TcpClient] = []  # clients with input, for the next turn
+        self._turn_queued = False
+        self._to_flush: list[TcpClient] = []
+        self._flush_queued = False
         self.server = StreamServer(listen, self._handle)
 
     @property
@@ -243,6 +351,8 @@ class GatewayServer:
 
     def stop(self) -> None:
         self.server.stop(timeout=1)
+
+    # ------------------------------------------------------------ admission
 
     def _handle(self, sock: socket.socket, peer: Address) -> None:
         if self.clients >= self.max_clients:
@@ -271,59 +381,141 @@ class GatewayServer:
             pass
 
     def _serve(self, sock: socket.socket, peer: Address) -> None:
+        """The client's greenlet: the TLS handshake, then nothing but waiting for the client to be released."""
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.ssl_context is not None:
             try:
                 sock.settimeout(TLS_HANDSHAKE_TIMEOUT)
                 sock = self.ssl_context.wrap_socket(sock, server_side=True)
-                sock.settimeout(None)
             except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
                 self.stats["tls handshake failures"] += 1
                 log.info("%s:%s: TLS handshake failed: %s", peer[0], peer[1], exc)
                 return
-        client = TcpClient(sock, peer, self.max_pending, self.stats, self.budget)
+        client = TcpClient(sock, peer, self.max_pending, self.stats, self.budget, self)
         self.stats["connections"] += 1
-        connection = None
-        claimed = 0  # bytes of self.input_budget this client's unfinished input holds
         try:
-            connection = client.connection = self.make_connection(client)
-            while client.closing is None:
-                wake_at = connection.wake_at()
-                timer = None if wake_at is None else gevent.Timeout(max(0.0, wake_at - time.monotonic()))
-                try:
-                    if timer is not None:
-                        timer.start()
-                    data = sock.recv(TURN_BYTES)
-                except gevent.Timeout as expired:
-                    if expired is not timer:
-                        raise
-                    connection.wake(time.monotonic())
-                    continue
-                except OSError:
-                    break
-                finally:
-                    if timer is not None:
-                        timer.close()
-                if not data:
-                    break
-                client.last_input = time.monotonic()
-                connection.receive(data)
-                held = connection.held()
-                if not self.input_budget.resize(claimed, held):
-                    self.stats["input budget refusals"] += 1
-                    reason = f"the gateway's input budget of {self.input_budget.limit} bytes is spent"
-                    log.warning("%s disconnected: %s", client.peer, reason)
-                    client.close(reason, connection.farewell(reason))
-                    break
-                claimed = held
-                gevent.sleep(0)  # every other client, and the backbone connection, get their turn
+            client.connection = self.make_connection(client)
         except Exception:  # a bug must cost one client, never the gateway
-            self.stats["connection failures"] += 1
-            log.exception("%s: connection failed; disconnecting", client.peer)
+            self._failed(client)
+        else:
+            client.start()
+            self.arm(client)
+        try:
+            client.done.wait()  # the loop serves the client; the server closes the socket once this returns
         finally:
-            self.input_budget.resize(claimed, 0)
-            if connection is not None:
-                connection.closed()
+            self._forget(client)
+
+    def _forget(self, client: TcpClient) -> None:
+        """The client is gone: free what it held, its connection first (no cycle keeps its memory)."""
+        if client.closing is None:
             client.close()
-            client.wait_closed()  # the server closes the socket once this returns
-            client.connection = None  # no cycle between the client and its connection: memory returns now
+        client.release()
+        self.input_budget.resize(client.claimed, 0)
+        client.claimed = 0
+        connection, client.connection = client.connection, None
+        if connection is not None:
+            try:
+                connection.closed()
+            except Exception:
+                self.stats["connection failures"] += 1
+                log.exception("%s: closing the connection failed", client.peer)
+
+    def _failed(self, client: TcpClient) -> None:
+        self.stats["connection failures"] += 1
+        log.exception("%s: connection failed; disconnecting", client.peer)
+        client.close("connection failed")
+
+    # ------------------------------------------------------------ input: one turn per loop iteration
+
+    def readable(self, client: TcpClient) -> None:
+        """The client has input (or has closed): read it in the next turn."""
+        if not client.in_turn:
+            client.in_turn = True
+            self._to_read.append(client)
+            if not self._turn_queued:
+                self._turn_queued = True
+                self._loop.run_callback(self._turn)
+
+    def _turn(self) -> None:
+        self._turn_queued = False
+        clients, self._to_read = self._to_read, []
+        for client in clients:
+            client.in_turn = False
+            if client.closing is None and not client.paused and not client.input_over:
+                self._read(client)
+
+    def _read(self, client: TcpClient) -> None:
+        connection = client.connection
+        if connection is None:
+            return
+        try:
+            data = client.sock.recv(TURN_BYTES)
+        except _WOULD_BLOCK:
+            return
+        except OSError:
+            client.close("connection lost")
+            return
+        if not data:
+            self._input_over(client)
+            return
+        client.last_input = time.monotonic()
+        try:
+            connection.receive(data)
+            held = connection.held()
+        except Exception:
+            self._failed(client)
+            return
+        if not self.input_budget.resize(client.claimed, held):
+            self.stats["input budget refusals"] += 1
+            reason = f"the gateway's input budget of {self.input_budget.limit} bytes is spent"
+            log.warning("%s disconnected: %s", client.peer, reason)
+            client.close(reason, connection.farewell(reason))
+            return
+        client.claimed = held
+        if client.closing is None:
+            self.arm(client)
+            if client.tls_pending():  # TLS holds more input than the kernel reports: read it next turn
+                self.readable(client)
+
+    def _input_over(self, client: TcpClient) -> None:
+        """The client closed its side: hang up, once the replies it is still owed are written."""
+        client.input_over = True
+        client.pause()
+        if client.keep_open is None or not client.keep_open():
+            client.close("client closed")
+
+    # ------------------------------------------------------------ output: one flush per loop iteration
+
+    def queue_flush(self, client: TcpClient) -> None:
+        self._to_flush.append(client)
+        if not self._flush_queued:
+            self._flush_queued = True
+            self._loop.run_callback(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_queued = False
+        clients, self._to_flush = self._to_flush, []
+        for client in clients:
+            client.flush()
+
+    # ------------------------------------------------------------ deadlines
+
+    def arm(self, client: TcpClient) -> None:
+        connection = client.connection
+        if connection is not None and client.closing is None:
+            client.arm(connection.wake_at(), self._woken)
+
+    def _woken(self, client: TcpClient) -> None:
+        client.wake_due = None
+        connection = client.connection
+        if connection is None or client.closing is not None:
+            return
+        now = time.monotonic()
+        try:
+            due = connection.wake_at()
+            if due is not None and now >= due:
+                connection.wake(now)
+        except Exception:
+            self._failed(client)
+            return
+        self.arm(client)

@@ -51,6 +51,7 @@ _FIXED = struct.Struct(">2sBBBBH")  # magic, version, type, status, flags, subje
 _FIXED_SIZE = 8  # _FIXED.size, as a constant the compiled build knows
 _MAGIC0 = 0xFB
 _MAGIC1 = 0x1E
+FIXED_SIZE = _FIXED_SIZE  # bytes of every envelope before its subject
 _EMPTY_TOKEN_OR_SPACE = re.compile(r"\A\.|\.\.|\.\Z|\s")  # \s is exactly str.isspace()
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")

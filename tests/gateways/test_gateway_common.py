@@ -290,16 +290,22 @@ def test_bench_command_reports_every_target_it_was_given():
 
 
 def test_bench_command_runs_the_users_tools_against_each_server_and_gateway():
-    """redis-benchmark at -P 1 and -P 16 and nats.js's bench.js, both sides per round; only the shape is checked."""
+    """redis-benchmark at -P 1, -P 16 and -c 1, nats.js's bench.js, both sides per round, and the HTTP gateway's
+    single client; only the shape is checked."""
     import json
 
     result = run_cli("gateway", "bench", "--messages", "200", "--runs", "2", "--targets",
-                     "redis-server,redis-gateway,nats-server,nats-gateway", "--redis-benchmark-requests", "2000",
-                     "--nats-bench-count", "2000", "--json", timeout=240)
+                     "redis-server,redis-gateway,nats-server,nats-gateway,http-gateway",
+                     "--redis-benchmark-requests", "2000", "--nats-bench-count", "2000",
+                     "--single-client-requests", "300", "--json", timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
     tools = json.loads(result.stdout)["tools"]
     assert tools["size"] == 64 and tools["redis_benchmark_clients"] == 50
-    assert set(tools["results"]) == {"redis-benchmark -P 1", "redis-benchmark -P 16", "nats.js bench --pub --sub"}
+    http = "HTTP POST /v1/publish, 1 client kept alive"
+    assert set(tools["results"]) == {"redis-benchmark -P 1", "redis-benchmark -P 16", "redis-benchmark -c 1 -P 1",
+                                     "nats.js bench --pub --sub", http}
+    only = tools["results"].pop(http)["targets"]
+    assert set(only) == {"http-gateway"} and only["http-gateway"]["p50_ms"]["median"] > 0
     for name, section in tools["results"].items():
         server, gateway = ("nats-server", "nats-gateway") if name.startswith("nats") else ("redis-server",
                                                                                            "redis-gateway")

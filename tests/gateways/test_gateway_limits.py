@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import struct
+import time
 import weakref
 from collections import Counter
 
@@ -198,26 +199,31 @@ class NoBackbone:
     def subscribers_elsewhere(self, subject: str) -> int:
         return 0
 
-    def publish(self, messages):
+    def publish_with(self, messages, done):
         raise RuntimeError("no backbone here")
 
 
 def redis_connections():
+    from fyrehose.gateways.driver import ConnectionDriver
     from fyrehose.gateways.redis.connection import RedisConnection, RedisRoutes
 
     routes, router = RedisRoutes(), NoBackbone()
     hello = (b"SUBSCRIBE a b\r\nPSUBSCRIBE c* d?\r\nPUBLISH x y\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\n", 16)
-    return (lambda client: RedisConnection(client, routes, router, Counter()),  # type: ignore[arg-type]
+    return (lambda client: ConnectionDriver(client, RedisConnection(routes, router, Counter()),  # type: ignore[arg-type]
+                                            router, Counter()),  # type: ignore[arg-type]
             hello, lambda: not routes.channels and not routes.patterns)
 
 
 def nats_connections():
-    from fyrehose.gateways.nats.connection import NatsConnection, NatsRoutes
+    from fyrehose.gateways.driver import ConnectionDriver
+    from fyrehose.gateways.liveness import NatsLiveness
+    from fyrehose.gateways.nats.connection import NatsConnection, NatsRoutes, server_info
 
     routes, router = NatsRoutes(Counter()), NoBackbone()
     hello = (b'CONNECT {"echo":false,"verbose":false}\r\nSUB a.> 1\r\nSUB b q 2\r\nPING\r\nPUB a.b 2\r\nhi\r\nPUB x 9\r\n', 3)
-    return (lambda client: NatsConnection(client, routes, router, Counter(),  # type: ignore[arg-type]
-                                       server_id="S", host="127.0.0.1", port=4222),
+    return (lambda client: ConnectionDriver(client, NatsConnection(  # type: ignore[arg-type]
+                routes, router, Counter(), info=server_info("S", "127.0.0.1", 4222), peer=client.peer,  # type: ignore[arg-type]
+                liveness=NatsLiveness(time.monotonic())), router, Counter()),  # type: ignore[arg-type]
             hello, lambda: not routes.index)
 
 
@@ -279,40 +285,22 @@ def test_the_table_holds_a_bounded_number_of_distinct_globs(monkeypatch):
     assert table.count("e.x") == 1 and table.count("a.x") == 1
 
 
-class Recorder:
-    """A TcpClient that keeps what the connection sends."""
-
-    max_pending = 1 << 20
-    peer = "127.0.0.1:1"
-    last_input = 0.0
-
-    def __init__(self) -> None:
-        self.sent = b""
-
-    def send(self, data: bytes) -> None:
-        self.sent += data
-
-    def close(self, reason: str = "", farewell: bytes = b"") -> None:
-        self.sent += farewell
-
-
 def test_the_gateway_holds_a_bounded_number_of_distinct_patterns(monkeypatch):
     import fyrehose.gateways.redis.connection as redis
 
     monkeypatch.setattr(redis, "MAX_GATEWAY_PATTERNS", 3)
     routes, router = redis.RedisRoutes(), NoBackbone()
-    first, second = Recorder(), Recorder()
-    one = redis.RedisConnection(first, routes, router, Counter())  # type: ignore[arg-type]
-    two = redis.RedisConnection(second, routes, router, Counter())  # type: ignore[arg-type]
-    one.receive(b"PSUBSCRIBE a* b* c*\r\n")
-    two.receive(b"PSUBSCRIBE a* d*\r\n")
-    assert second.sent.endswith(b"-ERR this gateway holds its most distinct patterns (3); "
-                                b"subscribe to one already held\r\n")
-    assert second.sent.startswith(b"*3\r\n$10\r\npsubscribe\r\n$2\r\na*\r\n:1\r\n")  # a held one is shared
+    one = redis.RedisConnection(routes, router, Counter())  # type: ignore[arg-type]
+    two = redis.RedisConnection(routes, router, Counter())  # type: ignore[arg-type]
+    one.receive(b"PSUBSCRIBE a* b* c*\r\n", 0.0)
+    two.receive(b"PSUBSCRIBE a* d*\r\n", 0.0)
+    sent = two.outbox.take()
+    assert sent.endswith(b"-ERR this gateway holds its most distinct patterns (3); "
+                         b"subscribe to one already held\r\n")
+    assert sent.startswith(b"*3\r\n$10\r\npsubscribe\r\n$2\r\na*\r\n:1\r\n")  # a held one is shared
     one.closed()
-    second.sent = b""
-    two.receive(b"PSUBSCRIBE d*\r\n")
-    assert second.sent == b"*3\r\n$10\r\npsubscribe\r\n$2\r\nd*\r\n:2\r\n"
+    two.receive(b"PSUBSCRIBE d*\r\n", 0.0)
+    assert two.outbox.take() == b"*3\r\n$10\r\npsubscribe\r\n$2\r\nd*\r\n:2\r\n"
 
 
 class Hoarder(Blaster):

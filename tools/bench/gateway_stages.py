@@ -10,25 +10,34 @@ Every stage is the code the gateway runs, called as the gateway calls it, on
 64-byte payloads: a Redis PUBLISH from its bytes to its sealed payload and
 reply, the backbone's PUSH/CONFIRM bookkeeping, and the message's way back
 through the stream: skipped when nobody here wants it, or decoded and framed
-for NATS subscribers.
+for NATS subscribers.  The whole pure connections are timed too, from the
+client's bytes to the reply released after the confirmation (Redis, NATS,
+and an HTTP ``POST /v1/publish`` through h11), without the envelope's seal.
 """
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from fyrehose.backbone.pushes import confirm_block
 from fyrehose.gateways.channels import channel_to_subject
+from fyrehose.gateways.http.connection import HttpConnection
+from fyrehose.gateways.http.gateway import HttpGateway
+from fyrehose.gateways.http.settings import HttpSettings
+from fyrehose.gateways.liveness import NatsLiveness
 from fyrehose.gateways.nats import protocol as nats_protocol
-from fyrehose.gateways.nats.connection import MessageFrames
+from fyrehose.gateways.nats.connection import MessageFrames, NatsConnection, NatsRoutes
 from fyrehose.gateways.redis import protocol as resp
-from fyrehose.gateways.redis.connection import RedisRoutes
+from fyrehose.gateways.redis.connection import RedisConnection, RedisRoutes
 from fyrehose.gateways.redis.hiredis_parser import HiredisCommandParser
+from fyrehose.gateways.requests import Publish
 from fyrehose.gateways.sizes import checked
 from fyrehose.protocol import codec
 from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions
 from fyrehose.protocol.publishing import PendingPublishes
 from fyrehose.subjects.envelope import Envelope, decode, peek_subject
+from fyrehose.subjects.interest import LocalInterest
 from fyrehose.subjects.patterns import SubjectIndex
 from fyrehose.subjects.session import SubjectSession
 
@@ -113,7 +122,43 @@ def stages(seconds: float = 0.3) -> dict[str, float]:
     sids = [str(n).encode() for n in range(100)]
     out["nats: MSG frames for 100 subscribers, per subscriber"] = timed(
         lambda: [frames.frame(sid, False) for frames in (MessageFrames(opened),) for sid in sids], 100)
+    for pipeline in (1, 16):
+        data, count = _resp(pipeline)
+        redis = RedisConnection(RedisRoutes(), _Deployment(), Counter())
+        out[f"redis connection: {pipeline} PUBLISH per read, bytes to the reply released after the CONFIRM"] = timed(
+            lambda redis=redis, data=data: _confirmed(redis, data), count)  # type: ignore[misc]
+    nats = NatsConnection(NatsRoutes(Counter()), _Deployment(), Counter(), info={}, peer="bench:1",
+                          liveness=NatsLiveness(0.0))
+    nats.receive(b"CONNECT {}\r\n", 0.0)
+    out["nats connection: 16 PUBs per read, bytes to the confirmation"] = timed(
+        lambda: _confirmed(nats, pub * 16), 16)
+    http = HttpConnection(HttpGateway(HttpSettings(backbone="bench:1")), _Deployment(), 0.0)
+    post = b"POST /v1/publish/%s HTTP/1.1\r\nHost: bench\r\nContent-Length: %d\r\n\r\n%s" % (
+        SUBJECT.encode(), len(PAYLOAD), PAYLOAD)
+    out["http connection: POST /v1/publish, bytes to the response after the CONFIRM (h11)"] = timed(
+        lambda: _confirmed(http, post), 1)
     return out
+
+
+class _Deployment:
+    """The router's state a connection reads, with nobody subscribed elsewhere."""
+
+    interest = LocalInterest("bench")
+    position = 0
+
+    def subscribers_elsewhere(self, subject: str) -> int:
+        return 0
+
+
+def _confirmed(connection: RedisConnection | NatsConnection | HttpConnection, data: bytes) -> bytes:
+    """Feed ``data``, confirm what it published, take the replies: a connection's whole work per read."""
+    connection.receive(data, 0.0)
+    requests = connection.requests[:]
+    connection.requests.clear()
+    for request in requests:
+        if isinstance(request, Publish):
+            connection.published(request.token, list(range(1, len(request.messages) + 1)))
+    return connection.outbox.take()
 
 
 def _push_and_confirm(payloads: list[bytes], confirms: list[bytes]) -> None:

@@ -1,8 +1,11 @@
 """The tools Redis and NATS users already trust, pointed at a server and at its gateway in the same run.
 
 ``redis-benchmark`` (Debian redis-tools) runs ``PUBLISH`` with 50 clients at
-pipeline 1 and at pipeline 16; its own CSV gives requests/s and the latency
-percentiles.  The npm ``nats`` package's own ``examples/bench.js --pub --sub``
+pipeline 1 and at pipeline 16, and with one client waiting for each reply
+(``-c 1 -P 1``: the latency of a single request); its own CSV gives
+requests/s and the latency percentiles.  The HTTP gateway's single client is
+a kept-alive connection sending ``POST /v1/publish/<subject>`` one at a time
+and timing each response (there is no server to compare it with).  The npm ``nats`` package's own ``examples/bench.js --pub --sub``
 (found where npm installed it: :mod:`fyrehose.tools.bench.npm_packages`) gives
 the pub/sub messages/s it prints as ``pubsub``.  Each is run unmodified against the
 server and against the gateway alternately, once per round, and the gateway
@@ -17,8 +20,10 @@ import io
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,11 +48,12 @@ class Tool:
     """One unmodified third-party benchmark, against a server and the gateway that stands in for it."""
 
     name: str
-    server: str
+    server: str | None  # None: the gateway alone (no server speaks its protocol)
     gateway: str
     unit: str
     run: Callable[[tuple[str, int], int, int, float], ToolResult]  # (address, count, payload size, timeout)
     check: Callable[[], object]  # raises CommandFailed, saying what to install, when the tool is missing
+    single: bool = False  # one client waiting for each reply: --single-client-requests requests
 
 
 def binary(name: str) -> str:
@@ -57,11 +63,12 @@ def binary(name: str) -> str:
     return found
 
 
-def redis_benchmark(pipeline: int) -> Callable[[tuple[str, int], int, int, float], ToolResult]:
+def redis_benchmark(pipeline: int, clients: int = REDIS_BENCHMARK_CLIENTS,
+                    ) -> Callable[[tuple[str, int], int, int, float], ToolResult]:
     def run(address: tuple[str, int], requests: int, size: int, timeout: float) -> ToolResult:
         host, port = address
         command = [binary("redis-benchmark"), "-h", host, "-p", str(port), "-n", str(requests),
-                   "-c", str(REDIS_BENCHMARK_CLIENTS), "-P", str(pipeline), "--csv",
+                   "-c", str(clients), "-P", str(pipeline), "--csv",
                    "PUBLISH", "bench.redis-benchmark", "x" * size]
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         rows = list(csv.reader(io.StringIO(result.stdout)))
@@ -98,12 +105,57 @@ def nats_bench_check() -> None:
     npm_packages.locate(npm_packages.NATS_BENCH)
 
 
+def http_publish(address: tuple[str, int], requests: int, size: int, timeout: float) -> ToolResult:
+    """One kept-alive connection, ``POST /v1/publish/bench.http`` one at a time: requests/s, p50 and p99.
+
+    Each latency runs from the request's write to its response's last byte,
+    as this client (a plain socket, the response read by its Content-Length)
+    sees it, its own few microseconds included.
+    """
+    body = b"x" * size
+    request = b"POST /v1/publish/bench.http HTTP/1.1\r\nHost: bench\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    latencies: list[int] = []
+    deadline = time.monotonic() + timeout
+    with socket.create_connection(address, timeout=timeout) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        started = time.perf_counter()
+        buffer = b""
+        for _ in range(requests):
+            sent = time.perf_counter_ns()
+            sock.sendall(request)
+            while (end := buffer.find(b"\r\n\r\n")) < 0 or len(buffer) < end + 4 + _content_length(buffer[:end]):
+                chunk = sock.recv(65536)
+                if not chunk or time.monotonic() > deadline:
+                    raise CommandFailed(f"the HTTP gateway stopped answering: {buffer[:200]!r}")
+                buffer += chunk
+            latencies.append(time.perf_counter_ns() - sent)
+            if not buffer.startswith(b"HTTP/1.1 200 "):
+                raise CommandFailed(f"POST /v1/publish failed: {buffer[:200]!r}")
+            buffer = buffer[end + 4 + _content_length(buffer[:end]):]
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    return ToolResult(requests / elapsed, requests, latencies[len(latencies) // 2] / 1e6,
+                      latencies[min(len(latencies) - 1, len(latencies) * 99 // 100)] / 1e6)
+
+
+def _content_length(head: bytes) -> int:
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 0
+
+
 TOOLS = (
     Tool("redis-benchmark -P 1", "redis-server", "redis-gateway", "requests/s", redis_benchmark(1),
          lambda: binary("redis-benchmark")),
     Tool("redis-benchmark -P 16", "redis-server", "redis-gateway", "requests/s", redis_benchmark(16),
          lambda: binary("redis-benchmark")),
+    Tool("redis-benchmark -c 1 -P 1", "redis-server", "redis-gateway", "requests/s", redis_benchmark(1, clients=1),
+         lambda: binary("redis-benchmark"), single=True),
     Tool("nats.js bench --pub --sub", "nats-server", "nats-gateway", "msgs/s", nats_bench, nats_bench_check),
+    Tool("HTTP POST /v1/publish, 1 client kept alive", None, "http-gateway", "requests/s", http_publish,
+         lambda: None, single=True),
 )
 
 
@@ -147,7 +199,7 @@ def summary(tool: Tool, runs: dict[str, list[dict]]) -> dict:
                                            if "cpu_us_per_message" in run]),
             "runs": target_runs,
         }
-    if tool.server in runs and tool.gateway in runs:
+    if tool.server is not None and tool.server in runs and tool.gateway in runs:
         section["ratio_gateway_to_server"] = _spread(
             [gateway["rate"] / server["rate"] for gateway, server in zip(runs[tool.gateway], runs[tool.server])])
     return section

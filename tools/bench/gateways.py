@@ -14,10 +14,13 @@ order reverses every run) and the median of ``--runs`` runs is reported.
 
 Each round also runs the tools users already trust, unmodified, against
 the server and against its gateway (:mod:`fyrehose.tools.bench.gateway_tools`):
-``redis-benchmark -c 50`` ``PUBLISH`` at pipeline 1 and 16 when redis-server
-and the Redis gateway are both targets, and the npm ``nats`` package's own
-``examples/bench.js --pub --sub`` when nats-server and the NATS gateway are;
-with ``--tool-size`` byte payloads (default 64).  The ratio gateway/server
+``redis-benchmark -c 50`` ``PUBLISH`` at pipeline 1 and 16, and ``-c 1 -P 1``
+(one client waiting for each reply: the latency of one request), when
+redis-server and the Redis gateway are both targets, and the npm ``nats``
+package's own ``examples/bench.js --pub --sub`` when nats-server and the NATS
+gateway are; with ``--tool-size`` byte payloads (default 64).  The target
+``http-gateway`` (an HTTP gateway measured by this alone) is one kept-alive
+client's ``POST /v1/publish`` one at a time.  The ratio gateway/server
 is taken per round, in the same round; min, median and max over the rounds
 are reported, with the gateways' CPU per message.  ``--gateway-workers N``
 runs each gateway as N processes on its port (``--workers N``).
@@ -49,7 +52,9 @@ from fyrehose.tools.bench import gateway_tools as bench_tools
 from fyrehose.tools.bench import http_gateway as http_bench
 from fyrehose.tools.bench.gateway_tools import binary
 
-TARGETS = ("redis-server", "redis-gateway", "nats-server", "nats-gateway", "marlin-gateway", *http_bench.TARGETS)
+TARGETS = ("redis-server", "redis-gateway", "nats-server", "nats-gateway", "marlin-gateway", *http_bench.TARGETS,
+           "http-gateway")
+TOOLS_ONLY = {"http-gateway"}  # measured by its tool alone, no client-library run
 LOOPBACK = "127.0.0.1"
 BATCH = 500
 
@@ -71,6 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="PUBLISH requests per redis-benchmark run (default 100000)")
     parser.add_argument("--nats-bench-count", type=positive_int, default=200000, metavar="N",
                         help="messages per nats.js bench.js run (default 200000)")
+    parser.add_argument("--single-client-requests", type=positive_int, default=20000, metavar="N",
+                        help="requests per single-client run (redis-benchmark -c 1, HTTP POST; default 20000)")
     parser.add_argument("--tool-size", type=positive_int, default=64, metavar="BYTES",
                         help="payload size for redis-benchmark and the nats.js bench (default 64)")
     parser.add_argument("--gateway-workers", type=positive_int, default=1, metavar="N",
@@ -95,23 +102,26 @@ def run(args: argparse.Namespace) -> int:
     unknown = sorted(set(targets) - set(TARGETS))
     if unknown or not targets:
         raise InputError(f"unknown targets {', '.join(unknown) or '(none)'}; choose from {', '.join(TARGETS)}")
-    tools = [tool for tool in bench_tools.TOOLS if tool.server in targets and tool.gateway in targets]
+    tools = [tool for tool in bench_tools.TOOLS
+             if (tool.server is None or tool.server in targets) and tool.gateway in targets]
     for tool in tools:  # before anything is started: a missing tool stops the bench with what to install
         tool.check()
     with tempfile.TemporaryDirectory(prefix="fyrehose-gateway-bench-") as scratch, Processes(Path(scratch)) as procs:
         addresses = procs.start(targets, args.gateway_workers)
-        results: dict[str, list[float]] = {target: [] for target in targets}
-        tool_runs: dict[str, dict[str, list[dict]]] = {tool.name: {tool.server: [], tool.gateway: []} for tool in tools}
+        results: dict[str, list[float]] = {target: [] for target in targets if target not in TOOLS_ONLY}
+        tool_runs: dict[str, dict[str, list[dict]]] = {
+            tool.name: {target: [] for target in (tool.server, tool.gateway) if target is not None} for tool in tools}
         for number in range(args.runs):
-            order = targets if number % 2 == 0 else targets[::-1]
-            for target in order:
+            order = [target for target in targets if target not in TOOLS_ONLY]
+            for target in order if number % 2 == 0 else order[::-1]:
                 rate = asyncio.run(measure(target, addresses[target], args, f"bench.{number}.{target}"))
                 results[target].append(rate)
                 print(f"run {number + 1}/{args.runs} {target}: {rate:,.0f} msgs/s per subscriber",
                       file=sys.stderr, flush=True)
             for tool in tools:
-                pair = (tool.server, tool.gateway) if number % 2 == 0 else (tool.gateway, tool.server)
-                count = args.nats_bench_count if tool.server == "nats-server" else args.redis_benchmark_requests
+                pair = list(tool_runs[tool.name]) if number % 2 == 0 else list(tool_runs[tool.name])[::-1]
+                count = (args.single_client_requests if tool.single else
+                         args.nats_bench_count if tool.server == "nats-server" else args.redis_benchmark_requests)
                 for target in pair:
                     run = bench_tools.measure(tool, target, addresses[target], procs.pids.get(target), count,
                                               args.tool_size, args.timeout)
@@ -129,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
     }
     if tools:
         report["tools"] = {"size": args.tool_size, "redis_benchmark_requests": args.redis_benchmark_requests,
+                           "single_client_requests": args.single_client_requests,
                            "redis_benchmark_clients": bench_tools.REDIS_BENCHMARK_CLIENTS,
                            "nats_bench_count": args.nats_bench_count,
                            "results": {tool.name: bench_tools.summary(tool, tool_runs[tool.name]) for tool in tools}}

@@ -18,7 +18,7 @@ from gevent import ssl
 
 from fyrehose.commands.gateway.options import add_server_arguments
 from fyrehose.errors import CommandFailed
-from fyrehose.gateways.http.gateway import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_HEAD, DEFAULT_MAX_MESSAGE
+from fyrehose.gateways.http.settings import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_HEAD, DEFAULT_MAX_MESSAGE
 from fyrehose.runtime.argtypes import positive_duration, positive_int
 from fyrehose.runtime.credentials import credentials_from
 
@@ -59,8 +59,12 @@ def tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
 
 def run(args: argparse.Namespace) -> int:
     context = tls_context(args.tls_cert, args.tls_key)
+    import time
+
     from fyrehose.gateways.http.connection import HttpConnection
-    from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
+    from fyrehose.gateways.http.driver import HttpConnectionDriver
+    from fyrehose.gateways.http.gateway import HttpGateway
+    from fyrehose.gateways.http.settings import HttpSettings
     from fyrehose.gateways.runner import run_gateway
 
     stats: Counter = Counter()
@@ -72,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
     def make_connection(client, router):
         gateway.router = router
-        return HttpConnection(client, gateway, router)
+        return HttpConnectionDriver(client, HttpConnection(gateway, router, time.monotonic()), gateway, router, stats)
 
     return run_gateway(args, "http", stats, gateway.route, make_connection, wants=gateway.wants,
                        ssl_context=context)

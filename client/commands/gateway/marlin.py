@@ -13,10 +13,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fyrehose.gateways.driver import ConnectionDriver
     from fyrehose.gateways.runner import run_gateway
 
     stats: Counter = Counter()
     routes = MarlinRoutes()
     return run_gateway(args, "marlin", stats, routes.route,
-                       lambda client, router: MarlinConnection(client, routes, router, stats),
+                       lambda client, router: ConnectionDriver(
+                           client, MarlinConnection(routes, router, stats, max_held=client.max_pending), router, stats),
                        wants=routes.wants, refusal=error_response("max number of clients reached"))

@@ -24,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fyrehose.gateways.driver import ConnectionDriver
     from fyrehose.gateways.runner import run_gateway
     from fyrehose.net.addresses import parse_hostport
 
@@ -31,12 +32,13 @@ def run(args: argparse.Namespace) -> int:
     routes = NatsRoutes(stats)
     host, port = parse_hostport(args.listen)
     server_id = "FYREHOSE" + os.urandom(8).hex().upper()
+
     def liveness() -> NatsLiveness:
         return NatsLiveness(time.monotonic(), args.handshake_timeout, args.ping_interval, args.max_pings_out)
 
     info = server_info(server_id, host, port)
     return run_gateway(args, "nats", stats, routes.route,
-                       lambda client, router: NatsConnection(
-                           client, routes, router, stats, server_id=server_id, host=host, port=port,
-                           liveness=liveness()),
+                       lambda client, router: ConnectionDriver(client, NatsConnection(
+                           routes, router, stats, info=info, peer=client.peer, liveness=liveness(),
+                           max_held=client.max_pending), router, stats),
                        wants=routes.wants, refusal=proto.info(info) + proto.error("maximum connections exceeded"))

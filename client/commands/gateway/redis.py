@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from collections import Counter
 
 from fyrehose.commands.gateway.options import add_server_arguments
@@ -20,12 +21,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fyrehose.gateways.driver import ConnectionDriver
     from fyrehose.gateways.runner import run_gateway
 
     stats: Counter = Counter()
     routes = RedisRoutes()
     return run_gateway(args, "redis", stats, routes.route,
-                       lambda client, router: RedisConnection(
-                           client, routes, router, stats, request_timeout=args.request_timeout,
-                           idle=IdleTimeout(args.idle_timeout)),
+                       lambda client, router: ConnectionDriver(client, RedisConnection(
+                           routes, router, stats, request_timeout=args.request_timeout,
+                           idle=IdleTimeout(args.idle_timeout), now=time.monotonic()), router, stats),
                        wants=routes.wants, refusal=TOO_MANY_CLIENTS)

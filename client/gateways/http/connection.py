@@ -1,43 +1,49 @@
-"""One HTTP/1.1 connection: h11's state machine, the routes, and the switch to WebSocket or SSE.
+"""One HTTP/1.1 connection: h11's state machine, the routes, and the switch to WebSocket or SSE; pure.
 
 Requests are answered in order on a kept-alive connection.  The request line
 and headers together are bounded (``431``), bodies by ``--max-message``
 (``413``, before reading them); malformed HTTP gets h11's status (``400``) and
-a close.  ``GET /resp`` with a WebSocket upgrade from an allowed origin turns
-the connection into a :class:`~fyrehose.gateways.http.websocket.WebSocketEndpoint`
-carrying a Redis connection; ``GET /v1/stream/<pattern>`` turns it into an SSE
-response that lasts until the client leaves.
+a close; a request that does not arrive whole within the idle timeout gets
+``408`` (or, when nothing was sent, a quiet close).  ``GET /resp`` with a
+WebSocket upgrade from an allowed origin turns the connection into a
+:class:`~fyrehose.gateways.http.websocket.WebSocketEndpoint` carrying a Redis
+connection; ``GET /v1/stream/<pattern>`` into an SSE response that lasts
+until the client leaves.
+
+Pure, like the Redis, NATS and Marlin connections: bytes and time in,
+:attr:`HttpConnection.outbox` and :attr:`HttpConnection.requests` out.  A
+``POST /v1/publish`` is a :class:`~fyrehose.gateways.requests.Publish`, a
+``GET /v1/last`` a :class:`~fyrehose.gateways.requests.Snapshot`; the response
+is held until the driver feeds the result back, and the next request (h11
+keeps pipelined ones) is not looked at before.  An SSE response asks its
+driver for a :class:`Stream`, whose events the driver frames with
+:meth:`HttpConnection.sse_data`.
 """
 from __future__ import annotations
 
-import http
 import json
-import logging
-from importlib import resources
-from typing import TYPE_CHECKING
+from collections import Counter
+from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import unquote_to_bytes, urlsplit
 
-import gevent
 import h11
+from wsproto.connection import Connection as WsConnection
+from wsproto.connection import ConnectionType
 from wsproto.utilities import generate_accept_token
 
-from fyrehose.errors import FyrehoseError
 from fyrehose.gateways.http import sse
-from fyrehose.gateways.http.stream import EventStream
-from fyrehose.gateways.http.websocket import RespMessages, WebSocketEndpoint
-from fyrehose.gateways.redis.connection import RedisConnection
+from fyrehose.gateways.http.settings import HttpSettings
+from fyrehose.gateways.http.websocket import CLOSE_HEADROOM, RespOverWebSocket, StreamMark, WebSocketEndpoint
+from fyrehose.gateways.outbox import Outbox, Slot
+from fyrehose.gateways.redis.connection import RedisConnection, RedisRoutes
+from fyrehose.gateways.requests import Deployment, Publish, Snapshot
 from fyrehose.gateways.sizes import checked
 from fyrehose.protocol.codec import PayloadTooLarge
 from fyrehose.subjects.envelope import Envelope, EnvelopeError, MsgType, Status, check_subject
 from fyrehose.subjects.patterns import check_pattern
+from fyrehose.subjects.session_table import SNAP_PREFIX
 from fyrehose.subjects.snapshots import record_sequence
-
-if TYPE_CHECKING:
-    from fyrehose.gateways.http.gateway import HttpGateway
-    from fyrehose.gateways.router import GatewayRouter
-    from fyrehose.gateways.tcp import TcpClient
-
-log = logging.getLogger("fyrehose.gateway")
 
 STATIC_FILES = {  # path -> (file in the package's static folder, content type)
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -45,6 +51,42 @@ STATIC_FILES = {  # path -> (file in the package's static folder, content type)
     "/live.css": ("live.css", "text/css; charset=utf-8"),
 }
 SERVER = ("server", "fyrehose")
+REASONS = {100: "Continue", 101: "Switching Protocols", 200: "OK", 304: "Not Modified", 400: "Bad Request",
+           403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
+           413: "Request Entity Too Large", 426: "Upgrade Required", 431: "Request Header Fields Too Large",
+           500: "Internal Server Error", 502: "Bad Gateway", 501: "Not Implemented", 503: "Service Unavailable", 504: "Gateway Timeout"}
+
+
+@dataclass(slots=True)
+class Stream:
+    """Start the SSE events of ``pattern`` on this connection (after ``last_event_id``: a backfill first)."""
+
+    pattern: str
+    last_event_id: int | None
+
+
+class Site(Protocol):
+    """What every connection of one HTTP gateway shares (:class:`fyrehose.gateways.http.gateway.HttpGateway`)."""
+
+    settings: HttpSettings
+    stats: Counter
+    mark: StreamMark
+
+    @property
+    def redis_routes(self) -> RedisRoutes:
+        """The RESP connections' channels and patterns."""
+
+    def receivers(self, subject: str) -> int:
+        """Deliveries a message on ``subject`` makes in the deployment."""
+
+    def static(self, name: str) -> bytes:
+        """A file of the live view."""
+
+    def healthy(self) -> bool:
+        """Whether the backbone answers."""
+
+    def metrics_text(self) -> bytes:
+        """The gateway's counters, Prometheus text."""
 
 
 class BadRequest(Exception):
@@ -54,38 +96,87 @@ class BadRequest(Exception):
 
 
 class HttpConnection:
-    """One HTTP client's connection, the :class:`fyrehose.gateways.tcp.ClientConnection` its TcpClient drives."""
+    """One HTTP client's connection; after an upgrade, its WebSocket carrying a Redis connection."""
 
-    def __init__(self, client: TcpClient, gateway: HttpGateway, router: GatewayRouter) -> None:
-        self.client = client
-        self.gateway = gateway
-        self.router = router
-        self.stats = gateway.stats
-        self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=gateway.settings.max_head)
+    def __init__(self, site: Site, deployment: Deployment, now: float) -> None:
+        self.site = site
+        self.deployment = deployment
+        self.settings = site.settings
+        self.stats = site.stats
+        self.outbox = Outbox()
+        self.requests: list[Publish | Snapshot | Stream] = []
+        self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=self.settings.max_head)
         self.websocket: WebSocketEndpoint | None = None
         self.resp: RedisConnection | None = None
-        self.stream: EventStream | None = None
+        self.streaming = False
+        self.headroom = 0  # output kept free for the farewell (a WebSocket's 1008 close frame)
         self._request: h11.Request | None = None
         self._body: list[bytes] = []
         self._body_size = 0
-        self._timer: gevent.Greenlet | None = None
-        self._start_timer()
+        self._clock = now  # the latest time heard of
+        self._idle_since: float | None = now  # when the wait for the next whole request began
+        self._tokens = 0
+        self._waiting: tuple[int, Slot, str, h11.Request] | None = None  # the request whose result is awaited
 
     # ------------------------------------------------------------ the driver's interface
 
-    def receive(self, data: bytes) -> None:
+    def receive(self, data: bytes, now: float) -> None:
+        self._clock = now
+        if self.outbox.closing is not None:
+            return
         if self.websocket is not None:
             self.websocket.receive(data)
             return
-        if self.stream is not None:
+        if self.streaming:
             return  # an SSE client has nothing more to say; what it sends is not buffered
         self.http.receive_data(data)
         self._handle_events()
 
+    @property
+    def paused(self) -> bool:
+        """Read nothing more for now: a response waits for the backbone or the cache."""
+        if self.resp is not None:
+            return self.resp.paused
+        return self._waiting is not None
+
+    @property
+    def busy(self) -> bool:
+        if self.resp is not None:
+            return self.resp.busy
+        return self._waiting is not None
+
+    def published(self, token: int, seqs: list[int]) -> None:
+        if self.resp is not None:
+            self.resp.published(token, seqs)
+            return
+        waiting = self._take_waiting(token)
+        if waiting is not None:
+            _, slot, subject, _ = waiting
+            body = json.dumps({"seq": seqs[0], "receivers": self.site.receivers(subject)}).encode() + b"\n"
+            self._answer(slot, 200, body, content_type="application/json")
+
+    def failed(self, token: int, reason: str) -> None:
+        if self.resp is not None:
+            self.resp.failed(token, reason)
+            return
+        waiting = self._take_waiting(token)
+        if waiting is not None:
+            self.stats["publish failures"] += 1
+            self._answer(waiting[1], 503, f"publish not confirmed by the backbone: {reason}\n".encode())
+
+    def answered(self, token: int, answer: Envelope | None) -> None:
+        if self.resp is not None:
+            self.resp.answered(token, answer)
+            return
+        waiting = self._take_waiting(token)
+        if waiting is not None:
+            _, slot, subject, request = waiting
+            self._last(slot, subject, request, answer)
+
     def farewell(self, reason: str) -> bytes:
         if self.websocket is not None:
             return self.websocket.farewell(reason)
-        if self.stream is not None:  # the end of the chunked body, after a comment saying why
+        if self.streaming:  # the end of the chunked body, after a comment saying why
             try:
                 return self.http.send(h11.Data(data=sse.comment(reason))) + self.http.send(h11.EndOfMessage())
             except h11.LocalProtocolError:
@@ -99,22 +190,36 @@ class HttpConnection:
         return self._body_size + len(self.http.trailing_data[0])
 
     def wake_at(self) -> float | None:
-        return None  # the idle deadline runs on a timer greenlet of the connection's own
+        """The idle deadline: a request must arrive whole within the idle timeout."""
+        if self._idle_since is None or self.websocket is not None or self.streaming:
+            return None
+        return self._idle_since + self.settings.idle_timeout
 
     def wake(self, now: float) -> None:
-        """Never due: :meth:`wake_at` is always None."""
+        self._clock = now
+        at = self.wake_at()
+        if at is None or now < at or self.outbox.closing is not None:
+            return
+        self.stats["http idle timeouts"] += 1
+        if self.http.their_state is h11.IDLE and not self.http.trailing_data[0]:
+            self.outbox.close_now(f"idle for {self.settings.idle_timeout:g} s")  # nothing was asked
+        else:
+            self._fail(408, f"no complete request within {self.settings.idle_timeout:g} s")
 
     def closed(self) -> None:
-        self._stop_timer()
         if self.resp is not None:
             self.resp.closed()
-        if self.stream is not None:
-            self.stream.stop()
+
+    def sse_data(self, data: bytes) -> bytes:
+        """``data`` as part of the SSE response's chunked body."""
+        return self.http.send(h11.Data(data=data))
 
     # ------------------------------------------------------------ HTTP
 
     def _handle_events(self) -> None:
-        while self.client.closing is None and self.websocket is None and self.stream is None:
+        settings = self.settings
+        while (self.outbox.closing is None and self._waiting is None and self.websocket is None
+               and not self.streaming):
             try:
                 event = self.http.next_event()
             except h11.RemoteProtocolError as exc:
@@ -125,65 +230,72 @@ class HttpConnection:
                 return
             if isinstance(event, h11.Request):
                 self._request, self._body, self._body_size = event, [], 0
-                if _head_size(event) > self.gateway.settings.max_head:  # h11 bounds only what is still incomplete
-                    self._fail(431, f"request line and headers over {self.gateway.settings.max_head} bytes")
+                if _head_size(event) > settings.max_head:  # h11 bounds only what is still incomplete
+                    self._fail(431, f"request line and headers over {settings.max_head} bytes")
                     return
                 length = _header(event, b"content-length")
-                if length is not None and length.isdigit() and int(length) > self.gateway.settings.max_message:
-                    self._fail(413, f"body over {self.gateway.settings.max_message} bytes")
+                if length is not None and length.isdigit() and int(length) > settings.max_message:
+                    self._fail(413, f"body over {settings.max_message} bytes")
                     return
                 if self.http.they_are_waiting_for_100_continue:  # curl's Expect: the body is welcome
-                    self.client.send(self.http.send(h11.InformationalResponse(status_code=100, headers=[],
-                                                                              reason=b"Continue")))
+                    self.outbox.reply(self.http.send(h11.InformationalResponse(status_code=100, headers=[],
+                                                                               reason=b"Continue")))
             elif isinstance(event, h11.Data):
                 self._body_size += len(event.data)
-                if self._body_size > self.gateway.settings.max_message:
-                    self._fail(413, f"body over {self.gateway.settings.max_message} bytes")
+                if self._body_size > settings.max_message:
+                    self._fail(413, f"body over {settings.max_message} bytes")
                     return
                 self._body.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
-                self._stop_timer()
+                self._idle_since = None
                 self._dispatch()
-                if self.websocket is not None or self.stream is not None or self.client.closing is not None:
-                    return
-                if self.http.our_state is h11.MUST_CLOSE or self.http.their_state is h11.MUST_CLOSE:
-                    self.client.close("request done")
-                    return
-                self.http.start_next_cycle()
-                self._start_timer()
+                if self._waiting is None:
+                    self._next_cycle()
             elif isinstance(event, h11.ConnectionClosed):
-                self.client.close("client closed")
+                self.outbox.close("client closed")
                 return
 
-    def _start_timer(self) -> None:
-        """The next request must have arrived whole within the idle timeout (slow or silent clients)."""
-        self._timer = gevent.spawn_later(self.gateway.settings.idle_timeout, self._timed_out)
+    def _next_cycle(self) -> None:
+        """The response is out: on to the next request, unless this connection ends or changed protocol."""
+        if self.websocket is not None or self.streaming or self.outbox.closing is not None:
+            return
+        if self.http.our_state is h11.MUST_CLOSE or self.http.their_state is h11.MUST_CLOSE:
+            self.outbox.close("request done")
+            return
+        self.http.start_next_cycle()
+        self._idle_since = self._clock
 
-    def _stop_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.kill(block=False)
-            self._timer = None
+    def _take_waiting(self, token: int) -> tuple[int, Slot, str, h11.Request] | None:
+        waiting = self._waiting
+        if waiting is None or waiting[0] != token:
+            return None
+        self._waiting = None
+        return waiting
 
-    def _timed_out(self) -> None:
-        self._timer = None
-        if self.client.closing is None and self.websocket is None and self.stream is None:
-            self.stats["http idle timeouts"] += 1
-            if self.http.their_state is h11.IDLE and not self.http.trailing_data[0]:
-                self.client.close(f"idle for {self.gateway.settings.idle_timeout:g} s")  # nothing was asked
-            else:
-                self._fail(408, f"no complete request within {self.gateway.settings.idle_timeout:g} s")
+    def _answer(self, slot: Slot, status: int, body: bytes, **options) -> None:
+        """Fill the held response, then go on with the requests that waited behind it."""
+        try:
+            response = self._response(status, body, **options)
+        except h11.LocalProtocolError:  # the connection broke meanwhile: nothing can follow
+            response = b""
+        self.outbox.fill(slot, response)
+        self._next_cycle()
+        self._handle_events()
 
     def _fail(self, status: int, message: str) -> None:
         """Answer a request that cannot be served (or followed) with ``status``, then hang up."""
         if self.http.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             try:
-                self._respond(status, (message + "\n").encode(), close=True)
+                self.outbox.reply(self._response(status, (message + "\n").encode(), close=True))
             except h11.LocalProtocolError:
                 pass
-        self.client.close(f"HTTP {status}: {message}")
+        self.outbox.close(f"HTTP {status}: {message}")
 
-    def _respond(self, status: int, body: bytes = b"", *, content_type: str = "text/plain; charset=utf-8",
-                 headers: list[tuple[str, str]] | None = None, close: bool = False) -> None:
+    def _respond(self, status: int, body: bytes = b"", **options) -> None:
+        self.outbox.reply(self._response(status, body, **options))
+
+    def _response(self, status: int, body: bytes = b"", *, content_type: str = "text/plain; charset=utf-8",
+                  headers: list[tuple[str, str]] | None = None, close: bool = False) -> bytes:
         fields = [SERVER, ("content-type", content_type), ("content-length", str(len(body))), *(headers or [])]
         if close:
             fields.append(("connection", "close"))
@@ -191,8 +303,8 @@ class HttpConnection:
         if body and (self._request is None or self._request.method != b"HEAD"):
             out += self.http.send(h11.Data(data=body))
         out += self.http.send(h11.EndOfMessage())
-        self.client.send(out)
         self.stats[f"http {status}"] += 1
+        return out
 
     def _dispatch(self) -> None:
         request = self._request
@@ -204,34 +316,38 @@ class HttpConnection:
                 self._upgrade(request)
             elif path.startswith("/v1/publish/"):
                 _allow(method, b"POST")
-                self._publish(_subject(path, "/v1/publish/"))
+                self._publish(_subject(path, "/v1/publish/"), request)
             elif path.startswith("/v1/last/"):
                 _allow(method, b"GET", b"HEAD")
-                self._last(_subject(path, "/v1/last/"), request)
+                self._ask_last(_subject(path, "/v1/last/"), request)
             elif path.startswith("/v1/stream/"):
                 _allow(method, b"GET")
                 self._stream(path, request)
             elif path == "/metrics":
                 _allow(method, b"GET", b"HEAD")
-                self._respond(200, self.gateway.metrics_text(), content_type="text/plain; version=0.0.4; charset=utf-8")
+                self._respond(200, self.site.metrics_text(), content_type="text/plain; version=0.0.4; charset=utf-8")
             elif path == "/healthz":
                 _allow(method, b"GET", b"HEAD")
-                healthy = self.gateway.healthy()
+                healthy = self.site.healthy()
                 self._respond(200 if healthy else 503, b"ok\n" if healthy else b"backbone not answering\n")
             elif path in STATIC_FILES:
                 _allow(method, b"GET", b"HEAD")
                 name, content_type = STATIC_FILES[path]
-                body = resources.files("fyrehose.gateways.http").joinpath("static", name).read_bytes()
-                self._respond(200, body, content_type=content_type, headers=[("cache-control", "no-cache")])
+                self._respond(200, self.site.static(name), content_type=content_type,
+                              headers=[("cache-control", "no-cache")])
             else:
                 raise BadRequest(404, f"no route for {path}")
         except BadRequest as exc:
             headers = [("allow", "POST")] if exc.status == 405 and path.startswith("/v1/publish/") else []
             self._respond(exc.status, (str(exc) + "\n").encode(), headers=headers)
 
+    def _hold(self, request: Publish | Snapshot, subject: str, http_request: h11.Request) -> None:
+        self._waiting = (request.token, self.outbox.hold(), subject, http_request)
+        self.requests.append(request)
+
     # ------------------------------------------------------------ routes
 
-    def _publish(self, subject: str) -> None:
+    def _publish(self, subject: str, request: h11.Request) -> None:
         data = b"".join(self._body)
         try:
             message = checked(Envelope(subject, data))
@@ -239,35 +355,43 @@ class HttpConnection:
             raise BadRequest(413, f"payload too large for one backbone message: {exc}") from None
         except EnvelopeError as exc:
             raise BadRequest(400, str(exc)) from None
-        receivers = self.gateway.receivers(subject)
-        try:
-            (seq,) = self.router.publish([message])
-        except FyrehoseError as exc:
-            self.stats["publish failures"] += 1
-            raise BadRequest(503, f"publish not confirmed by the backbone: {exc}") from None
-        body = json.dumps({"seq": seq, "receivers": receivers}).encode() + b"\n"
-        self._respond(200, body, content_type="application/json")
+        self._tokens += 1
+        self._hold(Publish(self._tokens, [message]), subject, request)
 
-    def _last(self, subject: str, request: h11.Request) -> None:
-        timeout = self.gateway.settings.request_timeout
-        answer = self.router.snapshot(subject, timeout=timeout)
+    def _ask_last(self, subject: str, request: h11.Request) -> None:
+        try:
+            check_subject(SNAP_PREFIX + subject)
+        except EnvelopeError as exc:
+            raise BadRequest(400, str(exc)) from None
+        self._tokens += 1
+        self._hold(Snapshot(self._tokens, subject, self.settings.request_timeout), subject, request)
+
+    def _last(self, slot: Slot, subject: str, request: h11.Request, answer: Envelope | None) -> None:
+        timeout = self.settings.request_timeout
         if answer is None:
-            raise BadRequest(504, f"no cache answered within {timeout:g} s (the last value is served by `fyrehose cache`)")
+            self._answer(slot, 504, f"no cache answered within {timeout:g} s (the last value is served by "
+                                    "`fyrehose cache`)\n".encode())
+            return
         if answer.status == Status.NOT_FOUND:
-            raise BadRequest(404, f"the cache holds no value for {subject}")
+            self._answer(slot, 404, f"the cache holds no value for {subject}\n".encode())
+            return
         if answer.type != MsgType.INITIAL:
-            raise BadRequest(502, f"the cache answered {answer.type.name}/{answer.status.name}")
+            self._answer(slot, 502, f"the cache answered {answer.type.name}/{answer.status.name}\n".encode())
+            return
         headers = [("fyrehose-status", answer.status.name.lower()), ("cache-control", "no-cache")]
         seq = record_sequence(answer)
         if seq is not None:  # None only from a cache too old to report it: then no validator at all
             headers += [("etag", f'"{seq}"'), ("fyrehose-sequence", str(seq))]
         if seq is not None and _etag_matches(f'"{seq}"', request):
             fields = [SERVER, *headers]
-            self.client.send(self.http.send(h11.Response(status_code=304, headers=fields, reason=b"Not Modified"))
+            self.outbox.fill(slot, self.http.send(h11.Response(status_code=304, headers=fields,
+                                                               reason=b"Not Modified"))
                              + self.http.send(h11.EndOfMessage()))
             self.stats["http 304"] += 1
+            self._next_cycle()
+            self._handle_events()
             return
-        self._respond(200, answer.data, content_type="application/octet-stream", headers=headers)
+        self._answer(slot, 200, answer.data, content_type="application/octet-stream", headers=headers)
 
     def _stream(self, path: str, request: h11.Request) -> None:
         pattern = _path_text(path, "/v1/stream/")
@@ -277,13 +401,12 @@ class HttpConnection:
             raise BadRequest(400, str(exc)) from None
         headers = [SERVER, ("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"),
                    ("x-accel-buffering", "no")]
-        self.client.send(self.http.send(h11.Response(status_code=200, headers=headers, reason=b"OK"))
-                         + self.http.send(h11.Data(data=b": stream " + pattern.encode() + b"\n\n")))
+        self.outbox.reply(self.http.send(h11.Response(status_code=200, headers=headers, reason=b"OK"))
+                          + self.http.send(h11.Data(data=b": stream " + pattern.encode() + b"\n\n")))
         self.stats["http 200"] += 1
         self.stats["event streams"] += 1
-        self.stream = EventStream(self.client, self.gateway, pattern,
-                              lambda data: self.http.send(h11.Data(data=data)))
-        self.stream.start(sse.parse_last_event_id(_header(request, b"last-event-id")))
+        self.streaming = True
+        self.requests.append(Stream(pattern, sse.parse_last_event_id(_header(request, b"last-event-id"))))
 
     def _upgrade(self, request: h11.Request) -> None:
         if request.method != b"GET" or (_header(request, b"upgrade") or b"").lower() != b"websocket":
@@ -298,31 +421,35 @@ class HttpConnection:
         origin = _header(request, b"origin")
         if origin is not None and not self._origin_allowed(origin.decode("latin-1"), request):
             self.stats["websocket origins refused"] += 1
-            log.warning("%s: WebSocket upgrade from origin %s refused", self.client.peer, origin[:200])
             self._respond(403, b"WebSocket upgrades from this origin are not allowed (see --allow-origin)\n")
             return
         fields = [(b"upgrade", b"websocket"), (b"connection", b"Upgrade"),
                   (b"sec-websocket-accept", generate_accept_token(key))]
-        self.client.send(self.http.send(h11.InformationalResponse(status_code=101, headers=fields, reason=b"Switching Protocols")))
+        self.outbox.reply(self.http.send(h11.InformationalResponse(status_code=101, headers=fields,
+                                                                   reason=b"Switching Protocols")))
         trailing, _ = self.http.trailing_data
         self.stats["websocket connections"] += 1
-        endpoint = WebSocketEndpoint(self.client, max_message=self.gateway.settings.max_message, stats=self.stats)
-        query = urlsplit(request.target.decode("ascii", "replace")).query
-        wants_seq = "seq" in query.split("&") or "seq=1" in query.split("&")
-        self.resp = RedisConnection(RespMessages(endpoint, self.gateway.mark, with_seq=wants_seq),  # type: ignore[arg-type]  # RespMessages in place of a TcpClient
-                                 self.gateway.redis_routes, self.router, self.stats,
-                                 request_timeout=self.gateway.settings.request_timeout)
-        endpoint.on_message = self.resp.receive
+        query = urlsplit(request.target.decode("ascii", "replace")).query.split("&")
+        framing = RespOverWebSocket(WsConnection(ConnectionType.SERVER), self.site.mark,
+                                    with_seq="seq" in query or "seq=1" in query)
+        self.outbox.framing = framing  # from here on, every RESP value is a message of its own
+        endpoint = WebSocketEndpoint(self.outbox, framing, max_message=self.settings.max_message, stats=self.stats)
+        self.resp = RedisConnection(self.site.redis_routes, self.deployment, self.stats,
+                                    request_timeout=self.settings.request_timeout, outbox=self.outbox,
+                                    now=self._clock)
+        self.resp.requests = self.requests  # type: ignore[assignment]  # its publishes and GETs are this connection's
+        endpoint.on_message = lambda message: self.resp.receive(message, self._clock)  # type: ignore[union-attr]
         self.websocket = endpoint
+        self.headroom = CLOSE_HEADROOM
         if trailing:
             endpoint.receive(bytes(trailing))
 
     def _origin_allowed(self, origin: str, request: h11.Request) -> bool:
-        allowed = self.gateway.settings.allow_origins
+        allowed = self.settings.allow_origins
         if "*" in allowed or origin in allowed:
             return True
         host = (_header(request, b"host") or b"").decode("latin-1")
-        scheme = "https" if self.gateway.settings.tls else "http"
+        scheme = "https" if self.settings.tls else "http"
         return bool(host) and origin.lower() == f"{scheme}://{host}".lower()
 
 
@@ -332,10 +459,7 @@ def _head_size(request: h11.Request) -> int:
 
 
 def _reason(status: int) -> bytes:
-    try:
-        return http.HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b""
+    return REASONS.get(status, "").encode()
 
 
 def _header(request: h11.Request, name: bytes) -> bytes | None:

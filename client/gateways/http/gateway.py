@@ -9,39 +9,20 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import TYPE_CHECKING
 
 from fyrehose.gateways.channels import channel_to_subject_or_none, subject_to_channel
+from fyrehose.gateways.http.settings import HttpSettings
 from fyrehose.gateways.http.websocket import StreamMark
 from fyrehose.gateways.redis.connection import RedisRoutes
 from fyrehose.runtime.metrics import Metric, render
-from fyrehose.subjects.auth import Credentials
 from fyrehose.subjects.envelope import Envelope
 from fyrehose.subjects.patterns import SubjectIndex
 
 if TYPE_CHECKING:
     from fyrehose.gateways.http.stream import EventStream
     from fyrehose.gateways.router import GatewayRouter
-
-DEFAULT_MAX_MESSAGE = 1 << 20
-DEFAULT_MAX_HEAD = 16 << 10  # request line and headers together
-DEFAULT_IDLE_TIMEOUT = 30.0
-
-
-@dataclass
-class HttpSettings:
-    """The limits and policies of one gateway (from its command line)."""
-
-    backbone: str
-    max_message: int = DEFAULT_MAX_MESSAGE
-    max_head: int = DEFAULT_MAX_HEAD
-    allow_origins: tuple[str, ...] = ()  # besides the page's own origin; "*" allows any
-    request_timeout: float = 1.0
-    idle_timeout: float = DEFAULT_IDLE_TIMEOUT  # for each whole request, and between requests
-    tls: bool = False
-    credentials: Credentials | None = None
-    backfill_limit: int = 100_000  # messages a reconnecting SSE client may ask for
-    backfill_timeout: float = 10.0
 
 
 class StreamCountingRoutes(RedisRoutes):
@@ -99,6 +80,10 @@ class HttpGateway:
         local = self.redis_routes.receivers(subject_to_channel(subject))
         elsewhere = self.router.subscribers_elsewhere(subject) if self.router is not None else 0
         return local + elsewhere
+
+    def static(self, name: str) -> bytes:
+        """A file of the live view, from the package's static folder."""
+        return resources.files("fyrehose.gateways.http").joinpath("static", name).read_bytes()
 
     def healthy(self) -> bool:
         return self.router is not None and self.router.reachable

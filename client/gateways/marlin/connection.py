@@ -8,11 +8,18 @@ or behind any gateway, as MESSAGEs whose id is the backbone sequence number
 fails, which earns a RESPONSE ERROR naming the message id.  Channels map to
 backbone subjects as :mod:`fyrehose.gateways.channels` says; the TCP framing
 is in :mod:`fyrehose.gateways.marlin.protocol` and docs/gateways.md.
+
+Pure: :meth:`MarlinConnection.receive` takes the client's bytes and leaves
+what to write in :attr:`MarlinConnection.outbox` and the MESSAGEs to publish
+in :attr:`MarlinConnection.requests`.  Consecutive MESSAGEs are one batch;
+what follows them waits for its confirmation (the client's own messages are
+kept from it by sequence number, :mod:`fyrehose.gateways.echo`, one batch at a
+time), so the client is not read meanwhile (:attr:`MarlinConnection.paused`).
 """
 from __future__ import annotations
 
-from collections import Counter
-from typing import TYPE_CHECKING
+import itertools
+from collections import Counter, deque
 
 from fyrehose.gateways.channels import (
     ChannelError,
@@ -23,13 +30,11 @@ from fyrehose.gateways.channels import (
 )
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
 from fyrehose.gateways.marlin import protocol as proto
+from fyrehose.gateways.outbox import Outbox, Slot
+from fyrehose.gateways.requests import Deployment, Publish
 from fyrehose.gateways.sizes import checked
 from fyrehose.protocol.codec import PayloadTooLarge
 from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope
-
-if TYPE_CHECKING:
-    from fyrehose.gateways.router import GatewayRouter
-    from fyrehose.gateways.tcp import TcpClient
 
 MAX_SUBSCRIPTIONS = 10000  # channels per client
 MAX_FRAME = 1 << 20
@@ -48,7 +53,7 @@ class MarlinRoutes:
             self.subjects.add(subject)
         self.channels.setdefault(channel, {})[connection] = None
         if subject is not None:  # announced, so other gateways count this subscriber
-            connection.router.interest.add(subject)
+            connection.deployment.interest.add(subject)
 
     def unsubscribe(self, channel: bytes, connection: MarlinConnection) -> None:
         connections = self.channels.get(channel)
@@ -59,7 +64,7 @@ class MarlinRoutes:
                 del self.channels[channel]
                 self.subjects.discard(subject)
             if subject is not None:
-                connection.router.interest.remove(subject)
+                connection.deployment.interest.remove(subject)
 
     def wants(self, subject: str) -> bool:
         """Whether a message on ``subject`` may reach a client here (the router opens no other)."""
@@ -76,50 +81,45 @@ class MarlinRoutes:
 
 
 class MarlinConnection:
-    """One Marlin client: its channels and the publishes it is waiting on."""
+    """One Marlin client: its channels and the publishes it is waiting on; what it is told in :attr:`outbox`."""
 
-    def __init__(self, client: TcpClient, routes: MarlinRoutes, router: GatewayRouter, stats: Counter) -> None:
-        self.client = client
+    headroom = 0  # its farewell replaces what is queued: no room kept for it
+    def __init__(self, routes: MarlinRoutes, deployment: Deployment, stats: Counter, *,
+                 max_held: int = 8 << 20) -> None:
+        self.outbox = Outbox()
+        self.requests: list[Publish] = []
         self.routes = routes
-        self.router = router
+        self.deployment = deployment
         self.stats = stats
         self.parser = proto.FrameParser(MAX_FRAME)
         self.channels: dict[bytes, None] = {}
-        self.echo = EchoFilter(client.max_pending)
+        self.echo = EchoFilter(max_held)  # bytes held for an unconfirmed publish (the client's --max-pending)
+        self._unread: deque[proto.Frame | proto.FrameError] = deque()  # parsed, waiting for a confirmation
+        self._tokens = itertools.count(1)
+        self._inflight: tuple[int, Slot, list[int]] | None = None  # token, its slot, the message ids
 
     # ------------------------------------------------------------ the driver's interface
 
-    def receive(self, data: bytes) -> None:
-        replies: list[bytes] = []
-        batch: list[tuple[int, Envelope]] = []  # (message id, message)
-        for frame in self.parser.feed(data):
-            if isinstance(frame, proto.Message):
-                result = self._prepare(frame)
-                if isinstance(result, Envelope):
-                    batch.append((frame.id, result))
-                else:
-                    replies.append(error_response(result))
-                continue
-            if batch:  # what was published before this frame is confirmed first
-                replies.extend(self._publish(batch))
-                batch = []
-            if isinstance(frame, proto.FrameError):
-                self.stats["malformed frames"] += 1
-                replies.append(error_response(frame.reason))
-                if frame.fatal:
-                    self.client.send(b"".join(replies))
-                    self.client.close(frame.reason)
-                    return
-            elif isinstance(frame, proto.Subscribe):
-                replies.append(self._subscribe(frame.channel))
-            elif isinstance(frame, proto.Unsubscribe):
-                replies.append(self._unsubscribe(frame.channel))
-            else:
-                replies.append(error_response("RESPONSE is sent by the node, not by clients"))
-        if batch:
-            replies.extend(self._publish(batch))
-        if replies:
-            self.client.send(b"".join(replies))
+    def receive(self, data: bytes, now: float) -> None:
+        """The client's bytes (``now`` does not matter: Marlin has no deadlines)."""
+        if self.outbox.closing is not None:
+            return
+        self._unread.extend(self.parser.feed(data))
+        self._run()
+
+    @property
+    def paused(self) -> bool:
+        return bool(self._unread)
+
+    @property
+    def busy(self) -> bool:
+        return self._inflight is not None
+
+    def published(self, token: int, seqs: list[int]) -> None:
+        self._done(token, seqs, None)
+
+    def failed(self, token: int, reason: str) -> None:
+        self._done(token, None, reason)
 
     def farewell(self, reason: str) -> bytes:
         return error_response(reason)
@@ -131,22 +131,87 @@ class MarlinConnection:
         return None  # Marlin has no handshake nor keepalive; TCP keepalive finds dead peers
 
     def wake(self, now: float) -> None:
-        pass
+        """Never due: :meth:`wake_at` is always None."""
 
     def closed(self) -> None:
         for channel in self.channels:
             self.routes.unsubscribe(channel, self)
         self.channels.clear()
+        self._unread.clear()
 
     def deliver(self, seq: int, frame: bytes) -> None:
         try:
             ready = self.echo.offer(seq, frame)
         except HeldTooMuch as exc:
-            self.client.slow_consumer(str(exc))
+            self.stats["slow consumers"] += 1
+            reason = f"slow consumer: {exc}"
+            self.outbox.close_now(reason, error_response(reason))
             return
         if ready is not None:
-            self.client.send(ready)
+            self.outbox.push(ready)
             self.stats["delivered"] += 1
+
+    # ------------------------------------------------------------ frames, in order
+
+    def _run(self) -> None:
+        unread, outbox = self._unread, self.outbox
+        batch: list[Envelope] = []
+        ids: list[int] = []
+        slot: Slot | None = None
+        while unread and outbox.closing is None:
+            frame = unread[0]
+            if isinstance(frame, proto.Message):
+                if self._inflight is not None and not batch:
+                    break  # the batch before is confirmed first
+                unread.popleft()
+                result = self._prepare(frame)
+                if isinstance(result, Envelope):
+                    if slot is None:
+                        slot = outbox.hold()  # the batch's errors, if it fails; what follows waits behind it
+                    batch.append(result)
+                    ids.append(frame.id)
+                else:
+                    outbox.reply(error_response(result))
+                continue
+            if batch or self._inflight is not None:  # what was published before this frame is confirmed first
+                break
+            unread.popleft()
+            if isinstance(frame, proto.FrameError):
+                self.stats["malformed frames"] += 1
+                outbox.reply(error_response(frame.reason))
+                if frame.fatal:
+                    unread.clear()
+                    outbox.close(frame.reason)
+                    break
+            elif isinstance(frame, proto.Subscribe):
+                outbox.reply(self._subscribe(frame.channel))
+            elif isinstance(frame, proto.Unsubscribe):
+                outbox.reply(self._unsubscribe(frame.channel))
+            else:
+                outbox.reply(error_response("RESPONSE is sent by the node, not by clients"))
+        if batch:
+            assert slot is not None  # held with the batch's first message
+            token = next(self._tokens)
+            self._inflight = (token, slot, ids)
+            self.echo.publishing()
+            self.requests.append(Publish(token, batch))
+
+    def _done(self, token: int, seqs: list[int] | None, failure: str | None) -> None:
+        if self._inflight is None or self._inflight[0] != token:
+            return
+        _, slot, ids = self._inflight
+        self._inflight = None
+        released = self.echo.published(seqs, self.deployment.position)
+        for frame in released:
+            self.outbox.push(frame)
+        self.stats["delivered"] += len(released)
+        if failure is None:
+            self.outbox.fill(slot, b"")
+        else:
+            self.stats["publish failures"] += len(ids)
+            self.outbox.fill(slot, b"".join(error_response(f"message {message_id} not confirmed by the backbone: {failure}")
+                                            for message_id in ids))
+        self._run()
 
     # ------------------------------------------------------------ frames
 
@@ -180,24 +245,6 @@ class MarlinConnection:
         if is_internal(message_envelope.subject):
             return f"message {message.id} not published: permission denied, {_text(message.channel)} is internal"
         return message_envelope
-
-    def _publish(self, batch: list[tuple[int, Envelope]]) -> list[bytes]:
-        """Publish; RESPONSE ERRORs for what the backbone did not confirm."""
-        self.echo.publishing()
-        seqs = None
-        try:
-            seqs = self.router.publish([message for _, message in batch])
-            failures = []
-        except Exception as exc:
-            self.stats["publish failures"] += len(batch)
-            failures = [error_response(f"message {message_id} not confirmed by the backbone: {exc}")
-                        for message_id, _ in batch]
-        finally:
-            released = self.echo.published(seqs, self.router.position)
-        for frame in released:
-            self.client.send(frame)
-        self.stats["delivered"] += len(released)
-        return failures
 
 
 def error_response(reason: str) -> bytes:

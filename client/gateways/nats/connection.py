@@ -28,7 +28,16 @@ client announced (:mod:`fyrehose.subjects.interest`).  The message is still publ
 
 With ``verbose`` the ``+OK`` of a PUB is sent once the backbone confirmed the
 message; in any mode the PONG to a PING follows the confirmation of every PUB
-received before that PING.  Every client gets the checks of ``pedantic``
+received before that PING.
+
+Pure: :meth:`NatsConnection.receive` takes the client's bytes and leaves what
+to write in :attr:`NatsConnection.outbox` and the PUB batches to publish in
+:attr:`NatsConnection.requests` (:mod:`fyrehose.gateways.requests`).  A client
+promised nothing about its PUBs (neither ``verbose`` nor ``echo: false``) is
+read on while they are confirmed, at most ``MAX_IN_FLIGHT`` messages ahead;
+replies after a PUB (the PONG) are held until it is confirmed.  For the
+others an operation after a PUB waits for its confirmation, as the client
+expects (``+OK`` before what follows; no own message echoed).  Every client gets the checks of ``pedantic``
 mode: a subject the backbone cannot carry (a wildcard or an empty token in a
 PUB subject) is refused with ``-ERR 'Invalid Publish Subject'`` rather than
 dropped.
@@ -37,25 +46,19 @@ from __future__ import annotations
 
 import itertools
 import random
-import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from fyrehose.gateways.channels import is_internal, pattern_is_internal
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
 from fyrehose.gateways.liveness import HANDSHAKE_TIMEOUT, PING, STALE, NatsLiveness
 from fyrehose.gateways.nats import protocol as proto
+from fyrehose.gateways.outbox import Outbox, Slot
+from fyrehose.gateways.requests import Deployment, Publish
 from fyrehose.gateways.sizes import checked
 from fyrehose.protocol.codec import MAX_PAYLOAD, PayloadTooLarge
 from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status, check_subject
 from fyrehose.subjects.patterns import SubjectIndex, check_pattern, match
-
-if TYPE_CHECKING:
-    from gevent.event import AsyncResult
-
-    from fyrehose.gateways.router import GatewayRouter
-    from fyrehose.gateways.tcp import TcpClient
 
 SERVER_VERSION = "2.10.0"  # the nats-server release whose client protocol this gateway follows
 MAX_SUBSCRIPTIONS = 10000  # per client
@@ -180,74 +183,58 @@ class MessageFrames:
 
 
 class NatsConnection:
-    """One NATS client: its CONNECT options and subscriptions."""
+    """One NATS client: its CONNECT options and subscriptions; what it is told in :attr:`outbox`."""
 
+    headroom = 0  # its farewell replaces what is queued: no room kept for it
     _ids = itertools.count(1)
 
-    def __init__(self, client: TcpClient, routes: NatsRoutes, router: GatewayRouter, stats: Counter, *,
-                 server_id: str, host: str, port: int, liveness: NatsLiveness | None = None) -> None:
-        self.client = client
-        self.liveness = liveness or NatsLiveness(time.monotonic())
+    def __init__(self, routes: NatsRoutes, deployment: Deployment, stats: Counter, *, info: dict, peer: str,
+                 liveness: NatsLiveness, max_held: int = 8 << 20) -> None:
+        self.outbox = Outbox()
+        self.requests: list[Publish] = []
+        self.liveness = liveness
         self.routes = routes
-        self.router = router
+        self.deployment = deployment
         self.stats = stats
         self.id = next(self._ids)
+        self.max_held = max_held  # bytes of messages held for the echo filter (the client's --max-pending)
         self.parser = proto.OperationParser(ANNOUNCED_MAX_PAYLOAD)  # refused past what INFO says, as nats-server does
         self.verbose = False
         self.headers = False
         self.no_responders = False
         self.echo: EchoFilter | None = None  # set when the client asked not to get its own messages
         self.subscriptions: dict[str, NatsSubscription] = {}
-        self._inflight: deque[tuple[AsyncResult, int]] = deque()  # submitted PUB batches, oldest first
+        self.last_input = liveness.accepted
+        self._unread: deque[proto.Operation | proto.NatsError] = deque()  # parsed, waiting for a confirmation
+        self._tokens = itertools.count(1)
+        self._inflight: dict[int, tuple[list[Slot], int, bytes]] = {}  # token -> its replies' slots, messages, +OK or not
         self._inflight_messages = 0
-        client.send(proto.info(server_info(server_id, host, port) | {
-            "client_id": self.id,
-            "client_ip": client.peer.rpartition(":")[0],
-        }))
+        self.outbox.reply(proto.info(info | {"client_id": self.id, "client_ip": peer.rpartition(":")[0]}))
 
     # ------------------------------------------------------------ the driver's interface
 
-    def receive(self, data: bytes) -> None:
-        replies: list[bytes | None] = []  # None: a +OK waiting for the backbone's confirmation
-        batch: list[tuple[int | None, Envelope]] = []  # (reply index, message)
-        for operation in self.parser.feed(data):
-            if isinstance(operation, proto.NatsError):
-                self.stats["protocol errors"] += 1
-                self._fatal(replies, batch, operation.message)
-                return
-            if isinstance(operation, proto.Pub):
-                result = self._publish(operation)
-                if isinstance(result, Envelope):
-                    if self.verbose:
-                        batch.append((len(replies), result))
-                        replies.append(None)
-                    else:
-                        batch.append((None, result))
-                    if result.reply is not None and self.no_responders and not self._has_responders(result.subject):
-                        replies.append(self._no_responders(result.reply))
-                    continue
-                if result.fatal:
-                    self._fatal(replies, batch, result.message)
-                    return
-                replies.append(proto.error(result.message))
-                continue
-            if batch:  # what was published before this operation is confirmed (or, pipelined, submitted) first
-                if not self._send(replies, batch):
-                    return
-                replies, batch = [], []
-            if isinstance(operation, proto.Ping) and self._inflight:  # a PONG follows every earlier PUB's confirmation
-                if replies:
-                    self.client.send(b"".join(replies))  # type: ignore[arg-type]  # no slot is waiting here
-                    replies = []
-                if not self._drain():
-                    return
-            answer = self._execute(operation)
-            if isinstance(answer, _Refusal):
-                self._fatal(replies, batch, answer.message)
-                return
-            if answer:
-                replies.append(answer)
-        self._send(replies, batch)
+    def receive(self, data: bytes, now: float) -> None:
+        """The client's bytes, received at ``now``."""
+        self.last_input = now
+        if self.outbox.closing is not None:
+            return
+        self._unread.extend(self.parser.feed(data))
+        self._run()
+
+    @property
+    def paused(self) -> bool:
+        """Read nothing more for now: operations wait for a confirmation."""
+        return bool(self._unread) or self._inflight_messages >= MAX_IN_FLIGHT
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._inflight)
+
+    def published(self, token: int, seqs: list[int]) -> None:
+        self._done(token, seqs, None)
+
+    def failed(self, token: int, reason: str) -> None:
+        self._done(token, None, reason)
 
     def farewell(self, reason: str) -> bytes:
         return proto.error("Slow Consumer" if reason.startswith("slow consumer") else reason)
@@ -256,24 +243,25 @@ class NatsConnection:
         return self.parser.held
 
     def wake_at(self) -> float | None:
-        return self.liveness.wake_at(self.client.last_input)
+        return self.liveness.wake_at(self.last_input)
 
     def wake(self, now: float) -> None:
-        action = self.liveness.wake(now, self.client.last_input)
+        action = self.liveness.wake(now, self.last_input)
         if action == PING:
-            self.client.send(proto.PING)
+            self.outbox.push(proto.PING)
         elif action == HANDSHAKE_TIMEOUT:
             self.stats["handshake timeouts"] += 1
-            self.client.close("no CONNECT in time", proto.error("Authentication Timeout"))
+            self.outbox.close_now("no CONNECT in time", proto.error("Authentication Timeout"))
         elif action == STALE:
             self.stats["stale connections"] += 1
-            self.client.close("stale connection", proto.error("Stale Connection"))
+            self.outbox.close_now("stale connection", proto.error("Stale Connection"))
 
     def closed(self) -> None:
         for subscription in self.subscriptions.values():
             self.routes.index.discard(subscription.subject, subscription)
-            self.router.interest.remove(subscription.subject)
+            self.deployment.interest.remove(subscription.subject)
         self.subscriptions.clear()
+        self._unread.clear()
 
     def deliver(self, seq: int, subscription: NatsSubscription, frames: MessageFrames) -> None:
         frame: bytes | None  # None once the echo filter holds it back (or it is the client's own)
@@ -282,14 +270,99 @@ class NatsConnection:
             try:
                 frame = self.echo.offer(seq, frame)
             except HeldTooMuch as exc:
-                self.client.slow_consumer(str(exc))
+                self.stats["slow consumers"] += 1
+                self.outbox.close_now(f"slow consumer: {exc}", proto.error("Slow Consumer"))
                 return
         if frame is not None:
-            self.client.send(frame)
+            self.outbox.push(frame)
             self.stats["delivered"] += 1
         subscription.delivered += 1
         if subscription.max_msgs is not None and subscription.delivered >= subscription.max_msgs:
             self._drop(subscription)
+
+    # ------------------------------------------------------------ operations, in order
+
+    def _waits(self, operation: proto.Operation | proto.NatsError) -> bool:
+        """Whether ``operation`` must wait for the PUBs before it to be confirmed."""
+        if not self._inflight:
+            return False
+        if self._inflight_messages >= MAX_IN_FLIGHT or self.echo is not None:
+            return True  # back-pressure; or the echo filter, which follows one batch at a time
+        return self.verbose and operation.__class__ is not proto.Pub
+
+    def _run(self) -> None:
+        unread, outbox = self._unread, self.outbox
+        batch: list[Envelope] = []
+        slots: list[Slot] = []
+        while unread and outbox.closing is None:
+            operation = unread[0]
+            if not batch and self._waits(operation):
+                break
+            if operation.__class__ is proto.Pub:
+                unread.popleft()
+                result = self._publish(operation)
+                if result.__class__ is _Refusal:
+                    if result.fatal:
+                        self._fatal(result.message)
+                        break
+                    outbox.reply(proto.error(result.message))
+                    continue
+                if self.verbose or not slots:
+                    slots.append(outbox.hold())  # its +OK (verbose), or the batch's place: what follows waits
+                batch.append(result)  # type: ignore[arg-type]
+                if result.reply is not None and self.no_responders and not self._has_responders(result.subject):  # type: ignore[union-attr]
+                    outbox.reply(self._no_responders(result.reply))  # type: ignore[union-attr]
+                continue
+            if batch:  # what was published before this operation is submitted first
+                self._submit(batch, slots)
+                batch, slots = [], []
+                continue  # it may have to wait for them
+            unread.popleft()
+            if operation.__class__ is proto.NatsError:
+                self.stats["protocol errors"] += 1
+                self._fatal(operation.message)
+                break
+            answer = self._execute(operation)  # type: ignore[arg-type]
+            if answer.__class__ is _Refusal:
+                self._fatal(answer.message)
+                break
+            if answer:
+                outbox.reply(answer)  # type: ignore[arg-type]
+        if batch:
+            self._submit(batch, slots)
+
+    def _submit(self, batch: list[Envelope], slots: list[Slot]) -> None:
+        token = next(self._tokens)
+        self._inflight[token] = (slots, len(batch), proto.OK if self.verbose else b"")
+        self._inflight_messages += len(batch)
+        if self.echo is not None:
+            self.echo.publishing()
+        self.requests.append(Publish(token, batch))
+
+    def _done(self, token: int, seqs: list[int] | None, failure: str | None) -> None:
+        entry = self._inflight.pop(token, None)
+        if entry is None:
+            return
+        slots, count, answer = entry
+        self._inflight_messages -= count
+        if self.echo is not None:
+            released = self.echo.published(seqs, self.deployment.position)
+            for frame in released:
+                self.outbox.push(frame)
+            self.stats["delivered"] += len(released)
+        if failure is None:
+            for slot in slots:
+                self.outbox.fill(slot, answer)
+        else:
+            self.stats["publish failures"] += count
+            self.outbox.fill(slots[0], proto.error(f"Publish Failed: {failure}"), close="publish failed")
+        self._run()
+
+    def _fatal(self, message: str) -> None:
+        """An error the connection cannot go on after: ``-ERR``, then close, behind the replies before it."""
+        self._unread.clear()
+        self.outbox.reply(proto.error(message))
+        self.outbox.close(message)
 
     # ------------------------------------------------------------ operations
 
@@ -311,7 +384,7 @@ class NatsConnection:
             return _Refusal("Maximum Payload Violation")
 
     def _has_responders(self, subject: str) -> bool:
-        return bool(self.routes.index.lookup(subject)) or self.router.subscribers_elsewhere(subject) > 0
+        return bool(self.routes.index.lookup(subject)) or self.deployment.subscribers_elsewhere(subject) > 0
 
     def _no_responders(self, reply: str) -> bytes:
         """The 503 status message, on each of this client's subscriptions that match ``reply``."""
@@ -319,97 +392,6 @@ class NatsConnection:
         subject = reply.encode()
         return b"".join(proto.hmsg(subject, subscription.sid_bytes, None, NO_RESPONDERS, b"")
                         for subscription in self.subscriptions.values() if match(subscription.subject, reply))
-
-    def _send(self, replies: list[bytes | None], batch: list[tuple[int | None, Envelope]]) -> bool:
-        """Publish the batch, then send the replies; False when the connection had to end.
-
-        A client promised no answer to a PUB (not ``verbose``, and taking its
-        own messages) does not wait for the confirmation: its batch is
-        submitted and its connection keeps reading, at most
-        ``MAX_IN_FLIGHT`` messages ahead of the backbone's confirmations.
-        """
-        if batch and not self.verbose and self.echo is None:
-            if not self._submit([message for _, message in batch]):
-                return False
-            batch = []
-        if batch:
-            failure = self._publish_batch([message for _, message in batch])
-            for index, _ in batch:
-                if index is not None:
-                    replies[index] = b"" if failure else proto.OK
-            if failure:
-                self.stats["publish failures"] += len(batch)
-                self.client.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
-                self.client.close("publish failed", proto.error(f"Publish Failed: {failure}"))
-                return False
-        if replies:
-            self.client.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
-        return True
-
-    def _submit(self, messages: list[Envelope]) -> bool:
-        """Publish without waiting for the confirmation; False when the connection had to end."""
-        try:
-            result = self.router.publish_nowait(messages)
-        except Exception as exc:
-            self._publish_failed(len(messages), str(exc))
-            return False
-        self._inflight.append((result, len(messages)))
-        self._inflight_messages += len(messages)
-        result.rawlink(self._confirmed)
-        while self._inflight_messages > MAX_IN_FLIGHT:  # back-pressure: stop reading until the backbone catches up
-            self._inflight[0][0].wait()
-            self._forget_confirmed()
-            if self.client.closing is not None:
-                return False
-        return True
-
-    def _confirmed(self, result: AsyncResult) -> None:
-        if not result.successful():
-            count = next((count for each, count in self._inflight if each is result), 0)
-            self._publish_failed(count, str(result.exception))
-        self._forget_confirmed()
-
-    def _forget_confirmed(self) -> None:
-        inflight = self._inflight
-        while inflight and inflight[0][0].ready():
-            _, count = inflight.popleft()
-            self._inflight_messages -= count
-
-    def _drain(self) -> bool:
-        """Wait for every submitted PUB's confirmation; False when one failed (the connection is ending)."""
-        for result, _ in list(self._inflight):
-            result.wait()
-        self._forget_confirmed()
-        return self.client.closing is None
-
-    def _publish_failed(self, count: int, reason: str) -> None:
-        self.stats["publish failures"] += count
-        self.client.close("publish failed", proto.error(f"Publish Failed: {reason}"))
-
-    def _publish_batch(self, messages: list[Envelope]) -> str | None:
-        """Publish and wait for the confirmation; why it failed, or None."""
-        echo = self.echo
-        if echo is None:
-            try:
-                self.router.publish(messages)
-            except Exception as exc:
-                return str(exc)
-            return None
-        echo.publishing()
-        seqs, failure = None, None
-        try:
-            seqs = self.router.publish(messages)
-        except Exception as exc:
-            failure = str(exc)
-        released = echo.published(seqs, self.router.position)
-        for frame in released:
-            self.client.send(frame)
-        self.stats["delivered"] += len(released)
-        return failure
-
-    def _fatal(self, replies: list[bytes | None], batch: list[tuple[int | None, Envelope]], message: str) -> None:
-        if self._send(replies, batch):
-            self.client.close(message, proto.error(message))
 
     def _execute(self, operation: proto.Operation) -> bytes | _Refusal:
         if isinstance(operation, proto.Ping):
@@ -426,7 +408,7 @@ class NatsConnection:
     def _connect(self, options: dict) -> bytes | _Refusal:
         self.liveness.connect()
         if options.get("echo") is False:
-            self.echo = EchoFilter(self.client.max_pending)
+            self.echo = EchoFilter(self.max_held)
         if options.get("tls_required"):
             return _Refusal("Secure Connection - TLS Required is not supported by this gateway")
         self.verbose = bool(options.get("verbose"))
@@ -450,7 +432,7 @@ class NatsConnection:
         subscription = NatsSubscription(self, sub.sid, sub.subject, sub.queue)
         self.subscriptions[sub.sid] = subscription
         self.routes.index.add(sub.subject, subscription)
-        self.router.interest.add(sub.subject)
+        self.deployment.interest.add(sub.subject)
         return proto.OK if self.verbose else b""
 
     def _unsubscribe(self, unsub: proto.Unsub) -> bytes:
@@ -466,7 +448,7 @@ class NatsConnection:
         if self.subscriptions.get(subscription.sid) is subscription:
             del self.subscriptions[subscription.sid]
             self.routes.index.discard(subscription.subject, subscription)
-            self.router.interest.remove(subscription.subject)
+            self.deployment.interest.remove(subscription.subject)
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,21 @@ client per matching channel and pattern subscription): this gateway's own,
 exactly, plus those every other gateway and subscribing client announced
 (:mod:`fyrehose.subjects.interest`; a subscription made elsewhere a moment ago may not
 be counted yet).
+
+Pure: :meth:`RedisConnection.receive` takes the client's bytes and leaves
+replies in :attr:`RedisConnection.outbox` and what needs the backbone or the
+cache in :attr:`RedisConnection.requests` (:mod:`fyrehose.gateways.requests`); the
+driver feeds the results back.  Consecutive PUBLISHes are one request and are
+not waited for: their replies are held in order while the client's next
+PUBLISHes are read.  Any other command waits until every PUBLISH before it is
+answered (a SUBSCRIBE after a PUBLISH must not receive that message, and its
+confirmation must not follow pushes), so the commands after it stay unread
+(:attr:`RedisConnection.paused`) until then.
 """
 from __future__ import annotations
 
 import itertools
-from collections import Counter
-from typing import TYPE_CHECKING
+from collections import Counter, deque
 
 from fyrehose.gateways.channels import (
     ChannelError,
@@ -28,16 +37,15 @@ from fyrehose.gateways.channels import (
     subject_to_channel,
 )
 from fyrehose.gateways.liveness import IdleTimeout
+from fyrehose.gateways.outbox import Outbox, Slot
 from fyrehose.gateways.redis import protocol as resp
 from fyrehose.gateways.redis.hiredis_parser import HiredisCommandParser
+from fyrehose.gateways.requests import Deployment, Publish, Snapshot
 from fyrehose.gateways.sizes import checked
 from fyrehose.protocol.codec import PayloadTooLarge
-from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status
+from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status, check_subject
 from fyrehose.subjects.redis_glob import MAX_PATTERN, GlobIndex, literal_prefix
-
-if TYPE_CHECKING:
-    from fyrehose.gateways.router import GatewayRouter
-    from fyrehose.gateways.tcp import TcpClient
+from fyrehose.subjects.session_table import SNAP_PREFIX
 
 SERVER_VERSION = "7.0.0"  # the Redis release whose pub/sub replies this gateway follows
 MAX_SUBSCRIPTIONS = 10000  # channels + patterns per client
@@ -49,6 +57,7 @@ NOPERM = resp.error("NOPERM this user has no permissions to access one of the ch
 MAX_COMMAND_BULK = 1 << 20  # larger arguments end the connection; up to this, a clear error
 MAX_COMMAND = 2 << 20  # bytes of one whole command (its arguments and their overhead); more ends the connection
 SUBSCRIBED_CONTEXT = {b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscribe", b"ping", b"quit"}
+MAX_WAITING = 4096  # PUBLISH replies held for the backbone before the client's input stops being read
 
 
 class RedisRoutes:
@@ -65,7 +74,7 @@ class RedisRoutes:
             self.subjects.add(subject)
         self.channels.setdefault(channel, {})[connection] = None
         if subject is not None:  # a channel without a subject receives nothing: no interest to announce
-            connection.router.interest.add(subject)
+            connection.deployment.interest.add(subject)
 
     def unsubscribe(self, channel: bytes, connection: RedisConnection) -> None:
         connections = self.channels.get(channel)
@@ -76,7 +85,7 @@ class RedisRoutes:
                 del self.channels[channel]
                 self.subjects.discard(subject)
             if subject is not None:
-                connection.router.interest.remove(subject)
+                connection.deployment.interest.remove(subject)
 
     def psubscribe(self, pattern: bytes, connection: RedisConnection) -> None:
         entry = self.patterns.get(pattern)
@@ -84,7 +93,7 @@ class RedisRoutes:
             entry = (pattern, {})
             self.patterns.add(pattern, entry)
         entry[1][connection] = None
-        connection.router.interest.add_glob(pattern)
+        connection.deployment.interest.add_glob(pattern)
 
     def punsubscribe(self, pattern: bytes, connection: RedisConnection) -> None:
         entry = self.patterns.get(pattern)
@@ -92,7 +101,7 @@ class RedisRoutes:
             del entry[1][connection]
             if not entry[1]:
                 self.patterns.discard(pattern)
-            connection.router.interest.remove_glob(pattern)
+            connection.deployment.interest.remove_glob(pattern)
 
     def receivers(self, channel: bytes) -> int:
         """How many deliveries a message on ``channel`` makes here (a client per matching subscription)."""
@@ -146,16 +155,19 @@ PMESSAGE_HEAD = resp.bulk(b"pmessage")
 
 
 class RedisConnection:
-    """One Redis client: its protocol version, name and subscriptions."""
+    """One Redis client: its protocol version, name and subscriptions; its replies in :attr:`outbox`."""
 
+    headroom = 0  # its farewell replaces what is queued: no room kept for it
     _ids = itertools.count(1)
 
-    def __init__(self, client: TcpClient, routes: RedisRoutes, router: GatewayRouter, stats: Counter,
-                 *, request_timeout: float = 1.0, idle: IdleTimeout | None = None) -> None:
-        self.client = client
+    def __init__(self, routes: RedisRoutes, deployment: Deployment, stats: Counter, *,
+                 request_timeout: float = 1.0, idle: IdleTimeout | None = None,
+                 outbox: Outbox | None = None, now: float = 0.0) -> None:
+        self.outbox = outbox if outbox is not None else Outbox()
+        self.requests: list[Publish | Snapshot] = []  # for the driver to carry out (and empty)
         self.idle = idle or IdleTimeout()
         self.routes = routes
-        self.router = router
+        self.deployment = deployment
         self.stats = stats
         self.request_timeout = request_timeout
         self.id = next(self._ids)
@@ -164,33 +176,49 @@ class RedisConnection:
         self.name: bytes | None = None
         self.channels: dict[bytes, None] = {}
         self.patterns: dict[bytes, None] = {}
+        self.last_input = now  # an idle client's silence counts from its connection (``now``) or its last input
+        self._unread: deque[resp.Command | resp.RespError] = deque()  # parsed, waiting for earlier replies
+        self._tokens = itertools.count(1)
+        self._publishes: dict[int, list[tuple[Slot, int]]] = {}  # token -> each PUBLISH's slot and receivers
+        self._gets: dict[int, Slot] = {}
 
     # ------------------------------------------------------------ the driver's interface
 
-    def receive(self, data: bytes) -> None:
-        replies: list[bytes | None] = []  # None: the reply of a publish still to be confirmed
-        batch: list[tuple[int, Envelope, int]] = []  # (reply index, message, receivers)
-        for command in self.parser.feed(data):
-            if isinstance(command, resp.RespError):
-                self.stats["protocol errors"] += 1
-                self._send(replies, batch)
-                self.client.close(command.message, resp.error(f"ERR {command.message}"))
-                return
-            name = command[0].lower()
-            if name != b"publish" and batch:  # what was published before this command is confirmed first
-                self._send(replies, batch)
-                replies, batch = [], []
-            result = self._execute(name, command)
-            if isinstance(result, bytes):
-                replies.append(result)
-            else:  # consecutive PUBLISHes are confirmed together
-                batch.append((len(replies), *result))
-                replies.append(None)
-            if name == b"quit":
-                self._send(replies, batch)
-                self.client.close("QUIT")
-                return
-        self._send(replies, batch)
+    def receive(self, data: bytes, now: float) -> None:
+        """The client's bytes, received at ``now``."""
+        self.last_input = now
+        if self.outbox.closing is not None:
+            return
+        self._unread.extend(self.parser.feed(data))
+        self._run()
+
+    @property
+    def paused(self) -> bool:
+        """Read nothing more for now: commands wait for earlier replies, or too many replies wait."""
+        return bool(self._unread) or self.outbox.waiting >= MAX_WAITING
+
+    @property
+    def busy(self) -> bool:
+        """Results are still awaited (a client that closed its side still gets their replies)."""
+        return bool(self._publishes or self._gets)
+
+    def published(self, token: int, seqs: list[int]) -> None:
+        for slot, receivers in self._publishes.pop(token, ()):
+            self.outbox.fill(slot, resp.integer(receivers))
+        self._run()
+
+    def failed(self, token: int, reason: str) -> None:
+        batch = self._publishes.pop(token, ())
+        self.stats["publish failures"] += len(batch)
+        for slot, _ in batch:  # unconfirmed: every PUBLISH of the batch hears why
+            self.outbox.fill(slot, resp.error(f"ERR publish not confirmed by the backbone: {reason}"))
+        self._run()
+
+    def answered(self, token: int, answer: Envelope | None) -> None:
+        slot = self._gets.pop(token, None)
+        if slot is not None:
+            self.outbox.fill(slot, self._get_reply(answer))
+        self._run()
 
     def farewell(self, reason: str) -> bytes:
         return resp.error(f"ERR {reason}")
@@ -199,12 +227,12 @@ class RedisConnection:
         return self.parser.held
 
     def wake_at(self) -> float | None:
-        return self.idle.wake_at(self.client.last_input, self._subscribed)
+        return self.idle.wake_at(self.last_input, self._subscribed)
 
     def wake(self, now: float) -> None:
-        if self.idle.wake(now, self.client.last_input, self._subscribed):
+        if self.idle.wake(now, self.last_input, self._subscribed):
             self.stats["idle clients closed"] += 1
-            self.client.close("idle timeout")  # silently, as redis-server does
+            self.outbox.close_now("idle timeout")  # silently, as redis-server does
 
     def closed(self) -> None:
         for channel in self.channels:
@@ -213,34 +241,55 @@ class RedisConnection:
             self.routes.punsubscribe(pattern, self)
         self.channels.clear()
         self.patterns.clear()
+        self._unread.clear()
 
     def deliver(self, frame: bytes) -> None:
-        """Queue one pub/sub message, framed for this client's protocol version."""
-        self.client.send(frame)
+        """Push one pub/sub message, framed for this client's protocol version."""
+        self.outbox.push(frame)
         self.stats["delivered"] += 1
 
-    # ------------------------------------------------------------ publishing
+    # ------------------------------------------------------------ commands, in order
 
     @property
     def _subscribed(self) -> bool:
         return bool(self.channels or self.patterns)
 
-    def _send(self, replies: list[bytes | None], batch: list[tuple[int, Envelope, int]]) -> None:
-        if batch:
-            try:
-                self.router.publish([message for _, message, _ in batch])
-                for index, _, receivers in batch:
-                    replies[index] = resp.integer(receivers)
-            except Exception as exc:  # unconfirmed: every client in the batch hears why
-                self.stats["publish failures"] += len(batch)
-                for index, _, _ in batch:
-                    replies[index] = resp.error(f"ERR publish not confirmed by the backbone: {exc}")
-        if replies:
-            self.client.send(b"".join(replies))  # type: ignore[arg-type]  # every slot of replies is filled by now
+    def _run(self) -> None:
+        """Execute what was read, up to a command that must wait for the replies before it."""
+        unread, outbox = self._unread, self.outbox
+        batch: list[tuple[Slot, int]] = []
+        messages: list[Envelope] = []
+        while unread and outbox.closing is None:
+            command = unread[0]
+            if command.__class__ is resp.RespError:
+                if outbox.waiting:
+                    break
+                unread.clear()
+                self.stats["protocol errors"] += 1
+                outbox.reply(resp.error(f"ERR {command.message}"))
+                outbox.close(command.message)
+                break
+            name = command[0].lower()  # type: ignore[index]
+            if name != b"publish" and outbox.waiting:
+                break  # what was published before this command is answered first
+            unread.popleft()
+            result = self._execute(name, command)  # type: ignore[arg-type]
+            if result.__class__ is bytes:
+                outbox.reply(result)
+            elif result.__class__ is tuple:  # a PUBLISH: consecutive ones are one batch
+                message, receivers = result
+                messages.append(message)
+                batch.append((outbox.hold(), receivers))
+            if name == b"quit":
+                unread.clear()
+                outbox.close("QUIT")
+        if messages:
+            token = next(self._tokens)
+            self._publishes[token] = batch
+            self.requests.append(Publish(token, messages))
 
-    # ------------------------------------------------------------ commands
-
-    def _execute(self, name: bytes, command: list[bytes]) -> bytes | tuple[Envelope, int]:
+    def _execute(self, name: bytes, command: list[bytes]) -> bytes | tuple[Envelope, int] | None:
+        """The reply; a PUBLISH's message and receiver count; None when the reply is held for the cache."""
         args = command[1:]
         if not self.resp3 and self._subscribed and name not in SUBSCRIBED_CONTEXT:
             return resp.error(f"ERR Can't execute '{_text(name)}': only (P)SUBSCRIBE / (P)UNSUBSCRIBE / "
@@ -382,13 +431,21 @@ class RedisConnection:
             return resp.error(f"ERR {exc}")
         if is_internal(message.subject):
             return NOPERM
-        return message, self.routes.receivers(channel) + self.router.subscribers_elsewhere(message.subject)
+        return message, self.routes.receivers(channel) + self.deployment.subscribers_elsewhere(message.subject)
 
-    def _get(self, args: list[bytes]) -> bytes:
+    def _get(self, args: list[bytes]) -> bytes | None:
+        """Ask the cache (the reply is held until it answers), or an error reply."""
         try:
-            answer = self.router.snapshot(channel_to_subject(args[0]), timeout=self.request_timeout)
+            subject = channel_to_subject(args[0])
+            check_subject(SNAP_PREFIX + subject)
         except (ChannelError, EnvelopeError) as exc:
             return resp.error(f"ERR {exc}")
+        token = next(self._tokens)
+        self._gets[token] = self.outbox.hold()
+        self.requests.append(Snapshot(token, subject, self.request_timeout))
+        return None
+
+    def _get_reply(self, answer: Envelope | None) -> bytes:
         if answer is None:
             return resp.error(f"ERR no cache answered within {self.request_timeout:g} s "
                               "(GET is served by `fyrehose cache`)")

@@ -30,10 +30,12 @@ _SENTINEL = b"*1\r\n$%d\r\n%s\r\n" % (len(_TOKEN), _TOKEN)
 class HiredisCommandParser(CommandParser):
     """:class:`CommandParser` with hiredis's reader on the common path (whole reads of RESP arrays)."""
 
+    _reader: hiredis.Reader | None = None  # empty after a read it parsed whole: kept for the next one
+
     def feed(self, data: bytes) -> list[Command | RespError]:
         if self._buffer or self._args is not None or self.failed is not None or data[:1] != b"*":
             return super().feed(data)
-        reader = hiredis.Reader()
+        reader, self._reader = self._reader or hiredis.Reader(), None
         reader.feed(data)
         reader.feed(_SENTINEL)
         commands: list[Command | RespError] = []
@@ -53,4 +55,5 @@ class HiredisCommandParser(CommandParser):
             return super().feed(data)
         if not commands or commands.pop() != [_TOKEN] or reader.has_data():
             return super().feed(data)  # the read ends inside a command: the pure parser keeps the pieces
+        self._reader = reader
         return [command for command in commands if command]

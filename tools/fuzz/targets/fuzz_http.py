@@ -1,11 +1,13 @@
 """Fuzz target: the HTTP gateway's connection (h11, then wsproto and RESP after an upgrade) never raises.
 
-Each input drives one client's :class:`HttpConnection` in memory, fed in two
-chunks at a split point the input chooses: as raw HTTP, as WebSocket frames
-after a valid upgrade, or as RESP inside valid masked frames.  Afterwards one
-message is routed through the gateway to whatever the input subscribed to.
-Oracles: nothing raises, every response is HTTP/1.1, what is queued for the
-client never exceeds its bound.
+Each input drives one client's pure :class:`HttpConnection` in memory, fed in
+two chunks at a split point the input chooses: as raw HTTP, as WebSocket
+frames after a valid upgrade, or as RESP inside valid masked frames; its
+requests are answered at once, as a driver would (publishes confirmed, one
+cached record, SSE streams routed).  Afterwards one message is routed through
+the gateway to whatever the input subscribed to.  Oracles: nothing raises,
+every response is HTTP/1.1, what is queued for the client never exceeds its
+bound.
 """
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import instrumented, main  # noqa: E402
 
 with instrumented():
-    from fyrehose.gateways.http.connection import HttpConnection
+    from fyrehose.gateways.http.connection import HttpConnection, Stream
     from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
+    from fyrehose.gateways.http.stream import EventStream
+    from fyrehose.gateways.requests import Publish, Snapshot
     from fyrehose.subjects.envelope import Envelope, MsgType, Status
     from fyrehose.subjects.interest import LocalInterest
     from fyrehose.subjects.snapshots import sequence_headers
@@ -41,9 +45,10 @@ class MemoryClient:
         self.pending = 0
         self.closing: str | None = None
         self.connection: HttpConnection | None = None
+        self.stream: EventStream | None = None
 
     def send(self, data: bytes) -> None:
-        if self.closing is not None:
+        if self.closing is not None or not data:
             return
         if self.pending + len(data) > self.max_pending:
             self.slow_consumer("over the bound")
@@ -77,6 +82,20 @@ class MemoryRouter:
         self.position += len(messages)
         return list(range(first, self.position + 1))
 
+    def answer(self, connection: HttpConnection, client: MemoryClient) -> None:
+        """Carry out the connection's requests, as its driver would, until it asks for nothing more."""
+        while connection.requests:
+            request = connection.requests.pop(0)
+            if isinstance(request, Publish):
+                connection.published(request.token, self.publish(request.messages))
+            elif isinstance(request, Snapshot):
+                connection.answered(request.token, self.snapshot(request.subject, request.timeout))
+            elif isinstance(request, Stream):
+                client.stream = EventStream(client, connection.site, request.pattern,  # type: ignore[arg-type]
+                                            connection.sse_data)
+                client.stream.start(request.last_event_id)
+            client.send(connection.outbox.take())
+
     def snapshot(self, subject: str, timeout: float) -> Envelope | None:
         if subject != "fuzz.cached":
             return None
@@ -102,13 +121,20 @@ def drive(data: bytes) -> MemoryClient:
     router = MemoryRouter()
     gateway.router = router  # type: ignore[assignment]
     client = MemoryClient()
-    connection = client.connection = HttpConnection(client, gateway, router)  # type: ignore[arg-type]
+    connection = client.connection = HttpConnection(gateway, router, 0.0)
     cut = split * len(body) // 256
     for chunk in (body[:cut], body[cut:]):
         if client.closing is None and chunk:
-            connection.receive(chunk)
+            connection.receive(chunk, 0.0)
+            client.send(connection.outbox.take())
+            router.answer(connection, client)
+            if connection.outbox.closing is not None:
+                client.close(connection.outbox.closing)
     gateway.route(router.position + 1, Envelope("fuzz.subject", b"routed"))
+    client.send(connection.outbox.take())
     connection.closed()
+    if client.stream is not None:
+        client.stream.stop()
     return client
 
 

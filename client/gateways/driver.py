@@ -1,0 +1,212 @@
+"""The driver of one pure gateway connection: its client's socket on one side, the backbone on the other.
+
+The Redis, NATS, Marlin and HTTP connections are pure state machines
+(bytes and time in; an :class:`~fyrehose.gateways.outbox.Outbox` and
+:mod:`requests <fyrehose.gateways.requests>` out).  :class:`ConnectionDriver`
+is what the TCP server (:mod:`fyrehose.gateways.tcp`) holds per client: it
+feeds the connection what the client sent, carries out its requests through
+the gateway's router (publishes join the loop iteration's one batch;
+snapshots ask the cache), feeds the results back, writes what the outbox has
+ready, pauses the reading while the connection cannot go on, and hangs up
+when the outbox says so.  Messages from the stream reach the connection
+through the routes, never through here; the outbox then tells this driver,
+which writes them once per loop iteration.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Protocol
+
+import gevent
+
+from fyrehose.gateways.outbox import Outbox
+from fyrehose.gateways.requests import Publish, Snapshot
+from fyrehose.gateways.router import GatewayRouter
+from fyrehose.gateways.tcp import TcpClient
+from fyrehose.subjects.envelope import Envelope
+
+log = logging.getLogger("fyrehose.gateway")
+
+
+class PureConnection(Protocol):
+    """What every pure gateway connection offers its driver."""
+
+    outbox: Outbox
+    requests: list  # Publish, Snapshot, or a request of the protocol's own, for the driver to take
+    headroom: int  # output kept free below --max-pending for the farewell
+
+    @property
+    def paused(self) -> bool:
+        """Read nothing more for now."""
+
+    @property
+    def busy(self) -> bool:
+        """Results are still awaited."""
+
+    def receive(self, data: bytes, now: float) -> None: ...
+
+    def published(self, token: int, seqs: list[int]) -> None: ...
+
+    def failed(self, token: int, reason: str) -> None: ...
+
+    def farewell(self, reason: str) -> bytes: ...
+
+    def closed(self) -> None: ...
+
+    def wake_at(self) -> float | None: ...
+
+    def wake(self, now: float) -> None: ...
+
+    def held(self) -> int: ...
+
+
+class ConnectionDriver:
+    """A :class:`~fyrehose.gateways.tcp.ClientConnection` for a pure connection, on the gateway's loop."""
+
+    def __init__(self, client: TcpClient, connection: PureConnection, router: GatewayRouter, stats: Counter) -> None:
+        self.client = client
+        self.connection = connection
+        self.router = router
+        self.stats = stats
+        self._queued = False  # a pump is queued for this loop iteration
+        self._inside = False  # feeding the connection now: a pump follows anyway
+        connection.outbox.notify = self._ready
+        client.keep_open = lambda: connection.busy
+        self._pump()
+
+    # ------------------------------------------------------------ what the TCP server calls
+
+    def receive(self, data: bytes) -> None:
+        self._inside = True
+        try:
+            self.connection.receive(data, self.client.last_input)
+        finally:
+            self._inside = False
+        self._pump()
+
+    def farewell(self, reason: str) -> bytes:
+        return self.connection.farewell(reason)
+
+    def closed(self) -> None:
+        self.connection.outbox.notify = None  # no cycle back to this driver: the client's memory returns at once
+        self.connection.closed()
+
+    def wake_at(self) -> float | None:
+        return self.connection.wake_at()
+
+    def wake(self, now: float) -> None:
+        self._inside = True
+        try:
+            self.connection.wake(now)
+        finally:
+            self._inside = False
+        self._pump()
+
+    def held(self) -> int:
+        return self.connection.held()
+
+    # ------------------------------------------------------------ the connection's output and requests
+
+    def _ready(self) -> None:
+        """The outbox has something (a message from the stream): written with everyone's, after this callback."""
+        if not self._queued and not self._inside:
+            self._queued = True
+            gevent.get_hub().loop.run_callback(self._pump_queued)
+
+    def _pump_queued(self) -> None:
+        self._queued = False
+        self._guarded(self._pump)
+
+    def _pump(self) -> None:
+        """Write what is ready, carry out the requests, follow the connection's pause and close."""
+        connection, client = self.connection, self.client
+        while True:
+            data = connection.outbox.take()
+            if data:
+                self._write(data)
+            if not connection.requests:
+                break
+            requests = connection.requests[:]
+            connection.requests.clear()
+            for request in requests:
+                self.carry_out(request)
+        if client.closing is not None:
+            return
+        if connection.outbox.closing is not None:
+            reason = connection.outbox.closing
+            if reason.startswith("slow consumer"):
+                log.warning("%s disconnected: %s", client.peer, reason)
+            client.close(reason)
+        elif client.input_over and not connection.busy:
+            client.close("client closed")
+        elif connection.paused:
+            client.pause()
+        else:
+            client.resume()
+
+    def _write(self, data: bytes) -> None:
+        client, headroom = self.client, self.connection.headroom
+        if headroom and client.closing is None and client.pending + len(data) > client.max_pending - headroom:
+            reason = f"slow consumer: more than {client.max_pending - headroom} bytes unread"
+            self.stats["slow consumers"] += 1
+            log.warning("%s disconnected: %s", client.peer, reason)
+            client.send(self.connection.farewell(reason))  # behind what the client has not read: it fits the headroom
+            client.close(reason)
+            return
+        client.send(data)
+
+    def carry_out(self, request: object) -> None:
+        """Publish, or ask the cache; a protocol's own requests are its driver's (a subclass)."""
+        if request.__class__ is Publish:
+            token = request.token
+            try:
+                self.router.publish_with(request.messages,
+                                         lambda seqs, error: self._published(token, seqs, error))
+            except Exception as exc:  # unreachable, closed, too large: the connection hears it at once
+                self.connection.failed(token, str(exc))
+        elif request.__class__ is Snapshot:
+            token = request.token
+            self.router.snapshot_with(request.subject, request.timeout,
+                                      lambda answer: self._answered(token, answer))
+        else:
+            raise TypeError(f"no driver for {request!r}")
+
+    def _published(self, token: int, seqs: list[int] | None, error: Exception | None) -> None:
+        if self.client.connection is None:
+            return  # the client is gone
+        connection = self.connection
+
+        def step() -> None:
+            if error is None:
+                connection.published(token, seqs or [])
+            else:
+                connection.failed(token, str(error))
+            self._pump()
+            self.client.rearm()
+
+        self._guarded(step)
+
+    def _answered(self, token: int, answer: Envelope | None) -> None:
+        if self.client.connection is None:
+            return
+        answered = self.connection.answered  # type: ignore[attr-defined]  # connections that ask the cache have it
+
+        def step() -> None:
+            answered(token, answer)
+            self._pump()
+            self.client.rearm()
+
+        self._guarded(step)
+
+    def _guarded(self, step) -> None:
+        """A bug in one connection costs that client, never the gateway."""
+        self._inside = True
+        try:
+            step()
+        except Exception:
+            self.stats["connection failures"] += 1
+            log.exception("%s: connection failed; disconnecting", self.client.peer)
+            self.client.close("connection failed")
+        finally:
+            self._inside = False

@@ -1,0 +1,35 @@
+"""The driver of one HTTP connection: the common one, plus the Server-Sent Event stream it may turn into."""
+from __future__ import annotations
+
+from collections import Counter
+
+from fyrehose.gateways.driver import ConnectionDriver
+from fyrehose.gateways.http.connection import HttpConnection, Stream
+from fyrehose.gateways.http.gateway import HttpGateway
+from fyrehose.gateways.http.stream import EventStream
+from fyrehose.gateways.router import GatewayRouter
+from fyrehose.gateways.tcp import TcpClient
+
+
+class HttpConnectionDriver(ConnectionDriver):
+    """Carries out an :class:`HttpConnection`'s requests, its SSE stream (live routing, backfill) included."""
+
+    def __init__(self, client: TcpClient, connection: HttpConnection, gateway: HttpGateway, router: GatewayRouter,
+                 stats: Counter) -> None:
+        self.gateway = gateway
+        self.http = connection
+        self.stream: EventStream | None = None
+        super().__init__(client, connection, router, stats)
+
+    def carry_out(self, request: object) -> None:
+        if request.__class__ is not Stream:
+            super().carry_out(request)
+            return
+        self.stream = EventStream(self.client, self.gateway, request.pattern,
+                                  self.http.sse_data)
+        self.stream.start(request.last_event_id)
+
+    def closed(self) -> None:
+        super().closed()
+        if self.stream is not None:
+            self.stream.stop()
