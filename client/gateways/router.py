@@ -106,8 +106,14 @@ class GatewayRouter:
         self._elsewhere: dict[str, int] = {}  # subject -> subscribers_elsewhere, until the table changes
         self._next_expiry = 0.0
         self._taken = 0
+        # the link's receive loop may route the first messages while its constructor still waits for the backbone:
+        # the subject layer's answers to them (a session's verification) wait here until the link exists
+        self._early_answers: list[bytes] | None = []
         self.link = BackboneLink(backbone, self.subjects, self._take, stats=stats,
                                  publish_timeout=publish_timeout, bind=bind, multicast=multicast)
+        early, self._early_answers = self._early_answers, None
+        if early:
+            self.link.send_unconfirmed(early)
 
     def close(self) -> None:
         self.link.close()
@@ -240,7 +246,10 @@ class GatewayRouter:
             return
         opened, accepted, answers = self.subjects.open(data, wall_us())
         if answers:
-            self.link.send_unconfirmed(answers)
+            if self._early_answers is not None:
+                self._early_answers += answers
+            else:
+                self.link.send_unconfirmed(answers)
         if opened is None or not accepted:
             return
         self._special(opened)
