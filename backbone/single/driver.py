@@ -20,7 +20,7 @@ from fyrehose.backbone.host.multicast import GroupOptions, enable_group_sends
 from fyrehose.backbone.host.statefile import ReservationWriter, SequenceStateFile
 from fyrehose.backbone.host.stopping import StopRequest
 from fyrehose.backbone.host.udp import SOCKET_BUFFER, bind_udp, send_all
-from fyrehose.backbone.single.pair_member import PairMember
+from fyrehose.backbone.single.pair_member import PRIMARY, STANDBY, PairMember
 from fyrehose.backbone.single.trace import StageTrace
 from fyrehose.protocol.codec import Address
 from fyrehose.runtime.metrics import (
@@ -88,7 +88,7 @@ class SingleProcessBackbone:
         )
 
     def request_role(self, role: str) -> None:
-        """Promote (``primary``) or demote (``standby``) a pair member; safe from a signal handler."""
+        """Promote (PRIMARY) or demote (STANDBY) a pair member; safe from a signal handler."""
         if self.pair is not None:
             self.pair.requested = role
             self._wake.request()
@@ -211,8 +211,8 @@ def run_single(backbone: Backbone, listen: Address, state: SequenceStateFile, me
         signal.signal(signum, lambda *_: driver.stop())
     role = ""
     if pair is not None:
-        signal.signal(signal.SIGUSR1, lambda *_: driver.request_role("primary"))
-        signal.signal(signal.SIGUSR2, lambda *_: driver.request_role("standby"))
+        signal.signal(signal.SIGUSR1, lambda *_: driver.request_role(PRIMARY))
+        signal.signal(signal.SIGUSR2, lambda *_: driver.request_role(STANDBY))
         role = f", standby of {pair.peer[0]}:{pair.peer[1]} (pair address {pair.pair[0]}:{pair.pair[1]})"
     announce_ready("backbone", driver.address, f"single process, pid {os.getpid()}, "
                    f"next sequence {backbone.sequence.next}, state {state.directory}{role}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import statistics
 import subprocess
@@ -141,15 +142,16 @@ class ClientHost:
         self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:  # the answer is one line; readline returns at once if the client died
-            line = self.proc.stdout.readline()
-            if line:
-                answer: dict[str, Any] = json.loads(line)
-                if "error" in answer:
-                    raise FailoverError(f"the measuring client: {answer['error']}")
-                return answer
-            if self.proc.poll() is not None:
+        while (left := deadline - time.monotonic()) > 0:  # a client that hangs is not waited for past the timeout
+            if not select.select([self.proc.stdout], [], [], min(1.0, left))[0]:
+                continue
+            line = self.proc.stdout.readline()  # the answer is one whole line; empty once the client has died
+            if not line:
                 break
+            answer: dict[str, Any] = json.loads(line)
+            if "error" in answer:
+                raise FailoverError(f"the measuring client: {answer['error']}")
+            return answer
         raise FailoverError(f"the measuring client did not answer {command.split()[0]!r} "
                             f"(exit status {self.proc.poll()})")
 
