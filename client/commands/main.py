@@ -62,6 +62,11 @@ _ENVIRONMENT_ERRNOS = frozenset({
 })
 
 
+def error_line(exc: BaseException) -> str:
+    """The error's one line; an exception raised without a message (a bare socket timeout) is named by its type."""
+    return str(exc) or f"{type(exc).__name__} (no detail given)"
+
+
 def _is_user_error(exc: BaseException) -> bool:
     """True when ``exc`` means the user's input or environment is wrong (one line, exit 1), not a bug."""
     from subprocess import TimeoutExpired
@@ -146,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_INTERNAL
         if debug:
             traceback.print_exc()
-        sys.stderr.write(f"fyrehose {args.command}: error: {exc}\n")
+        sys.stderr.write(f"fyrehose {args.command}: error: {error_line(exc)}\n")
         return EXIT_FAILURE
 
 

@@ -217,3 +217,10 @@ def test_an_address_in_use_is_one_line(tmp_path):
                          "--state-dir", str(tmp_path / "state"))
     assert result.returncode == 1
     assert result.stderr.decode().splitlines() == ["fyrehose backbone: error: [Errno 98] Address already in use"]
+
+
+def test_an_error_raised_without_a_message_is_still_a_line_that_names_it():
+    from fyrehose.commands.main import error_line
+
+    assert error_line(TimeoutError()) == "TimeoutError (no detail given)"
+    assert error_line(TimeoutError("timed out")) == "timed out"
