@@ -40,7 +40,7 @@ PURE_SERVICE_MODULES = {
     "fyrehose.gateways.redis.protocol", "fyrehose.gateways.nats.protocol", "fyrehose.gateways.marlin.protocol",
     "fyrehose.gateways.lumberjack.protocol", "fyrehose.gateways.lumberjack.window",
     "fyrehose.gateways.lumberjack.events", "fyrehose.gateways.http.sse",
-    "fyrehose.gateways.outbox", "fyrehose.gateways.requests", "fyrehose.gateways.liveness", "fyrehose.gateways.sizes",
+    "fyrehose.gateways.outbox", "fyrehose.gateways.requests", "fyrehose.gateways.liveness", "fyrehose.gateways.payloads",
     "fyrehose.gateways.redis.hiredis_parser", "fyrehose.gateways.redis.connection", "fyrehose.gateways.nats.connection",
     "fyrehose.gateways.marlin.connection", "fyrehose.gateways.http.connection", "fyrehose.gateways.http.websocket",
     "fyrehose.gateways.http.resp_values", "fyrehose.gateways.http.settings",

@@ -60,8 +60,9 @@ from fyrehose.net.addresses import parse_hostport, resolve_ipv4
 from fyrehose.net.group_socket import join_group
 from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address
-from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions, Incoming
+from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions, DeliverForm, Incoming
 from fyrehose.protocol.forwarding import FORWARD_RATE, MessageStore
+from fyrehose.protocol.frame_run import FrameRun
 from fyrehose.protocol.multicast import fallback_notice
 from fyrehose.protocol.publishing import Finished
 from fyrehose.protocol.tracker import Event as StreamEvent
@@ -76,6 +77,7 @@ YIELD_EVERY = 16  # datagrams taken in a row before the loop serves the clients 
 FORWARDS_QUEUED = 1024  # FORWARDs waiting for their answer; more are dropped (the requester asks again)
 
 EventsHandler = Callable[[list[StreamEvent]], None]
+RunsHandler = Callable[[list[FrameRun]], None]
 Done = Callable[[list[int] | None, Exception | None], None]  # the sequence numbers, or why not
 
 
@@ -95,19 +97,24 @@ class BackboneLink:
     publishes (NOSUBSCRIBE).  ``held`` keeps every confirmed message
     (its owner bounds it) and makes the link answer FORWARDs from it at
     ``forward_rate`` messages/s; without it the link is NOJOURNAL.
+    With ``on_runs`` a datagram of the backbone's that continues the
+    stream goes there whole, as a FrameRun (what is out of order still
+    comes to ``on_events`` message by message), for a reader that chooses
+    a datagram's messages in one step (:mod:`fyrehose.subjects.selection`).
     """
 
     def __init__(self, backbone: str, subjects: SubjectSession, on_events: EventsHandler | None, *,
                  stats: Counter, publish_timeout: float = 5.0, bind: Address | None = None,
                  unreachable_after: float = UNREACHABLE_AFTER, multicast: Address | None = None,
                  from_seq: int | None = None, held: MessageStore | None = None,
-                 forward_rate: float = FORWARD_RATE) -> None:
-        if on_events is None and (multicast is not None or from_seq is not None):
-            raise ValueError("a link that only publishes takes no stream: no multicast group, no from_seq")
+                 forward_rate: float = FORWARD_RATE, on_runs: RunsHandler | None = None) -> None:
+        if on_events is None and (multicast is not None or from_seq is not None or on_runs is not None):
+            raise ValueError("a link that only publishes takes no stream: no multicast group, no from_seq, no on_runs")
         host, port = parse_hostport(backbone, 2323)
         self.backbone: Address = (resolve_ipv4(host), port)  # sources compare as IP literals
         self.subjects = subjects
         self.on_events = on_events
+        self.on_runs = on_runs
         self.stats = stats
         self.publish_timeout = publish_timeout
         self.unreachable_after = unreachable_after
@@ -118,7 +125,8 @@ class BackboneLink:
         if held is None:
             flags |= codec.FLAG_NOJOURNAL
         auth = subjects.auth
-        options = ConnectionOptions(flags=flags, multicast=multicast is not None)
+        options = ConnectionOptions(flags=flags, multicast=multicast is not None,
+                                    delivers=DeliverForm.MESSAGES if on_runs is None else DeliverForm.ANY_RUNS)
         self.connection = BackboneConnection(self.backbone, options, stats=stats,
                                              vouch=auth.vouches if auth is not None else None)
         if on_events is not None:
@@ -298,6 +306,8 @@ class BackboneLink:
             self._finish(incoming.published)
         if incoming.acked:
             self._acked.set()
+        if incoming.runs:
+            self.on_runs(incoming.runs)  # type: ignore[misc]  # only a link with on_runs is given runs
         if incoming.events:
             self.on_events(incoming.events)  # type: ignore[misc]  # only a subscribed link tracks the stream
         if incoming.forwards:

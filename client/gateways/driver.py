@@ -161,7 +161,7 @@ class ConnectionDriver:
         if request.__class__ is Publish:
             token = request.token
             try:
-                self.router.publish_with(request.messages,
+                self.router.publish_with(request.payloads,
                                          lambda seqs, error: self._published(token, seqs, error))
             except Exception as exc:  # unreachable, closed, too large: the connection hears it at once
                 self.connection.failed(token, str(exc))

@@ -2,7 +2,7 @@
 
 A connection never waits.  What only the backbone or the cache can answer
 leaves it as a request carrying a token: :class:`Publish` (the driver
-publishes the messages as one confirmed batch with every other connection's
+publishes the payloads as one confirmed batch with every other connection's
 of the same loop turn, then calls the connection's ``published(token,
 seqs)`` or ``failed(token, reason)``) and :class:`Snapshot` (the cache's last
 value, then ``answered(token, envelope or None)``).  The connection holds
@@ -14,16 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from fyrehose.subjects.envelope import Envelope
 from fyrehose.subjects.interest import LocalInterest
 
 
 @dataclass(slots=True)
 class Publish:
-    """Publish ``messages``, in order, as confirmed publishes; report their sequence numbers or the failure."""
+    """Publish ``payloads`` (envelopes encoded by :mod:`fyrehose.gateways.payloads`, not yet stamped or signed),
+    in order, as confirmed publishes; report their sequence numbers or the failure."""
 
     token: int
-    messages: list[Envelope]
+    payloads: list[bytes]
 
 
 @dataclass(slots=True)

@@ -10,13 +10,17 @@ are served from that stream too, never directly by the publishing
 connection, so every subscriber of every gateway sees one order.  Raw
 payloads (no envelope, hence no subject) reach no gateway client.
 
-Only what someone here can want is opened: the subject is read from the
-envelope's fixed header first, and the message is decoded, verified and
-routed only when the gateway's ``wants`` says a local subscription may match
-it, or when it is the deployment's own business (interest announcements,
-this gateway's inboxes, and with credentials the session messages of the
-trust exchange).  A gateway's own publishes nobody subscribed to cost one
-subject read on their way back.
+Only what someone here can want is opened: the message is decoded, verified
+and routed only when the gateway's ``wants`` says a local subscription may
+match its subject, or when it is the deployment's own business (interest
+announcements, this gateway's inboxes, and with credentials the session
+messages of the trust exchange).  A datagram that continues the stream is
+taken whole: :func:`fyrehose.subjects.selection.wanted` reads its frames'
+subjects in one compiled loop and looks each up in the verdicts remembered
+per subject, so a message nobody here wants (a gateway's own publishes on
+their way back, most of all) becomes no Python object at all.  The verdicts
+are forgotten whenever the gateway's interest changes (every subscription
+of every protocol passes through it), before the next datagram is chosen.
 
 With credentials the link runs a session, signs what the gateway publishes
 for its TCP clients and verifies every envelope it opens: forged, tampered,
@@ -52,10 +56,12 @@ from fyrehose.drivers.backbone_io import wall_us
 from fyrehose.drivers.link import BackboneLink, Done
 from fyrehose.gateways.channels import is_internal, subject_to_channel
 from fyrehose.protocol.codec import Address
+from fyrehose.protocol.frame_run import FrameRun
 from fyrehose.protocol.tracker import Event, Lost
 from fyrehose.subjects.auth import Credentials
 from fyrehose.subjects.envelope import Envelope, peek_subject
 from fyrehose.subjects.interest import INTEREST_SUBJECT, InterestTable
+from fyrehose.subjects.selection import wanted
 from fyrehose.subjects.session import SubjectSession
 from fyrehose.subjects.session_table import SNAP_PREFIX
 from fyrehose.subjects.snapshots import WITH_SEQUENCE
@@ -106,11 +112,14 @@ class GatewayRouter:
         self._elsewhere: dict[str, int] = {}  # subject -> subscribers_elsewhere, until the table changes
         self._next_expiry = 0.0
         self._taken = 0
+        self._verdicts: dict[bytes, bool] = {}  # subject -> whether a message on it is opened here
+        self._verdicts_version = self.interest.version  # the interest they were decided under
         # the link's receive loop may route the first messages while its constructor still waits for the backbone:
         # the subject layer's answers to them (a session's verification) wait here until the link exists
         self._early_answers: list[bytes] | None = []
         self.link = BackboneLink(backbone, self.subjects, self._take, stats=stats,
-                                 publish_timeout=publish_timeout, bind=bind, multicast=multicast)
+                                 publish_timeout=publish_timeout, bind=bind, multicast=multicast,
+                                 on_runs=self._take_runs)
         early, self._early_answers = self._early_answers, None
         if early:
             self.link.send_unconfirmed(early)
@@ -151,15 +160,15 @@ class GatewayRouter:
         self.stats["published"] += len(seqs)
         return seqs
 
-    def publish_with(self, messages: list[Envelope], done: Done) -> None:
-        """Publish without waiting: ``done(seqs, None)`` once the backbone confirmed every message, ``done(None,
-        error)`` if it did not.
+    def publish_with(self, payloads: list[bytes], done: Done) -> None:
+        """Publish encoded envelopes (:mod:`fyrehose.gateways.payloads`) without waiting: ``done(seqs, None)`` once
+        the backbone confirmed every message, ``done(None, error)`` if it did not.
 
         ``done`` runs on the loop (with every other publisher's of the same
         CONFIRM).  Raises PayloadTooLarge, or a FyrehoseError when the backbone
         is unreachable, at once.
         """
-        seal = self.subjects.seal
+        seal = self.subjects.seal_payload
         stats = self.stats
 
         def counted(seqs: list[int] | None, error: Exception | None) -> None:
@@ -167,7 +176,7 @@ class GatewayRouter:
                 stats["published"] += len(seqs)
             done(seqs, error)
 
-        self.link.submit_with([seal(message) for message in messages], counted)
+        self.link.submit_with(payloads if self.session is None else [seal(payload) for payload in payloads], counted)
 
     def snapshot(self, subject: str, timeout: float) -> Envelope | None:
         """The cache's answer to ``_SNAP.<subject>``, under ``subject``; None when no cache answered in time.
@@ -211,11 +220,10 @@ class GatewayRouter:
     # ------------------------------------------------------------ the stream, in sequence order
 
     def _take(self, events: list[Event]) -> None:
+        """Messages one by one: what did not continue the stream (holes filled, re-deliveries) and losses."""
         if not self.first:
             self._start(events[0])
         stats = self.stats
-        wants = self.wants
-        verifies = self._verifies
         for event in events:
             if event.__class__ is Lost:
                 self.position = event.to_seq
@@ -227,23 +235,60 @@ class GatewayRouter:
             if self._taken % YIELD_EVERY == 0:  # let the loop write what is queued, and read the clients
                 gevent.sleep(0)
             seq, data = event  # type: ignore[misc]  # a Message
-            self._open_and_route(seq, data, wants, verifies)
+            subject = peek_subject(data)
+            if subject and self._may_want(subject):
+                self._open_and_route(seq, data, subject)
             self.position = seq  # routed: echo filters may forget numbers up to here
+
+    def _take_runs(self, runs: list[FrameRun]) -> None:
+        """Whole datagrams that continue the stream: only their wanted messages become payloads."""
+        if not self.first:
+            self.first = runs[0].first
+            self.started.set()
+        for run in runs:
+            low = run.first
+            while low <= run.last:
+                low = self._route_chosen(run, low)
+            self.position = run.last
+
+    def _route_chosen(self, run: FrameRun, low: int) -> int:
+        """Route the messages from ``low`` on that the verdicts choose; where to choose again when the interest
+        changed while the loop served the clients (past the run's last: done)."""
+        version = self.interest.version
+        if version != self._verdicts_version:
+            self._verdicts.clear()
+            self._verdicts_version = version
+        for seq, data in wanted(run.data, run.first, run.step, run.spans, low, self._verdicts, self._decide):
+            self._taken += 1
+            if self._taken % YIELD_EVERY == 0:  # let the loop write what is queued, and read the clients
+                self.position = seq - 1  # a subscription made now gets everything after it
+                gevent.sleep(0)
+                if self.interest.version != version:
+                    return seq
+            peeked = peek_subject(data)
+            assert peeked is not None  # chosen: it has a subject
+            self._open_and_route(seq, data, peeked)
+            self.position = seq
+        return run.last + 1
+
+    def _decide(self, subject: bytes) -> bool:
+        """Whether to open messages on ``subject`` (the verdict remembered until the interest changes)."""
+        try:
+            return self._may_want(subject.decode("utf-8"))
+        except UnicodeDecodeError:  # no subject at all, as peek_subject reads none
+            return False
+
+    def _may_want(self, subject: str) -> bool:
+        if subject[0] == "_":  # the deployment's own subjects, and clients' inboxes
+            return (subject == INTEREST_SUBJECT or subject.startswith(self._inbox_prefix)
+                    or (self._verifies and subject.startswith(SESSION_PREFIX)) or self.wants(subject))
+        return self.wants(subject)
 
     def _start(self, event: Event) -> None:
         self.first = event.from_seq if event.__class__ is Lost else event.seq  # type: ignore[union-attr]
         self.started.set()
 
-    def _open_and_route(self, seq: int, data: bytes, wants: Wants, verifies: bool) -> None:
-        subject = peek_subject(data)
-        if not subject:
-            return  # a raw payload (or a damaged envelope): no subject, no gateway client
-        if subject[0] == "_":  # the deployment's own subjects, and clients' inboxes
-            if not (subject == INTEREST_SUBJECT or subject.startswith(self._inbox_prefix)
-                    or (verifies and subject.startswith(SESSION_PREFIX)) or wants(subject)):
-                return
-        elif not wants(subject):
-            return
+    def _open_and_route(self, seq: int, data: bytes, subject: str) -> None:
         opened, accepted, answers = self.subjects.open(data, wall_us())
         if answers:
             if self._early_answers is not None:

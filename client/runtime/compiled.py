@@ -34,6 +34,7 @@ PURE_VARIABLE = "FYREHOSE_PURE"
 # Compiled when the package is installed, each because the compiled build measured faster (docs/benchmarks.md).
 COMPILED_MODULES = (
     "fyrehose.subjects.envelope",
+    "fyrehose.subjects.selection",
     "fyrehose.protocol.codec",
     "fyrehose.protocol.frame_run",
     "fyrehose.backbone.pushes",

@@ -66,27 +66,32 @@ class LocalInterest:
         self.interval = interval
         self.subjects: dict[str, int] = {}
         self.globs: dict[str, int] = {}
+        self.version = 0  # counts every change: a reader that remembers verdicts per subject decides again
         self._changed = False
         self._next = 0.0  # when the next periodic announcement is due
         self._announced = False  # whether anything was ever announced (an owner with no interest stays silent)
 
     def add(self, pattern: str) -> None:
         """A subscription to a subject pattern (NATS wildcards); EnvelopeError if it is not one."""
+        self.version += 1  # first: whatever the caller subscribed before a bad pattern raises counts as a change
         check_pattern(pattern)
         self.subjects[pattern] = self.subjects.get(pattern, 0) + 1
         self._changed = True
 
     def remove(self, pattern: str) -> None:
+        self.version += 1
         _decrement(self.subjects, pattern)
         self._changed = True
 
     def add_glob(self, glob: bytes) -> None:
         """A Redis pattern subscription (a glob over channel names)."""
+        self.version += 1
         key = glob.decode("latin-1")
         self.globs[key] = self.globs.get(key, 0) + 1
         self._changed = True
 
     def remove_glob(self, glob: bytes) -> None:
+        self.version += 1
         _decrement(self.globs, glob.decode("latin-1"))
         self._changed = True
 

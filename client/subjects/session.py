@@ -67,6 +67,16 @@ class SubjectSession:
             outgoing = self.session.stamp(outgoing)
         return self.finish(outgoing)
 
+    def seal_payload(self, payload: bytes) -> bytes:
+        """An encoded envelope sealed as :meth:`seal` seals one: as it is for a client without a session (nothing
+        to stamp), decoded, stamped and signed otherwise; EnvelopeError when it is no envelope."""
+        if self.session is None:
+            return payload
+        opened = envelope.decode(payload)
+        if opened is None:
+            raise envelope.EnvelopeError("not an envelope: nothing to stamp")
+        return self.seal(opened)
+
     def finish(self, stamped: Envelope) -> bytes:
         """An already stamped envelope's bytes, signed; PayloadTooLarge beyond one message."""
         if self.auth is not None:

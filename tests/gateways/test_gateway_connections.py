@@ -21,7 +21,7 @@ from fyrehose.gateways.marlin.connection import MarlinConnection, MarlinRoutes
 from fyrehose.gateways.nats.connection import NatsConnection, NatsRoutes, server_info
 from fyrehose.gateways.redis.connection import RedisConnection, RedisRoutes
 from fyrehose.gateways.requests import Publish, Snapshot
-from fyrehose.subjects.envelope import Envelope, MsgType, Status
+from fyrehose.subjects.envelope import Envelope, MsgType, Status, decode
 from fyrehose.subjects.interest import LocalInterest
 
 
@@ -50,7 +50,7 @@ class Driver:
         self.out += self.connection.outbox.take()
         for request in self.connection.requests:  # published in the order asked, as the link does
             if isinstance(request, Publish):
-                self.published.extend(request.messages)
+                self.published.extend(decode(payload) for payload in request.payloads)
         self.waiting.extend(self.connection.requests)
         self.connection.requests.clear()
 
@@ -70,7 +70,7 @@ class Driver:
                         self.connection.failed(request.token, fail)
                     else:
                         first = self.seq + 1
-                        self.seq += len(request.messages)
+                        self.seq += len(request.payloads)
                         self.connection.published(request.token, list(range(first, self.seq + 1)))
                 else:
                     assert isinstance(request, Snapshot)
@@ -303,17 +303,31 @@ def test_an_http_request_that_does_not_arrive_whole_in_time_is_408_and_a_silent_
 
 @given(st.text(alphabet="abc.", min_size=1, max_size=30).filter(lambda s: all(s.split("."))),
        st.one_of(st.none(), st.just("r.x")), st.one_of(st.none(), st.binary(max_size=50)), st.binary(max_size=300))
-def test_the_size_a_connection_checks_is_the_encoded_envelopes(subject, reply, headers, data):
-    from fyrehose.gateways.sizes import checked
+def test_a_payload_from_a_prepared_head_is_the_encoded_envelope_and_fits_one_backbone_message(subject, reply,
+                                                                                             headers, data):
+    from fyrehose.gateways.payloads import PreparedHeads, encoded, fitting
     from fyrehose.protocol.codec import MAX_PAYLOAD, PayloadTooLarge
     from fyrehose.subjects.envelope import encode
 
     message = Envelope(subject, data * 300, reply=reply, headers=headers)  # some beyond one backbone message
-    fits = len(encode(message)) <= MAX_PAYLOAD
+    whole = encode(message)
+    fits = len(whole) <= MAX_PAYLOAD
     try:
-        assert checked(message) is message and fits
+        assert encoded(message) == whole and fits
     except PayloadTooLarge:
         assert not fits
+    heads: PreparedHeads[bytes] = PreparedHeads(lambda name: name.decode(), limit=2)
+    for _ in range(2):  # prepared, then taken as prepared
+        prepared_subject, head = heads.get(subject.encode())
+        assert prepared_subject == subject and head + data == encode(Envelope(subject, data))
+    heads.get(b"other.1")
+    heads.get(b"other.2")  # past the limit: forgotten and prepared again, never more than the limit kept
+    assert heads.get(subject.encode()) == (subject, encode(Envelope(subject)))
+    assert len(heads._heads) <= 2
+    try:
+        assert fitting(head + data * 300) == encode(Envelope(subject, data * 300))
+    except PayloadTooLarge:
+        assert len(encode(Envelope(subject, data * 300))) > MAX_PAYLOAD
 
 
 def test_the_idle_deadline_waits_while_a_response_is_held_and_starts_again_after_it():

@@ -199,7 +199,7 @@ class NoBackbone:
     def subscribers_elsewhere(self, subject: str) -> int:
         return 0
 
-    def publish_with(self, messages, done):
+    def publish_with(self, payloads, done):
         raise RuntimeError("no backbone here")
 
 

@@ -13,9 +13,11 @@ import gevent
 
 from fyrehose import Client
 from fyrehose.drivers.link import RangeLink
-from fyrehose.gateways.router import GatewayRouter
+from fyrehose.gateways.router import YIELD_EVERY, GatewayRouter
+from fyrehose.protocol.codec import encode_deliver
+from fyrehose.protocol.frame_run import FrameRun
 from fyrehose.protocol.tracker import Message
-from fyrehose.subjects.envelope import Envelope, decode
+from fyrehose.subjects.envelope import Envelope, decode, encode
 from fyrehose.subjects.session import SubjectSession
 
 
@@ -75,6 +77,62 @@ def test_only_wanted_subjects_are_opened_and_routed(module_backbone):
         mine = [(seq, message.subject) for seq, message in routed if seq in seqs]
         assert mine == [(seqs[1], "keep.me")]
         assert {"drop.me", "keep.me", "drop.too"} <= set(asked)
+    finally:
+        router.close()
+
+
+def test_a_subject_is_decided_once_until_the_interest_changes_then_decided_again(module_backbone):
+    """Whole datagrams are chosen from the verdicts remembered per subject; a subscription forgets them."""
+    routed: list = []
+    asked: list[str] = []
+    subscribed: set[str] = set()
+
+    def wanted(subject: str) -> bool:
+        asked.append(subject)
+        return subject in subscribed
+
+    router, stats = _router(module_backbone, routed, wanted)
+    try:
+        seqs = router.publish([Envelope("late.subject", b"%d" % i) for i in range(300)])
+        wait_until(lambda: router.position >= seqs[-1], 10, "the stream passing 300 unwanted messages")
+        assert asked.count("late.subject") == 1 and routed == []
+        subscribed.add("late.subject")
+        router.interest.add("late.subject")  # what every protocol's SUBSCRIBE does
+        seqs = router.publish([Envelope("late.subject", b"%d" % i) for i in range(300)])
+        wait_until(lambda: len(routed) == 300, 10, "the 300 messages published after the subscription")
+        assert [seq for seq, _ in routed] == seqs
+        assert [message.data for _, message in routed] == [b"%d" % i for i in range(300)]
+        assert asked.count("late.subject") == 2
+    finally:
+        router.close()
+
+
+def test_a_subscription_made_while_a_datagram_is_routed_gets_everything_after_the_position(module_backbone):
+    """The loop serves the clients every YIELD_EVERY routed messages, in the middle of a datagram; a subscription
+    made then is owed every matching message after ``position``, which the rest of the datagram is chosen again for."""
+    routed: list = []
+    subscribed = {"mid.early"}
+    router, _ = _router(module_backbone, routed, lambda subject: subject in subscribed)
+    seen_at: list[int] = []
+
+    def subscribe_when_served() -> None:
+        seen_at.append(router.position)
+        subscribed.add("mid.later")
+        router.interest.add("mid.later")
+
+    try:
+        gevent.sleep(0.2)  # the router's start (its first datagrams) is over
+        count = 2 * YIELD_EVERY + 20
+        frames = b"".join(encode_deliver(10**9 + index, encode(Envelope("mid.early" if index % 2 else "mid.later",
+                                                                          b"%05d" % index)))
+                          for index in range(2 * count))
+        step = len(frames) // (2 * count)
+        gevent.spawn(subscribe_when_served)
+        router._take_runs([FrameRun(10**9, 2 * count, step, frames)])
+        assert len(seen_at) == 1
+        later = [seq for seq, message in routed if message.subject == "mid.later"]
+        assert later == [seq for seq in range(seen_at[0] + 1, 10**9 + 2 * count) if (seq - 10**9) % 2 == 0]
+        assert [seq for seq, m in routed if m.subject == "mid.early"] == list(range(10**9 + 1, 10**9 + 2 * count, 2))
     finally:
         router.close()
 

@@ -58,6 +58,19 @@ def _envelope(module: ModuleType) -> list[Case]:
     ]
 
 
+def _selection(module: ModuleType) -> list[Case]:
+    datagram = _deliver_datagram(1, FRAMES, envelope_module.encode(envelope_module.Envelope("orders.eu.42", PAYLOAD)))
+    step = len(datagram) // FRAMES
+    spans = codec.scan(datagram, codec.DELIVER)[0]
+    skipped: dict[bytes, bool] = {b"orders.eu.42": False}
+    chosen: dict[bytes, bool] = {b"orders.eu.42": True}
+    return [
+        ("wanted, none chosen", lambda: module.wanted(datagram, 1, step, None, 1, skipped, bool), FRAMES),
+        ("wanted, none chosen (spans)", lambda: module.wanted(datagram, 1, 0, spans, 1, skipped, bool), FRAMES),
+        ("wanted, all chosen", lambda: module.wanted(datagram, 1, step, None, 1, chosen, bool), FRAMES),
+    ]
+
+
 def _codec(module: ModuleType) -> list[Case]:
     uniform = _deliver_datagram(1)
     varied = b"".join(module.encode_deliver(seq, PAYLOAD[:seq % 60 + 4]) for seq in range(1, FRAMES + 1))
@@ -131,6 +144,7 @@ def _cache_merge(module: ModuleType) -> list[Case]:
 
 CASES: dict[str, Cases] = {
     "fyrehose.subjects.envelope": _envelope,
+    "fyrehose.subjects.selection": _selection,
     "fyrehose.protocol.codec": _codec,
     "fyrehose.protocol.frame_run": _frame_run,
     "fyrehose.backbone.pushes": _pushes,

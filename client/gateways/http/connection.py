@@ -36,9 +36,9 @@ from fyrehose.gateways.http import sse
 from fyrehose.gateways.http.settings import HttpSettings
 from fyrehose.gateways.http.websocket import CLOSE_HEADROOM, RespOverWebSocket, StreamMark, WebSocketEndpoint
 from fyrehose.gateways.outbox import Outbox, Slot
+from fyrehose.gateways.payloads import encoded
 from fyrehose.gateways.redis.connection import RedisConnection, RedisRoutes
 from fyrehose.gateways.requests import Deployment, Publish, Snapshot
-from fyrehose.gateways.sizes import checked
 from fyrehose.protocol.codec import PayloadTooLarge
 from fyrehose.subjects.envelope import Envelope, EnvelopeError, MsgType, Status, check_subject
 from fyrehose.subjects.patterns import check_pattern
@@ -350,13 +350,13 @@ class HttpConnection:
     def _publish(self, subject: str, request: h11.Request) -> None:
         data = b"".join(self._body)
         try:
-            message = checked(Envelope(subject, data))
+            payload = encoded(Envelope(subject, data))
         except PayloadTooLarge as exc:
             raise BadRequest(413, f"payload too large for one backbone message: {exc}") from None
         except EnvelopeError as exc:
             raise BadRequest(400, str(exc)) from None
         self._tokens += 1
-        self._hold(Publish(self._tokens, [message]), subject, request)
+        self._hold(Publish(self._tokens, [payload]), subject, request)
 
     def _ask_last(self, subject: str, request: h11.Request) -> None:
         try:

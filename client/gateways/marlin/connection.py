@@ -31,8 +31,8 @@ from fyrehose.gateways.channels import (
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
 from fyrehose.gateways.marlin import protocol as proto
 from fyrehose.gateways.outbox import Outbox, Slot
+from fyrehose.gateways.payloads import PreparedHeads, fitting
 from fyrehose.gateways.requests import Deployment, Publish
-from fyrehose.gateways.sizes import checked
 from fyrehose.protocol.codec import PayloadTooLarge
 from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope
 
@@ -46,6 +46,7 @@ class MarlinRoutes:
     def __init__(self) -> None:
         self.channels: dict[bytes, dict[MarlinConnection, None]] = {}
         self.subjects: set[str] = set()  # the subjects of the channels in ``channels``, for ``wants``
+        self.heads: PreparedHeads[bytes] = PreparedHeads(channel_to_subject)  # every client's MESSAGEs build on them
 
     def subscribe(self, channel: bytes, connection: MarlinConnection) -> None:
         subject = channel_to_subject_or_none(channel)
@@ -155,7 +156,7 @@ class MarlinConnection:
 
     def _run(self) -> None:
         unread, outbox = self._unread, self.outbox
-        batch: list[Envelope] = []
+        batch: list[bytes] = []
         ids: list[int] = []
         slot: Slot | None = None
         while unread and outbox.closing is None:
@@ -165,7 +166,7 @@ class MarlinConnection:
                     break  # the batch before is confirmed first
                 unread.popleft()
                 result = self._prepare(frame)
-                if isinstance(result, Envelope):
+                if isinstance(result, bytes):
                     if slot is None:
                         slot = outbox.hold()  # the batch's errors, if it fails; what follows waits behind it
                     batch.append(result)
@@ -236,15 +237,16 @@ class MarlinConnection:
         self.routes.unsubscribe(channel, self)
         return proto.encode(proto.Response(True, channel))
 
-    def _prepare(self, message: proto.Message) -> Envelope | str:
-        """The message to publish, or why it cannot be."""
+    def _prepare(self, message: proto.Message) -> bytes | str:
+        """The payload to publish, or why it cannot be."""
         try:
-            message_envelope = checked(Envelope(channel_to_subject(message.channel), message.data))
+            subject, head = self.routes.heads.get(message.channel)
+            payload = fitting(head + message.data)
         except (ChannelError, PayloadTooLarge) as exc:
             return f"message {message.id} not published: {exc}"
-        if is_internal(message_envelope.subject):
+        if is_internal(subject):
             return f"message {message.id} not published: permission denied, {_text(message.channel)} is internal"
-        return message_envelope
+        return payload
 
 
 def error_response(reason: str) -> bytes:

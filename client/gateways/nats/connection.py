@@ -54,8 +54,8 @@ from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
 from fyrehose.gateways.liveness import HANDSHAKE_TIMEOUT, PING, STALE, NatsLiveness
 from fyrehose.gateways.nats import protocol as proto
 from fyrehose.gateways.outbox import Outbox, Slot
+from fyrehose.gateways.payloads import PreparedHeads, encoded, fitting
 from fyrehose.gateways.requests import Deployment, Publish
-from fyrehose.gateways.sizes import checked
 from fyrehose.protocol.codec import MAX_PAYLOAD, PayloadTooLarge
 from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status, check_subject
 from fyrehose.subjects.patterns import SubjectIndex, check_pattern, match
@@ -105,6 +105,7 @@ class NatsRoutes:
         self.index: SubjectIndex[NatsSubscription] = SubjectIndex()
         self.stats = stats
         self._looked_up: tuple[str, list[NatsSubscription]] = ("", [])  # the last subject wants() looked up
+        self.heads: PreparedHeads[str] = PreparedHeads(_publish_subject)  # every client's plain PUBs build on them
 
     def wants(self, subject: str) -> bool:
         """Whether a message on ``subject`` reaches a subscription here (the router opens no other).
@@ -292,7 +293,7 @@ class NatsConnection:
 
     def _run(self) -> None:
         unread, outbox = self._unread, self.outbox
-        batch: list[Envelope] = []
+        batch: list[bytes] = []
         slots: list[Slot] = []
         while unread and outbox.closing is None:
             operation = unread[0]
@@ -310,8 +311,8 @@ class NatsConnection:
                 if self.verbose or not slots:
                     slots.append(outbox.hold())  # its +OK (verbose), or the batch's place: what follows waits
                 batch.append(result)  # type: ignore[arg-type]
-                if result.reply is not None and self.no_responders and not self._has_responders(result.subject):  # type: ignore[union-attr]
-                    outbox.reply(self._no_responders(result.reply))  # type: ignore[union-attr]
+                if operation.reply is not None and self.no_responders and not self._has_responders(operation.subject):
+                    outbox.reply(self._no_responders(operation.reply))
                 continue
             if batch:  # what was published before this operation is submitted first
                 self._submit(batch, slots)
@@ -331,7 +332,7 @@ class NatsConnection:
         if batch:
             self._submit(batch, slots)
 
-    def _submit(self, batch: list[Envelope], slots: list[Slot]) -> None:
+    def _submit(self, batch: list[bytes], slots: list[Slot]) -> None:
         token = next(self._tokens)
         self._inflight[token] = (slots, len(batch), proto.OK if self.verbose else b"")
         self._inflight_messages += len(batch)
@@ -366,12 +367,16 @@ class NatsConnection:
 
     # ------------------------------------------------------------ operations
 
-    def _publish(self, pub: proto.Pub) -> Envelope | _Refusal:
-        """The message to publish, or why not."""
+    def _publish(self, pub: proto.Pub) -> bytes | _Refusal:
+        """The payload to publish, or why not."""
+        plain = pub.reply is None and pub.headers is None
         try:
-            check_subject(pub.subject)
-            if pub.reply is not None:
-                check_subject(pub.reply)
+            if plain:  # the subject checked once, when its head was prepared
+                head = self.routes.heads.get(pub.subject)[1]
+            else:
+                check_subject(pub.subject)
+                if pub.reply is not None:
+                    check_subject(pub.reply)
         except EnvelopeError:
             self.stats["invalid publish subjects"] += 1
             return _Refusal("Invalid Publish Subject", fatal=False)
@@ -379,7 +384,9 @@ class NatsConnection:
             self.stats["permission violations"] += 1
             return _Refusal(f'Permissions Violation for Publish to "{pub.subject}"', fatal=False)
         try:
-            return checked(Envelope(pub.subject, pub.payload, reply=pub.reply, headers=pub.headers))
+            if plain:
+                return fitting(head + pub.payload)
+            return encoded(Envelope(pub.subject, pub.payload, reply=pub.reply, headers=pub.headers))
         except PayloadTooLarge:
             return _Refusal("Maximum Payload Violation")
 
@@ -457,3 +464,9 @@ class _Refusal:
 
     message: str
     fatal: bool = field(default=True)
+
+
+def _publish_subject(subject: str) -> str:
+    """``subject`` itself, once it is one a client may publish to (EnvelopeError if not)."""
+    check_subject(subject)
+    return subject

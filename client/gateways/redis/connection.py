@@ -38,10 +38,10 @@ from fyrehose.gateways.channels import (
 )
 from fyrehose.gateways.liveness import IdleTimeout
 from fyrehose.gateways.outbox import Outbox, Slot
+from fyrehose.gateways.payloads import PreparedHeads, fitting
 from fyrehose.gateways.redis import protocol as resp
 from fyrehose.gateways.redis.hiredis_parser import HiredisCommandParser
 from fyrehose.gateways.requests import Deployment, Publish, Snapshot
-from fyrehose.gateways.sizes import checked
 from fyrehose.protocol.codec import PayloadTooLarge
 from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status, check_subject
 from fyrehose.subjects.redis_glob import MAX_PATTERN, GlobIndex, literal_prefix
@@ -67,6 +67,7 @@ class RedisRoutes:
         self.channels: dict[bytes, dict[RedisConnection, None]] = {}
         self.patterns: GlobIndex[tuple[bytes, dict[RedisConnection, None]]] = GlobIndex()
         self.subjects: set[str] = set()  # the subjects of the channels in ``channels``, for ``wants``
+        self.heads: PreparedHeads[bytes] = PreparedHeads(channel_to_subject)  # every client's PUBLISHes build on them
 
     def subscribe(self, channel: bytes, connection: RedisConnection) -> None:
         subject = channel_to_subject_or_none(channel)
@@ -258,7 +259,7 @@ class RedisConnection:
         """Execute what was read, up to a command that must wait for the replies before it."""
         unread, outbox = self._unread, self.outbox
         batch: list[tuple[Slot, int]] = []
-        messages: list[Envelope] = []
+        payloads: list[bytes] = []
         while unread and outbox.closing is None:
             command = unread[0]
             if command.__class__ is resp.RespError:
@@ -277,19 +278,19 @@ class RedisConnection:
             if result.__class__ is bytes:
                 outbox.reply(result)
             elif result.__class__ is tuple:  # a PUBLISH: consecutive ones are one batch
-                message, receivers = result
-                messages.append(message)
+                payload, receivers = result
+                payloads.append(payload)
                 batch.append((outbox.hold(), receivers))
             if name == b"quit":
                 unread.clear()
                 outbox.close("QUIT")
-        if messages:
+        if payloads:
             token = next(self._tokens)
             self._publishes[token] = batch
-            self.requests.append(Publish(token, messages))
+            self.requests.append(Publish(token, payloads))
 
-    def _execute(self, name: bytes, command: list[bytes]) -> bytes | tuple[Envelope, int] | None:
-        """The reply; a PUBLISH's message and receiver count; None when the reply is held for the cache."""
+    def _execute(self, name: bytes, command: list[bytes]) -> bytes | tuple[bytes, int] | None:
+        """The reply; a PUBLISH's payload and receiver count; None when the reply is held for the cache."""
         args = command[1:]
         if not self.resp3 and self._subscribed and name not in SUBSCRIBED_CONTEXT:
             return resp.error(f"ERR Can't execute '{_text(name)}': only (P)SUBSCRIBE / (P)UNSUBSCRIBE / "
@@ -422,16 +423,17 @@ class RedisConnection:
         item = resp.bulk(name) if name is not None else resp.null(self.resp3)
         return resp.push([resp.bulk(kind), item, resp.integer(count)], self.resp3)
 
-    def _publish(self, args: list[bytes]) -> bytes | tuple[Envelope, int]:
-        """The message to publish and its receiver count, or an error reply."""
+    def _publish(self, args: list[bytes]) -> bytes | tuple[bytes, int]:
+        """The payload to publish and its receiver count, or an error reply."""
         channel, data = args
         try:
-            message = checked(Envelope(channel_to_subject(channel), data))
+            subject, head = self.routes.heads.get(channel)
+            payload = fitting(head + data)
         except (ChannelError, PayloadTooLarge) as exc:
             return resp.error(f"ERR {exc}")
-        if is_internal(message.subject):
+        if is_internal(subject):
             return NOPERM
-        return message, self.routes.receivers(channel) + self.deployment.subscribers_elsewhere(message.subject)
+        return payload, self.routes.receivers(channel) + self.deployment.subscribers_elsewhere(subject)
 
     def _get(self, args: list[bytes]) -> bytes | None:
         """Ask the cache (the reply is held until it answers), or an error reply."""

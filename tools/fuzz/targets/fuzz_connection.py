@@ -2,13 +2,16 @@
 
 The first byte of the input picks the sender (bit 0 clear: the backbone, set:
 a stranger) and whether the connection keeps whole datagrams as runs (bit 1:
-then no hole is open, so a run can be taken) and whether the datagram came on the multicast
+then no hole is open, so a run can be taken; bit 3: runs of frames of varied
+sizes too, as gateways and clients take them) and whether the datagram came on the multicast
 group's socket (bit 2: the connection joined a group); the rest is the datagram.
 Invariants: nothing from a stranger is stored, acknowledged, confirmed or
 forwarded unless it re-delivers a hole the connection asked for, and nothing
 from a stranger on the group counts at all; a run only continues the stream;
 what is stored is what its events release, in order, each sequence once, both
-on receipt and once every open hole is given up.
+on receipt and once every open hole is given up; the frames of a run a reader
+of some subjects chooses (:func:`fyrehose.subjects.selection.wanted`) are
+exactly those whose subject it wants.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ with instrumented():
     from fyrehose.protocol import codec
     from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions, DeliverForm
     from fyrehose.protocol.tracker import Message
+    from fyrehose.subjects.envelope import Envelope, encode, peek_subject
+    from fyrehose.subjects.selection import wanted
 
 BACKBONE = ("127.0.0.1", 2323)
 STRANGER = ("127.0.0.1", 40000)
@@ -41,6 +46,8 @@ SEEDS = [
     b"\x00" + codec.pack([codec.Deliver(1, b"a"), codec.Deliver(2, b"b")]),  # fills the hole: 3 comes out too
     b"\x01" + codec.pack([codec.Deliver(2, b"b"), codec.Deliver(1, b"a")]),  # a peer's answer to the REQUEST
     b"\x00" + codec.pack([codec.Deliver(5, b"e"), codec.Deliver(4, b"d")]),  # another hole, given up later
+    b"\x0a" + codec.pack([codec.Deliver(seq, encode(Envelope("ab" if seq % 2 else "abc.d", b"x" * seq)))
+                          for seq in range(1, 30)]),
     b"\x00",
 ]
 
@@ -49,8 +56,8 @@ def check(data: bytes) -> None:
     tokens = iter(range(1, 1 << 20))
     whole = bool(data[:1] and data[0] & 2)
     group = bool(data[:1] and data[0] & 4)
-    options = ConnectionOptions(flags=codec.FLAG_BATCH | codec.FLAG_HEAD, multicast=group,
-                                delivers=DeliverForm.UNIFORM_RUNS if whole else DeliverForm.MESSAGES)
+    delivers = DeliverForm.MESSAGES if not whole else DeliverForm.ANY_RUNS if data[0] & 8 else DeliverForm.UNIFORM_RUNS
+    options = ConnectionOptions(flags=codec.FLAG_BATCH | codec.FLAG_HEAD, multicast=group, delivers=delivers)
     connection = BackboneConnection(BACKBONE, options,
                                     token_source=lambda size: next(tokens).to_bytes(size, "big"))
     tracker = connection.track(1)
@@ -70,6 +77,9 @@ def check(data: bytes) -> None:
     for run in incoming.runs:
         assert run.first == 1 and tracker.next == run.last + 1, "a run that does not continue the stream"
         assert [frame.seq for frame in codec.decode(run.data)] == list(range(run.first, run.last + 1))
+        chosen = wanted(run.data, run.first, run.step, run.spans, run.first, {}, lambda subject: len(subject) % 2 == 0)
+        assert chosen == [(seq, payload) for seq, payload in run.messages()
+                          if (subject := peek_subject(payload)) and len(subject.encode()) % 2 == 0], "chose wrongly"
     assert not incoming.runs or not incoming.events, "one datagram both as a run and as messages"
     new = [seq for seq, _ in incoming.stored] + [seq for run in incoming.runs for seq in range(run.first, run.last + 1)]
     assert len(set(new)) == len(new) and not set(new) & set(stored), "a message stored twice"

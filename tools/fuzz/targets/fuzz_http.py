@@ -77,9 +77,9 @@ class MemoryRouter:
         self.position = 0
         self.interest = LocalInterest("fuzz")
 
-    def publish(self, messages: list[Envelope]) -> list[int]:
+    def publish(self, payloads: list[bytes]) -> list[int]:
         first = self.position + 1
-        self.position += len(messages)
+        self.position += len(payloads)
         return list(range(first, self.position + 1))
 
     def answer(self, connection: HttpConnection, client: MemoryClient) -> None:
@@ -87,7 +87,7 @@ class MemoryRouter:
         while connection.requests:
             request = connection.requests.pop(0)
             if isinstance(request, Publish):
-                connection.published(request.token, self.publish(request.messages))
+                connection.published(request.token, self.publish(request.payloads))
             elif isinstance(request, Snapshot):
                 connection.answered(request.token, self.snapshot(request.subject, request.timeout))
             elif isinstance(request, Stream):
