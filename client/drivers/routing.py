@@ -1,7 +1,13 @@
 """Which subscription, request or initial-value gate each event of the ordered stream belongs to.
 
 The receive thread routes while callers subscribe, unsubscribe and wait for
-request answers, so all of that state sits behind one lock here.  The router
+request answers, so all of that state sits behind one lock here.  A whole
+datagram is routed in one hold of it (:meth:`SubjectRouter.route_chosen`):
+its frames are chosen by subject in one compiled step
+(:mod:`fyrehose.subjects.selection`) against verdicts that every change of
+the subscriptions forgets under the same lock, so a subscription made while a
+datagram is routed either sees all of that datagram's matching messages or
+none, exactly as message-by-message routing would.  The router
 does no I/O: the client authenticates and opens envelopes before routing, and
 sends what the router asks for (``_SUB.START`` through ``ask``) or hands back
 (the subject of a ``_SUB.STOP``).  That keeps it testable without sockets.
@@ -15,8 +21,9 @@ from collections.abc import Callable, Iterable
 from fyrehose.drivers.subscription import Subscription
 from fyrehose.protocol.frame_run import FrameRun
 from fyrehose.protocol.tracker import Lost, Message
-from fyrehose.subjects.envelope import Envelope
+from fyrehose.subjects.envelope import Envelope, EnvelopeError
 from fyrehose.subjects.patterns import SubjectIndex
+from fyrehose.subjects.selection import MAX_VERDICTS, wanted
 from fyrehose.subjects.subscription_events import SubjectMessage
 
 
@@ -37,6 +44,7 @@ class SubjectRouter:
         self._patterns: SubjectIndex[Subscription] = SubjectIndex()
         self._gated: dict[str, Subscription] = {}  # inbox of an initial-value request -> its subscription
         self._waiters: dict[str, queue.Queue] = {}  # inbox of a request() -> where its answer goes
+        self._verdicts: dict[bytes, bool] = {}  # subject -> whether a pattern or waiter wants it; emptied on changes
 
     @property
     def wants_envelopes(self) -> bool:
@@ -53,6 +61,7 @@ class SubjectRouter:
     def add(self, subscription: Subscription, now: float) -> None:
         """Start routing to ``subscription``; one with a gate asks for its initial value at once."""
         with self._lock:
+            self._verdicts.clear()
             if subscription.pattern is not None:
                 self._patterns.add(subscription.pattern, subscription)
             if subscription.gate is not None:
@@ -66,6 +75,7 @@ class SubjectRouter:
         sending the STOP.
         """
         with self._lock:
+            self._verdicts.clear()
             if subscription in self._subscriptions:
                 self._subscriptions.remove(subscription)
             if subscription.pattern is not None:
@@ -79,6 +89,9 @@ class SubjectRouter:
     def add_waiter(self, inbox: str, answers: queue.Queue) -> None:
         """Put what arrives on ``inbox`` into ``answers``; registered before the request goes out."""
         with self._lock:
+            if len(self._verdicts) >= MAX_VERDICTS:
+                self._verdicts.clear()
+            self._verdicts[inbox.encode()] = True  # only its inbox became wanted
             self._waiters[inbox] = answers
 
     def remove_waiters(self, inboxes: Iterable[str]) -> None:
@@ -115,6 +128,26 @@ class SubjectRouter:
                 if subscription.pattern is None and not subscription.closed:
                     for run in runs:
                         subscription._offer_run(run)
+
+    def route_chosen(self, run: FrameRun, open_envelope: Callable[[bytes], Envelope | None]) -> bool:
+        """A whole datagram, in one lock hold: raw subscriptions get it as it is, patterns and waiters only the
+        messages whose subject they want, opened by ``open_envelope`` (None: damaged, routed to nobody).
+
+        False, with nothing routed, while a gate waits for its initial value: its requests and answers are
+        routed message by message (:meth:`route`).
+        """
+        with self._lock:
+            if self._gated:
+                return False
+            for subscription in self._subscriptions:
+                if subscription.pattern is None and not subscription.closed:
+                    subscription._offer_run(run)
+            for seq, payload in wanted(run.data, run.first, run.step, run.spans, run.first, self._verdicts,
+                                       self._decide):
+                opened = open_envelope(payload)
+                if opened is not None:
+                    self._route_envelope(SubjectMessage(seq, opened))
+        return True
 
     def route(self, message: Message, opened: Envelope | None) -> None:
         """One message in sequence order, with its envelope when the client opened (and accepted) one.
@@ -156,6 +189,14 @@ class SubjectRouter:
         return timed_out
 
     # ------------------------------------------------------------ with the lock held
+
+    def _decide(self, subject: bytes) -> bool:
+        """Whether a pattern or a waiter wants messages on ``subject`` (remembered until the subscriptions change)."""
+        try:
+            text = subject.decode("utf-8")
+            return text in self._waiters or bool(self._patterns.lookup(text))
+        except (UnicodeDecodeError, EnvelopeError):  # no subject, or one no pattern can match
+            return False
 
     def _ask_initial(self, subscription: Subscription, now: float) -> None:
         reply = self._new_inbox()

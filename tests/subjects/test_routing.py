@@ -8,8 +8,10 @@ import time
 
 from fyrehose.drivers.routing import SubjectRouter
 from fyrehose.drivers.subscription import Subscription
+from fyrehose.protocol.codec import DELIVER, encode_deliver, scan
+from fyrehose.protocol.frame_run import FrameRun
 from fyrehose.protocol.tracker import Lost, Message
-from fyrehose.subjects.envelope import Envelope, MsgType
+from fyrehose.subjects.envelope import Envelope, MsgType, decode, encode
 from fyrehose.subjects.session_table import SUB_START_PREFIX
 from fyrehose.subjects.subscription_events import InitialGate, SubjectMessage
 
@@ -187,3 +189,54 @@ def test_with_only_requests_waiting_only_their_inboxes_want_an_envelope_opened()
     assert not router.wants_envelope(None)  # a raw payload
     router.add(Subscription(on_loss="yield", pattern="news.>"), 0.0)
     assert router.wants_envelope("prices.acme")  # a pattern may match any subject
+
+
+def _datagram(first: int, payloads: list[bytes]) -> FrameRun:
+    data = b"".join(encode_deliver(first + index, payload) for index, payload in enumerate(payloads))
+    return FrameRun(first, len(payloads), 0, data, scan(data, DELIVER)[0])
+
+
+def test_a_datagram_routed_whole_gives_raw_subscriptions_everything_and_patterns_and_waiters_their_subjects():
+    router, _ = _router()
+    raw = Subscription(on_loss="yield")
+    prices = Subscription(on_loss="yield", pattern="prices.*")
+    answers: queue.Queue = queue.Queue()
+    for subscription in (raw, prices):
+        router.add(subscription, 0.0)
+    router.add_waiter("_INBOX.test.7", answers)
+    payloads = [encode(Envelope("prices.eur", b"1")), encode(Envelope("news.today", b"2")), b"not an envelope",
+                encode(Envelope("_INBOX.test.7", b"answer")), encode(Envelope("prices.usd", b"3"))[:-1] + b"4",
+                b"\xfb\x1e\x01\x00\x00\x00\x00\x09prices.x\xff"]  # a subject that is not UTF-8: no subject at all
+    opened: list[bytes] = []
+
+    def open_envelope(payload: bytes) -> Envelope | None:
+        opened.append(payload)
+        return decode(payload)
+
+    assert router.route_chosen(_datagram(10, payloads), open_envelope)
+    assert [event.seq for event in _drain(raw)] == list(range(10, 16))
+    assert [(event.seq, event.subject, event.data) for event in _drain(prices)] == [(10, "prices.eur", b"1"),
+                                                                                    (14, "prices.usd", b"4")]
+    assert answers.get(timeout=0).data == b"answer"
+    assert len(opened) == 3  # the news, the raw payload and the damaged subject were never opened
+
+
+def test_a_subscription_added_after_a_subject_was_decided_gets_it_from_the_next_datagram():
+    router, _ = _router()
+    router.add(Subscription(on_loss="yield", pattern="prices.*"), 0.0)
+    run = _datagram(1, [encode(Envelope("news.today", b"1"))])
+    assert router.route_chosen(run, decode)  # news decided: nobody wants it
+    news = Subscription(on_loss="yield", pattern="news.>")
+    router.add(news, 0.0)
+    assert router.route_chosen(_datagram(2, [encode(Envelope("news.today", b"2"))]), decode)
+    assert [(event.seq, event.data) for event in _drain(news)] == [(2, b"2")]
+
+
+def test_while_a_gate_waits_for_its_initial_value_a_datagram_is_left_to_message_by_message_routing():
+    router, asked = _router()
+    raw = Subscription(on_loss="yield")
+    router.add(raw, 0.0)
+    gated = _gated(router, "prices.eur")
+    assert asked  # the START went out: the gate waits
+    assert not router.route_chosen(_datagram(1, [encode(Envelope("prices.eur", b"1"))]), decode)
+    assert _drain(raw) == [] and _drain(gated) == []  # nothing routed: the caller routes it message by message
