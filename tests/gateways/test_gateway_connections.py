@@ -182,6 +182,28 @@ def test_pipelined_publishes_of_several_reads_are_answered_in_order_whatever_ord
     assert driver.out == b":0\r\n:0\r\n"
 
 
+def test_a_refused_publish_among_pipelined_ones_keeps_its_place_between_their_replies():
+    """A batch of PUBLISHes holds one place for all its replies: a refusal in the middle ends the batch first."""
+    driver = Driver(redis())
+    driver.feed(command(b"PUBLISH", b"a", b"1") + command(b"PUBLISH", b"", b"x") + command(b"publish", b"b", b"2")
+                + command(b"Publish", b"_INTEREST.x", b"3") + command(b"PUBLISH", b"c", b"4")
+                + command(b"SUBSCRIBE", b"a") + command(b"PUBLISH", b"a", b"5"))
+    assert len(driver.waiting) == 3 and driver.connection.paused  # three batches; the SUBSCRIBE waits unread
+    assert [m.data for m in driver.published] == [b"1", b"2", b"4"]
+    driver.answer()
+    assert driver.out == (b":0\r\n-ERR empty channel names cannot be carried on the backbone\r\n:0\r\n"
+                          b"-NOPERM this user has no permissions to access one of the channels used as arguments\r\n"
+                          b":0\r\n*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n"  # the SUBSCRIBE after the replies
+                          b"-ERR Can't execute 'publish': only (P)SUBSCRIBE / (P)UNSUBSCRIBE / PING / QUIT are allowed "
+                          b"in this context\r\n")
+    assert [m.data for m in driver.published] == [b"1", b"2", b"4"]
+    failing = Driver(redis())
+    failing.feed(command(b"PUBLISH", b"a", b"1") + command(b"PUBLISH", b"b", b"2"))
+    failing.answer(fail="timed out")
+    assert failing.out == b"-ERR publish not confirmed by the backbone: timed out\r\n" * 2
+    assert failing.connection.stats["publish failures"] == 2
+
+
 def test_a_failed_publish_gets_each_protocols_error():
     redis_driver = Driver(redis())
     redis_driver.feed(command(b"PUBLISH", b"a", b"1") + b"PING\r\n")

@@ -21,7 +21,8 @@ not waited for: their replies are held in order while the client's next
 PUBLISHes are read.  Any other command waits until every PUBLISH before it is
 answered (a SUBSCRIBE after a PUBLISH must not receive that message, and its
 confirmation must not follow pushes), so the commands after it stay unread
-(:attr:`RedisConnection.paused`) until then.
+(:attr:`RedisConnection.paused`) until then.  A batch of PUBLISHes holds one
+place in the outbox for all its replies, filled at once.
 """
 from __future__ import annotations
 
@@ -56,8 +57,10 @@ TOO_MANY_CLIENTS = resp.error("ERR max number of clients reached")
 NOPERM = resp.error("NOPERM this user has no permissions to access one of the channels used as arguments")
 MAX_COMMAND_BULK = 1 << 20  # larger arguments end the connection; up to this, a clear error
 MAX_COMMAND = 2 << 20  # bytes of one whole command (its arguments and their overhead); more ends the connection
+_PUBLISH = frozenset((b"PUBLISH", b"publish"))  # the spellings redis-benchmark and client libraries send
 SUBSCRIBED_CONTEXT = {b"subscribe", b"unsubscribe", b"psubscribe", b"punsubscribe", b"ping", b"quit"}
 MAX_WAITING = 4096  # PUBLISH replies held for the backbone before the client's input stops being read
+_INTEGERS = tuple(resp.integer(count) for count in range(1024))  # receiver counts' replies, made once
 
 
 class RedisRoutes:
@@ -180,7 +183,8 @@ class RedisConnection:
         self.last_input = now  # an idle client's silence counts from its connection (``now``) or its last input
         self._unread: deque[resp.Command | resp.RespError] = deque()  # parsed, waiting for earlier replies
         self._tokens = itertools.count(1)
-        self._publishes: dict[int, list[tuple[Slot, int]]] = {}  # token -> each PUBLISH's slot and receivers
+        self._publishes: dict[int, tuple[Slot, list[int]]] = {}  # token -> its batch's slot, each PUBLISH's receivers
+        self._publishing = 0  # PUBLISHes whose replies wait for the backbone
         self._gets: dict[int, Slot] = {}
 
     # ------------------------------------------------------------ the driver's interface
@@ -196,7 +200,7 @@ class RedisConnection:
     @property
     def paused(self) -> bool:
         """Read nothing more for now: commands wait for earlier replies, or too many replies wait."""
-        return bool(self._unread) or self.outbox.waiting >= MAX_WAITING
+        return bool(self._unread) or self._publishing >= MAX_WAITING or self.outbox.waiting >= MAX_WAITING
 
     @property
     def busy(self) -> bool:
@@ -204,15 +208,23 @@ class RedisConnection:
         return bool(self._publishes or self._gets)
 
     def published(self, token: int, seqs: list[int]) -> None:
-        for slot, receivers in self._publishes.pop(token, ()):
-            self.outbox.fill(slot, resp.integer(receivers))
+        batch = self._publishes.pop(token, None)
+        if batch is not None:
+            slot, receivers = batch
+            self._publishing -= len(receivers)
+            known = len(_INTEGERS)
+            self.outbox.fill(slot, b"".join([_INTEGERS[count] if count < known else resp.integer(count)
+                                             for count in receivers]))
         self._run()
 
     def failed(self, token: int, reason: str) -> None:
-        batch = self._publishes.pop(token, ())
-        self.stats["publish failures"] += len(batch)
-        for slot, _ in batch:  # unconfirmed: every PUBLISH of the batch hears why
-            self.outbox.fill(slot, resp.error(f"ERR publish not confirmed by the backbone: {reason}"))
+        batch = self._publishes.pop(token, None)
+        if batch is not None:
+            slot, receivers = batch
+            self._publishing -= len(receivers)
+            self.stats["publish failures"] += len(receivers)
+            # unconfirmed: every PUBLISH of the batch hears why
+            self.outbox.fill(slot, resp.error(f"ERR publish not confirmed by the backbone: {reason}") * len(receivers))
         self._run()
 
     def answered(self, token: int, answer: Envelope | None) -> None:
@@ -258,36 +270,47 @@ class RedisConnection:
     def _run(self) -> None:
         """Execute what was read, up to a command that must wait for the replies before it."""
         unread, outbox = self._unread, self.outbox
-        batch: list[tuple[Slot, int]] = []
+        receivers: list[int] = []
         payloads: list[bytes] = []
         while unread and outbox.closing is None:
             command = unread[0]
             if command.__class__ is resp.RespError:
-                if outbox.waiting:
+                if outbox.waiting or payloads:
                     break
                 unread.clear()
                 self.stats["protocol errors"] += 1
                 outbox.reply(resp.error(f"ERR {command.message}"))
                 outbox.close(command.message)
                 break
-            name = command[0].lower()  # type: ignore[index]
-            if name != b"publish" and outbox.waiting:
+            name = b"publish" if command[0] in _PUBLISH else command[0].lower()  # type: ignore[index]
+            if name != b"publish" and (outbox.waiting or payloads):
                 break  # what was published before this command is answered first
             unread.popleft()
-            result = self._execute(name, command)  # type: ignore[arg-type]
+            result: bytes | tuple[bytes, int] | None
+            if name == b"publish" and len(command) == 3 and (self.resp3 or not self._subscribed):  # type: ignore[arg-type]
+                result = self._publish(command[1:])  # type: ignore[index]
+            else:
+                result = self._execute(name, command)  # type: ignore[arg-type]
+            if result.__class__ is tuple:  # a PUBLISH: consecutive ones are one batch
+                payloads.append(result[0])
+                receivers.append(result[1])
+                continue
+            if payloads:  # a reply behind the batch: the batch takes its place first
+                self._submit(payloads, receivers)
+                payloads, receivers = [], []
             if result.__class__ is bytes:
                 outbox.reply(result)
-            elif result.__class__ is tuple:  # a PUBLISH: consecutive ones are one batch
-                payload, receivers = result
-                payloads.append(payload)
-                batch.append((outbox.hold(), receivers))
             if name == b"quit":
                 unread.clear()
                 outbox.close("QUIT")
         if payloads:
-            token = next(self._tokens)
-            self._publishes[token] = batch
-            self.requests.append(Publish(token, payloads))
+            self._submit(payloads, receivers)
+
+    def _submit(self, payloads: list[bytes], receivers: list[int]) -> None:
+        token = next(self._tokens)
+        self._publishes[token] = (self.outbox.hold(), receivers)
+        self._publishing += len(receivers)
+        self.requests.append(Publish(token, payloads))
 
     def _execute(self, name: bytes, command: list[bytes]) -> bytes | tuple[bytes, int] | None:
         """The reply; a PUBLISH's payload and receiver count; None when the reply is held for the cache."""
