@@ -62,6 +62,7 @@ from fyrehose.subjects.patterns import SubjectIndex, check_pattern, match
 
 SERVER_VERSION = "2.10.0"  # the nats-server release whose client protocol this gateway follows
 MAX_SUBSCRIPTIONS = 10000  # per client
+MAX_REACHED = 4096  # subjects whose subscriptions are kept between changes of the index
 MAX_IN_FLIGHT = 16384  # PUBs of one client submitted and not yet confirmed before its reading pauses
 NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"  # the status-only header block nats-server answers with
 # the largest payload that fits one backbone message whatever its subject and reply subject
@@ -99,33 +100,45 @@ class NatsSubscription:
 
 
 class NatsRoutes:
-    """Every local subscription, by subject pattern."""
+    """Every local subscription, by subject pattern; the subscriptions a subject reaches, kept until one changes."""
 
     def __init__(self, stats: Counter) -> None:
         self.index: SubjectIndex[NatsSubscription] = SubjectIndex()
         self.stats = stats
-        self._looked_up: tuple[str, list[NatsSubscription]] = ("", [])  # the last subject wants() looked up
         self.heads: PreparedHeads[str] = PreparedHeads(_publish_subject)  # every client's plain PUBs build on them
+        self._reached: dict[str, list[NatsSubscription]] = {}  # subject -> its lookup, until the index changes
+
+    def add(self, subscription: NatsSubscription) -> None:
+        self._reached.clear()
+        self.index.add(subscription.subject, subscription)
+
+    def discard(self, subscription: NatsSubscription) -> None:
+        self._reached.clear()
+        self.index.discard(subscription.subject, subscription)
+
+    def lookup(self, subject: str) -> list[NatsSubscription]:
+        """The subscriptions ``subject`` reaches (EnvelopeError when it is no subject)."""
+        reached = self._reached.get(subject)
+        if reached is None:
+            if len(self._reached) >= MAX_REACHED:
+                self._reached.clear()
+            reached = self._reached[subject] = self.index.lookup(subject)
+        return reached
 
     def wants(self, subject: str) -> bool:
-        """Whether a message on ``subject`` reaches a subscription here (the router opens no other).
-
-        The lookup is kept for :meth:`route`, which the router calls right after (without yielding) for
-        the same subject.
-        """
+        """Whether a message on ``subject`` reaches a subscription here (the router opens no other)."""
         try:
-            subscriptions = self.index.lookup(subject)
+            return bool(self.lookup(subject))
         except EnvelopeError:  # a subject some raw publisher made up
             self.stats["bad subjects skipped"] += 1
             return False
-        self._looked_up = (subject, subscriptions)
-        return bool(subscriptions)
 
     def route(self, seq: int, message: Envelope) -> None:
-        if self._looked_up[0] != message.subject and not self.wants(message.subject):
+        try:
+            subscriptions = self.lookup(message.subject)
+        except EnvelopeError:
+            self.stats["bad subjects skipped"] += 1
             return
-        subscriptions = self._looked_up[1]
-        self._looked_up = ("", [])  # good for one route only: subscriptions change between messages
         if not subscriptions:
             return
         frames = MessageFrames(message)
@@ -259,7 +272,7 @@ class NatsConnection:
 
     def closed(self) -> None:
         for subscription in self.subscriptions.values():
-            self.routes.index.discard(subscription.subject, subscription)
+            self.routes.discard(subscription)
             self.deployment.interest.remove(subscription.subject)
         self.subscriptions.clear()
         self._unread.clear()
@@ -391,7 +404,7 @@ class NatsConnection:
             return _Refusal("Maximum Payload Violation")
 
     def _has_responders(self, subject: str) -> bool:
-        return bool(self.routes.index.lookup(subject)) or self.deployment.subscribers_elsewhere(subject) > 0
+        return bool(self.routes.lookup(subject)) or self.deployment.subscribers_elsewhere(subject) > 0
 
     def _no_responders(self, reply: str) -> bytes:
         """The 503 status message, on each of this client's subscriptions that match ``reply``."""
@@ -438,7 +451,7 @@ class NatsConnection:
             return proto.error("Maximum Subscriptions Exceeded")
         subscription = NatsSubscription(self, sub.sid, sub.subject, sub.queue)
         self.subscriptions[sub.sid] = subscription
-        self.routes.index.add(sub.subject, subscription)
+        self.routes.add(subscription)
         self.deployment.interest.add(sub.subject)
         return proto.OK if self.verbose else b""
 
@@ -454,7 +467,7 @@ class NatsConnection:
     def _drop(self, subscription: NatsSubscription) -> None:
         if self.subscriptions.get(subscription.sid) is subscription:
             del self.subscriptions[subscription.sid]
-            self.routes.index.discard(subscription.subject, subscription)
+            self.routes.discard(subscription)
             self.deployment.interest.remove(subscription.subject)
 
 
