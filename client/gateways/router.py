@@ -237,7 +237,7 @@ class GatewayRouter:
             seq, data = event  # type: ignore[misc]  # a Message
             subject = peek_subject(data)
             if subject and self._may_want(subject):
-                self._open_and_route(seq, data, subject)
+                self._open_and_route(seq, data)
             self.position = seq  # routed: echo filters may forget numbers up to here
 
     def _take_runs(self, runs: list[FrameRun]) -> None:
@@ -265,9 +265,7 @@ class GatewayRouter:
                 gevent.sleep(0)
                 if self.interest.version != version:
                     return seq
-            peeked = peek_subject(data)
-            assert peeked is not None  # chosen: it has a subject
-            self._open_and_route(seq, data, peeked)
+            self._open_and_route(seq, data)
             self.position = seq
         return run.last + 1
 
@@ -288,8 +286,8 @@ class GatewayRouter:
         self.first = event.from_seq if event.__class__ is Lost else event.seq  # type: ignore[union-attr]
         self.started.set()
 
-    def _open_and_route(self, seq: int, data: bytes, subject: str) -> None:
-        opened, accepted, answers = self.subjects.open(data, wall_us())
+    def _open_and_route(self, seq: int, data: bytes) -> None:
+        opened, accepted, answers = self.subjects.open(data, wall_us() if self._verifies else 0)  # the clock: for auth
         if answers:
             if self._early_answers is not None:
                 self._early_answers += answers
@@ -298,7 +296,7 @@ class GatewayRouter:
         if opened is None or not accepted:
             return
         self._special(opened)
-        if is_internal(subject):  # the deployment's own traffic reaches no gateway client
+        if opened.subject[0] == "_" and is_internal(opened.subject):  # the deployment's own: for no gateway client
             return
         try:
             self.route(seq, opened)

@@ -96,6 +96,10 @@ _STATUS_COUNT = 16
 assert _FIXED.size == _FIXED_SIZE and len(_TYPES) == _TYPE_COUNT and len(_STATUSES) == _STATUS_COUNT
 
 
+_new = object.__new__
+_set = object.__setattr__  # what a frozen dataclass's own __init__ sets its fields with
+
+
 class EnvelopeError(ValueError):
     """An envelope that cannot be built (bad subject, oversize field)."""
 
@@ -267,8 +271,17 @@ def decode(payload: bytes, known_subjects: dict[bytes, str] | None = None) -> En
             check_subject(reply)
     except (UnicodeDecodeError, EnvelopeError):
         return None
-    return Envelope(subject, bytes(data[offset:]), _TYPES[kind], _STATUSES[status], reply, session, seqno,
-                    digest, headers)
+    opened = _new(Envelope)  # the fields set directly: the frozen dataclass's __init__ costs more than the rest
+    _set(opened, "subject", subject)
+    _set(opened, "data", bytes(data[offset:]))
+    _set(opened, "type", _TYPES[kind])
+    _set(opened, "status", _STATUSES[status])
+    _set(opened, "reply", reply)
+    _set(opened, "session", session)
+    _set(opened, "seqno", seqno)
+    _set(opened, "digest", digest)
+    _set(opened, "headers", headers)
+    return opened
 
 
 def peek_subject(payload: bytes) -> str | None:

@@ -23,7 +23,7 @@ class Connect:
     options: dict
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # one per message: a frozen dataclass would cost an object.__setattr__ per field
 class Pub:
     subject: str
     reply: str | None
