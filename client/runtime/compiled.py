@@ -40,6 +40,7 @@ COMPILED_MODULES = (
     "fyrehose.backbone.pushes",
     "fyrehose.cache.core",
     "fyrehose.cache.merge",
+    "fyrehose.gateways.nats.pub_scan",
 )
 
 # A source saved this long after its extension module was built is newer than the build.  Installing a wheel

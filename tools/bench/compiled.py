@@ -71,6 +71,16 @@ def _selection(module: ModuleType) -> list[Case]:
     ]
 
 
+def _pub_scan(module: ModuleType) -> list[Case]:
+    pubs = bytearray(b"PUB orders.eu.42 64\r\n" + PAYLOAD + b"\r\n") * 16
+    step = len(pubs) // 16
+
+    def sixteen() -> object:
+        return [module.plain_pub(pubs, start, 1 << 20, 4096) for start in range(0, len(pubs), step)]
+
+    return [("plain_pub, 16 in a buffer", sixteen, 16)]
+
+
 def _codec(module: ModuleType) -> list[Case]:
     uniform = _deliver_datagram(1)
     varied = b"".join(module.encode_deliver(seq, PAYLOAD[:seq % 60 + 4]) for seq in range(1, FRAMES + 1))
@@ -150,6 +160,7 @@ CASES: dict[str, Cases] = {
     "fyrehose.backbone.pushes": _pushes,
     "fyrehose.cache.core": _cache_core,
     "fyrehose.cache.merge": _cache_merge,
+    "fyrehose.gateways.nats.pub_scan": _pub_scan,
 }
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import orjson
 
 from fyrehose.gateways.incremental import IncrementalParser, Malformed
+from fyrehose.gateways.nats.pub_scan import plain_pub
 
 MAX_CONTROL_LINE = 4096  # nats-server's default max_control_line
 
@@ -79,6 +80,10 @@ class OperationParser(IncrementalParser[Operation, NatsError]):
     def _next(self) -> Operation | None:
         if self._awaiting is not None:
             return self._payload()
+        plain = plain_pub(self._buffer, self._pos, self.max_payload, MAX_CONTROL_LINE)
+        if plain is not None:  # the commonest operation, read in one step (anything else: below)
+            subject, payload, self._pos = plain
+            return Pub(subject, None, payload)
         end = self._buffer.find(b"\n", self._pos)
         if end < 0:
             if len(self._buffer) - self._pos > MAX_CONTROL_LINE:

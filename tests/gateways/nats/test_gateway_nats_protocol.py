@@ -95,3 +95,43 @@ def test_encoders():
     assert frame == b"HMSG a 2 %d %d\r\n" % (len(headers), len(headers) + 2) + headers + b"xy\r\n"
     assert proto.error("it's bad") == b"-ERR 'it\"s bad'\r\n"
     assert proto.info({"max_payload": 5}) == b'INFO {"max_payload":5}\r\n'
+
+
+def _plain(subject_text: str, size: int, body: bytes) -> bytes:
+    return b"PUB " + subject_text.encode("utf-8", "surrogatepass") + b" %d\r\n" % size + body + b"\r\n"
+
+
+near_plain_pubs = st.one_of(
+    st.builds(lambda s, p: _plain(s, len(p), p), subject, payload),  # the plain form
+    st.builds(lambda s, p, n: _plain(s, n, p), subject, payload, st.integers(0, 80)),  # a size that lies
+    st.builds(lambda s, p: _plain(s, len(p), p), st.text(max_size=8), payload),  # any subject: spaces, non-ASCII
+    st.builds(lambda p: b"PUB a 0" + b"0" * 12 + b"%d\r\n" % len(p) + p + b"\r\n", payload),  # many digits
+    st.builds(lambda p: b"PUB a %d\r\n" % len(p) + p + b"\n", payload),  # no CR after the payload
+    st.builds(lambda s, p: b"PUB " + s.encode() + b" %d\n" % len(p) + p + b"\r\n", subject, payload),  # LF only
+    st.builds(lambda n: b"PUB " + b"s" * n + b" 1\r\nx\r\n", st.integers(4080, 4100)),  # about the line limit
+    st.sampled_from([b"pub a 1\r\nx\r\n", b"PUB  a 1\r\nx\r\n", b"PUB\ta 1\r\nx\r\n", b"PUB a\t1\r\nx\r\n",
+                     b"PUB a -1\r\n\r\n", b"PUB a 1 \r\nx\r\n", b"PUB a r 1\r\nx\r\n", b"PUB a 2000\r\n"]),
+)
+
+
+@settings(max_examples=400, deadline=None)  # a byte at a time: slow from the .py (FYREHOSE_PURE=1)
+@given(st.lists(near_plain_pubs, min_size=1, max_size=6), st.lists(operations, max_size=3))
+def test_the_one_step_plain_pub_gives_what_the_general_parser_gives(pubs, others):
+    """Fed whole, plain PUBs take the one-step path; fed a byte at a time, their control line arrives before their
+    payload, which the one-step path leaves to the general parser: both must give the same operations and errors."""
+    data = b"".join(pubs) + b"".join(encode(op) for op in others)
+    whole = proto.OperationParser(max_payload=1000).feed(data)
+    parser = proto.OperationParser(max_payload=1000)
+    byte_by_byte = [item for index in range(len(data)) for item in parser.feed(data[index:index + 1])]
+    assert whole == byte_by_byte
+
+
+def test_plain_pub_reads_only_the_plain_form_wholly_received():
+    from fyrehose.gateways.nats.pub_scan import plain_pub
+
+    buffer = bytearray(b"PING\r\nPUB a.b 3\r\nabc\r\nPUB c 1\r\n")
+    assert plain_pub(buffer, 0, 100, 4096) is None  # not a PUB: the general parser's
+    assert plain_pub(buffer, 6, 100, 4096) == ("a.b", b"abc", 22)
+    assert plain_pub(buffer, 22, 100, 4096) is None  # its payload has not arrived yet
+    assert plain_pub(bytearray(b"PUB a.b 3\r\nabc\r\n"), 0, 2, 4096) is None  # over the limit: the general error
+    assert plain_pub(bytearray(b"PUB a.b 3\r\nabc\r\n"), 0, 100, 8) is None  # a control line over the limit too
