@@ -4,7 +4,7 @@ Every connection hands its driver finished payloads (:class:`~fyrehose.gateways.
 each checked on its own, so that an oversized message is refused alone
 instead of failing the batch of confirmed publishes it would have joined.
 The commonest publish of all, a message with no reply and no headers on a
-channel or subject the connection has seen before, is built from bytes
+channel or subject the gateway process has seen before, is built from bytes
 prepared once for that name (:class:`PreparedHeads`): the envelope's
 fixed header and subject, then the data, without an :class:`Envelope`
 object, a subject check or an encoding step per message.  A gateway with
