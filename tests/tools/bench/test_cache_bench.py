@@ -5,7 +5,6 @@ import json
 
 from support import run_cli
 
-
 UPDATES = 40000  # the cache's CPU for them spans many of the 10 ms ticks its process's CPU time is counted in
 
 
