@@ -48,3 +48,19 @@ def test_each_process_reads_its_cpu_seconds_and_one_that_ended_is_left_out():
     child.wait(30)  # reaped: its PID no longer names it
     seconds = process_cpu_seconds({"me": psutil.Process(), "gone": gone})
     assert set(seconds) == {"me"} and seconds["me"] > 0
+
+
+def test_the_metrics_read_their_own_process_cpu_finer_than_a_tick():
+    """Between two scrapes at a low rate a backbone may spend under one 10 ms tick: its own CPU comes from its clock."""
+    from fyrehose.runtime.metrics import process_metrics
+
+    def own_cpu() -> float:
+        (_, _, _, [(labels, seconds)]), _ = process_metrics({"backbone": psutil.Process()})
+        assert labels == {"process": "backbone"}
+        return seconds
+
+    before = own_cpu()
+    spin_until = time.process_time() + 0.002  # 2 ms of CPU: a fifth of a tick
+    while time.process_time() < spin_until:
+        pass
+    assert 0.002 <= own_cpu() - before < 0.5
