@@ -124,10 +124,8 @@ class SubjectRouter:
         """Whole datagrams of messages that no pattern, gate or waiter needs: to every raw subscription, as they
         are (each reader turns them into messages when it reaches them)."""
         with self._lock:
-            for subscription in self._subscriptions:
-                if subscription.pattern is None and not subscription.closed:
-                    for run in runs:
-                        subscription._offer_run(run)
+            for run in runs:
+                self._offer_raw_run(run)
 
     def route_chosen(self, run: FrameRun, open_envelope: Callable[[bytes], Envelope | None]) -> bool:
         """A whole datagram, in one lock hold: raw subscriptions get it as it is, patterns and waiters only the
@@ -139,9 +137,7 @@ class SubjectRouter:
         with self._lock:
             if self._gated:
                 return False
-            for subscription in self._subscriptions:
-                if subscription.pattern is None and not subscription.closed:
-                    subscription._offer_run(run)
+            self._offer_raw_run(run)
             for seq, payload in wanted(run.data, run.first, run.step, run.spans, run.first, self._verdicts,
                                        self._decide):
                 opened = open_envelope(payload)
@@ -189,6 +185,11 @@ class SubjectRouter:
         return timed_out
 
     # ------------------------------------------------------------ with the lock held
+
+    def _offer_raw_run(self, run: FrameRun) -> None:
+        for subscription in self._subscriptions:
+            if subscription.pattern is None and not subscription.closed:
+                subscription._offer_run(run)
 
     def _decide(self, subject: bytes) -> bool:
         """Whether a pattern or a waiter wants messages on ``subject`` (remembered until the subscriptions change)."""

@@ -168,7 +168,8 @@ class GatewayRouter:
         CONFIRM).  Raises PayloadTooLarge, or a FyrehoseError when the backbone
         is unreachable, at once.
         """
-        seal = self.subjects.seal_payload
+        if self.session is not None:  # without a session seal_payload would hand each payload back as it is
+            payloads = [self.subjects.seal_payload(payload) for payload in payloads]
         stats = self.stats
 
         def counted(seqs: list[int] | None, error: Exception | None) -> None:
@@ -176,7 +177,7 @@ class GatewayRouter:
                 stats["published"] += len(seqs)
             done(seqs, error)
 
-        self.link.submit_with(payloads if self.session is None else [seal(payload) for payload in payloads], counted)
+        self.link.submit_with(payloads, counted)
 
     def snapshot(self, subject: str, timeout: float) -> Envelope | None:
         """The cache's answer to ``_SNAP.<subject>``, under ``subject``; None when no cache answered in time.
