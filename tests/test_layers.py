@@ -41,6 +41,8 @@ PURE_SERVICE_MODULES = {
     "fyrehose.gateways.marlin.protocol",
     "fyrehose.gateways.lumberjack.protocol", "fyrehose.gateways.lumberjack.window",
     "fyrehose.gateways.lumberjack.events", "fyrehose.gateways.http.sse",
+    "fyrehose.gateways.access", "fyrehose.gateways.access.permissions", "fyrehose.gateways.access.secrets",
+    "fyrehose.gateways.access.users", "fyrehose.gateways.access.guard", "fyrehose.gateways.access.login",
     "fyrehose.gateways.outbox", "fyrehose.gateways.requests", "fyrehose.gateways.liveness", "fyrehose.gateways.payloads",
     "fyrehose.gateways.redis.hiredis_parser", "fyrehose.gateways.redis.connection", "fyrehose.gateways.nats.connection",
     "fyrehose.gateways.marlin.connection", "fyrehose.gateways.http.connection", "fyrehose.gateways.http.websocket",
