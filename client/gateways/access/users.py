@@ -114,43 +114,37 @@ class UsersFile:
 
     def remembered(self, credential: Credential) -> User | None:
         """The user, when this exact credential was verified before in this process (no hashing)."""
-        who, secret = self._who(credential)
-        if who is None or not self._verified.known(who, secret):
+        name, key, stored, secret = self._lookup(credential)
+        if name is None or not self._verified.known(key, secret):
             return None
-        return self.user(who.partition(":")[2])
+        return self.user(name)
 
     # ------------------------------------------------------------ verification (slow: off the loop)
 
     def verify(self, credential: Credential) -> User | None:
         """The user the credential proves, or None; as long for an unknown user as for a wrong secret."""
-        who, secret = self._who(credential)
-        stored, name = None, None
-        if who is not None:
-            kind, _, key = who.partition(":")
-            if kind == "token":
-                name, token_id = key.split("/", 1)
-                stored = self.entries[name].tokens.get(token_id)
-            else:
-                name = key
-                entry = self.entries.get(name)
-                stored = entry.password if entry is not None else None
-        accepted = check_secret(stored, secret)
-        if not accepted or who is None or name is None:
+        name, key, stored, secret = self._lookup(credential)
+        if not check_secret(stored, secret) or name is None:
             return None
-        self._verified.remember(who, secret)
+        self._verified.remember(key, secret)
         return self.user(name)
 
-    def _who(self, credential: Credential) -> tuple[str | None, str]:
-        """("password:NAME" or "token:NAME/ID", the secret); None for a credential that names nobody."""
+    def _lookup(self, credential: Credential) -> tuple[str | None, str, str | None, str]:
+        """(the user it names, a key for the remembered secrets, the stored hash, the secret); no user: None, None."""
         if isinstance(credential, Password):
             name = REDIS_DEFAULT_USER if credential.user is None else credential.user
-            return (f"password:{name}" if name in self.entries else None), credential.password
+            entry = self.entries.get(name)
+            if entry is None or entry.password is None:
+                return None, "", None, credential.password
+            return name, f"password:{name}", entry.password, credential.password
         parts = split_token(credential.token)
         if parts is None:
-            return None, credential.token
+            return None, "", None, credential.token
         token_id, secret = parts
-        name = self._token_owners.get(token_id)
-        return (f"token:{name}/{token_id}" if name is not None else None), secret
+        owner = self._token_owners.get(token_id)
+        if owner is None:
+            return None, "", None, secret
+        return owner, f"token:{token_id}", self.entries[owner].tokens[token_id], secret
 
     # ------------------------------------------------------------ the file
 
