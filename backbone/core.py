@@ -455,9 +455,9 @@ class Backbone:
         entry = self.clients.get(requester)
         return entry.batches if entry is not None and entry.subscribes else None
 
-    def next_due(self, now: float) -> float | None:
+    def next_deadline(self, now: float) -> float | None:
         """When a flush next has re-deliveries to send although no datagram arrives; for the drivers' waits."""
-        due = self._redeliveries.next_due(now)
+        due = self._redeliveries.next_deadline(now)
         if self._recovery is not None:
             due = self._recovery.deadline if due is None else min(due, self._recovery.deadline)
         return due

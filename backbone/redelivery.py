@@ -179,7 +179,7 @@ class Redeliveries:
     def _drop(self, requester: Address) -> None:
         self._count -= len(self._jobs.pop(requester))
 
-    def next_due(self, now: float) -> float | None:
+    def next_deadline(self, now: float) -> float | None:
         """When :meth:`take` next has something to send (``now`` if at once); None with nothing queued."""
         if not self._jobs:
             return None

@@ -123,7 +123,7 @@ class Sequencer:
             if any(ring.backlog() for ring in self.rings):
                 continue
             now = time.monotonic()
-            due = self.backbone.next_due(now)  # paced re-deliveries go on without a datagram to wake us
+            due = self.backbone.next_deadline(now)  # paced re-deliveries go on without a datagram to wake us
             self.bell.wait(IDLE_WAIT if due is None else min(IDLE_WAIT, due - now))
 
     def _take(self) -> tuple[list[tuple[Ring, int, int]], dict[int, int]]:

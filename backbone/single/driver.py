@@ -170,7 +170,7 @@ class SingleProcessBackbone:
     def _wait_ms(self) -> int:
         """How long the loop may sleep: until paced re-deliveries may go on, at most IDLE_POLL_MS."""
         now = time.monotonic()
-        due = self.backbone.next_due(now)
+        due = self.backbone.next_deadline(now)
         if self.pair is not None:
             due = self.pair.next_due() if due is None else min(due, self.pair.next_due())
         return IDLE_POLL_MS if due is None else min(IDLE_POLL_MS, max(0, math.ceil((due - now) * 1000)))

@@ -1102,7 +1102,7 @@ def test_redelivery_is_paced_per_requester_in_datagrams_and_resumes_where_it_sto
     request(bb, A, T0 + 1, 1, 1000)
     first = [d for d, dest in sends(bb.flush(T0 + 1)) if dest == A]
     assert len(first) == 32 and codec.decode(first[-1])[-1].seq == 320
-    assert bb.pending() and bb.next_due(T0 + 1) == pytest.approx(T0 + 1.001)
+    assert bb.pending() and bb.next_deadline(T0 + 1) == pytest.approx(T0 + 1.001)
     later = [d for d, dest in sends(bb.flush(T0 + 1.0205)) if dest == A]
     assert len(later) == 20 and codec.decode(later[0])[0].seq == 321  # 20 ms at 1000/s
     rest = [d for d, dest in sends(bb.flush(T0 + 2)) if dest == A]
@@ -1112,7 +1112,7 @@ def test_redelivery_is_paced_per_requester_in_datagrams_and_resumes_where_it_sto
         now += 0.01
         rest += [d for d, dest in sends(bb.flush(now)) if dest == A]
     seqs = [f.seq for d in first + later + rest for f in codec.decode(d)]
-    assert seqs == list(range(1, 1001)) and not bb.pending() and bb.next_due(now) is None
+    assert seqs == list(range(1, 1001)) and not bb.pending() and bb.next_deadline(now) is None
 
 
 def test_a_request_beyond_what_the_log_holds_with_no_journaler_is_dropped():

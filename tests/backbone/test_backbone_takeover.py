@@ -46,7 +46,7 @@ def test_recovery_asks_every_journaler_and_passes_their_answers_to_the_subscribe
     out = sends(bb.flush(1.06))
     assert sorted(delivered_seqs(out, A)) == [101, 102, 105]  # each once, only what was asked for
     assert bb.counters["drop:unasked deliver"] == 1 and bb.counters["recovered"] == 3
-    assert bb.next_due(1.1) == 1.0 + RECOVERY_WINDOW
+    assert bb.next_deadline(1.1) == 1.0 + RECOVERY_WINDOW
     bb.flush(1.0 + RECOVERY_WINDOW)
     assert bb.gone == [(103, 104, codec.GONE_LOST), (106, 110, codec.GONE_LOST)]
     assert bb.counters["gone"] == 7

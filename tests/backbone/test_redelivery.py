@@ -48,8 +48,8 @@ def test_a_batch_requester_gets_every_held_datagram_it_asked_for_once_identical_
         sent += queue.take(now, log, lambda _: True)
         if not queue:
             break
-        now = queue.next_due(now)
-    assert not queue and queue.next_due(now) is None
+        now = queue.next_deadline(now)
+    assert not queue and queue.next_deadline(now) is None
     wanted = [d for d in datagrams if codec.decode(d)[0].seq <= hi and lo <= codec.decode(d)[-1].seq]
     assert [d for d, _ in sent] == wanted and {to for _, to in sent} == {A}
 
@@ -83,7 +83,7 @@ def test_pacing_is_per_requester_and_limits_the_datagrams_of_one_tick():
     out = queue.take(T0, log, lambda _: True)
     assert [to for _, to in out].count(A) == 4 and [to for _, to in out].count(B) == 4
     assert queue.take(T0, log, lambda _: True) == []  # same tick: both budgets spent
-    assert queue.next_due(T0) == T0 + 0.01
+    assert queue.next_deadline(T0) == T0 + 0.01
     assert len(queue.take(T0 + 0.01, log, lambda _: True)) == 2  # one each
 
 
