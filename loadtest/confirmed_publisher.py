@@ -16,6 +16,7 @@ from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address
 from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions
 from fyrehose.protocol.publishing import Finished
+from fyrehose.subjects.client_core import ClientCore
 
 FLAGS = codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL | codec.FLAG_BATCH  # CONFIRMs come packed
 
@@ -24,6 +25,7 @@ class ConfirmedPublisher:
     def __init__(self, backbone: Address, *, retry: float = 0.2, timeout: float = 2.0) -> None:
         self.timeout = timeout
         self.connection = BackboneConnection(backbone, ConnectionOptions(flags=FLAGS, confirm_retry=retry))
+        self.core = ClientCore(self.connection)
         self.publishes = self.connection.publishes
         self.stats = self.connection.stats
 
@@ -43,11 +45,11 @@ class ConfirmedPublisher:
         """One datagram: the batches whose last CONFIRM it carried."""
         return self.connection.receive(datagram, source, now).published
 
-    def poll(self, now: float) -> tuple[list[bytes], list[Finished]]:
+    def handle_timers(self, now: float) -> tuple[list[bytes], list[Finished]]:
         """Timers: KEEPALIVEs and the datagrams sent again; the batches given up."""
-        sends, _ = self.connection.poll(now)
-        resends, finished = self.publishes.poll(now)
-        return sends + resends, finished
+        due = self.core.handle_timers(now)
+        return due.datagrams, due.finished
 
     def next_deadline(self) -> float:
-        return self.connection.next_deadline()
+        """When :meth:`handle_timers` next has something to do."""
+        return self.core.next_deadline()

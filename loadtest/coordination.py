@@ -120,8 +120,8 @@ class Conductor:
             combined.merge(RunTally.from_dict(message["tally"]))
         return combined
 
-    def tick(self, now: float) -> bool:
-        """False once the run is over and its results are written."""
+    def handle_timers(self, now: float) -> bool:
+        """Run what is due at ``now``; False once the run is over and its results are written."""
         if self.anchor is None:
             return True
         if self.publish_end is None:

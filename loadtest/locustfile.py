@@ -41,7 +41,7 @@ class ScheduledLoad(LoadTestShape):
     conductor: Conductor  # set when Locust initialises the master (or the single local process)
 
     def tick(self) -> tuple[int, float] | None:
-        if not self.conductor.tick(time.time()):
+        if not self.conductor.handle_timers(time.time()):
             return None
         settings = self.conductor.settings
         users = settings.users + settings.subscribers

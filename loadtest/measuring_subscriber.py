@@ -2,7 +2,7 @@
 
 It does what :class:`fyrehose.Client` does for a subscriber (KEEPALIVE with
 BATCH and HEAD, ordering and gap REQUESTs through :class:`SequenceTracker`, a
-bounded in-memory journal that answers FORWARDs) and additionally tells, for
+bounded RecentMessages that answers FORWARDs) and additionally tells, for
 each sequence, whether the backbone delivered it or a peer re-delivered it
 after a REQUEST: the difference between loss before and after recovery, which
 the Client does not expose.
@@ -64,7 +64,7 @@ class MeasuringSubscriber:
         self.connection = BackboneConnection(backbone, ConnectionOptions(
             flags=FLAGS, tracker=TrackerOptions(give_up_after=give_up_after), delivers=DeliverForm.UNIFORM_RUNS))
         self.tracker = self.connection.track()
-        self.journal = RecentMessages(journal_bytes)
+        self.held = RecentMessages(journal_bytes)  # what FORWARDs are answered from
         self.stats = self.connection.stats
         self.recovered: set[int] = set()  # sequences a peer re-delivered, until they are released
         self._losses = 0  # the tracker's count of lost sequences already accounted
@@ -73,13 +73,13 @@ class MeasuringSubscriber:
     def acked(self) -> bool:
         return self.connection.last_ack is not None
 
-    def deadline(self) -> float:
-        """When :meth:`poll` next has something to do."""
+    def next_deadline(self) -> float:
+        """When :meth:`handle_timers` next has something to do."""
         return self.connection.next_deadline()
 
-    def poll(self, now: float) -> tuple[list[bytes], list[Event]]:
+    def handle_timers(self, now: float) -> tuple[list[bytes], list[Event]]:
         """Timers: datagrams for the backbone (KEEPALIVE, REQUESTs) and the events of holes given up."""
-        sends, events = self.connection.poll(now)
+        sends, events = self.connection.handle_timers(now)
         self._account(events)
         return sends, events
 
@@ -87,21 +87,21 @@ class MeasuringSubscriber:
         """One datagram: what it released in order, and a FORWARD to serve (only from the backbone).
 
         A datagram of the backbone's that continues the stream (the usual
-        case) is journaled and accounted whole, as a :class:`StampedRun`.
+        case) is held and accounted whole, as a :class:`StampedRun`.
         The driver calls :meth:`forward_done` once it has served (or dropped) the FORWARD.
         """
         incoming = self.connection.receive(datagram, source, now)
         stored = incoming.stored
         if stored:
             direct = incoming.from_backbone
-            self.journal.add_many(stored)
+            self.held.add_many(stored)
             self.account.arrived(stored, direct)
             if not direct:
                 self.recovered.update(map(_seq, stored))
         self._account(incoming.events)
         released: list[Released] = list(incoming.events)
         for run in incoming.runs:
-            self.journal.add_run(run)
+            self.held.add_run(run)
             stretches = run_stamps(run)
             if stretches is None:  # not only our stamped messages: message by message
                 messages = list(run.messages())
@@ -169,7 +169,7 @@ class MeasuringSubscriber:
         Messages that waited behind such a hole are released too but not
         returned: their latency would measure the end of the run, not delivery.
         """
-        _, events = self.tracker.poll(now + self.tracker.give_up_after)
+        _, events = self.tracker.handle_timers(now + self.tracker.give_up_after)
         self._account(events)
         return [event for event in events if isinstance(event, Lost)]
 

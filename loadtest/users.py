@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import gevent
 import gevent.event
 import gevent.queue
-from gevent.socket import wait_read, wait_write
+from gevent.socket import wait_write
 from locust import User, task
 from locust.env import Environment
 
@@ -29,8 +29,8 @@ from fyrehose.drivers.backbone_io import (
     forward_bucket,
     gevent_style,
     open_socket,
-    timer_wait,
 )
+from fyrehose.drivers.receive_loop import ReceiveLoop
 from fyrehose.errors import MessagesLost, PublishTimeout
 from fyrehose.loadtest.account import DeliveryAccount
 from fyrehose.loadtest.confirmed_publisher import ConfirmedPublisher
@@ -48,6 +48,7 @@ PUSH = "PUSH"
 DELIVER = "DELIVER"
 PUMP_SLICE = 1.0  # seconds one receive task runs, so Locust can stop the user between tasks
 REPORT_EVERY = 256  # deliveries a subscriber reports to Locust at the latest, when its socket never runs dry
+READ_ROUND = 256  # datagrams a user's receive loop reads in a row before the other greenlets get a turn
 SEND_WAIT = 0.05  # seconds a send waits for room in a full socket buffer
 
 logger = logging.getLogger(__name__)
@@ -157,13 +158,19 @@ class PushChannel:
         self.name = name
         self.publisher = ConfirmedPublisher(backbone, timeout=timeout)
         self.sock = open_socket(backbone, receive_buffer=RECEIVE_BUFFER, send_buffer=True)
-        self.sock.setblocking(False)  # a stdlib socket, waited for in gevent's hub (wait_read, wait_write)
+        self.sock.setblocking(False)  # a stdlib socket, waited for in gevent's hub (the receive loop, wait_write)
         self._requests: dict[int, Request] = {}
-        self._pump = gevent.spawn(self._run)
+        # reads CONFIRMs until the socket is empty, and only then waits in the hub (or for the publisher's timers)
+        self._loop = ReceiveLoop(self.sock, next_deadline=self.publisher.next_deadline,
+                                 handle_timers=self._handle_timers, datagram=self._datagram,
+                                 stats=self.publisher.stats, backbone=backbone, style=gevent_style(),
+                                 limit=READ_ROUND, longest=0.05)
+        self._pump = gevent.spawn(self._loop.run, lambda: True)
         await_ack(gevent_style().until(lambda: self.publisher.acked), backbone, UNREACHABLE_AFTER, give_up=self._stop)
 
     def _stop(self) -> None:
         self._pump.kill()
+        self._loop.close()
         self.sock.close()
 
     def publish(self, payloads: list[bytes], phase: int) -> int:
@@ -192,32 +199,14 @@ class PushChannel:
         if not send(self.sock, datagram, self.backbone):
             self.publisher.stats["send errors"] += 1  # the retry sends it again
 
-    def _run(self) -> None:
-        """Reads CONFIRMs until the socket is empty, and only then waits in the hub (or for the machine's timers)."""
-        publisher = self.publisher
-        sock = self.sock
-        fileno = sock.fileno()
-        now = time.monotonic()
-        while True:
-            if now >= publisher.next_deadline():
-                sends, finished = publisher.poll(now)
-                for datagram in sends:
-                    self._send(datagram)
-                self._resolve(finished)
-            try:
-                datagram, source = sock.recvfrom(65536)
-            except BlockingIOError:
-                try:
-                    wait_read(fileno, timer_wait(publisher.next_deadline(), time.monotonic(), 0.05))
-                except TimeoutError:
-                    pass
-                now = time.monotonic()
-                continue
-            except OSError:
-                publisher.stats["receive errors"] += 1
-                continue
-            now = time.monotonic()
-            self._resolve(publisher.receive(datagram, source, now))
+    def _handle_timers(self, now: float) -> None:
+        sends, finished = self.publisher.handle_timers(now)
+        for datagram in sends:
+            self._send(datagram)
+        self._resolve(finished)
+
+    def _datagram(self, data: bytes, source: tuple[str, int], now: float, from_group: bool) -> None:
+        self._resolve(self.publisher.receive(data, source, now))
 
     def _resolve(self, finished: list[Finished]) -> None:
         for batch in finished:
@@ -254,10 +243,17 @@ class Subscriber(User):
         self.measuring = MeasuringSubscriber(self.backbone, DeliveryAccount(self.load.phase_of_ns),
                                          give_up_after=max(settings.drain, 0.5))
         self.sock = open_socket(self.backbone, receive_buffer=RECEIVE_BUFFER)
-        self.sock.setblocking(False)  # a stdlib socket, waited for in gevent's hub (wait_read, wait_write)
+        self.sock.setblocking(False)  # a stdlib socket, waited for in gevent's hub (the receive loop, wait_write)
         self.sock_address = self.sock.getsockname()
         self.forwards: gevent.queue.Queue = gevent.queue.Queue(maxsize=1024)
         self.forwarder = gevent.spawn(self._serve_forwards)
+        self.released: list[Delivery | Lost] = []  # since the last report
+        # reads until the socket is empty, then reports what the datagrams released in one go and waits in the
+        # hub (or for the subscriber's timers): a wake-up, not each datagram, costs a greenlet switch and an event
+        self._loop = ReceiveLoop(self.sock, next_deadline=self.measuring.next_deadline,
+                                 handle_timers=self._handle_timers, datagram=self._datagram,
+                                 stats=self.measuring.stats, backbone=self.backbone, style=gevent_style(),
+                                 limit=READ_ROUND, longest=PUMP_SLICE, idle=self._report_released)
         # on_stop: Locust calls it only for users that started
         await_ack(self._pump_until_acked, self.backbone, UNREACHABLE_AFTER, give_up=self.on_stop)
         self.load.subscribers.append(self)
@@ -271,48 +267,33 @@ class Subscriber(User):
         self._pump(time.monotonic() + PUMP_SLICE)
 
     def _pump(self, until: float, until_acked: bool = False) -> None:
-        """Reads datagrams until the socket is empty, then reports what they released in one go and waits in the
-        hub (or for the machine's timers): a wake-up, not each datagram, costs a greenlet switch and a Locust
-        event."""
+        """Receive and run the timers until ``until`` (or the first KEEPALIVE-ACK, with ``until_acked``)."""
         measuring = self.measuring
-        sock = self.sock
-        fileno = sock.fileno()
-        released: list[Delivery | Lost] = []
-        now = time.monotonic()
-        while now < until and not (until_acked and measuring.acked):
-            if now >= measuring.deadline():
-                sends, events = measuring.poll(now)
-                for datagram in sends:
-                    self._send(datagram, self.backbone)
-                released += measuring.release(events, time.time_ns())
-            try:
-                datagram, source = sock.recvfrom(65536)
-            except BlockingIOError:
-                self._report(released)
-                released = []
-                try:
-                    wait_read(fileno, timer_wait(measuring.deadline(), now, until - now))
-                except TimeoutError:
-                    pass
-                now = time.monotonic()
-                continue
-            except OSError:
-                measuring.stats["receive errors"] += 1
-                now = time.monotonic()
-                continue
-            now = time.monotonic()
-            arrived, forward = measuring.receive(datagram, source, now)
-            if arrived:
-                released += measuring.release(arrived, time.time_ns())
-                if len(released) >= REPORT_EVERY:
-                    self._report(released)
-                    released = []
-            if forward is not None:
-                if self.forwards.full():
-                    measuring.stats["forwards dropped"] += 1
-                    measuring.forward_done(forward)
-                else:
-                    self.forwards.put_nowait(forward)
+        self._loop.run(lambda: time.monotonic() < until and not (until_acked and measuring.acked), until)
+        self._report_released()
+
+    def _handle_timers(self, now: float) -> None:
+        sends, events = self.measuring.handle_timers(now)
+        for datagram in sends:
+            self._send(datagram, self.backbone)
+        self.released += self.measuring.release(events, time.time_ns())
+
+    def _datagram(self, data: bytes, source: tuple[str, int], now: float, from_group: bool) -> None:
+        measuring = self.measuring
+        arrived, forward = measuring.receive(data, source, now)
+        if arrived:
+            self.released += measuring.release(arrived, time.time_ns())
+            if len(self.released) >= REPORT_EVERY:
+                self._report_released()
+        if forward is not None:
+            if self.forwards.full():
+                measuring.stats["forwards dropped"] += 1
+                measuring.forward_done(forward)
+            else:
+                self.forwards.put_nowait(forward)
+
+    def _report_released(self) -> None:
+        released, self.released = self.released, []
         self._report(released)
 
     def _report(self, released: list[Delivery | Lost]) -> None:
@@ -344,7 +325,7 @@ class Subscriber(User):
         style = gevent_style()
         while True:
             forward = self.forwards.get()
-            answer_forward(forward, self.measuring.journal, bucket, self._send_to, self.measuring.stats, style=style)
+            answer_forward(forward, self.measuring.held, bucket, self._send_to, self.measuring.stats, style=style)
             self.measuring.forward_done(forward)
 
     def _send_to(self, datagram: bytes, target: tuple[str, int]) -> bool:
@@ -362,6 +343,7 @@ class Subscriber(User):
 
     def on_stop(self) -> None:
         self.forwarder.kill()
+        self._loop.close()
         self.sock.close()
         if self.measuring.stats:  # REQUESTs sent, datagrams dropped and why: in locust.log
             logger.info("subscriber %s:%d: %s", *self.sock_address, dict(self.measuring.stats))

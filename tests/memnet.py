@@ -1,7 +1,7 @@
 """An in-memory network between the pure backbone and pure client connections, with a manual clock.
 
 No sockets, threads or sleeps: :class:`MemoryNetwork` moves the datagrams
-that :meth:`Backbone.flush` and :meth:`BackboneConnection.poll` produce to
+that :meth:`Backbone.flush` and :meth:`BackboneConnection.handle_timers` produce to
 their destinations, through rules that may drop, duplicate or reorder them,
 and advances time in fixed steps.  Lease, gap-recovery and give-up behaviour
 that takes seconds over real UDP runs here in milliseconds, deterministically.
@@ -102,7 +102,7 @@ class MemoryNetwork:
         for client in self.clients.values():
             if client.silent:
                 continue
-            datagrams, events = client.connection.poll(self.now)
+            datagrams, events = client.connection.handle_timers(self.now)
             client.events.extend(events)
             for datagram in datagrams:
                 self._send(datagram, client.address, BACKBONE)

@@ -13,7 +13,8 @@ asks a backbone for one ACK.  What differs between them is how they wait,
 their :class:`IoStyle`: :data:`THREADS` (``time.sleep``, ``threading.Event``,
 stdlib sockets; cooperative under gevent's monkey patching, since they are
 looked up when called) or :func:`gevent_style` (``gevent.sleep``, gevent's
-events and sockets, with nothing patched).  The rest is here, once.
+events, sockets and select, with nothing patched).  The rest is here, once;
+the receive-and-timer loop itself is :mod:`fyrehose.drivers.receive_loop`.
 
 The constants of the client side live where they are decided: the
 keepalive interval in :mod:`fyrehose.protocol.connection`, the pace of
@@ -22,6 +23,7 @@ waits of the drivers here.
 """
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
@@ -37,7 +39,7 @@ from fyrehose.net.sockets import enlarge_buffers
 from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address
 from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions
-from fyrehose.protocol.forwarding import FORWARD_BURST, MessageStore, deliveries, paced
+from fyrehose.protocol.forwarding import FORWARD_BURST, MessageStore, Paced, deliveries
 from fyrehose.protocol.pacing import TokenBucket
 
 RECEIVE_BUFFER = 8 << 20  # a second of a fast stream: what arrives while the driver is busy waits here
@@ -59,12 +61,16 @@ class Waitable(Protocol):
 
 @dataclass(frozen=True)
 class IoStyle:
-    """How a driver waits: its sleep, its events, the UDP sockets it blocks on."""
+    """How a driver waits: its sleep, its events, the UDP sockets it blocks on, its wait for sockets to read
+    (``readable(sockets, timeout)``: those of them with a datagram waiting) and what it does between two busy
+    rounds of reading (``pause``: let the loop's other greenlets run, or nothing for a thread)."""
 
     name: str
     sleep: Callable[[float], object]
     event: Callable[[], Waitable]
     udp_socket: Callable[[], socket.socket]
+    readable: Callable[[list[socket.socket], float], list[socket.socket]]
+    pause: Callable[[], object]
 
     def until(self, condition: Callable[[], bool], every: float = 0.01) -> Callable[[float], bool]:
         """A wait for ``condition`` (asked every ``every`` s) of at most the seconds it is given; whether it held."""
@@ -83,8 +89,12 @@ def _sleep(seconds: float) -> None:
     time.sleep(seconds)  # looked up now: gevent's once the process is monkey-patched
 
 
+def _readable(sockets: list[socket.socket], timeout: float) -> list[socket.socket]:
+    return select.select(sockets, [], [], timeout)[0]  # looked up now, as time.sleep is
+
+
 THREADS = IoStyle("threads", _sleep, lambda: threading.Event(),
-                  lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+                  lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM), _readable, lambda: None)
 
 
 @cache
@@ -92,10 +102,14 @@ def gevent_style() -> IoStyle:
     """gevent's waits on its loop, nothing monkey-patched (imported on first use: the Client needs no gevent)."""
     import gevent
     import gevent.event
+    import gevent.select
     import gevent.socket
 
+    def readable(sockets: list[socket.socket], timeout: float) -> list[socket.socket]:
+        return gevent.select.select(sockets, [], [], timeout)[0]
+
     return IoStyle("gevent", gevent.sleep, gevent.event.Event,
-                   lambda: gevent.socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+                   lambda: gevent.socket.socket(socket.AF_INET, socket.SOCK_DGRAM), readable, gevent.sleep)
 
 
 # ---------------------------------------------------------------- the socket
@@ -183,7 +197,7 @@ def keepalive_handshake(sock: socket.socket, connection: BackboneConnection, tim
         ends = time.monotonic() + min(every, left)
         try:
             now = time.monotonic()
-            for datagram in connection.poll(max(now, connection.next_deadline()))[0]:
+            for datagram in connection.handle_timers(max(now, connection.next_deadline()))[0]:
                 sock.sendto(datagram, connection.backbone)
             while (wait := ends - time.monotonic()) > 0:
                 sock.settimeout(wait)
@@ -238,8 +252,12 @@ def answer_forward(forward: codec.Forward, store: MessageStore, bucket: TokenBuc
     ``bucket`` has a token for it (waiting with the style's sleep), counted as ``forwarded`` or ``send errors``;
     nothing more once ``stopped()`` (asked before each token and after each wait: the socket may be gone)."""
     target = (forward.addr, forward.port)
-    for datagram in paced(deliveries(store, forward), bucket, style.sleep, time.monotonic, stopped):
-        if send(datagram, target):
+    pacing = Paced(deliveries(store, forward), bucket)
+    while not stopped() and (wait := pacing.next_send(time.monotonic())) is not None:
+        if wait > 0:
+            style.sleep(wait)
+            continue
+        if send(pacing.take(), target):
             stats["forwarded"] += 1
         else:
             stats["send errors"] += 1

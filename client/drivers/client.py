@@ -1,9 +1,11 @@
 """The blocking fyrehose client for scripts: publish, subscribe in order, and serve FORWARDs.
 
-It is a thin I/O driver around the pure codec, :class:`SequenceTracker` and
+It is a thin I/O driver around the pure :class:`~fyrehose.subjects.client_core.ClientCore`
+(the connection, its publishes and the subject session) and
 :class:`~fyrehose.drivers.routing.SubjectRouter` (which subscription, request or
-initial-value gate each event goes to): one receive thread (which also runs
-the timers: KEEPALIVE, gap REQUESTs, give-ups, initial-value retries) and one
+initial-value gate each event goes to): one receive thread, the threaded
+:class:`~fyrehose.drivers.receive_loop.ReceiveLoop` (which also runs the timers:
+KEEPALIVE, gap REQUESTs, give-ups, heartbeats, initial-value retries), and one
 forwarder thread that paces re-DELIVERs.  Under gevent's monkey patching those
 threads are greenlets and every wait is cooperative.  :class:`Subscription`
 lives in :mod:`fyrehose.drivers.subscription` and the exceptions in
@@ -34,11 +36,7 @@ it also signs every envelope it sends and drops, and counts in
 """
 from __future__ import annotations
 
-import os
 import queue
-import selectors
-import socket
-import sys
 import threading
 import time
 from collections import Counter
@@ -55,9 +53,9 @@ from fyrehose.drivers.backbone_io import (
     open_socket,
     say_goodbye,
     sent,
-    timer_wait,
     wall_us,
 )
+from fyrehose.drivers.receive_loop import ReceiveLoop
 from fyrehose.drivers.routing import SubjectRouter
 from fyrehose.drivers.subscription import Subscription
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout, RequestTimeout
@@ -69,13 +67,13 @@ from fyrehose.protocol.codec import Address
 from fyrehose.protocol.connection import KEEPALIVE_INTERVAL, BackboneConnection, ConnectionOptions, DeliverForm
 from fyrehose.protocol.forwarding import FORWARD_RATE, MessageStore
 from fyrehose.protocol.frame_run import FrameRun
-from fyrehose.protocol.multicast import fallback_notice
 from fyrehose.protocol.publishing import CONFIRM_RETRY, MAX_PUBLISH_TIMEOUT, Finished
 from fyrehose.protocol.recent_messages import RecentMessages
 from fyrehose.protocol.tracker import DEFAULT_TRACKER_OPTIONS, Event, Lost, Message, SequenceTracker, TrackerOptions
 from fyrehose.runtime.fatal import guarded
 from fyrehose.subjects import envelope
 from fyrehose.subjects.auth import Authenticator, Credentials
+from fyrehose.subjects.client_core import ClientCore
 from fyrehose.subjects.envelope import Envelope, MsgType, Status
 from fyrehose.subjects.patterns import check_pattern, is_literal
 from fyrehose.subjects.session import SubjectSession
@@ -96,10 +94,10 @@ class Client:
     ``subscribe=False`` sets NOSUBSCRIBE (a pure publisher); ``journal=False``
     sets NOJOURNAL.  A client that does not subscribe holds nothing to serve, so
     it is NOJOURNAL too, unless it has a ``store`` that its owner fills (a
-    publisher keeping what it published).  ``journal_bytes`` bounds the in-memory journal that
-    answers FORWARDs, ``forward_rate`` paces those answers (messages/s);
-    ``store`` replaces that in-memory journal with another :class:`MessageStore`
-    (the disk journal does).
+    publisher keeping what it published).  :attr:`held` keeps what it answers
+    FORWARDs from: a :class:`RecentMessages` of at most ``journal_bytes``, or
+    ``store``, another :class:`MessageStore` (the disk journal's), which replaces
+    it; ``forward_rate`` paces those answers (messages/s).
 
     ``user`` starts a session ``user.NONCE`` (HELLO now, a heartbeat every
     ``session_interval`` seconds, BYE on close), which the cache uses to
@@ -160,9 +158,9 @@ class Client:
         self.keepalive_interval = keepalive_interval
         self.unreachable_after = unreachable_after
         if store is not None and self.journaling:
-            self.journal: MessageStore | None = store
+            self.held: MessageStore | None = store
         else:
-            self.journal = RecentMessages(journal_bytes) if self.journaling else None
+            self.held = RecentMessages(journal_bytes) if self.journaling else None
         options = ConnectionOptions(
             flags=self.flags, keepalive_interval=keepalive_interval, confirm_retry=confirm_retry,
             tracker=TrackerOptions(request_delay=request_delay, give_up_after=give_up_after, forward_rate=forward_rate),
@@ -175,12 +173,14 @@ class Client:
         self.sock.settimeout(SEND_WAIT)  # the descriptor is non-blocking from here on; sends wait for room
         self.address: Address = self.sock.getsockname()
         self.group: Address | None = group if self.connection.group_watch is not None else None
-        self._group_sock = join_group(group, backbone, RECEIVE_BUFFER) if self.group is not None else None  # type: ignore[arg-type]  # set with group
-        # the same socket, read without waiting: by the receive thread after its selector said so, and by the
-        # subscriptions' readers between datagrams (see _pump); only under _receiving, so datagrams stay in order
-        self._incoming = socket.socket(fileno=os.dup(self.sock.fileno()))
-        self._incoming.setblocking(False)
-        self._receiving = threading.Lock()
+        self.core = ClientCore(self.connection, self.subjects)
+        # the socket (and the group's), read without waiting: by the receive thread, and by the subscriptions'
+        # readers between datagrams (see _pump); only under the loop's guard, so datagrams stay in order
+        self._loop = ReceiveLoop(
+            self.sock, next_deadline=self._next_deadline, handle_timers=self._handle_timers, datagram=self._handle,
+            stats=self.stats, backbone=backbone,
+            group=join_group(group, backbone, RECEIVE_BUFFER) if self.group is not None else None,  # type: ignore[arg-type]  # set with group
+            group_address=self.group, limit=DRAIN_LIMIT, longest=0.1, guard=threading.Lock())
 
         self._closed = False
         self._lock = threading.Lock()
@@ -220,7 +220,7 @@ class Client:
             return
         self.flush()
         if self.reachable:
-            for payload in self.subjects.goodbye():
+            for payload in self.subjects.leave():
                 self._send_unconfirmed(payload)
         self._closed = True
         say_goodbye(self.sock, self.connection)
@@ -235,9 +235,7 @@ class Client:
             self._confirmed.notify_all()
         self._router.close_all()
         self.sock.close()
-        if self._group_sock is not None:
-            self._group_sock.close()
-        self._incoming.close()
+        self._loop.close()
 
     @property
     def reachable(self) -> bool:
@@ -309,7 +307,7 @@ class Client:
             while number not in self._published and not self._closed:
                 now = time.monotonic()
                 if on_reader or now >= deadline:  # nobody else runs the timers now: run them here
-                    resends, expired = publishes.poll(now)
+                    resends, expired = publishes.handle_timers(now)
                     self._finish_publishes(expired)
                     self._send_to_backbone(resends)
                     if number in self._published:
@@ -502,13 +500,6 @@ class Client:
                 return
         self._router.route(message, opened)
 
-    def _session_timers(self, now: float) -> None:
-        for payload in self.subjects.timers(now, wall_us()):
-            self._send_unconfirmed(payload)
-        timed_out = self._router.gate_timers(now)
-        if timed_out:
-            self.stats["initial timeouts"] += timed_out
-
     # ------------------------------------------------------------ the receive thread
 
     @property
@@ -516,58 +507,7 @@ class Client:
         return self.connection.tracker
 
     def _run(self) -> None:
-        connection = self.connection
-        selector = selectors.DefaultSelector()  # gevent's when it has patched the process
-        selector.register(self._incoming, selectors.EVENT_READ)
-        group = self._group_sock
-        if group is not None:
-            selector.register(group, selectors.EVENT_READ)
-        try:
-            while not self._closed:
-                with self._receiving:
-                    self._timers(time.monotonic())
-                    self._drain(DRAIN_LIMIT)
-                if group is not None and self._group_sock is not group:  # fell back to unicast: the group is closed
-                    selector.unregister(group)
-                    group = None
-                try:
-                    selector.select(timer_wait(connection.next_deadline(), time.monotonic(), 0.1))
-                except (OSError, ValueError):
-                    if self._closed:
-                        return
-                    raise
-        finally:
-            selector.close()
-
-    def _drain(self, limit: int) -> None:
-        """Hand up to ``limit`` datagrams from each socket (unicast, then the group's) to the connection, without
-        waiting (``_receiving`` held)."""
-        self._drain_socket(self._incoming, limit, False)
-        if self._group_sock is not None:
-            self._drain_socket(self._group_sock, limit, True)
-
-    def _drain_socket(self, sock: socket.socket, limit: int, from_group: bool) -> None:
-        recvfrom = sock.recvfrom
-        for _ in range(limit):
-            try:
-                data, source = recvfrom(65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                if self._closed:
-                    return
-                self.stats["receive errors"] += 1
-                continue
-            self._handle(data, source, time.monotonic(), from_group)
-            if from_group and self._group_sock is not sock:  # fell back: the group's socket is closed
-                return
-
-    def _leave_group(self) -> None:
-        """The connection fell back to unicast: leave the group and say so, once."""
-        if self._group_sock is not None and self.group is not None:
-            print(fallback_notice(self.group, self.backbone), file=sys.stderr, flush=True)
-            self._group_sock.close()
-            self._group_sock = None
+        self._loop.run(lambda: not self._closed)
 
     def _pump(self) -> None:
         """Called by a subscription's reader as it reaches each datagram's messages: drain the socket here.
@@ -577,29 +517,28 @@ class Client:
         milliseconds (the switch interval), which at a million messages per
         second overflows the socket buffer.  The reader holds the interpreter
         anyway, so it reads what is waiting itself.  When the receive thread
-        holds the lock it is waiting for the interpreter in the middle of a
-        read: the reader waits for the lock, which hands the interpreter over
-        at once instead of after a switch interval.  Timers that are due (a
-        hole to REQUEST) run here too.
+        holds the loop's guard it is waiting for the interpreter in the middle
+        of a read: the reader waits for the guard, which hands the interpreter
+        over at once instead of after a switch interval.  Timers that are due
+        (a hole to REQUEST) run here too.
         """
-        with self._receiving:  # held by the receive thread: waiting here hands it the interpreter at once
-            self._drain(DRAIN_LIMIT)
-            now = time.monotonic()
-            if now >= self.connection.next_deadline():  # a REQUEST due need not wait for the receive thread
-                self._timers(now)
+        self._loop.pump()
 
-    def _timers(self, now: float) -> None:
-        self._session_timers(now)
-        datagrams, events = self.connection.poll(now)
-        publishes = self.connection.publishes
-        if publishes:
-            with self._lock:
-                resends, expired = publishes.poll(now)
-                self._finish_publishes(expired)
-            datagrams += resends
-        self._send_to_backbone(datagrams)
-        if events:
-            self._emit(events)
+    def _next_deadline(self) -> float:
+        return min(self.core.next_deadline(), self._router.next_deadline())
+
+    def _handle_timers(self, now: float) -> None:
+        """Everything due at ``now``: the core's timers (the publishes' under the lock publishing threads share) and
+        the initial-value gates'."""
+        with self._lock:
+            due = self.core.handle_timers(now, wall_us())
+            self._finish_publishes(due.finished)
+        self._send_to_backbone(due.datagrams)
+        if due.events:
+            self._emit(due.events)
+        timed_out = self._router.handle_timers(now)
+        if timed_out:
+            self.stats["initial timeouts"] += timed_out
 
     def _finish_publishes(self, finished: list[Finished]) -> None:
         """Hand finished batches to the threads waiting in publish (the lock is held)."""
@@ -618,8 +557,8 @@ class Client:
                 self._finish_publishes(incoming.published)
         else:
             incoming = self.connection.receive(data, source, now)
-        if incoming.stored and self.journal is not None:
-            self.journal.add_many(incoming.stored)
+        if incoming.stored and self.held is not None:
+            self.held.add_many(incoming.stored)
         if incoming.runs:
             self._take_runs(incoming.runs)
         if incoming.events:
@@ -627,7 +566,7 @@ class Client:
         if incoming.acked:
             self._acked.set()
         if incoming.fell_back:
-            self._leave_group()
+            self._loop.leave_group()
         for forward in incoming.forwards:
             try:
                 self._forwards.put_nowait(forward)
@@ -638,13 +577,13 @@ class Client:
     def _take_runs(self, runs: list[FrameRun]) -> None:
         """Whole backbone datagrams that continue the stream: kept and routed as they are where nothing needs
         their messages one by one (so the receive thread's cost is per datagram), else taken apart here."""
-        journal = self.journal
-        if isinstance(journal, RecentMessages):
+        held = self.held
+        if isinstance(held, RecentMessages):
             for run in runs:
-                journal.add_run(run)
-        elif journal is not None:
+                held.add_run(run)
+        elif held is not None:
             for run in runs:
-                journal.add_many(run.messages())
+                held.add_many(run.messages())
         if self.auth is None and not self._router.wants_envelopes:
             self._router.route_runs(runs)
             return
@@ -665,10 +604,10 @@ class Client:
                 forward = self._forwards.get(timeout=0.2)
             except queue.Empty:
                 continue
-            if forward is None or self.journal is None:
+            if forward is None or self.held is None:
                 return
             self.connection.forward_done(forward)
-            answer_forward(forward, self.journal, bucket, self._send_to, self.stats, style=THREADS,
+            answer_forward(forward, self.held, bucket, self._send_to, self.stats, style=THREADS,
                            stopped=lambda: self._closed)
 
     def _send_to(self, datagram: bytes, target: Address) -> bool:

@@ -4,8 +4,10 @@
 REQUESTs, confirmed publishes) and :class:`~fyrehose.subjects.session.SubjectSession`
 (session, signing, trust exchange, interest announcements) decide
 everything; this module only moves their datagrams through a gevent socket
-and runs their timers, as the load test's sessions are driven.  Nothing is
-monkey-patched: waits are gevent events on the gateway's one loop.
+and runs their timers (one :class:`~fyrehose.subjects.client_core.ClientCore`),
+in the gevent style of :class:`~fyrehose.drivers.receive_loop.ReceiveLoop`, as
+the load test's users do.  Nothing is monkey-patched: waits are gevent
+waits on the gateway's one loop.
 
 Publishes from every TCP client of the gateway share datagrams.  A
 connection's :meth:`BackboneLink.submit_with` queues its messages with a
@@ -29,8 +31,6 @@ confirmed message from the gateway.
 from __future__ import annotations
 
 import logging
-import socket as stdlib_socket
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from itertools import chain
 
 import gevent
-from gevent import socket
 from gevent.event import AsyncResult, Event
 from gevent.queue import Full, Queue
 
@@ -52,9 +51,9 @@ from fyrehose.drivers.backbone_io import (
     open_socket,
     say_goodbye,
     sent,
-    timer_wait,
     wall_us,
 )
+from fyrehose.drivers.receive_loop import ReceiveLoop
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout
 from fyrehose.net.addresses import parse_hostport, resolve_ipv4
 from fyrehose.net.group_socket import join_group
@@ -63,16 +62,16 @@ from fyrehose.protocol.codec import Address
 from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions, DeliverForm, Incoming
 from fyrehose.protocol.forwarding import FORWARD_RATE, MessageStore
 from fyrehose.protocol.frame_run import FrameRun
-from fyrehose.protocol.multicast import fallback_notice
 from fyrehose.protocol.publishing import Finished
 from fyrehose.protocol.tracker import Event as StreamEvent
 from fyrehose.protocol.tracker import Lost
 from fyrehose.runtime.fatal import guarded
+from fyrehose.subjects.client_core import ClientCore
 from fyrehose.subjects.session import SubjectSession
 
 log = logging.getLogger("fyrehose.gateway")
 
-TIMER_PERIOD = 0.02  # the longest the connection's timers wait while datagrams keep arriving
+TIMER_PERIOD = 0.02  # the receive loop's longest wait: other greenlets' changes (a new interest) wait no longer
 YIELD_EVERY = 16  # datagrams taken in a row before the loop serves the clients (and the Lumberjack writers)
 FORWARDS_QUEUED = 1024  # FORWARDs waiting for their answer; more are dropped (the requester asks again)
 
@@ -138,17 +137,17 @@ class BackboneLink:
         self._outbox: list[_Waiter] = []  # publishes queued in this turn of the loop
         self._flush_scheduled = False
         self._batches: dict[int, list[_Waiter]] = {}  # batch number -> its waiters, in payload order
-        self._next_timers = 0.0
+        self.core = ClientCore(self.connection, subjects)
+        self.group = multicast
+        self._loop = ReceiveLoop(  # the socket and the group's, read by one greenlet
+            self.sock, next_deadline=self.core.next_deadline, handle_timers=self._handle_timers,
+            datagram=self._datagram, stats=stats, backbone=self.backbone,
+            group=join_group(multicast, self.backbone, RECEIVE_BUFFER) if multicast is not None else None,
+            group_address=multicast, style=gevent_style(), limit=YIELD_EVERY, longest=TIMER_PERIOD)
         self._receiver = gevent.spawn(guarded(self._receive_loop, "gateway backbone receive"))
         self._forwards: Queue[codec.Forward | None] = Queue(FORWARDS_QUEUED)  # None: the link closed
         if held is not None:
             gevent.spawn(guarded(self._forward_loop, "gateway forwarder"))
-        self.group = multicast
-        self._group_sock: socket.socket | None = None
-        if multicast is not None:  # the group's DELIVERs, read by a greenlet of their own
-            joined = join_group(multicast, self.backbone, RECEIVE_BUFFER)
-            self._group_sock = socket.socket(stdlib_socket.AF_INET, stdlib_socket.SOCK_DGRAM, fileno=joined.detach())
-            gevent.spawn(guarded(self._group_loop, "gateway multicast receive"))
         await_ack(self._acked.wait, self.backbone, unreachable_after, give_up=self.close)
         self.send_unconfirmed(subjects.start(time.monotonic(), wall_us()))
 
@@ -160,7 +159,7 @@ class BackboneLink:
         if self._closed:
             return
         if self.reachable:
-            self.send_unconfirmed(self.subjects.goodbye())
+            self.send_unconfirmed(self.subjects.leave())
         self._closed = True
         say_goodbye(self.sock, self.connection)
         if self._receiver is not gevent.getcurrent():
@@ -169,7 +168,7 @@ class BackboneLink:
             self._forwards.put_nowait(None)
         except Full:
             pass
-        self._leave_group()
+        self._loop.close()
         batches, self._batches = self._batches, {}
         for waiters in batches.values():
             for waiter in waiters:
@@ -278,28 +277,11 @@ class BackboneLink:
     # ------------------------------------------------------------ receiving
 
     def _receive_loop(self) -> None:
-        sock = self.sock
+        self._loop.run(lambda: not self._closed)
+
+    def _datagram(self, data: bytes, source: Address, now: float, from_group: bool) -> None:
         connection = self.connection
-        taken = 0
-        while not self._closed:
-            taken += 1
-            if taken % YIELD_EVERY == 0:  # a busy socket never blocks: let the clients be read and written
-                gevent.sleep(0)
-            now = time.monotonic()
-            if now >= self._next_timers:
-                self._timers(now)
-                self._next_timers = min(connection.next_deadline(), now + TIMER_PERIOD)
-            sock.settimeout(timer_wait(self._next_timers, time.monotonic(), 0.1))
-            try:
-                data, source = sock.recvfrom(65536)
-            except (TimeoutError, BlockingIOError, socket.timeout):
-                continue
-            except OSError:
-                if self._closed:
-                    return
-                self.stats["receive errors"] += 1
-                continue
-            self._apply(connection.receive(data, source, time.monotonic()))
+        self._apply(connection.receive_group(data, source, now) if from_group else connection.receive(data, source, now))
 
     def _apply(self, incoming: Incoming) -> None:
         if incoming.published:
@@ -313,47 +295,16 @@ class BackboneLink:
         if incoming.forwards:
             self._queue_forwards(incoming.forwards)
         if incoming.fell_back:
-            print(fallback_notice(self.group, self.backbone), file=sys.stderr, flush=True)  # type: ignore[arg-type]  # only a joined link falls back
-            self._leave_group()
+            self._loop.leave_group()
 
-    def _group_loop(self) -> None:
-        """The group's DELIVERs, admitted only from the backbone's address, until the link leaves the group."""
-        group = self._group_sock
-        if group is None:
-            return
-        receive = group.recvfrom
-        connection = self.connection
-        taken = 0
-        while self._group_sock is group and not self._closed:
-            taken += 1
-            if taken % YIELD_EVERY == 0:
-                gevent.sleep(0)
-            try:
-                data, source = receive(65536)
-            except OSError:
-                if self._closed or self._group_sock is not group:
-                    return
-                self.stats["receive errors"] += 1
-                continue
-            self._apply(connection.receive_group(data, source, time.monotonic()))
-
-    def _leave_group(self) -> None:
-        """Close the group's socket: its receive greenlet, woken with an error or at its next datagram, sees
-        that it is no longer the link's group and ends (killing it would be a worker dying, for a command)."""
-        group, self._group_sock = self._group_sock, None
-        if group is not None:
-            group.close()
-
-    def _timers(self, now: float) -> None:
-        self.send_unconfirmed(self.subjects.timers(now, wall_us()))
-        datagrams, events = self.connection.poll(now)
-        resends, expired = self.publishes.poll(now)
-        for datagram in datagrams + resends:
+    def _handle_timers(self, now: float) -> None:
+        due = self.core.handle_timers(now, wall_us())
+        for datagram in due.datagrams:
             self._send(datagram)
-        if expired:
-            self._finish(expired)
-        if events:
-            self.on_events(events)  # type: ignore[misc]  # only a subscribed link tracks the stream
+        if due.finished:
+            self._finish(due.finished)
+        if due.events:
+            self.on_events(due.events)  # type: ignore[misc]  # only a subscribed link tracks the stream
 
     # ------------------------------------------------------------ serving FORWARDs
 

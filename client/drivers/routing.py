@@ -160,7 +160,16 @@ class SubjectRouter:
                 return
             self._route_envelope(SubjectMessage(message.seq, opened))
 
-    def gate_timers(self, now: float) -> int:
+    def next_deadline(self) -> float:
+        """When :meth:`handle_timers` next has something to do: an initial value to ask again or to give up."""
+        if not self._gated:  # the common case, checked without the lock
+            return float("inf")
+        with self._lock:
+            deadlines = [deadline for s in self._gated.values()
+                         if s.gate is not None and (deadline := s.gate.next_deadline()) is not None]
+        return min(deadlines, default=float("inf"))
+
+    def handle_timers(self, now: float) -> int:
         """Ask again for initial values that are due and release the gates past their timeout.
 
         Returns how many gates timed out now, for the client's ``initial timeouts`` count.

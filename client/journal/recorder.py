@@ -14,15 +14,13 @@ socket buffer holds what arrives meanwhile.
 """
 from __future__ import annotations
 
-import select
-import socket
-import sys
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
 
 from fyrehose.drivers.backbone_io import THREADS, await_ack, open_socket, say_goodbye
+from fyrehose.drivers.receive_loop import ReceiveLoop
 from fyrehose.journal.lag import Lag, LagClock
 from fyrehose.journal.store import JournalStore
 from fyrehose.net.group_socket import join_group
@@ -30,15 +28,15 @@ from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address
 from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions, DeliverForm, Incoming
 from fyrehose.protocol.frame_run import FrameRun
-from fyrehose.protocol.multicast import fallback_notice
 from fyrehose.protocol.tracker import Event, Lost, TrackerOptions
+from fyrehose.subjects.client_core import ClientCore
 
 RECEIVE_BUFFER = 64 << 20  # what arrives while the writer catches up waits here
 RING_BYTES = 256 << 20
 MAX_BUFFERED = 4_000_000  # messages waiting behind a hole (mostly as whole datagrams) before it is given up  # datagrams received and not yet written, at most
-RECEIVE_TIMEOUT = 0.02  # the receive loop runs the connection's timers at least this often
+RECEIVE_TIMEOUT = 0.02  # the receive loop's longest wait: it notices being stopped this soon
 WRITER_IDLE = 0.005
-GROUP_ROUND = 64  # group datagrams read before the unicast socket (control and repairs) gets its turn again
+GROUP_ROUND = 64  # datagrams read from each socket (unicast, the group's) before the other gets its turn again
 Item = FrameRun | list[Event]
 
 
@@ -61,8 +59,13 @@ class Recorder:
         self.sock.settimeout(RECEIVE_TIMEOUT)
         self.address: Address = self.sock.getsockname()
         self.group = multicast
-        self._group: socket.socket | None = (
-            join_group(multicast, backbone, RECEIVE_BUFFER) if multicast is not None else None)
+        self.core = ClientCore(self.connection)
+        self._loop = ReceiveLoop(
+            self.sock, next_deadline=self.core.next_deadline, handle_timers=self._handle_timers,
+            datagram=self._datagram, stats=self.stats, backbone=backbone,
+            group=join_group(multicast, backbone, RECEIVE_BUFFER) if multicast is not None else None,
+            group_address=multicast, limit=GROUP_ROUND, longest=RECEIVE_TIMEOUT)
+        self._stop = threading.Event()  # the receive loop's, once it runs
         self.ring: deque[tuple[Item, int]] = deque()  # (item, its bytes)
         self.ring_bytes = ring_bytes
         self.lag_clock = LagClock()  # the writer thread's
@@ -83,62 +86,21 @@ class Recorder:
 
     def receive(self, stop: threading.Event) -> None:
         """Drain the socket until ``stop``; then say goodbye so the backbone stops sending at once."""
-        sock, connection = self.sock, self.connection
-        recvfrom, receive = sock.recvfrom, connection.receive
-        next_timers = 0.0
+        self._stop = stop
         try:
-            while not stop.is_set():
-                now = time.monotonic()
-                if now >= next_timers:
-                    self._timers(now)
-                    next_timers = min(connection.next_deadline(), now + RECEIVE_TIMEOUT)
-                if self._group is not None:
-                    self._receive_both(self._group, stop)
-                    continue
-                try:
-                    data, source = recvfrom(65536)
-                except (TimeoutError, BlockingIOError):
-                    continue
-                except OSError:
-                    self.stats["receive errors"] += 1
-                    continue
-                self._take(receive(data, source, now), len(data), stop)
+            self._loop.run(lambda: not stop.is_set())
         finally:
-            self._leave_group()
+            self._loop.close()
             self._received_done.set()
             self._wake.set()
-            say_goodbye(sock, connection)
+            say_goodbye(self.sock, self.connection)
 
-    def _receive_both(self, group: socket.socket, stop: threading.Event) -> None:
-        """One round over the unicast and the group socket (multicast only): the group drained, one unicast read."""
-        try:
-            ready, _, _ = select.select([self.sock, group], [], [], RECEIVE_TIMEOUT)
-        except (OSError, ValueError):  # the group was left meanwhile
-            return
-        if self.sock in ready:
-            try:
-                data, source = self.sock.recvfrom(65536)
-            except (TimeoutError, BlockingIOError):
-                pass
-            except OSError:
-                self.stats["receive errors"] += 1
-            else:
-                self._take(self.connection.receive(data, source, time.monotonic()), len(data), stop)
-        if group not in ready:
-            return
-        for _ in range(GROUP_ROUND):
-            if self._group is not group or stop.is_set():
-                return
-            try:
-                data, source = group.recvfrom(65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                self.stats["receive errors"] += 1
-                return
-            self._take(self.connection.receive_group(data, source, time.monotonic()), len(data), stop)
+    def _datagram(self, data: bytes, source: Address, now: float, from_group: bool) -> None:
+        connection = self.connection
+        self._take(connection.receive_group(data, source, now) if from_group else connection.receive(data, source, now),
+                   len(data))
 
-    def _take(self, incoming: Incoming, size: int, stop: threading.Event) -> None:
+    def _take(self, incoming: Incoming, size: int) -> None:
         """Hand what one datagram brought to the writer (whole datagrams, events), the forwarder and the waiters."""
         for run in incoming.runs:
             self.ring.append((run, size))
@@ -148,30 +110,24 @@ class Recorder:
             self._received_bytes += size
             self._wake.set()
             if self._received_bytes - self._taken_bytes > self.ring_bytes:
-                self._wait_for_writer(stop)
+                self._wait_for_writer(self._stop)
         if incoming.forwards and self.on_forward is not None:
             for forward in incoming.forwards:
                 self.on_forward(forward)
         if incoming.acked:
             self._acked.set()
         if incoming.fell_back:
-            print(fallback_notice(self.group, self.backbone), file=sys.stderr, flush=True)  # type: ignore[arg-type]  # only a member falls back
-            self._leave_group()
+            self._loop.leave_group()
 
-    def _leave_group(self) -> None:
-        group, self._group = self._group, None
-        if group is not None:
-            group.close()
-
-    def _timers(self, now: float) -> None:
-        datagrams, events = self.connection.poll(now)
-        for datagram in datagrams:
+    def _handle_timers(self, now: float) -> None:
+        due = self.core.handle_timers(now)
+        for datagram in due.datagrams:
             try:
                 self.sock.sendto(datagram, self.backbone)
             except OSError:
                 self.stats["send errors"] += 1
-        if events:
-            self.ring.append((events, 0))
+        if due.events:
+            self.ring.append((due.events, 0))
             self._wake.set()
 
     def _wait_for_writer(self, stop: threading.Event) -> None:
@@ -204,7 +160,7 @@ class Recorder:
                 wake.wait(WRITER_IDLE)
                 wake.clear()
             now = time.monotonic()
-            store.tick(now)
+            store.handle_timers(now)
             self._measure_lag(now)
 
     def _write(self, batch: list[FrameRun | Event]) -> None:

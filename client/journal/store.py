@@ -329,7 +329,7 @@ class JournalStore:
                 self.fsync_times.add(took)
         self._last_sync = time.monotonic()
 
-    def tick(self, now: float) -> None:
+    def handle_timers(self, now: float) -> None:
         """Timers of the write path: the interval fsync and sealing by age."""
         active = self._active
         if active is None:

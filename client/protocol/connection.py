@@ -141,7 +141,7 @@ class BackboneConnection:
     re-delivery before it may fill a requested hole (an authenticating client
     takes only what verifies); a payload it refuses leaves the hole open, to
     be requested again.  :attr:`publishes` matches the CONFIRMs to what this
-    client published; a driver runs its timers with ``publishes.poll``.
+    client published; :class:`~fyrehose.subjects.client_core.ClientCore` runs both timers.
     A multicast connection that falls back to unicast says so in
     :attr:`Incoming.fell_back`, counted as ``multicast fallbacks``.
     """
@@ -191,7 +191,7 @@ class BackboneConnection:
 
     # ------------------------------------------------------------ time
 
-    def poll(self, now: float) -> tuple[list[bytes], list[Event]]:
+    def handle_timers(self, now: float) -> tuple[list[bytes], list[Event]]:
         """Timers: datagrams to send the backbone now (KEEPALIVE, REQUESTs) and events from given-up holes."""
         out: list[bytes] = []
         if now >= self._next_keepalive:
@@ -202,7 +202,7 @@ class BackboneConnection:
         tracker = self.tracker
         if tracker is None:
             return out, []
-        requests, events = tracker.poll(now)
+        requests, events = tracker.handle_timers(now)
         for from_seq, to_seq in requests:
             out.append(codec.encode(codec.Request("0.0.0.0", 0, from_seq, to_seq)))
         self.stats["requests"] += len(requests)
@@ -215,7 +215,7 @@ class BackboneConnection:
                                             token=self._token_source(codec.TOKEN_SIZE)))
 
     def next_deadline(self) -> float:
-        """When :meth:`poll` or ``publishes.poll`` next has something to do."""
+        """When :meth:`handle_timers` or ``publishes.handle_timers`` next has something to do."""
         deadline = min(self._next_keepalive, self.publishes.next_deadline())
         if self.tracker is not None:
             tracker_deadline = self.tracker.next_deadline()

@@ -6,13 +6,14 @@ order, one frame per datagram (the FORWARD does not say whether the
 requester takes BATCH), and nothing for what it does not hold.  The answers
 are paced by a :class:`~fyrehose.protocol.pacing.TokenBucket` of ``FORWARD_RATE``
 messages/s with bursts of ``FORWARD_BURST``, so a wide range cannot flood
-the requester: :func:`paced` waits as the bucket says, with the driver's own
-sleep (``time.sleep`` in the threaded :class:`fyrehose.Client`,
-``gevent.sleep`` in the gateways' link and the load test's subscribers).
+the requester: :class:`Paced` says when the next may go, and the driver waits
+that long with its own sleep (``time.sleep`` in the threaded
+:class:`fyrehose.Client`, ``gevent.sleep`` in the gateways' link and the load
+test's subscribers).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from fyrehose.protocol import codec
@@ -36,18 +37,32 @@ def deliveries(store: MessageStore, forward: codec.Forward) -> Iterator[bytes]:
         yield codec.encode_deliver(seq, payload)
 
 
-def paced(datagrams: Iterable[bytes], bucket: TokenBucket, sleep: Callable[[float], object],
-          clock: Callable[[], float], stopped: Callable[[], bool] = lambda: False) -> Iterator[bytes]:
-    """Each of ``datagrams`` once ``bucket`` has a token for it (at ``clock()``), waiting meanwhile with the
-    driver's own ``sleep``; none more once ``stopped()`` (asked before each token is taken, after every wait too, so
-    every token taken is a datagram handed out, and a driver stopped while it waited sends nothing more)."""
-    for datagram in datagrams:
-        if stopped():
-            return
-        delay = bucket.wait_time(clock())
-        while delay > 0:
-            sleep(delay)
-            if stopped():
-                return
-            delay = bucket.wait_time(clock())
-        yield datagram
+class Paced:
+    """``datagrams`` handed out one at a time as ``bucket`` allows; the driver waits in between with its own sleep.
+
+    :meth:`next_send` says when the next one may go, :meth:`take` hands it
+    out.  A token is taken only for a datagram there is, so a driver that
+    stops while it waited has taken no token it did not use.
+    """
+
+    __slots__ = ("_bucket", "_datagrams", "_head")
+
+    def __init__(self, datagrams: Iterable[bytes], bucket: TokenBucket) -> None:
+        self._bucket = bucket
+        self._datagrams = iter(datagrams)
+        self._head = next(self._datagrams, None)
+
+    def next_send(self, now: float) -> float | None:
+        """Seconds until the next datagram may go at ``now``: 0.0 when it may go now (its token is taken,
+        :meth:`take` it), None when there is none left."""
+        if self._head is None:
+            return None
+        return self._bucket.wait_time(now)
+
+    def take(self) -> bytes:
+        """The datagram :meth:`next_send` allowed."""
+        head = self._head
+        if head is None:
+            raise ValueError("nothing left to send")
+        self._head = next(self._datagrams, None)
+        return head

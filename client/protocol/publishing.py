@@ -173,7 +173,7 @@ class PendingPublishes:
                 return batch
         return None
 
-    def poll(self, now: float) -> tuple[list[bytes], list[Finished]]:
+    def handle_timers(self, now: float) -> tuple[list[bytes], list[Finished]]:
         """Timers: the unconfirmed messages to send again, and the batches whose deadline passed.
 
         Cheap when nothing is due (drivers call it for every datagram they receive).
@@ -199,7 +199,7 @@ class PendingPublishes:
 
     def retry_now(self, now: float) -> None:
         """The backbone answers again after a silence (a takeover, a network outage): what is unconfirmed goes
-        again at the next poll, and backs off afresh, instead of waiting out a back-off grown while nobody
+        again at the next :meth:`handle_timers`, and backs off afresh, instead of waiting out a back-off grown while nobody
         answered."""
         for batch in self._batches.values():
             batch.retry = self.retry

@@ -333,7 +333,7 @@ class SequenceTracker:
         self._holes.append(_Hole(self.highest + 1, last_issued, now, now + max(self.request_delay, self.head_delay)))
         self.highest = last_issued
 
-    def poll(self, now: float) -> tuple[list[tuple[int, int]], list[Event]]:
+    def handle_timers(self, now: float) -> tuple[list[tuple[int, int]], list[Event]]:
         """Timers: the (from, to) ranges to REQUEST now, and events released by giving up holes."""
         events: list[Event] = []
         while self._holes and self._holes[0].noticed + self.give_up_after <= now:

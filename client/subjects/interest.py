@@ -101,6 +101,12 @@ class LocalInterest:
             return True
         return self._announced and now >= self._next
 
+    def next_deadline(self) -> float:
+        """When :meth:`due` next holds: at once after a change, never before anything was announced."""
+        if self._changed:
+            return float("-inf")
+        return self._next if self._announced else float("inf")
+
     def announcement(self, now: float) -> Envelope:
         """The owner's whole interest, as an envelope to publish now."""
         self._changed = False
@@ -109,7 +115,7 @@ class LocalInterest:
         return _announce(self.owner, self.interval, dict(self.subjects), dict(self.globs))
 
     def leave(self) -> Envelope | None:
-        """The goodbye (interval 0) for an owner that announced anything; None otherwise."""
+        """The leave announcement (interval 0) for an owner that announced anything; None otherwise."""
         if not self._announced:
             return None
         return _announce(self.owner, 0.0, {}, {})

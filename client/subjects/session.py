@@ -4,7 +4,8 @@ Every driver of a :class:`~fyrehose.protocol.connection.BackboneConnection` that
 speaks in subjects owes the deployment the same things: stamp what it sends
 with its session and sign it (with credentials), verify what it receives and
 answer the trust exchange, send HELLO, heartbeats and BYE, and announce its
-interest.  They live here once, with no socket, thread or clock, so the
+interest; its timers have a deadline (:meth:`SubjectSession.next_deadline`) like the
+connection's.  They live here once, with no socket, thread or clock, so the
 threaded :class:`fyrehose.Client` and the gateways' gevent driver
 (:mod:`fyrehose.drivers.link`) do them identically.  Each method returns
 the payloads to PUSH without confirmation (control messages whose loss a
@@ -87,13 +88,22 @@ class SubjectSession:
         return payload
 
     def start(self, now: float, wall_us: int) -> list[bytes]:
-        """The session's HELLO, once the backbone answered; heartbeats follow from :meth:`timers`."""
+        """The session's HELLO, once the backbone answered; heartbeats follow from :meth:`handle_timers`."""
         if self.session is None:
             return []
         self._next_heartbeat = now + self.session.interval
         return [self.finish(self.session.hello(wall_us))]
 
-    def timers(self, now: float, wall_us: int) -> list[bytes]:
+    def next_deadline(self) -> float:
+        """When :meth:`handle_timers` next has something to do (at once: an interest changed since it last ran)."""
+        deadline = self.interest.next_deadline()
+        if self.session is not None:
+            deadline = min(deadline, self._next_heartbeat)
+        if self.auth is not None:
+            deadline = min(deadline, self._next_auth_expiry)
+        return deadline
+
+    def handle_timers(self, now: float, wall_us: int) -> list[bytes]:
         """What is due now: a heartbeat, an interest announcement (and the trust table's expiry)."""
         out: list[bytes] = []
         if self.session is not None and now >= self._next_heartbeat:
@@ -106,8 +116,8 @@ class SubjectSession:
             out.append(self.seal(self.interest.announcement(now)))
         return out
 
-    def goodbye(self) -> list[bytes]:
-        """Leaving: the interest's goodbye and the session's BYE."""
+    def leave(self) -> list[bytes]:
+        """Leaving: the interest's leave announcement and the session's BYE."""
         out: list[bytes] = []
         leave = self.interest.leave()
         if leave is not None:

@@ -182,7 +182,7 @@ def keepalive_flags(datagrams: list[bytes]) -> list[int]:
 
 def ack(conn: BackboneConnection, clock: Clock, head: int):
     """Answer the latest KEEPALIVE with HEAD ``head``."""
-    datagrams, _ = conn.poll(clock.now)
+    datagrams, _ = conn.handle_timers(clock.now)
     token = clock.tokens.to_bytes(codec.TOKEN_SIZE, "big")
     return conn.receive(codec.encode(KeepaliveAck(token, head)), BACKBONE, clock.now), datagrams
 
@@ -195,7 +195,7 @@ def group_deliver(conn: BackboneConnection, clock: Clock, first: int, count: int
 def test_a_joined_client_says_multicast_in_its_keepalives_and_a_publisher_never_does():
     clock = Clock()
     conn = connection(clock)
-    assert keepalive_flags(conn.poll(clock.now)[0]) == [
+    assert keepalive_flags(conn.handle_timers(clock.now)[0]) == [
         codec.FLAG_BATCH | codec.FLAG_HEAD | codec.FLAG_MULTICAST | codec.FLAG_GONE]
     with pytest.raises(ValueError, match="multicast needs a subscriber"):
         ConnectionOptions(flags=codec.FLAG_NOSUBSCRIBE, multicast=True)  # a publisher never joins
@@ -221,7 +221,7 @@ def test_nothing_on_the_group_counts_unless_it_comes_from_the_backbone(data, sou
     clock = Clock()
     conn = connection(clock)
     conn.receive(codec.encode_deliver(1, b"first"), BACKBONE, clock.now)
-    conn.poll(clock.now + 1)  # hole 2.. requested by nobody: a REQUEST would make strangers' DELIVERs count
+    conn.handle_timers(clock.now + 1)  # hole 2.. requested by nobody: a REQUEST would make strangers' DELIVERs count
     incoming = conn.receive_group(data, source, clock.now)
     assert incoming.stored == [] and incoming.events == [] and not incoming.forwards
     assert conn.stats["multicast from strangers"] == 1
@@ -232,7 +232,7 @@ def test_a_forged_group_datagram_does_not_fill_even_a_requested_hole():
     conn = connection(clock, request_delay=0.0)
     group_deliver(conn, clock, 1)
     group_deliver(conn, clock, 3)
-    requests, _ = conn.poll(clock.now + 0.1)
+    requests, _ = conn.handle_timers(clock.now + 0.1)
     assert any(d[0] == codec.REQUEST for d in requests)
     assert conn.tracker.awaits(2)
     assert group_deliver(conn, clock, 2, source=STRANGER).stored == []  # unicast, a peer's copy would count
@@ -271,7 +271,7 @@ def test_a_silent_group_while_head_advances_falls_back_once_and_loses_nothing():
     silent_from = T0 + 0.5 * 2  # the first ACK with a HEAD the group had not brought (13 > 12)
     assert T0 + 0.5 * (first + 1) - silent_from >= after > T0 + 0.5 * first - silent_from
     head = 12 + first
-    datagrams, _ = conn.poll(clock.now)  # a KEEPALIVE without the flag at once, and REQUESTs for the gap
+    datagrams, _ = conn.handle_timers(clock.now)  # a KEEPALIVE without the flag at once, and REQUESTs for the gap
     assert keepalive_flags(datagrams) == [codec.FLAG_BATCH | codec.FLAG_HEAD | codec.FLAG_GONE]
     sent_out += datagrams
     asked = {seq for d in sent_out if d[0] == codec.REQUEST for r in codec.decode(d)
@@ -315,7 +315,7 @@ def test_a_client_that_never_acks_head_never_falls_back():
     conn = connection(clock)
     for _step in range(50):
         clock.now += 0.5
-        datagrams, _ = conn.poll(clock.now)
+        datagrams, _ = conn.handle_timers(clock.now)
         token = clock.tokens.to_bytes(codec.TOKEN_SIZE, "big")
         assert not conn.receive(codec.encode(KeepaliveAck(token)), BACKBONE, clock.now).fell_back
 
@@ -381,7 +381,7 @@ def test_a_stream_the_group_never_reached_starts_where_tracking_began_once_falle
         sent_out += datagrams
     assert conn.stats["multicast fallbacks"] == 1 and conn.tracker.next == 10
     head = int((clock.now - T0) * 10)
-    sent_out += conn.poll(clock.now)[0]
+    sent_out += conn.handle_timers(clock.now)[0]
     asked = {seq for d in sent_out if d[0] == codec.REQUEST for r in codec.decode(d)
              for seq in range(r.from_seq, r.to_seq + 1)}
     assert asked == set(range(10, head + 1))

@@ -22,19 +22,19 @@ def tracker_with_hole(first: int = 2, last: int = 9) -> SequenceTracker:
 
 def test_after_the_notice_the_hole_is_asked_again_at_the_prompt_interval_not_after_the_back_off():
     tracker = tracker_with_hole()
-    assert tracker.poll(T0 + 0.02)[0] == [(2, 9)]
+    assert tracker.handle_timers(T0 + 0.02)[0] == [(2, 9)]
     tracker.backbone_answers(2, 9, T0 + 0.021)
     due = T0 + 0.021 + 0.02 + 8 / 1_000_000
     assert tracker.next_deadline() == due
-    assert tracker.poll(due - 1e-4)[0] == []
-    assert tracker.poll(due)[0] == [(2, 9)]
+    assert tracker.handle_timers(due - 1e-4)[0] == []
+    assert tracker.handle_timers(due)[0] == [(2, 9)]
 
 
 def test_without_the_notice_the_back_off_stands():
     tracker = tracker_with_hole()
-    tracker.poll(T0 + 0.02)
-    assert tracker.poll(T0 + 0.06)[0] == []  # a peer's turn: 0.1 s back-off
-    assert tracker.poll(T0 + 0.12)[0] == [(2, 9)]
+    tracker.handle_timers(T0 + 0.02)
+    assert tracker.handle_timers(T0 + 0.06)[0] == []  # a peer's turn: 0.1 s back-off
+    assert tracker.handle_timers(T0 + 0.12)[0] == [(2, 9)]
 
 
 @settings(deadline=None)  # a loaded host may take longer than the default 200 ms
@@ -45,7 +45,7 @@ def test_a_notice_brings_every_overlapping_holes_next_request_within_the_prompt_
     tracker = SequenceTracker(1, give_up_after=100.0)
     for seq, _ in arrivals:
         tracker.deliver(seq, b"x", T0)
-    tracker.poll(T0 + 0.02)
+    tracker.handle_timers(T0 + 0.02)
     now = T0 + 0.02 + delay
     hi = lo + width
     before = {(h.first, h.last): h.next_request for h in tracker._holes}
@@ -63,7 +63,7 @@ def test_the_connection_takes_a_forward_to_nowhere_from_the_backbone_as_the_noti
     tracker = connection.track(1)
     tracker.deliver(1, b"a", T0)
     tracker.deliver(5, b"e", T0)
-    tracker.poll(T0 + 0.02)
+    tracker.handle_timers(T0 + 0.02)
     incoming = connection.receive(codec.encode(codec.Forward("0.0.0.0", 0, 2, 4)), BACKBONE, T0 + 0.03)
     assert incoming.forwards == [] and connection.stats["redelivery notices"] == 1
     assert tracker.next_deadline() == T0 + 0.03 + 0.02 + 3 / 1_000_000
@@ -118,7 +118,7 @@ def test_each_filled_hole_counts_its_time_from_noticed_to_filled_and_a_given_up_
     tracker.deliver(4, b"d", T0 + 0.031)
     assert [round(s, 6) for s in tracker.recoveries] == [0.019, 0.03]
     tracker.deliver(9, b"i", T0 + 0.1)
-    tracker.poll(T0 + 2)  # 6..8 given up
+    tracker.handle_timers(T0 + 2)  # 6..8 given up
     assert len(tracker.recoveries) == 2 and tracker.lost == 3
 
 

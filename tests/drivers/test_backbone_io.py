@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 
 import gevent
 import gevent.socket
@@ -15,7 +16,6 @@ from fyrehose.drivers import backbone_io
 from fyrehose.drivers.backbone_io import (
     SHORTEST_WAIT,
     THREADS,
-    IoStyle,
     answer_forward,
     await_ack,
     forward_bucket,
@@ -104,7 +104,7 @@ def test_the_gevent_style_is_gevents_own_and_made_once():
 
 def test_until_waits_for_a_condition_with_the_styles_sleep():
     slept = []
-    style = IoStyle("test", slept.append, THREADS.event, THREADS.udp_socket)
+    style = replace(THREADS, name="test", sleep=slept.append)
     answers = iter([False, False, True])
     assert style.until(lambda: next(answers), every=0.01)(5.0)
     assert slept == [0.01, 0.01]
@@ -200,8 +200,7 @@ def test_answer_forward_sends_what_is_held_of_the_range_each_datagram_counted():
 
 def test_answer_forward_waits_for_tokens_with_the_styles_sleep_and_stops_when_told():
     slept, out = [], []
-    style = IoStyle("test", lambda seconds: slept.append(seconds) or time.sleep(seconds), THREADS.event,
-                    THREADS.udp_socket)
+    style = replace(THREADS, name="test", sleep=lambda seconds: slept.append(seconds) or time.sleep(seconds))
     bucket = TokenBucket(1000.0, burst=2, now=time.monotonic())
     answer_forward(codec.Forward("127.0.0.1", 4000, 1, 5), _store(5), bucket, lambda d, t: out.append(d) or True,
                    Counter(), style=style)
@@ -214,7 +213,7 @@ def test_answer_forward_waits_for_tokens_with_the_styles_sleep_and_stops_when_to
 
 def test_a_driver_stopped_while_it_waited_takes_no_token_and_sends_nothing():
     stopped = []
-    style = IoStyle("test", lambda seconds: stopped.append(True), THREADS.event, THREADS.udp_socket)
+    style = replace(THREADS, name="test", sleep=lambda seconds: stopped.append(True))
     bucket = TokenBucket(1.0, burst=1, now=time.monotonic())  # one at once, the next a second later
     out = []
     answer_forward(codec.Forward("127.0.0.1", 4000, 1, 5), _store(5), bucket, lambda d, t: out.append(d) or True,

@@ -95,7 +95,7 @@ def test_late_subscriber_backfills_from_another_clients_journal(backbone):
         keeper.subscribe()
         seqs = pub.publish_many([b"old %d" % i for i in range(500)])
         deadline = time.monotonic() + 5
-        while len(keeper.journal) < 500 and time.monotonic() < deadline:
+        while len(keeper.held) < 500 and time.monotonic() < deadline:
             time.sleep(0.02)
         with Client(backbone.addr) as late:
             stream = late.subscribe(from_seq=seqs[0])

@@ -93,7 +93,8 @@ with Client(sys.argv[1], subscribe=False) as pub:
 def test_a_reader_drains_the_socket_itself_so_a_burst_that_fits_is_taken_without_a_single_request(
         backbone_factory, monkeypatch):
     """The receive thread needs the interpreter for every datagram, and an application iterating in a tight loop
-    holds it; so the reader reads the socket itself as it reaches each datagram (``Client._pump``).
+    holds it; so the reader reads the socket itself as it reaches each datagram (``Client._pump``, through the
+    client's :class:`~fyrehose.drivers.receive_loop.ReceiveLoop`).
 
     Shown without depending on who the scheduler runs when: the receive thread reads one datagram at a time until
     the burst's first one is queued for the reader, then no more; the whole burst waits in the kernel (it fits the
@@ -104,23 +105,25 @@ def test_a_reader_drains_the_socket_itself_so_a_burst_that_fits_is_taken_without
     reader = threading.current_thread()
     hold = threading.Event()  # set: the receive thread stops reading once a datagram of the burst is queued
     read_by = {"receive thread": 0, "reader": 0}
-    original_handle, original_drain = Client._handle, Client._drain
-
-    def handle(self, data, source, now, from_group):
-        read_by["reader" if threading.current_thread() is reader else "receive thread"] += 1
-        return original_handle(self, data, source, now, from_group)
-
-    def drain(self, limit):
-        if threading.current_thread() is not reader and hold.is_set():
-            if stream._offered:
-                return
-            limit = 1
-        original_drain(self, limit)
 
     with Client(backbone.addr) as sub:
         stream = sub.subscribe(max_queued=2 * burst)
-        monkeypatch.setattr(Client, "_handle", handle)
-        monkeypatch.setattr(Client, "_drain", drain)
+        loop = sub._loop
+        original_handle, original_read = loop.datagram, loop._read
+
+        def handle(data, source, now, from_group):
+            read_by["reader" if threading.current_thread() is reader else "receive thread"] += 1
+            return original_handle(data, source, now, from_group)
+
+        def read(limit):
+            if threading.current_thread() is not reader and hold.is_set():
+                if stream._offered:
+                    return 0
+                limit = 1
+            return original_read(limit)
+
+        monkeypatch.setattr(loop, "datagram", handle)
+        monkeypatch.setattr(loop, "_read", read)
         hold.set()
         publisher = subprocess.run([sys.executable, "-c", PUBLISHER, backbone.address, str(burst), "1000000000"],
                                    timeout=120)

@@ -131,7 +131,7 @@ def leave_group_for_a_moment(client: Client, backbone: BackboneProcess, meanwhil
     ``meanwhile`` publishes and the backbone sends it to the group, well within the fallback's silence;
     then the client is a member again."""
     membership = socket.inet_aton(GROUP) + socket.inet_aton("127.0.0.1")
-    sock = client._group_sock
+    sock = client._loop.group
     assert sock is not None
     sent = backbone.metric("fyrehose_multicast_datagrams_total")
     sock.setsockopt(socket.IPPROTO_IP, socket.IP_DROP_MEMBERSHIP, membership)

@@ -213,10 +213,10 @@ def test_a_segment_is_sealed_once_its_oldest_record_is_old_enough(tmp_path):
     clock = Clock()
     store, _ = opened(tmp_path, segment_age=60, clock=clock)
     store.write(messages(1, 3))
-    store.tick(0.0)
+    store.handle_timers(0.0)
     assert store.sealed_segments() == []
     clock.now += 61 * 10**6
-    store.tick(0.0)
+    store.handle_timers(0.0)
     (sealed,) = store.sealed_segments()
     assert sealed.summary.last_seq == 3 and store.sealed_queue.get_nowait() is sealed
     store.write(messages(4, 4))

@@ -46,11 +46,11 @@ def test_dropped_deliveries_are_recovered_from_a_peer_and_counted_as_such(backbo
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline and not until():
                 now = time.monotonic()
-                sends, events = session.poll(now)
+                sends, events = session.handle_timers(now)
                 released.extend(released_seqs(events))
                 for datagram in sends:
                     sock.sendto(datagram, backbone.addr)
-                sock.settimeout(max(min(session.deadline(), deadline) - now, 0.001))
+                sock.settimeout(max(min(session.next_deadline(), deadline) - now, 0.001))
                 try:
                     datagram, source = sock.recvfrom(65536)
                 except TimeoutError:

@@ -246,7 +246,7 @@ def deliver(*frames):
 
 def acked_session(give_up_after=1.0):
     session = MeasuringSubscriber(BACKBONE, DeliveryAccount(phase_of), give_up_after=give_up_after)
-    sends, _ = session.poll(0.0)
+    sends, _ = session.handle_timers(0.0)
     (keepalive,) = codec.decode(sends[0])
     assert keepalive.flags == codec.FLAG_BATCH | codec.FLAG_HEAD | codec.FLAG_REDELIVERING | codec.FLAG_GONE  # wants HEAD
     session.receive(codec.encode(codec.KeepaliveAck(keepalive.token, head=0)), BACKBONE, 0.0)
@@ -256,13 +256,13 @@ def acked_session(give_up_after=1.0):
 
 def test_only_the_backbone_acknowledges_with_a_fresh_token():
     session = MeasuringSubscriber(BACKBONE, DeliveryAccount(phase_of), give_up_after=1.0)
-    sends, _ = session.poll(0.0)
+    sends, _ = session.handle_timers(0.0)
     (keepalive,) = codec.decode(sends[0])
     session.receive(codec.encode(codec.KeepaliveAck(keepalive.token)), PEER, 0.0)
     session.receive(codec.encode(codec.KeepaliveAck(bytes(16))), BACKBONE, 0.0)
     assert not session.acked
-    assert session.poll(0.1)[0] == []  # the next KEEPALIVE is due after the interval
-    assert len(session.poll(0.5)[0]) == 1
+    assert session.handle_timers(0.1)[0] == []  # the next KEEPALIVE is due after the interval
+    assert len(session.handle_timers(0.5)[0]) == 1
 
 
 def test_a_gap_recovered_from_a_peer_is_loss_before_recovery_only():
@@ -270,7 +270,7 @@ def test_a_gap_recovered_from_a_peer_is_loss_before_recovery_only():
     events, _ = session.receive(deliver((1, payload(0)), (2, payload(0)), (4, payload(0)), (5, payload(0))),
                                 BACKBONE, 0.1)
     assert [event.seq for event in events] == [1, 2]
-    sends, _ = session.poll(0.2)  # past the reordering slack: the hole is REQUESTed
+    sends, _ = session.handle_timers(0.2)  # past the reordering slack: the hole is REQUESTed
     assert codec.Request("0.0.0.0", 0, 3, 3) in [codec.decode(s)[0] for s in sends]
     events, _ = session.receive(deliver((3, payload(0))), PEER, 0.25)  # a peer re-DELIVERs it
     assert [event.seq for event in events] == [3, 4, 5]
@@ -278,14 +278,14 @@ def test_a_gap_recovered_from_a_peer_is_loss_before_recovery_only():
     session.receive(deliver((4, payload(0))), PEER, 0.3)  # a duplicate counts nowhere
     tally = session.snapshot()[0]
     assert (tally.direct, tally.recovered, tally.lost, tally.pending) == (4, 1, 0, 0)
-    assert list(session.journal.held(1, 5)) == [(seq, payload(0)) for seq in range(1, 6)]
+    assert list(session.held.held(1, 5)) == [(seq, payload(0)) for seq in range(1, 6)]
 
 
 def test_a_gap_nobody_fills_is_pending_then_lost():
     session = acked_session(give_up_after=1.0)
     session.receive(deliver((10, payload(0)), (13, payload(0))), BACKBONE, 0.1)
     assert session.snapshot()[0].pending == 2
-    _, events = session.poll(1.2)  # give-up time passed: the loss, then the message that waited behind it
+    _, events = session.handle_timers(1.2)  # give-up time passed: the loss, then the message that waited behind it
     assert events == [Lost(11, 12, "not recovered"), Message(13, payload(0))]
     tally = session.snapshot()[0]
     assert (tally.direct, tally.lost, tally.pending, tally.expected) == (2, 2, 0, 4)
@@ -294,7 +294,7 @@ def test_a_gap_nobody_fills_is_pending_then_lost():
 def test_finishing_gives_up_every_open_hole_and_head_reveals_a_lost_tail():
     session = acked_session()
     session.receive(deliver((1, payload(2))), BACKBONE, 0.1)
-    sends, _ = session.poll(0.5)
+    sends, _ = session.handle_timers(0.5)
     (keepalive,) = codec.decode(sends[0])
     session.receive(codec.encode(codec.KeepaliveAck(keepalive.token, head=4)), BACKBONE, 0.5)
     lost = session.finish(0.6)
@@ -317,7 +317,7 @@ def test_forwards_are_served_only_for_the_backbone_and_garbage_is_counted():
 def test_no_datagram_crashes_the_session(datagram, source):
     session = acked_session()
     session.receive(datagram, source, 0.1)
-    session.poll(0.2)
+    session.handle_timers(0.2)
     session.snapshot()
 
 
@@ -334,7 +334,7 @@ def test_forged_whole_datagrams_from_the_backbones_address_are_accounted_never_c
         events, _ = session.receive(data, BACKBONE, 0.1)
         released += sum(count for item in session.release(events, RELEASED_NS)
                         if not isinstance(item, Lost) for count in [item.messages])
-    session.poll(5.0)
+    session.handle_timers(5.0)
     tally = session.snapshot()
     assert released <= sum(phase.direct for phase in tally.values())  # nothing released that was not counted
 
@@ -612,7 +612,7 @@ def test_the_conductor_stops_a_failing_step_drains_and_writes_the_results(tmp_pa
                             out=str(tmp_path))
     sent = []
     conductor = Conductor(settings, lambda kind, data: sent.append((kind, data)), lambda: {"w1", "w2"})
-    assert conductor.tick(5.0)  # not started yet: keep the users
+    assert conductor.handle_timers(5.0)  # not started yet: keep the users
     conductor.start(1000.0)
     assert conductor.settled_at(1010.0) == 1011.5  # step 1's last publish may resolve a timeout after it ends
 
@@ -622,19 +622,19 @@ def test_the_conductor_stops_a_failing_step_drains_and_writes_the_results(tmp_pa
     good = RunTally({0: good_tally(50, 10)})
     report("w1", 1011.6, good)
     report("w2", 1011.2, good)  # w2 has not reported past step 1's settling time yet
-    assert conductor.tick(1011.7) and sent == []
+    assert conductor.handle_timers(1011.7) and sent == []
     broken = RunTally({0: good_tally(50, 10, p99=300)})
     report("w2", 1012.0, broken)
-    assert conductor.tick(1012.1)
+    assert conductor.handle_timers(1012.1)
     assert sent == [(TRUNCATE, {"at": 1012.1})]
     assert conductor.schedule.end == pytest.approx(12.1)
-    assert conductor.tick(1013.0) and sent[-1][0] == TRUNCATE  # draining
-    assert conductor.tick(1014.2) and sent[-1] == (FINISH, {})
+    assert conductor.handle_timers(1013.0) and sent[-1][0] == TRUNCATE  # draining
+    assert conductor.handle_timers(1014.2) and sent[-1] == (FINISH, {})
     report("w1", 1014.3, good, final=True)
     report("w1", 1014.4, RunTally())  # a late periodic report never replaces a final one
-    assert conductor.tick(1014.5)  # w2 is not final yet
+    assert conductor.handle_timers(1014.5)  # w2 is not final yet
     report("w2", 1014.6, broken, final=True)
-    assert not conductor.tick(1014.7)
+    assert not conductor.handle_timers(1014.7)
     steps = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
     assert [step["name"] for step in steps] == ["step 1", "step 2"]
     assert steps[0]["requests"] == 1000 and not steps[0]["sustained"]
@@ -653,12 +653,12 @@ def test_a_step_is_judged_only_after_its_slowest_publish_resolved(tmp_path):
     conductor.start(0.0)
     on_time = RunTally({0: good_tally(50, 10)})
     conductor.receive("w1", {"tally": on_time.to_dict(), "sent_at": 11.0, "final": False})
-    assert conductor.tick(11.0) and sent == []  # the tally looks good, but publishes may still be unresolved
+    assert conductor.handle_timers(11.0) and sent == []  # the tally looks good, but publishes may still be unresolved
     late = RunTally({0: good_tally(50, 10)})
     late[0].pushes += 5
     late[0].push_failures += 5  # timed out 2 s after being sent near the end of step 1
     conductor.receive("w1", {"tally": late.to_dict(), "sent_at": 12.6, "final": False})
-    assert conductor.tick(12.6) and sent == [TRUNCATE]
+    assert conductor.handle_timers(12.6) and sent == [TRUNCATE]
 
 
 def test_the_conductor_gives_up_waiting_for_a_silent_worker(tmp_path):
@@ -666,9 +666,9 @@ def test_the_conductor_gives_up_waiting_for_a_silent_worker(tmp_path):
     sent = []
     conductor = Conductor(settings, lambda kind, data: sent.append(kind), lambda: {"w1"})
     conductor.start(0.0)
-    assert conductor.tick(1.0) and conductor.tick(1.1) and sent == [FINISH]
-    assert conductor.tick(5.0)
-    assert not conductor.tick(11.2)
+    assert conductor.handle_timers(1.0) and conductor.handle_timers(1.1) and sent == [FINISH]
+    assert conductor.handle_timers(5.0)
+    assert not conductor.handle_timers(11.2)
     assert json.loads((tmp_path / "summary.json").read_text())["complete"] is False
 
 
@@ -748,7 +748,7 @@ def _sequence(backbone: Backbone, datagrams: list[bytes], now: float, drop=lambd
 
 def _signed_on(now: float = 0.0) -> tuple[ConfirmedPublisher, Backbone]:
     session, backbone = ConfirmedPublisher(BACKBONE, timeout=2.0), Backbone()
-    for answer in _sequence(backbone, session.poll(now)[0], now):  # KEEPALIVE (BATCH): CONFIRMs come packed
+    for answer in _sequence(backbone, session.handle_timers(now)[0], now):  # KEEPALIVE (BATCH): CONFIRMs come packed
         session.receive(answer, BACKBONE, now)
     assert session.acked
     return session, backbone
@@ -772,8 +772,8 @@ def test_unconfirmed_messages_are_sent_again_with_their_tags_and_never_sequenced
     assert len(datagrams) == 2
     first = _sequence(backbone, datagrams, 0.0, drop=lambda index: index == 1)  # the second datagram is lost
     assert session.receive(first[0], BACKBONE, 0.0) == []
-    assert session.poll(0.1) == ([], [])  # before the retry time
-    resent, finished = session.poll(0.25)
+    assert session.handle_timers(0.1) == ([], [])  # before the retry time
+    resent, finished = session.handle_timers(0.25)
     assert finished == [] and len(resent) == 1 and session.stats["push retries"] < 1000
     second = _sequence(backbone, resent + datagrams[:1], 0.25)  # the first datagram arrives again too
     assert [done for answer in second for done in session.receive(answer, BACKBONE, 0.25)] == [
@@ -785,8 +785,8 @@ def test_a_batch_without_every_confirm_fails_at_its_timeout_and_late_confirms_ar
     session, backbone = _signed_on()
     number, datagrams = session.publish([b"x"] * 10, 0.0)
     for now in (0.2, 0.6, 1.4):
-        assert session.poll(now)[1] == []
-    assert session.poll(2.0)[1] == [Finished(number, None, 10)] and session.pending == 0
+        assert session.handle_timers(now)[1] == []
+    assert session.handle_timers(2.0)[1] == [Finished(number, None, 10)] and session.pending == 0
     for answer in _sequence(backbone, datagrams, 2.1):
         assert session.receive(answer, BACKBONE, 2.1) == []
 
@@ -802,7 +802,7 @@ def test_no_datagram_crashes_the_publishing_session_and_a_strangers_confirm_fini
     if all(source == PEER for _, source in datagrams):
         assert finished == [] and session.pending == 1
     assert all(done.batch == number for done in finished)
-    session.poll(5.0)
+    session.handle_timers(5.0)
     assert session.pending == 0  # given up at its timeout, whatever arrived
 
 

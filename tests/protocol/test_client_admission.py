@@ -57,7 +57,7 @@ def test_a_tracker_awaits_only_requested_unfilled_holes():
     tracker.deliver(1, b"a", 0.0)
     tracker.deliver(5, b"e", 0.0)  # hole 2..4, not requested yet
     assert not any(tracker.awaits(seq) for seq in range(1, 7))
-    requests, _ = tracker.poll(1.0)
+    requests, _ = tracker.handle_timers(1.0)
     assert requests == [(2, 4)]
     assert [seq for seq in range(1, 7) if tracker.awaits(seq)] == [2, 3, 4]
     tracker.deliver(3, b"c", 1.0)
@@ -79,7 +79,7 @@ def test_an_authenticating_client_fills_a_hole_only_with_what_verifies():
     connection.track(1)
     connection.receive(codec.encode_deliver(1, b"a"), BACKBONE, 0.0)
     connection.receive(codec.encode_deliver(3, b"c"), BACKBONE, 0.0)
-    sends, _ = connection.poll(1.0)
+    sends, _ = connection.handle_timers(1.0)
     assert any(datagram[0] == codec.REQUEST for datagram in sends)
     for payload in (forged, unsigned, b"raw"):  # a peer racing the genuine re-delivery
         incoming = connection.receive(codec.encode_deliver(2, payload), STRANGER, 1.0)
@@ -136,7 +136,7 @@ def test_a_stranger_cannot_stop_confuse_or_inject(backbone):
         got = [next(stream), next(stream)]
         assert [(m.seq, m.data) for m in got] == [(first, b"real-1"), (second, b"real-2")]
         assert second == first + 1  # the forged ACK's HEAD invented no hole
-        held = dict(client.journal.held(1, second + 2000))
+        held = dict(client.held.held(1, second + 2000))
         assert set(held.values()) == {b"real-1", b"real-2"}
         assert client.stats["empty datagrams"] == 3
         # a bare type byte and a well-formed frame each, three times over
@@ -168,7 +168,7 @@ def test_a_service_whose_receive_thread_dies_exits_with_one_line(backbone_factor
         client = Client({backbone.address!r})
         def broken(*args):
             raise RuntimeError("bug in handling")
-        client._handle = broken
+        client._loop.datagram = broken
         poke = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         for _ in range(50):
             poke.sendto(b"x", client.address)

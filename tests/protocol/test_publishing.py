@@ -47,14 +47,14 @@ def test_only_unconfirmed_messages_are_sent_again_backing_off_until_the_deadline
     tags = tags_of(datagrams)
     assert publishes.confirm([(tags[0], 7), (tags[2], 9)]) == []
     assert publishes.next_deadline() == 0.2
-    assert publishes.poll(0.1) == ([], [])
-    resent, finished = publishes.poll(0.2)
+    assert publishes.handle_timers(0.1) == ([], [])
+    resent, finished = publishes.handle_timers(0.2)
     assert tags_of(resent) == [tags[1], tags[3]] and finished == []
     assert publishes.next_deadline() == 0.2 + 0.4
-    assert tags_of(publishes.poll(0.61)[0]) == [tags[1], tags[3]]
+    assert tags_of(publishes.handle_timers(0.61)[0]) == [tags[1], tags[3]]
     assert publishes.next_deadline() == 0.61 + 0.5  # capped at max_retry
     assert publishes.stats["push retries"] == 4
-    assert publishes.poll(2.0) == ([], [Finished(number, None, 2)])
+    assert publishes.handle_timers(2.0) == ([], [Finished(number, None, 2)])
     assert publishes.confirm([(tags[1], 8), (tags[3], 10)]) == []  # too late: the batch was given up
     assert publishes.stats["unmatched confirms"] == 2
 
@@ -65,7 +65,7 @@ def test_a_cancelled_batch_is_forgotten():
     publishes.cancel(number)
     assert len(publishes) == 0
     assert publishes.confirm([(tags_of(datagrams)[0], 1)]) == []
-    assert publishes.poll(10.0) == ([], [])
+    assert publishes.handle_timers(10.0) == ([], [])
 
 
 def test_large_batches_pack_full_datagrams():
@@ -86,7 +86,7 @@ def test_a_batch_of_one_payload_size_is_built_as_one_block_byte_for_byte_as_fram
     # retries resend exactly the unconfirmed frames, cut from the block
     confirmed = {tag for tag in range(77, 77 + count) if tag % 3}
     block.confirm([(tag, tag) for tag in sorted(confirmed)])
-    resent, _ = block.poll(0.2)
+    resent, _ = block.handle_timers(0.2)
     assert resent == codec.pack_greedy([frame for tag, frame in zip(range(77, 77 + count), frames, strict=True)
                                         if tag not in confirmed])
 
@@ -127,14 +127,14 @@ def test_an_answer_after_a_silence_sends_what_is_unconfirmed_again_at_once_and_b
                                     token_source=lambda size: next(tokens).to_bytes(size, "big"))
 
     def ack(now: float) -> None:
-        sent, _ = connection.poll(now)
+        sent, _ = connection.handle_timers(now)
         token = [frame.token for data in sent if data[0] == codec.KEEPALIVE for frame in codec.decode(data)][-1]
         connection.receive(codec.encode(codec.KeepaliveAck(token)), ("10.0.0.1", 2323), now)
 
     ack(0.0)
     connection.publishes.start([b"m"], 0.0, 20.0)
-    retries = [now / 10 for now in range(1, 40) if connection.publishes.poll(now / 10)[0]]
+    retries = [now / 10 for now in range(1, 40) if connection.publishes.handle_timers(now / 10)[0]]
     assert retries[0] == 0.2 and retries[1] - retries[0] >= 0.4 and len(retries) <= 5  # backing off, unanswered
     ack(3.9)  # the backbone (a new primary) answers again, 3.9 s after the last ACK
     assert connection.stats["backbone answers again"] == 1
-    assert connection.publishes.poll(3.9)[0] and connection.publishes.poll(4.31)[0]  # at once, then 0.4 s later
+    assert connection.publishes.handle_timers(3.9)[0] and connection.publishes.handle_timers(4.31)[0]  # at once, then 0.4 s later

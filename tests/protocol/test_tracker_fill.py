@@ -51,7 +51,7 @@ def test_filling_runs_gives_what_one_by_one_gives(size, dropped, resends, polls)
     for index, (first, count, requested) in enumerate(resends):
         now += 0.01
         if index < len(polls) and polls[index]:  # a REQUEST round: holes become awaited
-            assert bulk.poll(now + 1) == reference.poll(now + 1)
+            assert bulk.handle_timers(now + 1) == reference.handle_timers(now + 1)
         count = min(count, size - first + 1)
         if count < 1:
             continue
@@ -119,7 +119,7 @@ def test_a_peer_fills_only_holes_already_requested():
     tracker.deliver(5, b"", T0)
     events, taken = tracker.fill_run(2, [b"2", b"3"], T0, requested=True)
     assert (events, taken) == ([], []) and tracker.duplicates == 0  # not asked for yet: a stranger's, not counted
-    tracker.poll(T0 + 1)
+    tracker.handle_timers(T0 + 1)
     events, taken = tracker.fill_run(2, [b"2", b"3", b"4"], T0 + 1, requested=True)
     assert taken == [(2, 4)] and [m.seq for m in events] == [2, 3, 4, 5]
     assert tracker.awaits_any(1, 10) is False

@@ -26,10 +26,10 @@ def test_a_gone_range_behind_an_open_hole_waits_for_it_and_the_rest_is_still_ask
     tracker.deliver(1, b"a", 0.0)
     tracker.deliver(30, b"z", 0.0)
     assert tracker.gone(10, 19, False, 0.1) == []  # 2..9 may still come
-    requests, _ = tracker.poll(0.2)
+    requests, _ = tracker.handle_timers(0.2)
     assert requests == [(2, 9), (20, 29)]  # never the gone part
     events = [e for seq in range(2, 10) for e in tracker.deliver(seq, b"r", 0.3)]
-    events += tracker.poll(0.3)[1]
+    events += tracker.handle_timers(0.3)[1]
     assert events[-2:] == [Message(9, b"r"), Lost(10, 19, GONE_LOST)]
     assert tracker.holes == [(20, 29)] and tracker.lost == 10
 
@@ -55,7 +55,7 @@ def test_every_number_comes_out_once_whatever_is_delivered_and_declared_gone(del
         events += tracker.deliver(seq, b"%d" % seq, 0.0)
     for first, span, never in gones:
         events += tracker.gone(first, min(60, first + span), never, 1.0)
-    events += tracker.poll(1000.0)[1]
+    events += tracker.handle_timers(1000.0)[1]
     numbers = []
     for event in events:
         if isinstance(event, Message):

@@ -64,7 +64,7 @@ def test_a_datagram_beyond_a_hole_waits_whole_and_a_give_up_releases_it():
     after = FrameRun(31, 5, 16, datagram(31, 5))
     assert tracker.buffer_run(after, now=0.0) == []
     assert tracker.buffer_run(FrameRun(25, 3, 16, datagram(25, 3)), now=0.0) is None  # not beyond the highest
-    _, events = tracker.poll(10.0)
+    _, events = tracker.handle_timers(10.0)
     assert events == [Lost(11, 20, "not recovered"), late, after]  # the same objects, whole
     assert tracker.next == 36
 

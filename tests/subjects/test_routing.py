@@ -131,16 +131,20 @@ def test_gate_asks_at_once_and_orders_the_initial_before_newer_updates():
     assert [event.data for event in _drain(subscription)] == [b"live"]
 
 
-def test_gate_timers_re_ask_then_time_out_and_release():
+def test_gate_timers_re_ask_then_time_out_and_release_each_at_its_deadline():
     router, asked = _router()
+    assert router.next_deadline() == float("inf")  # no gate: nothing ever due
     subscription = _gated(router)
     _send(router, 1, Envelope("config.x", b"held"))
-    assert router.gate_timers(0.1) == 0 and len(asked) == 1  # not due yet
-    assert router.gate_timers(0.6) == 0 and len(asked) == 2  # retry on a new inbox
+    assert router.next_deadline() == 0.5  # the retry
+    assert router.handle_timers(0.1) == 0 and len(asked) == 1  # not due yet
+    assert router.handle_timers(0.6) == 0 and len(asked) == 2  # retry on a new inbox
     assert asked[1].reply == "_INBOX.test.2"
-    assert router.gate_timers(5.0) == 1  # past the timeout: released without an initial
+    assert router.next_deadline() == 1.1
+    assert router.handle_timers(5.0) == 1  # past the timeout: released without an initial
     assert [event.data for event in _drain(subscription)] == [b"held"]
-    assert router.gate_timers(6.0) == 0
+    assert router.next_deadline() == float("inf")
+    assert router.handle_timers(6.0) == 0
 
 
 def test_removing_a_gated_subscription_gives_the_subject_to_stop():
@@ -149,7 +153,7 @@ def test_removing_a_gated_subscription_gives_the_subject_to_stop():
     assert router.remove(subscription) == "config.x"
     _send(router, 5, Envelope(asked[0].reply, b"value", MsgType.INITIAL))  # an answer after the stop
     assert _drain(subscription) == []
-    assert router.gate_timers(1.0) == 0 and len(asked) == 1  # the gate is forgotten: no more asking
+    assert router.handle_timers(1.0) == 0 and len(asked) == 1  # the gate is forgotten: no more asking
     assert not router.wants_envelopes
 
 

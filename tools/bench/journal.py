@@ -158,7 +158,7 @@ def _measure_write_path(directory: Path, mode: str, args: argparse.Namespace) ->
             seq += count
             if len(batch) == 256 or seq > args.messages:
                 store.write(batch)
-                store.tick(time.monotonic())
+                store.handle_timers(time.monotonic())
                 batch = []
         store.sync()
         return args.messages / (time.perf_counter() - started)

@@ -293,7 +293,7 @@ class _FyrehoseReceiver(_Receiver):
             raise StreamError(f"the backbone at {host}:{port} did not answer a KEEPALIVE")
 
     def tick(self, now: float) -> None:
-        datagrams, _ = self.connection.poll(now)
+        datagrams, _ = self.connection.handle_timers(now)
         for datagram in datagrams:
             self.sock.sendto(datagram, self.spec.address)
 

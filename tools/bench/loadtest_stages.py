@@ -50,7 +50,7 @@ def measure(batch: int, payload: int, requests: int) -> dict:
     now = 1000.0
     # both connections' KEEPALIVEs, so the backbone knows the subscriber (BATCH) and the publisher
     for connection, address in ((publisher.connection, PUBLISHER), (subscriber.connection, SUBSCRIBER)):
-        for datagram in connection.poll(now)[0]:
+        for datagram in connection.handle_timers(now)[0]:
             backbone.receive(datagram, address, now)
     for data, to in backbone.flush(now).sends:
         (publisher if to == PUBLISHER else subscriber).receive(bytes(data), BACKBONE, now)

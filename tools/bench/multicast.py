@@ -75,7 +75,7 @@ class GroupReceiver(_FyrehoseReceiver):
         if not self.joined:
             super().tick(now)
             return
-        for datagram in self.connection.poll(now)[0]:
+        for datagram in self.connection.handle_timers(now)[0]:
             self.unicast.sendto(datagram, self.spec.address)
         for _ in range(16):
             try:

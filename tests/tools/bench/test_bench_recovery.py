@@ -27,7 +27,7 @@ def test_a_lost_datagram_is_requested_and_its_answer_counted_as_recovered_and_ti
     recovery = HoleRecovery(tracker)
     recovery.take(datagram(1, 10), lambda: T0)
     assert not recovery.take(datagram(21, 10), lambda: T0 + 0.001)  # 11..20 lost: noticed
-    assert tracker.poll(T0 + 0.021)[0] == [(11, 20)]
+    assert tracker.handle_timers(T0 + 0.021)[0] == [(11, 20)]
     assert recovery.take(datagram(11, 10), lambda: T0 + 0.025)  # the answer: not for the scanner
     assert recovery.recovered == 10 and tracker.holes == []
     assert [round(s, 6) for s in tracker.recoveries] == [0.024]
@@ -39,7 +39,7 @@ def test_a_peers_answer_fills_only_awaited_frames_and_a_forged_one_nothing():
     recovery.take(datagram(1, 10), lambda: T0)
     recovery.take(datagram(21, 10), lambda: T0 + 0.001)  # 11..20 lost
     recovery.take_peer(datagram(11, 10), lambda: T0 + 0.002)  # before any REQUEST: nobody asked a peer yet
-    assert tracker.poll(T0 + 0.021)[0] == [(11, 20)]
+    assert tracker.handle_timers(T0 + 0.021)[0] == [(11, 20)]
     recovery.take_peer(datagram(31, 10), lambda: T0 + 0.022)  # forged: beyond the stream, awaited by no hole
     recovery.take_peer(datagram(1, 5), lambda: T0 + 0.022)  # stale: already delivered
     assert recovery.strangers == 3 and recovery.recovered == 0 and tracker.holes == [(11, 20)]
@@ -73,7 +73,7 @@ def test_every_sequence_is_tracked_once_whatever_is_lost_and_answered(counts, da
         seq += count
         now += 0.001
     recovery.take(datagram(seq, 1), lambda: now)  # the tail, so every loss is a hole
-    tracker.poll(now)
+    tracker.handle_timers(now)
     answered = 0
     for first, count in lost:
         assert recovery.take(datagram(first, count), lambda: now)
@@ -92,5 +92,5 @@ def test_forged_or_malformed_datagrams_never_break_the_recovery(datagrams):
     recovery = HoleRecovery(SequenceTracker())
     for index, data in enumerate(datagrams):
         recovery.take(data, lambda at=T0 + index: at)
-    recovery.tracker.poll(T0 + 100)
+    recovery.tracker.handle_timers(T0 + 100)
     assert recovery.recovered >= 0

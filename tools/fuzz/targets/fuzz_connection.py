@@ -61,11 +61,11 @@ def check(data: bytes) -> None:
     connection = BackboneConnection(BACKBONE, options,
                                     token_source=lambda size: next(tokens).to_bytes(size, "big"))
     tracker = connection.track(1)
-    connection.poll(0.0)  # one KEEPALIVE: token 1 is outstanding
+    connection.handle_timers(0.0)  # one KEEPALIVE: token 1 is outstanding
     stored: dict[int, bytes] = {}
     if not whole:
         stored.update(connection.receive(codec.encode_deliver(3, b"c"), BACKBONE, 0.0).stored)  # a hole 1..2
-        connection.poll(1.0)  # ...REQUESTed
+        connection.handle_timers(1.0)  # ...REQUESTed
     first_unreleased = tracker.next
     source = STRANGER if data[:1] and data[0] & 1 else BACKBONE
     incoming = (connection.receive_group if group else connection.receive)(data[1:], source, 1.0)
@@ -87,7 +87,7 @@ def check(data: bytes) -> None:
     for run in incoming.runs:
         stored.update(run.messages())
     released = released_in_order(incoming.events, incoming.runs, stored, first_unreleased, tracker.next)
-    _, events = connection.poll(1.0 + tracker.give_up_after)  # every hole given up: what was stored comes out
+    _, events = connection.handle_timers(1.0 + tracker.give_up_after)  # every hole given up: what was stored comes out
     released_in_order(events, [], stored, released, tracker.next)
 
 
