@@ -108,6 +108,8 @@ class GatewayRouter:
         self._inbox_prefix = self.subjects.inbox_prefix
         self._verifies = self.subjects.auth is not None
         self._waiters: dict[str, _Snapshot] = {}  # inbox -> the request it answers
+        self.ready: list = []  # drivers whose connection's outbox the stream made ready: written after routing
+        self._writes_queued = False
         self._elsewhere: dict[str, int] = {}  # subject -> subscribers_elsewhere, until the table changes
         self._next_expiry = 0.0
         self._taken = 0
@@ -208,12 +210,14 @@ class GatewayRouter:
                 continue
             self._taken += 1
             if self._taken % YIELD_EVERY == 0:  # let the loop write what is queued, and read the clients
+                self._queue_writes()
                 gevent.sleep(0)
             seq, data = event  # type: ignore[misc]  # a Message
             subject = peek_subject(data)
             if subject and self._may_want(subject):
                 self._open_and_route(seq, data)
             self.position = seq  # routed: echo filters may forget numbers up to here
+        self._queue_writes()
 
     def _take_runs(self, runs: list[FrameRun]) -> None:
         """Whole datagrams that continue the stream: only their wanted messages become payloads."""
@@ -225,6 +229,7 @@ class GatewayRouter:
             while low <= run.last:
                 low = self._route_chosen(run, low)
             self.position = run.last
+        self._queue_writes()
 
     def _route_chosen(self, run: FrameRun, low: int) -> int:
         """Route the messages from ``low`` on that the verdicts choose; where to choose again when the interest
@@ -237,12 +242,26 @@ class GatewayRouter:
             self._taken += 1
             if self._taken % YIELD_EVERY == 0:  # let the loop write what is queued, and read the clients
                 self.position = seq - 1  # a subscription made now gets everything after it
+                self._queue_writes()
                 gevent.sleep(0)
                 if self.interest.version != version:
                     return seq
             self._open_and_route(seq, data)
             self.position = seq
         return run.last + 1
+
+    def _queue_writes(self) -> None:
+        """Write the connections the stream gave something, once, in this loop iteration (all of them together)."""
+        if self.ready and not self._writes_queued:
+            self._writes_queued = True
+            gevent.get_hub().loop.run_callback(self._write_ready)
+
+    def _write_ready(self) -> None:
+        self._writes_queued = False
+        ready = self.ready[:]
+        self.ready.clear()  # the same list: every outbox holds it
+        for driver in ready:
+            driver.write_ready()
 
     def _decide(self, subject: bytes) -> bool:
         """Whether to open messages on ``subject`` (the verdict remembered until the interest changes)."""

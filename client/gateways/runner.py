@@ -21,7 +21,7 @@ from fyrehose.gateways.access.login import Access
 from fyrehose.gateways.router import GatewayRouter, Route, Wants
 from fyrehose.gateways.tcp import ClientConnection, GatewayServer, TcpClient
 from fyrehose.gateways.tls import context_from
-from fyrehose.gateways.users_file import access_from
+from fyrehose.gateways.users_file import access_from, announce
 from fyrehose.gateways.workers import reuse_port_listener, run_workers
 from fyrehose.net.addresses import parse_hostport
 from fyrehose.protocol.codec import Address
@@ -72,6 +72,7 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
         gevent.signal_handler(signum, stop.set)
     if getattr(args, "reuse_port", False):  # a worker of --workers N: it must not outlive its supervisor
         gevent.spawn(_stop_when_orphaned, os.getppid(), stop)
+    announce(access, args.users)
     session = f", session {router.session.name}" if router.session is not None else ""
     announce_ready(f"gateway {kind}", server.address, f"backbone {args.backbone}{session}")
     stop.wait()
