@@ -287,6 +287,8 @@ def test_the_client_certificate_names_the_user(gateway_factory, users, certifica
                                max_reconnect_attempts=0, connect_timeout=10)
 
     run(scenario())
+    assert run_node("nats_cert_client.js", process.port, certificates["ca.pem"], certificates["svc.pem"],
+                    certificates["svc.key"]).strip() == "ok"
 
 
 def test_tls_handshake_first(gateway_factory, users, certificates):
@@ -385,6 +387,13 @@ COMPARED = [
 def test_errors_are_nats_servers_byte_for_byte(gateway_factory, users, nats_server, operations):
     gateway = gateway_factory("--users", users[0])  # its own: failed logins slow down the address
     assert _answers(gateway.port, operations) == _answers(nats_server, operations)
+
+
+def test_without_users_credentials_in_connect_are_ignored_as_nats_server_ignores_them(gateway_factory):
+    process = gateway_factory()
+    assert "auth_required" not in _info(process.port)
+    assert _answers(process.port, b'CONNECT {"verbose":false,"user":"x","pass":"y","auth_token":"z",'
+                                  b'"tls_required":true}\r\nPING\r\n') == b"PONG\r\n"
 
 
 def test_the_handshake_timeout_is_nats_servers_authentication_timeout(gateway_factory, users):
