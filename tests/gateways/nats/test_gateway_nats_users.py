@@ -153,6 +153,24 @@ def test_a_permissions_violation_reaches_nats_py_error_cb_and_the_connection_sta
     assert "orders.marker" in seen and "other.subject" not in seen
 
 
+def test_a_subscription_overlapping_a_deny_does_not_receive_the_denied_subjects(gateway):
+    async def scenario():
+        alice = await nats.connect(url(gateway), user="alice", password="secret")  # orders.secret.> denied
+        bob = await nats.connect(url(gateway), user="bob", password="hunter2")
+        everything = await alice.subscribe("orders.>")
+        await alice.flush()
+        for subject in ("orders.secret.plans", "orders.public", "orders.secret.x.y", "orders.last"):
+            await bob.publish(subject, subject.encode())
+        await bob.flush()
+        assert [(await everything.next_msg(timeout=10)).subject for _ in range(2)] == ["orders.public", "orders.last"]
+        with pytest.raises(nats.errors.TimeoutError):
+            await everything.next_msg(timeout=0.5)
+        await alice.close()
+        await bob.close()
+
+    run(scenario())
+
+
 def test_a_request_is_answered_by_a_responder_without_publish_rights_to_the_inbox(gateway):
     async def scenario():
         responder = await nats.connect(url(gateway), user="svc", password="svcpw")  # publishes svc.status only
