@@ -18,11 +18,16 @@ from fyrehose.gateways.nats import protocol as proto
 from fyrehose.gateways.nats.connection import NatsConnection, NatsRoutes, server_info
 from fyrehose.runtime.argtypes import positive_duration, positive_int
 
+HANDSHAKE_TIMEOUT = 2.0  # seconds to CONNECT, nats-server's auth_timeout
+TLS_HANDSHAKE_TIMEOUT = 5.0  # with TLS: nats-server's tls timeout (2) and its auth_timeout with TLS (2 + 1)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_server_arguments(parser)
-    parser.add_argument("--handshake-timeout", type=positive_duration, default=2.0, metavar="S",
-                        help="close a client that has not sent CONNECT within this time (default 2)")
+    parser.add_argument("--handshake-timeout", type=positive_duration, metavar="S",
+                        help="close a client that has not sent CONNECT within this time of connecting (default 2; "
+                             f"with --tls-cert {TLS_HANDSHAKE_TIMEOUT:g}, the TLS handshake included, as nats-server "
+                             "allows 2 s for the handshake and 3 more for CONNECT)")
     parser.add_argument("--ping-interval", type=positive_duration, default=120.0, metavar="S",
                         help="PING a client silent for this long, as nats-server does (default 120)")
     parser.add_argument("--max-pings-out", type=positive_int, default=2, metavar="N",
@@ -51,8 +56,10 @@ def run(args: argparse.Namespace) -> int:
     host, port = parse_hostport(args.listen)
     server_id = "FYREHOSE" + os.urandom(8).hex().upper()
 
+    handshake = args.handshake_timeout or (TLS_HANDSHAKE_TIMEOUT if args.tls_cert else HANDSHAKE_TIMEOUT)
+
     def liveness() -> NatsLiveness:
-        return NatsLiveness(time.monotonic(), args.handshake_timeout, args.ping_interval, args.max_pings_out)
+        return NatsLiveness(time.monotonic(), handshake, args.ping_interval, args.max_pings_out)
 
     info = server_info(server_id, host, port, tls=bool(args.tls_cert), tls_verify=bool(args.tls_ca))
     mapped = bool(args.tls_ca) and args.users is not None  # the client certificate names the user
