@@ -287,6 +287,7 @@ def test_any_connect_options_log_in_only_with_a_proven_credential(options):
     client = Client(Access(USERS), verify=_alice_only)
     client.feed(b"CONNECT " + orjson.dumps(options) + b"\r\nPUB orders.x 0\r\n\r\nPUB other 0\r\n\r\nPING\r\n")
     proven = options.get("user") == "alice" and options.get("pass") == "secret" \
-        and not options.get("account") and not options.get("new_account")
+        and not options.get("account") and not options.get("new_account") \
+        and isinstance(options.get("auth_token", ""), str | None)  # a credential field that is no string: refused
     assert client.closed != proven
     assert [message.subject for message in client.published] == (["orders.x"] if proven else [])
