@@ -38,7 +38,7 @@ PURE_SERVICE_MODULES = {
     "fyrehose.cache.core", "fyrehose.cache.merge",
     "fyrehose.journal.segment", "fyrehose.journal.lag", "fyrehose.journal.summary",
     "fyrehose.gateways.incremental", "fyrehose.gateways.channels", "fyrehose.gateways.echo",
-    "fyrehose.gateways.nats.pub_scan",
+    "fyrehose.gateways.nats.pub_scan", "fyrehose.gateways.nats.authorization",
     "fyrehose.gateways.lumberjack.window",
     "fyrehose.gateways.lumberjack.events", "fyrehose.gateways.http.sse",
     "fyrehose.gateways.access", "fyrehose.gateways.access.permissions", "fyrehose.gateways.access.secrets",

@@ -41,8 +41,8 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
     """Serve until SIGTERM or SIGINT; print the listening address once ready.
 
     ``refusal``: what a client beyond ``--max-clients`` (or ``--max-clients-per-address``) is told before it is
-    closed; ``tls_at_accept`` False: the protocol starts TLS itself (NATS, after its INFO), so the server does
-    not wrap the socket.
+    closed; ``tls_at_accept`` False: TLS starts after the connection's greeting (NATS's INFO) instead of at
+    accept.
     """
     if getattr(args, "workers", 1) > 1:  # kinds without --workers (workers.WORKER_KINDS) run as one process
         return run_workers(args, kind)
@@ -60,7 +60,8 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
                                max_pending=args.max_pending, max_clients=args.max_clients, stats=stats,
                                ssl_context=ssl_context if tls_at_accept else None, max_output=args.max_output,
                                max_input=args.max_input, refusal=refusal,
-                               max_clients_per_address=args.max_clients_per_address)
+                               max_clients_per_address=args.max_clients_per_address,
+                               tls_after_greeting=None if tls_at_accept else ssl_context)
         server.start()
     except BaseException:
         router.close()
