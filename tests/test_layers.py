@@ -48,6 +48,7 @@ PURE_SERVICE_MODULES = {
     "fyrehose.loadtest.measuring_subscriber", "fyrehose.loadtest.account", "fyrehose.loadtest.stamp",
     "fyrehose.loadtest.tally", "fyrehose.loadtest.rates",
     "fyrehose.tools.bench.search", "fyrehose.tools.deploy.keepalived",
+    "fyrehose.tools.watch.exposition", "fyrehose.tools.watch.endpoints", "fyrehose.tools.watch.screen",
 }
 # What a pure module may not import: I/O, concurrency, processes, the wall clock's sleep.
 IMPURE_STDLIB = {"socket", "select", "selectors", "threading", "_thread", "multiprocessing", "subprocess", "asyncio",

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from fyrehose.tools.watch.screen import Reading, Screen
 
 KEYS = "s: sort by the next column · q: quit"
+ONCE_WIDTH = 10_000
+WORD_COLUMNS = frozenset({"ENDPOINT", "ROLE", "KIND", "PROBLEM"})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,9 +67,12 @@ def render(screen: Screen, took: float, keys: str = "") -> Group:
                                       f"sorted by {screen.sort} · read in {took * 1000:.0f} ms")]
     for section in screen.sections:
         table = Table(title=section.title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                      show_edge=False)
+                      show_edge=False, collapse_padding=True)
         for index, column in enumerate(section.columns):
-            table.add_column(column, justify="left" if index < 2 else "right", no_wrap=True)
+            # words left, figures right; a narrow terminal shortens the figures' columns, never the words'
+            words = column in WORD_COLUMNS
+            widest = max([len(column), *(len(row.cells[index]) for row in section.rows)]) if words else None
+            table.add_column(column, justify="left" if words else "right", no_wrap=True, min_width=widest)
         for row in section.rows:
             table.add_row(*row.cells)
         parts.extend((Text(""), table))
@@ -88,7 +93,6 @@ def _refresh(scraper: Scraper, previous: dict[str, Reading], sort: str) -> tuple
 
 def _once(scraper: Scraper, args: argparse.Namespace) -> int:
     import io
-    import shutil
     import sys
 
     from rich.console import Console
@@ -99,8 +103,8 @@ def _once(scraper: Scraper, args: argparse.Namespace) -> int:
         time.sleep(args.interval)
     screen, took, _ = _refresh(scraper, previous, args.sort)
     text = io.StringIO()
-    console = Console(file=text, width=shutil.get_terminal_size((200, 50)).columns, no_color=True, highlight=False,
-                      force_terminal=False, emoji=False)
+    # as wide as the rows are: a script reads whole lines, never cut to the terminal's width
+    console = Console(file=text, width=ONCE_WIDTH, no_color=True, highlight=False, force_terminal=False, emoji=False)
     console.print(render(screen, took))
     sys.stdout.write("".join(line.rstrip() + "\n" for line in text.getvalue().splitlines()))
     return 0

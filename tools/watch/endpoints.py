@@ -15,21 +15,20 @@ MAX_ENDPOINTS = 256
 
 def endpoint_url(text: str) -> str:
     """The URL to read for ``text``, or an InputError that says what is wrong with it."""
-    text = text.strip()
-    if "://" not in text:
-        text = f"http://{text}/metrics"
+    given = text.strip()
+    url = given if "://" in given else f"http://{given}/metrics"
     try:
-        parts = urlsplit(text)
+        parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise InputError(f"endpoint {text!r}: {exc}") from None
+        raise InputError(f"endpoint {given!r}: {exc}") from None
     if parts.scheme not in ("http", "https"):
-        raise InputError(f"endpoint {text!r}: only http:// and https:// endpoints are read")
+        raise InputError(f"endpoint {given!r}: only http:// and https:// endpoints are read")
     if not parts.hostname or port is None:
-        raise InputError(f"endpoint {text!r}: expected HOST:PORT or http://HOST:PORT/PATH")
-    if any(char.isspace() for char in text):
-        raise InputError(f"endpoint {text!r}: no spaces in an endpoint")
-    return text if parts.path else f"{text}/metrics"
+        raise InputError(f"endpoint {given!r}: expected HOST:PORT or http://HOST:PORT/PATH")
+    if any(char.isspace() for char in url):
+        raise InputError(f"endpoint {given!r}: no spaces in an endpoint")
+    return url if parts.path else f"{url}/metrics"
 
 
 def display_name(url: str) -> str:

@@ -68,9 +68,14 @@ def _labels(line: str, start: int, number: int) -> tuple[Labels, int]:
         at = name.end()
         while at < len(line) and line[at] in " \t":
             at += 1
-        if not line.startswith('="', at):
+        if not line.startswith("=", at):
             raise ExpositionError(f"line {number}: label {name.group()} needs =\"VALUE\"")
-        at += 2
+        at += 1
+        while at < len(line) and line[at] in " \t":
+            at += 1
+        if not line.startswith('"', at):
+            raise ExpositionError(f"line {number}: label {name.group()} needs =\"VALUE\"")
+        at += 1
         value = []
         while True:
             if at >= len(line):

@@ -117,21 +117,25 @@ def _role(pair: _Pair) -> str:
     return "pipeline" if pair.now.has("fyrehose_ring_fill_ratio") else "single"
 
 
-def _backbone(pair: _Pair, endpoint: str) -> tuple[Row, Row | None]:
+def _backbone(pair: _Pair, endpoint: str) -> tuple[Row, Row, Row | None]:
+    """The backbone's row, its losses-and-recovery row, and its standby pair row when it is a pair member."""
     inbound, outbound = pair.rate("fyrehose_pushes_total"), pair.rate("fyrehose_delivered_total")
     drops = pair.rate("fyrehose_dropped_total")
     gone = pair.rate("fyrehose_gone_answers_total")
     subscribers = _sum(pair.value("fyrehose_subscribers"), pair.value("fyrehose_multicast_subscribers"))
     lag = pair.value("fyrehose_pair_replication_lag_messages")
+    errors = (drops or 0.0) + (gone or 0.0)
     role = _role(pair)
     row = Row((endpoint, role, number(pair.value("fyrehose_last_sequence")), number(inbound), number(outbound),
                number(subscribers), number(pair.value("fyrehose_clients")),
-               number(pair.value("fyrehose_journaling_clients")), number(drops),
-               number(pair.rate("fyrehose_requests_total")), number(pair.rate("fyrehose_forwards_total")),
-               number(pair.value("fyrehose_worker_restarts_total"))),
-              endpoint, inbound or 0.0, lag or 0.0, (drops or 0.0) + (gone or 0.0))
+               number(pair.value("fyrehose_journaling_clients"))),
+              endpoint, inbound or 0.0, lag or 0.0, errors)
+    recovery = Row((endpoint, number(drops), number(pair.rate("fyrehose_requests_total")),
+                    number(pair.rate("fyrehose_forwards_total")), number(pair.rate("fyrehose_redelivered_total")),
+                    number(gone), number(pair.value("fyrehose_worker_restarts_total"))),
+                   endpoint, inbound or 0.0, lag or 0.0, errors)
     if role not in ("primary", "standby"):
-        return row, None
+        return row, recovery, None
     attached = pair.value("fyrehose_pair_standby_attached")
     standby = "-" if role == "standby" or attached is None else ("attached" if attached else "DETACHED")
     member = Row((endpoint, role, number(pair.value("fyrehose_pair_epoch")), standby, number(lag),
@@ -140,7 +144,7 @@ def _backbone(pair: _Pair, endpoint: str) -> tuple[Row, Row | None]:
                   number(pair.value("fyrehose_pair_gone_total"))),
                  endpoint, pair.rate("fyrehose_pair_replicated_total") or inbound or 0.0, lag or 0.0,
                  pair.rate("fyrehose_pair_gone_total") or 0.0)
-    return row, member
+    return row, recovery, member
 
 
 def _journal(pair: _Pair, endpoint: str) -> Row:
@@ -167,14 +171,14 @@ def _gateway(pair: _Pair, endpoint: str) -> Row:
 
 
 _COLUMNS = {
-    BACKBONE: ("ENDPOINT", "ROLE", "LAST SEQ", "IN/s", "OUT/s", "SUBS", "CLIENTS", "JOURNALING", "DROPS/s",
-               "REQUESTS/s", "FORWARDS/s", "RESTARTS"),
+    BACKBONE: ("ENDPOINT", "ROLE", "SEQ", "IN/s", "OUT/s", "SUBS", "CLIENTS", "JOURNALING"),
+    "recovery": ("ENDPOINT", "DROPS/s", "REQUESTS/s", "FORWARDS/s", "REDELIV/s", "GONE/s", "RESTARTS"),
     "pair": ("ENDPOINT", "ROLE", "EPOCH", "STANDBY", "LAG MSGS", "LAG", "TAKEOVERS", "FENCED", "GONE"),
-    JOURNAL: ("ENDPOINT", "HEAD", "LAG MSGS", "LAG", "WRITTEN/s", "FORWARDED/s", "LOST", "FSYNC MAX"),
-    GATEWAY: ("ENDPOINT", "KIND", "BACKBONE", "POSITION", "PUBLISHED/s", "CONNECTIONS/s", "REFUSED/s", "LOST"),
+    JOURNAL: ("ENDPOINT", "HEAD", "LAG MSGS", "LAG", "WRITTEN/s", "FWD/s", "LOST", "FSYNC MAX"),
+    GATEWAY: ("ENDPOINT", "KIND", "BACKBONE", "POSITION", "PUB/s", "CONN/s", "REFUSED/s", "LOST"),
     UNKNOWN: ("ENDPOINT", "PROBLEM"),
 }
-_TITLES = {BACKBONE: "backbones", "pair": "standby pair", JOURNAL: "journals", GATEWAY: "gateways",
+_TITLES = {BACKBONE: "backbones", "recovery": "losses and recovery", "pair": "standby pair", JOURNAL: "journals", GATEWAY: "gateways",
            UNKNOWN: "not read"}
 
 
@@ -200,8 +204,9 @@ def build(previous: Mapping[str, Reading], current: Sequence[Reading], sort: str
         pair = _Pair(previous.get(reading.endpoint), reading)
         kind = kind_of(reading.scrape)
         if kind == BACKBONE:
-            row, member = _backbone(pair, reading.endpoint)
+            row, recovery, member = _backbone(pair, reading.endpoint)
             rows[BACKBONE].append(row)
+            rows["recovery"].append(recovery)
             if member is not None:
                 rows["pair"].append(member)
             if _role(pair) != "standby":
