@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fyrehose.errors import InputError
 from fyrehose.tools.watch.endpoints import MAX_ENDPOINTS, combine, display_name, endpoint_url, parse_config
@@ -48,3 +50,19 @@ def test_endpoints_are_read_once_each_and_there_is_at_least_one():
         combine([], [])
     with pytest.raises(InputError, match="at most"):
         combine([f"http://h:{port}/metrics" for port in range(1, MAX_ENDPOINTS + 2)])
+
+
+@given(st.text(max_size=200))
+def test_any_config_text_gives_endpoints_or_one_input_error(text):
+    try:
+        urls = parse_config(text, "forged.conf")
+    except InputError as exc:
+        assert str(exc).startswith("forged.conf:") and "\n" not in str(exc)
+        return
+    assert all(url.startswith(("http://", "https://")) for url in urls)
+
+
+@given(st.from_regex(r"[a-z][a-z0-9.-]{0,20}", fullmatch=True), st.integers(1, 65535))
+def test_host_and_port_become_their_metrics_url_and_read_back_in_rows(host, port):
+    url = endpoint_url(f"{host}:{port}")
+    assert url == f"http://{host}:{port}/metrics" and display_name(url) == f"{host}:{port}"

@@ -4,6 +4,8 @@ read."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fyrehose.tools.watch.exposition import parse
 from fyrehose.tools.watch.screen import (
@@ -148,3 +150,25 @@ def test_rows_sort_by_endpoint_or_highest_first_and_a_key_resorts_the_same_figur
                                          (1234567, "1,234,567"), (float("nan"), "nan")])
 def test_numbers_read_as_a_person_reads_them(value, text):
     assert number(value) == text
+
+
+@given(st.integers(0, 2**53), st.integers(0, 2**53), st.floats(0.001, 100))
+def test_a_rate_is_never_negative_and_is_the_growth_over_the_time_between(before, after, elapsed):
+    then = {"j:1": reading("j:1", 0.0, JOURNAL_TEXT.format(lag=0, written=before))}
+    now = [reading("j:1", elapsed, JOURNAL_TEXT.format(lag=0, written=after))]
+    row, = build(then, now).sections[0].rows
+    grown = after - before if after >= before else after
+    assert row.rate == pytest.approx(grown / elapsed) and row.rate >= 0
+
+
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1, max_size=8),
+       st.sampled_from(["endpoint", "rate", "lag", "errors"]))
+def test_sorting_orders_every_row_once(figures, key):
+    names = [f"h{index}:1" for index in range(len(figures))]
+    then = {name: reading(name, 0.0, JOURNAL_TEXT.format(lag=0, written=0)) for name in names}
+    now = [reading(name, 1.0, JOURNAL_TEXT.format(lag=lag, written=written))
+           for name, (written, lag) in zip(names, figures)]
+    rows = build(then, now, key).sections[0].rows
+    assert sorted(row.endpoint for row in rows) == sorted(names)
+    if key != "endpoint":
+        assert [getattr(row, key) for row in rows] == sorted((getattr(row, key) for row in rows), reverse=True)
