@@ -17,12 +17,14 @@ import json
 import re
 import signal
 import socket
+import subprocess
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fyrehose import Client
 from fyrehose.runtime.process import ChildProcess, wait_until
@@ -56,6 +58,7 @@ def queries() -> list[tuple[str, str]]:
 
 
 def get(url: str, timeout: float = 5.0) -> bytes:
+    """The body of a GET of ``url`` from this namespace."""
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return response.read()
 
@@ -218,34 +221,39 @@ def pending_rules(root: Path, pending: str = "1s") -> Path:
     return path
 
 
-class PrometheusProcess:
-    """``prometheus`` on a loopback port of its own with its own data directory, scraping and evaluating every
-    second; the jobs are the kit's (tools/prometheus/prometheus-scrape.yml) with this deployment's targets."""
+def prometheus_config(root: Path, endpoints: dict[str, list[str]], rules: Path) -> Path:
+    """A configuration scraping and evaluating every second: one job per entry of ``endpoints``."""
+    config = {  # JSON is YAML: Prometheus reads it as its configuration
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+        "rule_files": [str(rules)],
+        "scrape_configs": [{"job_name": name, "static_configs": [{"targets": targets}]}
+                           for name, targets in endpoints.items()],
+    }
+    path = root / "prometheus.yml"
+    path.write_text(json.dumps(config))
+    return path
 
-    def __init__(self, root: Path, endpoints: dict[str, list[str]], rules: Path) -> None:
-        config = {  # JSON is YAML: Prometheus reads it as its configuration
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
-            "rule_files": [str(rules)],
-            "scrape_configs": [{"job_name": name, "static_configs": [{"targets": targets}]}
-                               for name, targets in endpoints.items()],
-        }
-        (root / "prometheus.yml").write_text(json.dumps(config))
-        self.port = free_port(socket.SOCK_STREAM)
-        self.url = f"http://{LOOPBACK}:{self.port}"
-        self.child = ChildProcess(["prometheus", f"--config.file={root / 'prometheus.yml'}",
-                                   f"--storage.tsdb.path={root / 'data'}",
-                                   f"--web.listen-address={LOOPBACK}:{self.port}"], root / "prometheus.log")
-        wait_until(self._ready, 60, "prometheus ready")
 
-    def _ready(self) -> bool:
-        assert self.child.alive(), self.child.output()[-2000:]
+def prometheus_argv(root: Path, config: Path, listen: str) -> list[str]:
+    return ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={root / 'data'}",
+            f"--web.listen-address={listen}"]
+
+
+class PrometheusApi:
+    """Prometheus's HTTP API at ``url``, read with ``fetch`` (a URL in, the body out)."""
+
+    def __init__(self, url: str, fetch: Callable[[str], bytes] = get) -> None:
+        self.url = url
+        self.fetch = fetch
+
+    def ready(self) -> bool:
         try:
-            return get(f"{self.url}/-/ready", 2).startswith(b"Prometheus Server is Ready")
-        except OSError:
+            return self.fetch(f"{self.url}/-/ready").startswith(b"Prometheus Server is Ready")
+        except (OSError, subprocess.CalledProcessError):
             return False
 
-    def api(self, path: str, **params: str) -> object:
-        answer = json.loads(get(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"))
+    def api(self, path: str, **params: str) -> Any:
+        answer = json.loads(self.fetch(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"))
         assert answer["status"] == "success", answer
         return answer["data"]
 
@@ -257,11 +265,27 @@ class PrometheusProcess:
         return {(alert["labels"]["alertname"], alert["labels"].get("job", ""), alert["labels"].get("instance", ""))
                 for alert in self.api("alerts")["alerts"] if alert["state"] == "firing"}
 
+
+class PrometheusProcess(PrometheusApi):
+    """``prometheus`` on a loopback port of its own with its own data directory, scraping and evaluating every
+    second, one job per entry of ``endpoints`` (the kit's job names); stopped by its PID."""
+
+    def __init__(self, root: Path, endpoints: dict[str, list[str]], rules: Path) -> None:
+        port = free_port(socket.SOCK_STREAM)
+        super().__init__(f"http://{LOOPBACK}:{port}")
+        self.child = ChildProcess(prometheus_argv(root, prometheus_config(root, endpoints, rules), f"{LOOPBACK}:{port}"),
+                                  root / "prometheus.log")
+        wait_until(self._started, 60, "prometheus ready")
+
+    def _started(self) -> bool:
+        assert self.child.alive(), self.child.output()[-2000:]
+        return self.ready()
+
     def stop(self) -> None:
         self.child.stop(20)
 
 
-def wait_firing(prometheus: PrometheusProcess, alert: str, job: str, timeout: float = 90.0) -> None:
+def wait_firing(prometheus: PrometheusApi, alert: str, job: str, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while not any(name == alert and found_job == job for name, found_job, _ in prometheus.firing()):
         assert time.monotonic() < deadline, f"{alert} for {job} did not fire; firing: {prometheus.firing()}"
