@@ -87,8 +87,9 @@ def _refresh(scraper: Scraper, previous: dict[str, Reading], sort: str) -> tuple
     started = time.monotonic()
     readings = scraper.read()
     screen = build(previous, readings, sort)
-    return screen, time.monotonic() - started, {reading.endpoint: reading for reading in readings
-                                                 if reading.scrape is not None}
+    # an endpoint that missed this reading keeps its last one: its next rate spans both intervals
+    latest = previous | {reading.endpoint: reading for reading in readings if reading.scrape is not None}
+    return screen, time.monotonic() - started, latest
 
 
 def _once(scraper: Scraper, args: argparse.Namespace) -> int:
@@ -135,11 +136,15 @@ def _live(scraper: Scraper, args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     from fyrehose.errors import InputError
     from fyrehose.tools.watch.scrape import Scraper
 
     if not args.once and not args.interval:
         raise InputError("--interval 0 is for --once only: the live view needs time between two readings")
+    if not args.once and not sys.stdout.isatty():
+        raise InputError("the live view needs a terminal: use --once to print one screen as text")
     endpoints = _endpoints(args)
     with Scraper(endpoints, args.timeout) as scraper:
         return _once(scraper, args) if args.once else _live(scraper, args)

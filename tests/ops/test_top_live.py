@@ -81,6 +81,7 @@ def test_endpoints_come_from_a_config_file_too(deployment, tmp_path):
     (["--once", "backbone"], "endpoint 'backbone': expected HOST:PORT"),
     (["--once"], "no endpoint to read"),
     (["127.0.0.1:9100", "--interval", "0"], "--interval 0 is for --once only"),
+    (["127.0.0.1:9100"], "the live view needs a terminal: use --once"),
     (["--once", "--config", "/nonexistent/deployment.conf"], "No such file"),
     (["--once", "--sort", "colour", "127.0.0.1:9"], "invalid choice"),
 ])

@@ -66,7 +66,7 @@ def kind_of(scrape: Scrape) -> str:
     return UNKNOWN
 
 
-class _Pair:
+class _Readings:
     """The previous and the current reading of one endpoint, and the rates between them."""
 
     def __init__(self, previous: Reading | None, current: Reading) -> None:
@@ -110,63 +110,63 @@ def _sum(*values: float | None) -> float | None:
     return sum(present) if present else None
 
 
-def _role(pair: _Pair) -> str:
-    primary = pair.value("fyrehose_pair_role_primary")
+def _role(readings: _Readings) -> str:
+    primary = readings.value("fyrehose_pair_role_primary")
     if primary is not None:
         return "primary" if primary else "standby"
-    return "pipeline" if pair.now.has("fyrehose_ring_fill_ratio") else "single"
+    return "pipeline" if readings.now.has("fyrehose_ring_fill_ratio") else "single"
 
 
-def _backbone(pair: _Pair, endpoint: str) -> tuple[Row, Row, Row | None]:
+def _backbone(readings: _Readings, endpoint: str) -> tuple[Row, Row, Row | None]:
     """The backbone's row, its losses-and-recovery row, and its standby pair row when it is a pair member."""
-    inbound, outbound = pair.rate("fyrehose_pushes_total"), pair.rate("fyrehose_delivered_total")
-    drops = pair.rate("fyrehose_dropped_total")
-    gone = pair.rate("fyrehose_gone_answers_total")
-    subscribers = _sum(pair.value("fyrehose_subscribers"), pair.value("fyrehose_multicast_subscribers"))
-    lag = pair.value("fyrehose_pair_replication_lag_messages")
+    inbound, outbound = readings.rate("fyrehose_pushes_total"), readings.rate("fyrehose_delivered_total")
+    drops = readings.rate("fyrehose_dropped_total")
+    gone = readings.rate("fyrehose_gone_answers_total")
+    subscribers = _sum(readings.value("fyrehose_subscribers"), readings.value("fyrehose_multicast_subscribers"))
+    lag = readings.value("fyrehose_pair_replication_lag_messages")
     errors = (drops or 0.0) + (gone or 0.0)
-    role = _role(pair)
-    row = Row((endpoint, role, number(pair.value("fyrehose_last_sequence")), number(inbound), number(outbound),
-               number(subscribers), number(pair.value("fyrehose_clients")),
-               number(pair.value("fyrehose_journaling_clients"))),
+    role = _role(readings)
+    row = Row((endpoint, role, number(readings.value("fyrehose_last_sequence")), number(inbound), number(outbound),
+               number(subscribers), number(readings.value("fyrehose_clients")),
+               number(readings.value("fyrehose_journaling_clients"))),
               endpoint, inbound or 0.0, lag or 0.0, errors)
-    recovery = Row((endpoint, number(drops), number(pair.rate("fyrehose_requests_total")),
-                    number(pair.rate("fyrehose_forwards_total")), number(pair.rate("fyrehose_redelivered_total")),
-                    number(gone), number(pair.value("fyrehose_worker_restarts_total"))),
+    recovery = Row((endpoint, number(drops), number(readings.rate("fyrehose_requests_total")),
+                    number(readings.rate("fyrehose_forwards_total")), number(readings.rate("fyrehose_redelivered_total")),
+                    number(gone), number(readings.value("fyrehose_worker_restarts_total"))),
                    endpoint, inbound or 0.0, lag or 0.0, errors)
     if role not in ("primary", "standby"):
         return row, recovery, None
-    attached = pair.value("fyrehose_pair_standby_attached")
+    attached = readings.value("fyrehose_pair_standby_attached")
     standby = "-" if role == "standby" or attached is None else ("attached" if attached else "DETACHED")
-    member = Row((endpoint, role, number(pair.value("fyrehose_pair_epoch")), standby, number(lag),
-                  seconds(pair.value("fyrehose_pair_replication_lag_seconds")),
-                  number(pair.value("fyrehose_pair_takeovers_total")), number(pair.value("fyrehose_pair_fenced_total")),
-                  number(pair.value("fyrehose_pair_gone_total"))),
-                 endpoint, pair.rate("fyrehose_pair_replicated_total") or inbound or 0.0, lag or 0.0,
-                 pair.rate("fyrehose_pair_gone_total") or 0.0)
+    member = Row((endpoint, role, number(readings.value("fyrehose_pair_epoch")), standby, number(lag),
+                  seconds(readings.value("fyrehose_pair_replication_lag_seconds")),
+                  number(readings.value("fyrehose_pair_takeovers_total")), number(readings.value("fyrehose_pair_fenced_total")),
+                  number(readings.value("fyrehose_pair_gone_total"))),
+                 endpoint, readings.rate("fyrehose_pair_replicated_total") or inbound or 0.0, lag or 0.0,
+                 readings.rate("fyrehose_pair_gone_total") or 0.0)
     return row, recovery, member
 
 
-def _journal(pair: _Pair, endpoint: str) -> Row:
-    written, lost = pair.rate("fyrehose_journal_written_total"), pair.rate("fyrehose_journal_lost_total")
-    lag = pair.value("fyrehose_journal_lag_messages")
-    return Row((endpoint, number(pair.value("fyrehose_journal_head")), number(lag),
-                seconds(pair.value("fyrehose_journal_lag_seconds")), number(written),
-                number(pair.rate("fyrehose_journal_forwarded_total")),
-                number(pair.value("fyrehose_journal_lost_total")),
-                seconds(pair.value("fyrehose_journal_fsync_seconds_max"))),
+def _journal(readings: _Readings, endpoint: str) -> Row:
+    written, lost = readings.rate("fyrehose_journal_written_total"), readings.rate("fyrehose_journal_lost_total")
+    lag = readings.value("fyrehose_journal_lag_messages")
+    return Row((endpoint, number(readings.value("fyrehose_journal_head")), number(lag),
+                seconds(readings.value("fyrehose_journal_lag_seconds")), number(written),
+                number(readings.rate("fyrehose_journal_forwarded_total")),
+                number(readings.value("fyrehose_journal_lost_total")),
+                seconds(readings.value("fyrehose_journal_fsync_seconds_max"))),
                endpoint, written or 0.0, lag or 0.0, lost or 0.0)
 
 
-def _gateway(pair: _Pair, endpoint: str) -> Row:
-    kinds = pair.now.by_label("fyrehose_gateway_up", "kind")
-    up = pair.value("fyrehose_gateway_up")
-    published = pair.rate("fyrehose_gateway_published_total")
-    refused, lost = pair.rate("fyrehose_gateway_refused_connections_total"), pair.rate("fyrehose_gateway_lost_total")
+def _gateway(readings: _Readings, endpoint: str) -> Row:
+    kinds = readings.now.by_label("fyrehose_gateway_up", "kind")
+    up = readings.value("fyrehose_gateway_up")
+    published = readings.rate("fyrehose_gateway_published_total")
+    refused, lost = readings.rate("fyrehose_gateway_refused_connections_total"), readings.rate("fyrehose_gateway_lost_total")
     return Row((endpoint, ",".join(sorted(kinds)) or "?", "up" if up else "DOWN",
-                number(pair.value("fyrehose_gateway_position")), number(published),
-                number(pair.rate("fyrehose_gateway_connections_total")), number(refused),
-                number(pair.value("fyrehose_gateway_lost_total") or 0.0)),
+                number(readings.value("fyrehose_gateway_position")), number(published),
+                number(readings.rate("fyrehose_gateway_connections_total")), number(refused),
+                number(readings.value("fyrehose_gateway_lost_total") or 0.0)),
                endpoint, published or 0.0, 0.0, (refused or 0.0) + (lost or 0.0))
 
 
@@ -201,21 +201,21 @@ def build(previous: Mapping[str, Reading], current: Sequence[Reading], sort: str
             unread += 1
             rows[UNKNOWN].append(Row((reading.endpoint, reading.error or "not read"), reading.endpoint, 0, 0, 1))
             continue
-        pair = _Pair(previous.get(reading.endpoint), reading)
+        readings = _Readings(previous.get(reading.endpoint), reading)
         kind = kind_of(reading.scrape)
         if kind == BACKBONE:
-            row, recovery, member = _backbone(pair, reading.endpoint)
+            row, recovery, member = _backbone(readings, reading.endpoint)
             rows[BACKBONE].append(row)
             rows["recovery"].append(recovery)
             if member is not None:
                 rows["pair"].append(member)
-            if _role(pair) != "standby":
-                inbound += pair.rate("fyrehose_pushes_total") or 0.0
-                outbound += pair.rate("fyrehose_delivered_total") or 0.0
+            if _role(readings) != "standby":
+                inbound += readings.rate("fyrehose_pushes_total") or 0.0
+                outbound += readings.rate("fyrehose_delivered_total") or 0.0
         elif kind == JOURNAL:
-            rows[JOURNAL].append(_journal(pair, reading.endpoint))
+            rows[JOURNAL].append(_journal(readings, reading.endpoint))
         elif kind == GATEWAY:
-            rows[GATEWAY].append(_gateway(pair, reading.endpoint))
+            rows[GATEWAY].append(_gateway(readings, reading.endpoint))
         else:
             unread += 1
             rows[UNKNOWN].append(Row((reading.endpoint, "no fyrehose metrics here"), reading.endpoint, 0, 0, 1))
