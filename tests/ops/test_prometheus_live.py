@@ -1,26 +1,30 @@
 """A real Prometheus (Debian's) on loopback scrapes a live deployment with the kit's rules: every target is
-scraped, every metric the rules and the dashboard read is exported, every dashboard query answers, and a stopped
-journal and a killed standby make their alerts fire.
+scraped, every metric the rules, the dashboard and the docs name is exported, every dashboard query answers, and
+a stopped journal and a killed standby make their alerts fire.
 
 The rules are a copy whose ``for:`` is 1 s, and Prometheus scrapes and evaluates every second, so each alert
 fires a few seconds after its fault; the waits are upper bounds of 90 s.
 """
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
-from test_dashboard import queries
 
 from ops_support import (
     EVENT_ONLY,
+    ROOT,
     Deployment,
     PrometheusProcess,
     metric_names,
     pending_rules,
+    queries,
     rule_expressions,
     wait_firing,
 )
+
+NOT_METRICS = {"fyrehose_backbone"}  # keepalived's name for its check of the backbone (vrrp_script)
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +64,20 @@ def test_every_metric_the_rules_and_the_dashboard_read_is_exported_and_scraped(w
         time.sleep(0.5)
     jobs = {series["job"] for series in prometheus.api("series", **{"match[]": "fyrehose_pushes_total"})}
     assert jobs == {"fyrehose-backbone", "fyrehose-backbone-pipeline"}
+
+
+def test_every_metric_the_docs_name_is_exported(watched):
+    """docs/operations.md tells operators what to watch by name: those names are the ones the processes export."""
+    _, prometheus = watched
+    wait_scraped(prometheus)
+    named = set()
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        named |= set(re.findall(r"\bfyrehose_[a-z0-9_]*[a-z0-9]\b", page.read_text()))
+    named -= NOT_METRICS
+    deadline = time.monotonic() + 60
+    while missing := named - EVENT_ONLY - set(prometheus.api("label/__name__/values")):
+        assert time.monotonic() < deadline, f"named in the docs, exported by no process: {sorted(missing)}"
+        time.sleep(0.5)
 
 
 def test_every_dashboard_query_answers_with_data_no_dead_panels(watched):
