@@ -8,6 +8,7 @@ its row, and never holds up the others beyond the timeout.
 """
 from __future__ import annotations
 
+import http.client
 import time
 import urllib.error
 import urllib.request
@@ -36,8 +37,10 @@ def read_one(url: str, timeout: float) -> Reading:
         return Reading(name, time.monotonic(), None, f"HTTP {exc.code} {exc.reason}")
     except urllib.error.URLError as exc:
         return Reading(name, time.monotonic(), None, str(exc.reason))
-    except (OSError, ValueError) as exc:  # a timeout, a reset, a body that is not the format (ExpositionError)
-        return Reading(name, time.monotonic(), None, str(exc) or type(exc).__name__)
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        # a timeout, a reset, a server that does not speak HTTP, a body that is not the format (ExpositionError)
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return Reading(name, time.monotonic(), None, detail)
 
 
 class Scraper:
