@@ -8,6 +8,7 @@ them, including those inside functions) and names each one that breaks the rule.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,25 +38,42 @@ PURE_SERVICE_MODULES = {
     "fyrehose.cache.core", "fyrehose.cache.merge",
     "fyrehose.journal.segment", "fyrehose.journal.lag", "fyrehose.journal.summary",
     "fyrehose.gateways.incremental", "fyrehose.gateways.channels", "fyrehose.gateways.echo",
-    "fyrehose.gateways.redis.protocol", "fyrehose.gateways.nats.protocol", "fyrehose.gateways.nats.pub_scan",
-    "fyrehose.gateways.marlin.protocol",
-    "fyrehose.gateways.lumberjack.protocol", "fyrehose.gateways.lumberjack.window",
+    "fyrehose.gateways.nats.pub_scan",
+    "fyrehose.gateways.lumberjack.window",
     "fyrehose.gateways.lumberjack.events", "fyrehose.gateways.http.sse",
+    "fyrehose.gateways.access", "fyrehose.gateways.access.permissions", "fyrehose.gateways.access.secrets",
+    "fyrehose.gateways.access.users", "fyrehose.gateways.access.guard", "fyrehose.gateways.access.login",
     "fyrehose.gateways.outbox", "fyrehose.gateways.requests", "fyrehose.gateways.liveness", "fyrehose.gateways.payloads",
-    "fyrehose.gateways.redis.hiredis_parser", "fyrehose.gateways.redis.connection", "fyrehose.gateways.nats.connection",
-    "fyrehose.gateways.marlin.connection", "fyrehose.gateways.http.connection", "fyrehose.gateways.http.websocket",
+    "fyrehose.gateways.redis.hiredis_parser", "fyrehose.gateways.http.websocket",
     "fyrehose.gateways.http.resp_values", "fyrehose.gateways.http.settings",
     "fyrehose.loadtest.measuring_subscriber", "fyrehose.loadtest.account", "fyrehose.loadtest.stamp",
     "fyrehose.loadtest.tally", "fyrehose.loadtest.rates",
-    "fyrehose.tools.bench.search", "fyrehose.tools.deploy.keepalived",
+    "fyrehose.tools.bench.search", "fyrehose.tools.deploy.keepalived", "fyrehose.backbone.multiprocess.confirm_table",
     "fyrehose.tools.watch.exposition", "fyrehose.tools.watch.endpoints", "fyrehose.tools.watch.screen",
 }
-# What a pure module may not import: I/O, concurrency, processes, the wall clock's sleep.
+# Modules of a gateway protocol's folder (gateways/KIND/) that are pure by their name, whoever adds a protocol.
+PURE_GATEWAY_NAMES = {"protocol", "connection"}
+# What a pure module may not import: I/O, concurrency, processes, the wall clock and its sleep, logging, imports
+# by name at run time.
 IMPURE_STDLIB = {"socket", "select", "selectors", "threading", "_thread", "multiprocessing", "subprocess", "asyncio",
                  "signal", "ctypes", "queue", "concurrent", "socketserver", "http", "gevent", "psutil", "time",
-                 "fcntl", "termios"}
+                 "fcntl", "termios", "logging", "importlib", "shutil", "tempfile", "io"}
 # ...except these names, which convert addresses and open nothing.
 SOCKET_CONVERSIONS = {"inet_aton", "inet_ntoa", "inet_pton", "inet_ntop"}
+# Modules a pure module may import only for the names listed: what it truly needs (randomness, the byte order).
+LIMITED_STDLIB = {"os": {"urandom"}, "sys": {"byteorder"}}
+# The services: a service's modules may import each other, not another service's (each is its own process).
+SERVICE_ROOTS = ("fyrehose.backbone", "fyrehose.journal", "fyrehose.cache", "fyrehose.gateways", "fyrehose.loadtest")
+# Imports between services that are allowed, each for its reason (none today).
+SERVICE_EXCEPTIONS: set[tuple[str, str]] = set()
+# The second name of every module of the package (fyrehose.NAME...): a folder not listed has no layer.
+FOLDER_LAYERS = {"protocol": PURE, "subjects": PURE, "net": NET, "runtime": RUNTIME, "drivers": DRIVERS,
+                 "journal": SERVICES, "cache": SERVICES, "gateways": SERVICES, "loadtest": SERVICES,
+                 "tools": TOOLS, "commands": COMMANDS}
+
+
+class UnknownFolder(LookupError):
+    """A module in a folder no layer is given for: the drawing in docs/architecture.md must say where it stands."""
 
 
 def _module_files() -> dict[str, Path]:
@@ -82,10 +100,15 @@ def layer_of(module: str) -> str:
         if len(parts) == 2 or parts[2] in BACKBONE_CORE:
             return PURE
         return SERVICES
-    second = parts[1] if len(parts) > 1 else ""
-    return {"protocol": PURE, "subjects": PURE, "net": NET, "runtime": RUNTIME, "drivers": DRIVERS,
-            "journal": SERVICES, "cache": SERVICES, "gateways": SERVICES, "loadtest": SERVICES,
-            "tools": TOOLS, "commands": COMMANDS}.get(second, COMMANDS)  # the package root re-exports the API
+    if parts[:2] == ["fyrehose", "gateways"] and len(parts) == 4 and parts[3] in PURE_GATEWAY_NAMES:
+        return PURE
+    if len(parts) == 1:
+        return COMMANDS  # the package root re-exports the API
+    try:
+        return FOLDER_LAYERS[parts[1]]
+    except KeyError:
+        raise UnknownFolder(f"{module}: no layer for the folder {parts[1]!r} (tests/test_layers.py FOLDER_LAYERS)") \
+            from None
 
 
 def _imports(path: Path) -> list[tuple[int, str, list[str]]]:
@@ -99,32 +122,67 @@ def _imports(path: Path) -> list[tuple[int, str, list[str]]]:
     return found
 
 
-def _target(module: str, names: list[str], known: set[str]) -> list[str]:
-    """The fyrehose modules an import reaches: ``from fyrehose.x import y`` is module ``fyrehose.x.y`` when it is one."""
+def _attributes(path: Path, name: str) -> set[str]:
+    """Every ``name.X`` the file reads (what a module does with ``import os``)."""
+    return {node.attr for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == name}
+
+
+def public_names(modules: dict[str, Path]) -> dict[str, str]:
+    """Each name the package root re-exports -> the module it comes from (``from fyrehose import Client``)."""
+    return {name: imported for _, imported, names in _imports(modules["fyrehose"]) for name in names}
+
+
+def _target(module: str, names: list[str], known: set[str], public: dict[str, str]) -> list[str]:
+    """The fyrehose modules an import reaches: ``from fyrehose.x import y`` is module ``fyrehose.x.y`` when it is one,
+    and ``from fyrehose import Client`` is the module ``Client`` comes from."""
+    if module == "fyrehose":
+        return [public.get(name, f"fyrehose.{name}") for name in names] or [module]
     submodules = [f"{module}.{name}" for name in names if f"{module}.{name}" in known]
     return submodules or [module]
+
+
+def _service(module: str) -> str:
+    return next(root for root in SERVICE_ROOTS if module == root or module.startswith(root + "."))
 
 
 def violations() -> list[str]:
     modules = _module_files()
     known = set(modules)
+    public = public_names(modules) if "fyrehose" in modules else {}
     found = []
     for module, path in sorted(modules.items()):
-        layer = layer_of(module)
         where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        try:
+            layer = layer_of(module)
+        except UnknownFolder as exc:
+            found.append(f"{where}: {exc}")
+            continue
         for line, imported, names in _imports(path):
             top = imported.partition(".")[0]
             if top == "fyrehose":
-                for target in _target(imported, names, known):
-                    if target == "fyrehose":
-                        continue  # `from fyrehose import X` of the package root is caught as X's own module above
-                    if layer_of(target) not in MAY_IMPORT[layer]:
-                        found.append(f"{where}:{line}: {layer} module {module} imports {target} "
-                                     f"({layer_of(target)})")
+                for target in _target(imported, names, known, public):
+                    if target == "fyrehose" and layer == COMMANDS:
+                        continue
+                    try:
+                        target_layer = layer_of(target)
+                    except UnknownFolder:
+                        continue  # reported where that module stands
+                    if target_layer not in MAY_IMPORT[layer] or (layer != COMMANDS and target == "fyrehose"):
+                        found.append(f"{where}:{line}: {layer} module {module} imports {target} ({target_layer})")
+                    elif (layer == SERVICES == target_layer and _service(module) != _service(target)
+                          and (module, target) not in SERVICE_EXCEPTIONS):
+                        found.append(f"{where}:{line}: service module {module} imports {target} of another service")
             elif layer == PURE and top in IMPURE_STDLIB:
                 if top == "socket" and names and set(names) <= SOCKET_CONVERSIONS:
                     continue
                 found.append(f"{where}:{line}: pure module {module} imports {imported}")
+            elif layer == PURE and top in LIMITED_STDLIB:
+                used = set(names) if names else _attributes(path, top)
+                if not used <= LIMITED_STDLIB[top]:
+                    found.append(f"{where}:{line}: pure module {module} uses {top}."
+                                 f"{', '.join(sorted(used - LIMITED_STDLIB[top]))} (it may use only "
+                                 f"{', '.join(sorted(LIMITED_STDLIB[top]))})")
     return found
 
 
@@ -165,3 +223,52 @@ def test_the_check_catches_a_pure_module_that_opens_a_socket(tmp_path, monkeypat
     assert len(broken) == 2
     assert "imports socket" in broken[0]
     assert "imports fyrehose.drivers.client (drivers)" in broken[1]
+
+
+def planted(tmp_path, monkeypatch, files: dict[str, str]) -> list[str]:
+    """The check run over the real package plus ``files`` (paths under client/ -> source)."""
+    folder = tmp_path / "client"
+    for relative, source in files.items():
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    real = _module_files()
+    extra = {f"fyrehose.{relative[:-3].replace('/', '.')}": folder / relative for relative in files}
+    monkeypatch.setattr(sys.modules[__name__], "_module_files", lambda: real | extra)
+    return [line for line in violations() if str(folder) in line]
+
+
+@pytest.mark.parametrize("source, complaint", [
+    ("from fyrehose import Client\n", "imports fyrehose.drivers.client (drivers)"),
+    ("import fyrehose\n", "imports fyrehose (commands)"),
+    ("import logging\n", "imports logging"),
+    ("import importlib\n", "imports importlib"),
+    ("import time\n", "imports time"),
+    ("import os\nos.getpid()\n", "uses os.getpid"),
+    ("from os import listdir\n", "uses os.listdir"),
+])
+def test_a_planted_pure_module_that_breaks_the_rule_is_reported(tmp_path, monkeypatch, source, complaint):
+    broken = planted(tmp_path, monkeypatch, {"subjects/planted.py": source})
+    assert len(broken) == 1 and complaint in broken[0], broken
+
+
+def test_what_a_pure_module_truly_needs_of_os_and_sys_passes(tmp_path, monkeypatch):
+    source = "import os\nimport sys\nTOKEN = os.urandom(8)\nLITTLE = sys.byteorder == 'little'\n"
+    assert planted(tmp_path, monkeypatch, {"protocol/planted.py": source}) == []
+
+
+def test_a_module_in_a_folder_with_no_layer_is_reported(tmp_path, monkeypatch):
+    broken = planted(tmp_path, monkeypatch, {"newfolder/thing.py": "import socket\n"})
+    assert len(broken) == 1 and "no layer for the folder 'newfolder'" in broken[0]
+
+
+def test_a_new_gateway_protocols_connection_is_pure_by_its_name(tmp_path, monkeypatch):
+    broken = planted(tmp_path, monkeypatch, {"gateways/newproto/connection.py": "import socket\n",
+                                             "gateways/newproto/protocol.py": "import gevent\n"})
+    assert len(broken) == 2 and all("pure module" in line for line in broken), broken
+
+
+def test_a_service_importing_another_service_is_reported(tmp_path, monkeypatch):
+    broken = planted(tmp_path, monkeypatch, {"cache/planted.py": "from fyrehose.journal.store import JournalStore\n"
+                                                                 "from fyrehose.cache.service import main\n"})
+    assert len(broken) == 1 and "imports fyrehose.journal.store of another service" in broken[0], broken

@@ -37,11 +37,10 @@ with a number that now belongs to another message.
 """
 from __future__ import annotations
 
-import socket
 import sys
-import time
 from array import array
 from collections.abc import Sequence
+from socket import inet_aton, inet_ntoa
 
 from fyrehose.backbone.confirms import ConfirmCache
 from fyrehose.protocol import codec
@@ -56,8 +55,10 @@ KEYS_CACHED = 4096
 
 
 class SharedConfirmTable:
-    def __init__(self, buffer: memoryview, slots: int = DEFAULT_SLOTS, max_age: float = 30.0,
+    def __init__(self, buffer: memoryview, now: float, slots: int = DEFAULT_SLOTS, max_age: float = 30.0,
                  margin: int = MAX_TAGS_PER_DATAGRAM, published: int | None = None) -> None:
+        """``now``: the monotonic clock's seconds, the time the ring's records were stamped with; records older than
+        ``max_age`` at ``now`` are not replayed."""
         if slots <= margin:
             raise ValueError("slots must exceed the margin of torn records")
         self.slots = slots
@@ -68,7 +69,7 @@ class SharedConfirmTable:
         self._records = region[HEADER:]
         self._keys: dict[Address, int] = {}
         self._cache = ConfirmCache(capacity=slots - margin, max_age=max_age)
-        self._replay(published)
+        self._replay(published, now)
 
     @staticmethod
     def region_size(slots: int = DEFAULT_SLOTS) -> int:
@@ -114,14 +115,14 @@ class SharedConfirmTable:
         if key is None:  # a handful of publishers send most PUSHes: each address is converted once
             if len(self._keys) >= KEYS_CACHED:
                 self._keys.clear()
-            key = self._keys[source] = (int.from_bytes(socket.inet_aton(source[0]), "big") << 16 | source[1]) + 1
+            key = self._keys[source] = (int.from_bytes(inet_aton(source[0]), "big") << 16 | source[1]) + 1
         return key
 
-    def _replay(self, published: int | None) -> None:
+    def _replay(self, published: int | None, now: float) -> None:
         """Load the ring's trustworthy records, oldest first, into the heap cache (none above ``published``)."""
         head = self._head[0]
         first = max(0, head - (self.slots - self.margin))
-        horizon = int((time.monotonic() - self.max_age) * 1_000_000)
+        horizon = int((now - self.max_age) * 1_000_000)
         sources: dict[int, Address] = {}
         words = self._records.cast("Q")
         for number in range(first, head):
@@ -134,5 +135,5 @@ class SharedConfirmTable:
             source = sources.get(key)
             if source is None:
                 packed = key - 1
-                source = sources[key] = (socket.inet_ntoa((packed >> 16).to_bytes(4, "big")), packed & 0xFFFF)
+                source = sources[key] = (inet_ntoa((packed >> 16).to_bytes(4, "big")), packed & 0xFFFF)
             self._cache.remember_runs(source, [(tag, count, seq)], stamp / 1_000_000)

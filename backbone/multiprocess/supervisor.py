@@ -169,7 +169,7 @@ class Supervisor:
             stopping = self._stopper(block)
             backbone = restored_backbone(
                 self.sequencer_state, self.table, self.counter_blocks[block], time.monotonic(),
-                SharedConfirmTable(self._confirm_region, published=self.sequencer_state.last_issued),
+                SharedConfirmTable(self._confirm_region, time.monotonic(), published=self.sequencer_state.last_issued),
                 trusted_networks=options.trusted_networks, batch_bytes=options.batch_bytes,
                 recent_bytes=options.recent_bytes,
                 client_capacity=options.max_clients,

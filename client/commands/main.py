@@ -34,6 +34,7 @@ COMMANDS = {
     "pub": ("fyrehose.commands.pub", "publish messages (arguments or stdin lines)"),
     "sub": ("fyrehose.commands.sub", "print delivered messages in sequence order"),
     "cache": ("fyrehose.commands.cache", "last value per subject: answer snapshots and initial values"),
+    "users": ("fyrehose.commands.users", "the gateways' users file: passwords, tokens, rights (add, remove, list)"),
     "auth": ("fyrehose.commands.auth", "users database for HMAC-authenticated sessions (add, remove, list, bench)"),
     "journal": ("fyrehose.commands.journal", "keep every message on disk, serve FORWARDs, write Parquet"),
     "gateway": ("fyrehose.commands.gateway", "serve Redis, NATS, Marlin or Lumberjack clients from the backbone"),

@@ -20,8 +20,9 @@ from typing import Protocol
 
 import gevent
 
+from fyrehose.gateways.access.users import User
 from fyrehose.gateways.outbox import Outbox
-from fyrehose.gateways.requests import Publish, Snapshot
+from fyrehose.gateways.requests import Publish, Snapshot, Verify
 from fyrehose.gateways.router import GatewayRouter
 from fyrehose.gateways.tcp import TcpClient
 from fyrehose.subjects.envelope import Envelope
@@ -169,8 +170,32 @@ class ConnectionDriver:
             token = request.token
             self.router.snapshot_with(request.subject, request.timeout,
                                       lambda answer: self._answered(token, answer))
+        elif request.__class__ is Verify:
+            self._verify(request)
         else:
             raise TypeError(f"no driver for {request!r}")
+
+    def _verify(self, request: Verify) -> None:
+        """The slow hash on gevent's thread pool (hashlib.scrypt lets go of the GIL): the loop serves on meanwhile."""
+        token, users, credential = request.token, request.users, request.credential
+
+        def check() -> None:
+            user = gevent.get_hub().threadpool.apply(users.verify, (credential,))
+            self._verified(token, user)
+
+        gevent.spawn(check)
+
+    def _verified(self, token: int, user: User | None) -> None:
+        if self.client.connection is None:
+            return
+        verified = self.connection.verified  # type: ignore[attr-defined]  # connections that log clients in have it
+
+        def step() -> None:
+            verified(token, user)
+            self._pump()
+            self.client.rearm()
+
+        self._guarded(step)
 
     def _published(self, token: int, seqs: list[int] | None, error: Exception | None) -> None:
         if self.client.connection is None:

@@ -5,7 +5,9 @@ leaves it as a request carrying a token: :class:`Publish` (the driver
 publishes the payloads as one confirmed batch with every other connection's
 of the same loop turn, then calls the connection's ``published(token,
 seqs)`` or ``failed(token, reason)``) and :class:`Snapshot` (the cache's last
-value, then ``answered(token, envelope or None)``).  The connection holds
+value, then ``answered(token, envelope or None)``) and :class:`Verify` (a
+client's credential checked against the users file off the loop, then
+``verified(token, user or None)``).  The connection holds
 the replies that depend on them (:mod:`fyrehose.gateways.outbox`) and goes
 on with its client meanwhile.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from fyrehose.gateways.access.users import Credential, UsersFile
 from fyrehose.subjects.interest import LocalInterest
 
 
@@ -33,6 +36,15 @@ class Snapshot:
     token: int
     subject: str
     timeout: float
+
+
+@dataclass(slots=True)
+class Verify:
+    """Check ``credential`` against ``users`` (a slow hash: the driver runs it off the gateway's loop)."""
+
+    token: int
+    users: UsersFile
+    credential: Credential
 
 
 class Deployment(Protocol):

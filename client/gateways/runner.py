@@ -10,7 +10,6 @@ import logging
 import os
 import signal
 import socket
-import ssl
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -18,8 +17,11 @@ from collections.abc import Callable
 import gevent
 from gevent.event import Event
 
+from fyrehose.gateways.access.login import Access
 from fyrehose.gateways.router import GatewayRouter, Route, Wants
 from fyrehose.gateways.tcp import ClientConnection, GatewayServer, TcpClient
+from fyrehose.gateways.tls import context_from
+from fyrehose.gateways.users_file import access_from
 from fyrehose.gateways.workers import reuse_port_listener, run_workers
 from fyrehose.net.addresses import parse_hostport
 from fyrehose.protocol.codec import Address
@@ -30,31 +32,35 @@ log = logging.getLogger("fyrehose.gateway")
 
 ORPHAN_POLL = 0.5  # seconds between a worker's looks at whether its supervisor still runs
 
-ConnectionMaker = Callable[[TcpClient, GatewayRouter], ClientConnection]
+ConnectionMaker = Callable[[TcpClient, GatewayRouter, Access], ClientConnection]
 
 
 def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,
                 make_connection: ConnectionMaker, wants: Wants | None = None, *,
-                ssl_context: ssl.SSLContext | None = None, refusal: bytes = b"") -> int:
+                refusal: bytes = b"", tls_at_accept: bool = True) -> int:
     """Serve until SIGTERM or SIGINT; print the listening address once ready.
 
-    ``ssl_context``: TLS clients; ``refusal``: what a client beyond ``--max-clients`` is told before it is
-    closed.
+    ``refusal``: what a client beyond ``--max-clients`` (or ``--max-clients-per-address``) is told before it is
+    closed; ``tls_at_accept`` False: the protocol starts TLS itself (NATS, after its INFO), so the server does
+    not wrap the socket.
     """
     if getattr(args, "workers", 1) > 1:  # kinds without --workers (workers.WORKER_KINDS) run as one process
         return run_workers(args, kind)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s fyrehose {kind} gateway: %(message)s")
+    ssl_context = context_from(args)
+    access = access_from(args.users, stats)
     host, port = parse_hostport(args.listen)
     listen: Address | socket.socket = reuse_port_listener(host, port) if getattr(args, "reuse_port", False) else (host, port)
     router = GatewayRouter(args.backbone, route, stats=stats, publish_timeout=args.publish_timeout,
                     credentials=credentials_from(args), session_interval=args.session_interval,
                     bind=args.bind, wants=wants, multicast=args.multicast)
     try:
-        server = GatewayServer(listen, lambda client: make_connection(client, router),
+        server = GatewayServer(listen, lambda client: make_connection(client, router, access),
                                max_pending=args.max_pending, max_clients=args.max_clients, stats=stats,
-                               ssl_context=ssl_context, max_output=args.max_output, max_input=args.max_input,
-                               refusal=refusal)
+                               ssl_context=ssl_context if tls_at_accept else None, max_output=args.max_output,
+                               max_input=args.max_input, refusal=refusal,
+                               max_clients_per_address=args.max_clients_per_address)
         server.start()
     except BaseException:
         router.close()

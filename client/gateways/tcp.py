@@ -56,6 +56,7 @@ import gevent
 from gevent.event import Event
 from gevent.server import StreamServer
 
+from fyrehose.gateways.access.guard import AddressCounts
 from fyrehose.gateways.budget import InputBudget
 from fyrehose.protocol.codec import Address
 
@@ -66,6 +67,19 @@ CLOSE_GRACE = 5.0  # seconds a closing client gets to flush its output
 TLS_HANDSHAKE_TIMEOUT = 10.0  # seconds a client gets to complete the TLS handshake
 REFUSAL_TIMEOUT = 1.0  # seconds a refused connection's last words may take to be written
 _WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+def certificate_name(sock: socket.socket) -> str | None:
+    """The subject common name of the client certificate a TLS socket verified, or None (no TLS, no certificate)."""
+    getpeercert = getattr(sock, "getpeercert", None)
+    certificate = getpeercert() if getpeercert is not None else None
+    if not certificate:
+        return None
+    for entry in certificate.get("subject", ()):
+        for key, value in entry:
+            if key == "commonName":
+                return str(value)
+    return None
 
 
 class ClientConnection(Protocol):
@@ -129,6 +143,7 @@ class TcpClient:
         self.paused = False
         self.claimed = 0  # bytes of the server's input budget this client's unfinished input holds
         self.wake_due: float | None = None  # when the wake timer fires
+        self.certificate_name: str | None = None  # the common name of a verified client certificate (TLS)
         self.in_turn = False  # queued for the next turn's reads
         self._chunks: list[bytes] = []
         self._unsent: memoryview | None = None  # the rest of a write the kernel did not take whole
@@ -323,10 +338,12 @@ class GatewayServer:
 
     def __init__(self, listen: Address | socket.socket, make_connection: ConnectionFactory, *, max_pending: int,
                  max_clients: int, stats: Counter, ssl_context: ssl.SSLContext | None = None,
-                 max_output: int = 1 << 62, max_input: int = 1 << 62, refusal: bytes = b"") -> None:
+                 max_output: int = 1 << 62, max_input: int = 1 << 62, refusal: bytes = b"",
+                 max_clients_per_address: int | None = None) -> None:
         self.make_connection = make_connection
         self.max_pending = max_pending
         self.max_clients = max_clients
+        self.per_address = AddressCounts(max_clients_per_address or max_clients)
         self.refusal = refusal
         self.stats = stats
         self.ssl_context = ssl_context
@@ -356,22 +373,26 @@ class GatewayServer:
 
     def _handle(self, sock: socket.socket, peer: Address) -> None:
         if self.clients >= self.max_clients:
-            self._refuse(sock, peer)
+            self._refuse(sock, peer, "refused connections", f"{self.clients} clients connected (--max-clients)")
+            return
+        if not self.per_address.admit(peer[0]):
+            self._refuse(sock, peer, "refused connections per address",
+                         f"{self.per_address[peer[0]]} clients of {peer[0]} connected (--max-clients-per-address)")
             return
         self.clients += 1
         try:
             self._serve(sock, peer)
         finally:
             self.clients -= 1
+            self.per_address.release(peer[0])
 
-    def _refuse(self, sock: socket.socket, peer: Address) -> None:
+    def _refuse(self, sock: socket.socket, peer: Address, counter: str, why: str) -> None:
         """The protocol's "too many clients", then hang up (as redis-server and nats-server do)."""
-        self.stats["refused connections"] += 1
+        self.stats[counter] += 1
         now = time.monotonic()
         if now - self._refusals_logged >= 1.0:
             self._refusals_logged = now
-            log.warning("%s:%s refused: %d clients connected (--max-clients); %d refused so far",
-                        peer[0], peer[1], self.clients, self.stats["refused connections"])
+            log.warning("%s:%s refused: %s; %d refused so far", peer[0], peer[1], why, self.stats[counter])
         try:
             sock.settimeout(REFUSAL_TIMEOUT)
             if self.refusal:
@@ -392,6 +413,7 @@ class GatewayServer:
                 log.info("%s:%s: TLS handshake failed: %s", peer[0], peer[1], exc)
                 return
         client = TcpClient(sock, peer, self.max_pending, self.stats, self.budget, self)
+        client.certificate_name = certificate_name(sock)
         self.stats["connections"] += 1
         try:
             client.connection = self.make_connection(client)

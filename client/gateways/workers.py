@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import socket
 import sys
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 
 from fyrehose.errors import CommandFailed
+from fyrehose.gateways.users_file import load_users
 from fyrehose.net.addresses import parse_hostport
 from fyrehose.runtime.process import FYREHOSE, ChildProcess
 from fyrehose.runtime.readiness import READY_LINE, announce_ready
@@ -99,10 +101,13 @@ def run_workers(args: argparse.Namespace, kind: str) -> int:
     except OSError as exc:
         raise CommandFailed(f"cannot bind {host}:{port}: {exc.strerror}") from None
     port = reserved.getsockname()[1]
+    if args.users is not None:
+        load_users(args.users)  # a bad file is one line here, not a worker that never gets ready
     stop: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda number, frame: stop.append(number))
     workers: list[ChildProcess] = []
+    signal.signal(signal.SIGHUP, lambda number, frame: _forward(workers, number))
     relays: list[_LogRelay] = []
     failed: str | None = None
     with tempfile.TemporaryDirectory(prefix=f"fyrehose-gateway-{kind}-") as logs:
@@ -129,6 +134,13 @@ def run_workers(args: argparse.Namespace, kind: str) -> int:
     if any(status not in (0, None) for status in statuses):
         raise CommandFailed(f"gateway workers exited with {statuses}")
     return 0
+
+
+def _forward(workers: list[ChildProcess], signum: int) -> None:
+    """SIGHUP (re-read the users file) goes to every worker."""
+    for worker in workers:
+        if worker.alive():
+            os.kill(worker.pid, signum)
 
 
 def _supervise(workers: list[ChildProcess], relays: list[_LogRelay], stop: list[int]) -> str | None:

@@ -11,6 +11,7 @@ inside KEEPALIVE/REQUEST frames (the "foreign address" case).
 from __future__ import annotations
 
 import os
+import selectors
 import socket
 import struct
 import time
@@ -95,8 +96,38 @@ def receive(sock: socket.socket, timeout: float) -> tuple[bytes, tuple[str, int]
         return None
 
 
+def drain_until(socks: list[socket.socket], enough, total: float = 30.0) -> list[list[bytes]]:
+    """Each socket's datagrams until ``enough(lists)`` holds: an event, with ``total`` seconds as a generous upper
+    bound (then the caller's assertion says what was missing), never a measurement."""
+    out: list[list[bytes]] = [[] for _ in socks]
+    deadline = time.monotonic() + total
+    with selectors.DefaultSelector() as selector:
+        for index, sock in enumerate(socks):
+            selector.register(sock, selectors.EVENT_READ, index)
+        while not enough(out) and (remaining := deadline - time.monotonic()) > 0:
+            for key, _ in selector.select(remaining):
+                sock = socks[key.data]
+                sock.settimeout(0)
+                try:
+                    out[key.data].append(sock.recv(65536))
+                except BlockingIOError:
+                    pass
+                finally:
+                    sock.settimeout(1.0)
+    return out
+
+
+def deliver_datagrams(sock: socket.socket, count: int) -> list[bytes]:
+    """DELIVER datagrams until they hold ``count`` frames (an event), then any that arrive before a short quiet."""
+    [datagrams] = drain_until([sock], lambda got: sum(len(parse_delivers(d)) for d in got[0] if d[0] == DELIVER)
+                              >= count)
+    return [d for d in datagrams + drain(sock, quiet=0.3) if d[0] == DELIVER]
+
+
 def drain(sock: socket.socket, quiet: float = 0.3, total: float = 3.0, limit: int = 5000) -> list[bytes]:
-    """Datagrams until ``quiet`` seconds pass without one (bounded by ``total`` and ``limit``)."""
+    """Datagrams until ``quiet`` seconds pass without one (bounded by ``total`` and ``limit``): for what must NOT
+    arrive (a generous wait can only let a wrong answer pass, never fail a right one); what must arrive is awaited
+    with :func:`drain_until`."""
     out: list[bytes] = []
     deadline = time.monotonic() + total
     while len(out) < limit:
@@ -258,14 +289,14 @@ def test_plain_subscriber_gets_one_frame_per_datagram_and_batch_subscriber_sever
         payloads = [bytes([65 + i]) * 50 for i in range(20)]
         pub.sendto(b"".join(push_frame(p) for p in payloads), backbone.addr)
 
-        plain_datagrams = [d for d in drain(plain, quiet=0.5) if d[0] == DELIVER]
+        plain_datagrams = deliver_datagrams(plain, 20)
         assert len(plain_datagrams) == 20
         for datagram in plain_datagrams:
             frames = parse_delivers(datagram)
             assert len(frames) == 1 and len(datagram) == 9 + len(frames[0][1])
         assert [f for d in plain_datagrams for f in parse_delivers(d)] == list(zip(range(1, 21), payloads))
 
-        batch_datagrams = [d for d in drain(batch, quiet=0.5) if d[0] == DELIVER]
+        batch_datagrams = deliver_datagrams(batch, 20)
         batch_frames = [f for d in batch_datagrams for f in parse_delivers(d)]
         assert batch_frames == list(zip(range(1, 21), payloads))
         assert max(len(parse_delivers(d)) for d in batch_datagrams) > 1
@@ -344,9 +375,12 @@ def test_request_is_forwarded_to_random_journaling_clients_only(backbone):
         for _ in range(rounds):
             requester.sendto(request_frame(1, 3), backbone.addr)
         expected = (FORWARD, LOOPBACK, requester.getsockname()[1], 1, 3)
+        forwarded = drain_until([journal_a, journal_b], lambda got: sum(
+            1 for datagrams in got for d in datagrams if d[0] == FORWARD) >= rounds)
         got = {}
-        for name, sock in (("a", journal_a), ("b", journal_b), ("nojournal", nojournal), ("requester", requester)):
-            got[name] = [parse_range(d) for d in drain(sock, quiet=0.3) if d[0] == FORWARD]
+        for name, sock, before in (("a", journal_a, forwarded[0]), ("b", journal_b, forwarded[1]),
+                                   ("nojournal", nojournal, []), ("requester", requester, [])):
+            got[name] = [parse_range(d) for d in before + drain(sock, quiet=0.3) if d[0] == FORWARD]
         assert got["nojournal"] == [] and got["requester"] == []
         assert len(got["a"]) + len(got["b"]) == rounds
         assert got["a"] and got["b"], f"not random: a got {len(got['a'])}, b got {len(got['b'])}"
@@ -357,9 +391,11 @@ def test_request_is_forwarded_to_random_journaling_clients_only(backbone):
         # an explicit address of the source's own IP is passed on as given, and TO_SEQ is clipped to the
         # last sequence.  (The requester is now 127.0.0.1:4242, so the sending socket may get this one.)
         requester.sendto(request_frame(2, 99, LOOPBACK, 4242), backbone.addr)
+        socks = [journal_a, journal_b, requester, nojournal]
+        first = drain_until(socks, lambda got: any(d[0] == FORWARD for datagrams in got for d in datagrams))
         forwards = {
-            name: [parse_range(d) for d in drain(s, quiet=0.3) if d[0] == FORWARD]
-            for name, s in (("a", journal_a), ("b", journal_b), ("requester", requester), ("nojournal", nojournal))
+            name: [parse_range(d) for d in before + drain(s, quiet=0.3) if d[0] == FORWARD]
+            for name, s, before in zip(("a", "b", "requester", "nojournal"), socks, first)
         }
         assert forwards.pop("nojournal") == []
         assert sum(forwards.values(), []) == [(FORWARD, LOOPBACK, 4242, 2, 3)]
@@ -488,12 +524,12 @@ def test_max_payload_is_delivered_intact_and_no_client_gets_a_frame_it_cannot_ta
         pub.sendto(b"".join(push_frame(p) for p in small[15:]), backbone.addr)
         expected = list(zip(range(1, 32), small[:15] + [big] + small[15:]))
 
-        plain_datagrams = drain(plain, quiet=0.5)
+        plain_datagrams = deliver_datagrams(plain, len(expected))
         assert all(len(d) <= MAX_DATAGRAM for d in plain_datagrams)
         assert all(len(parse_delivers(d)) == 1 for d in plain_datagrams), "a plain client got a packed datagram"
         assert [f for d in plain_datagrams for f in parse_delivers(d)] == expected
 
-        batch_datagrams = drain(batch, quiet=0.5)
+        batch_datagrams = deliver_datagrams(batch, len(expected))
         assert all(len(d) <= MAX_DATAGRAM for d in batch_datagrams)
         assert [f for d in batch_datagrams for f in parse_delivers(d)] == expected
         assert len(batch_datagrams) < len(expected)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -89,38 +90,48 @@ with Client(sys.argv[1], subscribe=False) as pub:
 """
 
 
-def test_a_slowly_iterating_subscriber_takes_a_burst_smaller_than_its_queue_without_a_single_request(
+def test_a_reader_drains_the_socket_itself_so_a_burst_that_fits_is_taken_without_a_single_request(
         backbone_factory, monkeypatch):
-    """A reader doing Python work per message holds the interpreter and hands it over once per switch interval
-    (50 ms here); a receive thread that needs it for every datagram falls behind the stream (400,000 msgs/s),
-    so without the reader's own draining a 4 MiB socket buffer overflows and the holes are REQUESTed."""
+    """The receive thread needs the interpreter for every datagram, and an application iterating in a tight loop
+    holds it; so the reader reads the socket itself as it reaches each datagram (``Client._pump``).
+
+    Shown without depending on who the scheduler runs when: the receive thread reads one datagram at a time until
+    the burst's first one is queued for the reader, then no more; the whole burst waits in the kernel (it fits the
+    socket buffer), and the reader must take every other datagram itself, in order, with no hole to REQUEST."""
     backbone = backbone_factory(workers=0)
-    burst = 200_000
+    burst = 20_000
     monkeypatch.setattr(client_module, "RECEIVE_BUFFER", 4 << 20)
-    switching = sys.getswitchinterval()
-    sys.setswitchinterval(0.05)  # an application that keeps the interpreter 50 ms at a time, whatever the host's load
-    try:
-        _iterate_slowly(backbone, burst)
-    finally:
-        sys.setswitchinterval(switching)
+    reader = threading.current_thread()
+    hold = threading.Event()  # set: the receive thread stops reading once a datagram of the burst is queued
+    read_by = {"receive thread": 0, "reader": 0}
+    original_handle, original_drain = Client._handle, Client._drain
 
+    def handle(self, data, source, now, from_group):
+        read_by["reader" if threading.current_thread() is reader else "receive thread"] += 1
+        return original_handle(self, data, source, now, from_group)
 
-def _iterate_slowly(backbone, burst: int) -> None:
+    def drain(self, limit):
+        if threading.current_thread() is not reader and hold.is_set():
+            if stream._offered:
+                return
+            limit = 1
+        original_drain(self, limit)
+
     with Client(backbone.addr) as sub:
         stream = sub.subscribe(max_queued=2 * burst)
-        publisher = subprocess.Popen([sys.executable, "-c", PUBLISHER, backbone.address, str(burst), "400000"])
-        try:
-            seqs = []
-            for _ in range(burst):
-                message = stream.get(timeout=10)
-                assert message is not None, f"the stream stalled after {len(seqs)} messages"
-                seqs.append(message.seq)
-                sum(range(400))  # the application's slow work, holding the interpreter meanwhile
-            assert publisher.wait(30) == 0
-        finally:
-            publisher.kill()
-            publisher.wait()
+        monkeypatch.setattr(Client, "_handle", handle)
+        monkeypatch.setattr(Client, "_drain", drain)
+        hold.set()
+        publisher = subprocess.run([sys.executable, "-c", PUBLISHER, backbone.address, str(burst), "1000000000"],
+                                   timeout=120)
+        assert publisher.returncode == 0  # every message is sequenced and DELIVERed: in the socket buffer now
+        seqs = []
+        for _ in range(burst):
+            message = stream.get(timeout=30)
+            assert message is not None, f"the stream stalled after {len(seqs)} messages"
+            seqs.append(message.seq)
         assert seqs == list(range(seqs[0], seqs[0] + burst))
+        assert read_by["reader"] > 0, read_by  # and the receive thread read nothing after the first of the burst
         assert sub.stats["requests"] == 0 and sub.stats["lost"] == 0, dict(sub.stats)
 
 

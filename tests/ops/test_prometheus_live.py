@@ -24,7 +24,9 @@ from ops_support import (
     wait_firing,
 )
 
-NOT_METRICS = {"fyrehose_backbone"}  # keepalived's name for its check of the backbone (vrrp_script)
+# Words of the docs that are no metrics: keepalived's name for its check of the backbone (vrrp_script), the users
+# file's format marker.
+NOT_METRICS = {"fyrehose_backbone", "fyrehose_users"}
 
 
 @pytest.fixture(scope="module")

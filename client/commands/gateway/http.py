@@ -14,10 +14,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from gevent import ssl
-
 from fyrehose.commands.gateway.options import add_server_arguments
-from fyrehose.errors import CommandFailed
 from fyrehose.gateways.http.settings import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_HEAD, DEFAULT_MAX_MESSAGE
 from fyrehose.runtime.argtypes import positive_duration, positive_int
 from fyrehose.runtime.credentials import credentials_from
@@ -38,27 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                         help="also accept WebSocket upgrades from pages of ORIGIN (scheme://host:port; "
                              "repeatable; '*' for any); by default only the gateway's own pages")
-    parser.add_argument("--tls-cert", metavar="FILE", help="PEM certificate (chain): serve https and wss")
-    parser.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
-
-
-def tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
-    """The server's TLS context (gevent's: its sockets wait on the loop), or None for plain HTTP; a bad pair is a
-    one-line error."""
-    if cert is None and key is None:
-        return None
-    if cert is None or key is None:
-        raise CommandFailed("--tls-cert and --tls-key go together")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # gevent's class (its create_default_context is the standard one's)
-    try:
-        context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise CommandFailed(f"cannot load --tls-cert {cert} / --tls-key {key}: {exc}") from None
-    return context
 
 
 def run(args: argparse.Namespace) -> int:
-    context = tls_context(args.tls_cert, args.tls_key)
     import time
 
     from fyrehose.gateways.http.connection import HttpConnection
@@ -71,12 +50,11 @@ def run(args: argparse.Namespace) -> int:
     settings = HttpSettings(backbone=args.backbone, max_message=args.max_message, max_head=args.max_header,
                             allow_origins=tuple(args.allow_origin), request_timeout=args.request_timeout,
                             idle_timeout=args.idle_timeout,
-                            tls=context is not None, credentials=credentials_from(args))
+                            tls=args.tls_cert is not None, credentials=credentials_from(args))
     gateway = HttpGateway(settings, stats)
 
-    def make_connection(client, router):
+    def make_connection(client, router, access):
         gateway.router = router
         return HttpConnectionDriver(client, HttpConnection(gateway, router, time.monotonic()), gateway, router, stats)
 
-    return run_gateway(args, "http", stats, gateway.route, make_connection, wants=gateway.wants,
-                       ssl_context=context)
+    return run_gateway(args, "http", stats, gateway.route, make_connection, wants=gateway.wants)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 
-from fyrehose.errors import InputError
 from fyrehose.gateways.lumberjack.driver import (
     DEFAULT_INACTIVITY_TIMEOUT,
     DEFAULT_MAX_PENDING_BYTES,
@@ -20,6 +19,7 @@ from fyrehose.gateways.lumberjack.driver import (
 )
 from fyrehose.gateways.lumberjack.events import DEFAULT_SUBJECT, DEFAULT_SUBJECT_FIELD
 from fyrehose.gateways.lumberjack.protocol import DEFAULT_MAX_COMPRESSED_BYTES
+from fyrehose.gateways.tls import add_tls_arguments
 from fyrehose.protocol.publishing import MAX_PUBLISH_TIMEOUT
 from fyrehose.runtime.argtypes import positive_duration, positive_int, publish_timeout
 
@@ -29,10 +29,7 @@ DEFAULT_MAX_BUFFERED_BYTES = 128 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tls-cert", metavar="FILE", help="serve TLS with this certificate (PEM; with --tls-key)")
-    parser.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM)")
-    parser.add_argument("--tls-ca", metavar="FILE",
-                        help="require client certificates signed by this CA (PEM); needs --tls-cert")
+    add_tls_arguments(parser)
     parser.add_argument("--subject-field", default=DEFAULT_SUBJECT_FIELD, metavar="NAME",
                         help=f"event field that gives the subject; a dotted name also walks nested objects "
                              f"(default {DEFAULT_SUBJECT_FIELD})")
@@ -75,20 +72,16 @@ def run(args: argparse.Namespace) -> int:
     from fyrehose.drivers.link import BackboneLink
     from fyrehose.gateways.lumberjack.events import SubjectRule
     from fyrehose.gateways.lumberjack.server import LumberjackServer
-    from fyrehose.gateways.lumberjack.tls import server_context
+    from fyrehose.gateways.tls import context_from
     from fyrehose.net.addresses import parse_hostport
     from fyrehose.protocol.recent_messages import RecentMessages
     from fyrehose.runtime.readiness import announce_ready
     from fyrehose.subjects.session import SubjectSession
 
-    if bool(args.tls_cert) != bool(args.tls_key):
-        raise InputError("--tls-cert and --tls-key go together")
-    if args.tls_ca and not args.tls_cert:
-        raise InputError("--tls-ca needs --tls-cert and --tls-key")
+    tls = context_from(args)
     rule = SubjectRule(args.subject_field, args.default_subject)
     listen = parse_hostport(args.listen)
     backbone = parse_hostport(args.backbone, 2323)
-    tls = server_context(args.tls_cert, args.tls_key, args.tls_ca) if args.tls_cert else None
 
     link_stats: Counter[str] = Counter()
     link = BackboneLink(args.backbone, SubjectSession(stats=link_stats), None, stats=link_stats,

@@ -19,6 +19,6 @@ def run(args: argparse.Namespace) -> int:
     stats: Counter = Counter()
     routes = MarlinRoutes()
     return run_gateway(args, "marlin", stats, routes.route,
-                       lambda client, router: ConnectionDriver(
+                       lambda client, router, access: ConnectionDriver(
                            client, MarlinConnection(routes, router, stats, max_held=client.max_pending), router, stats),
                        wants=routes.wants, refusal=error_response("max number of clients reached"))

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     info = server_info(server_id, host, port)
     return run_gateway(args, "nats", stats, routes.route,
-                       lambda client, router: ConnectionDriver(client, NatsConnection(
+                       lambda client, router, access: ConnectionDriver(client, NatsConnection(
                            routes, router, stats, info=info, peer=client.peer, liveness=liveness(),
                            max_held=client.max_pending), router, stats),
                        wants=routes.wants, refusal=proto.info(info) + proto.error("maximum connections exceeded"))

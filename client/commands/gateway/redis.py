@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     stats: Counter = Counter()
     routes = RedisRoutes()
     return run_gateway(args, "redis", stats, routes.route,
-                       lambda client, router: ConnectionDriver(client, RedisConnection(
+                       lambda client, router, access: ConnectionDriver(client, RedisConnection(
                            routes, router, stats, request_timeout=args.request_timeout,
                            idle=IdleTimeout(args.idle_timeout), now=time.monotonic()), router, stats),
                        wants=routes.wants, refusal=TOO_MANY_CLIENTS)

@@ -23,7 +23,7 @@ SOURCES = [("127.0.0.1", 4000), ("127.0.0.1", 4001), ("10.1.2.3", 4000)]
 
 def table(slots: int = 1024, max_age: float = 30.0, region: memoryview | None = None) -> SharedConfirmTable:
     region = region if region is not None else memoryview(bytearray(SharedConfirmTable.region_size(slots)))
-    return SharedConfirmTable(region, slots, max_age, margin=MARGIN)
+    return SharedConfirmTable(region, time.monotonic(), slots, max_age, margin=MARGIN)
 
 
 MARGIN = 8
@@ -89,7 +89,7 @@ def test_tags_of_numbers_never_published_are_not_replayed():
     first = table(64, region=region)
     remember(first, SOURCES[0], [(1, 10), (2, 11)], time.monotonic())
     remember(first, SOURCES[0], [(3, 12), (4, 13)], time.monotonic())  # sequenced, then killed before publishing
-    restarted = SharedConfirmTable(region, 64, margin=4, published=11)
+    restarted = SharedConfirmTable(region, time.monotonic(), 64, margin=4, published=11)
     assert [restarted.lookup(SOURCES[0], tag) for tag in (1, 2, 3, 4)] == [10, 11, None, None]
 
 
@@ -99,7 +99,7 @@ def test_a_batch_is_one_record_and_a_restart_keeps_only_its_published_part():
     first.remember_runs(SOURCES[0], [(1000, 500, 1)], time.monotonic())  # one record for 500 tags
     first.remember_runs(SOURCES[1], [(7, 10, 501)], time.monotonic())
     assert first.lookup(SOURCES[0], 1499) == 500
-    restarted = SharedConfirmTable(region, 64, margin=4, published=505)  # 501..505 were published, not 506..
+    restarted = SharedConfirmTable(region, time.monotonic(), 64, margin=4, published=505)  # 501..505 were published, not 506..
     assert [restarted.lookup(SOURCES[0], tag) for tag in (1000, 1499)] == [1, 500]
     assert [restarted.lookup(SOURCES[1], tag) for tag in (7, 11, 12)] == [501, 505, None]
 
