@@ -38,9 +38,11 @@ RULE_TESTS = ROOT / "tools" / "prometheus" / "fyrehose-alerts.test.yml"
 SCRAPE = ROOT / "tools" / "prometheus" / "prometheus-scrape.yml"
 DASHBOARD = ROOT / "tools" / "grafana" / "fyrehose.json"
 GATEWAY_MAX_CLIENTS = 4
-# Metrics a process exports only once what they count has happened, and the one this deployment cannot make
-# happen; tests/ops/test_dashboard.py checks that the gateway names it so.
-EVENT_ONLY = {"fyrehose_gateway_lost_total"}
+# Metrics a process exports only once what they count has happened, and which this deployment does not make happen
+# (a loss at the gateway, logins refused and throttled by a gateway with --users); tests/ops/test_dashboard.py
+# checks that the gateway names them so.
+EVENT_ONLY = {"fyrehose_gateway_lost_total", "fyrehose_gateway_logins_refused_total",
+              "fyrehose_gateway_logins_throttled_total"}
 # A PromQL word that is a function, keyword or aggregation, not a metric.
 METRIC_WORD = re.compile(r"\b(fyrehose_[a-z0-9_]+|up)\b")
 

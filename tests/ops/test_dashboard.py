@@ -34,10 +34,14 @@ def test_every_query_reads_fyrehose_metrics_and_braces_and_parentheses_balance()
         assert not re.search(r"\$(?!__rate_interval)", expression), f"{title}: unknown variable in {expression}"
 
 
-def test_the_gateway_names_its_loss_counter_as_the_dashboard_and_rules_read_it():
-    """fyrehose_gateway_lost_total appears only after a loss, which the live deployment cannot cause: the name
-    the gateway gives its ``lost`` counter is checked here instead."""
-    fake = SimpleNamespace(stats=Counter({"lost": 3}), router=None, healthy=lambda: False)
+def test_the_gateway_names_its_event_counters_as_the_dashboard_and_rules_read_them():
+    """A loss and refused or throttled logins appear only once they happened, which the live deployment does not
+    cause: the names the gateway gives those counters (gateways/router.py, gateways/access/login.py) are checked
+    here instead."""
+    counts = Counter({"lost": 3, "logins refused": 2, "logins throttled": 1})
+    fake = SimpleNamespace(stats=counts, router=None, healthy=lambda: False)
     exported = parse(HttpGateway.metrics_text(fake).decode())  # type: ignore[arg-type]
     assert set(exported.families) >= EVENT_ONLY
     assert exported.total("fyrehose_gateway_lost_total", {"kind": "http"}) == 3
+    assert exported.total("fyrehose_gateway_logins_refused_total", {"kind": "http"}) == 2
+    assert exported.total("fyrehose_gateway_logins_throttled_total", {"kind": "http"}) == 1
