@@ -49,6 +49,7 @@ PURE_SERVICE_MODULES = {
     "fyrehose.loadtest.measuring_subscriber", "fyrehose.loadtest.account", "fyrehose.loadtest.stamp",
     "fyrehose.loadtest.tally", "fyrehose.loadtest.rates",
     "fyrehose.tools.bench.search", "fyrehose.tools.deploy.keepalived", "fyrehose.backbone.multiprocess.confirm_table",
+    "fyrehose.tools.watch.exposition", "fyrehose.tools.watch.endpoints", "fyrehose.tools.watch.screen",
 }
 # Modules of a gateway protocol's folder (gateways/KIND/) that are pure by their name, whoever adds a protocol.
 PURE_GATEWAY_NAMES = {"protocol", "connection"}
