@@ -119,16 +119,21 @@ class ConnectionDriver:
     def _pump(self) -> None:
         """Write what is ready, carry out the requests, follow the connection's pause and close."""
         connection, client = self.connection, self.client
-        while True:
-            data = connection.outbox.take()
-            if data:
-                self._write(data)
-            if not connection.requests:
-                break
-            requests = connection.requests[:]
-            connection.requests.clear()
-            for request in requests:
-                self.carry_out(request)
+        outbox = connection.outbox
+        was_held, outbox.held = outbox.held, True  # what the requests' results write is taken by this loop
+        try:
+            while True:
+                data = outbox.take()
+                if data:
+                    self._write(data)
+                if not connection.requests:
+                    break
+                requests = connection.requests[:]
+                connection.requests.clear()
+                for request in requests:
+                    self.carry_out(request)
+        finally:
+            outbox.held = was_held
         if client.closing is not None:
             return
         if connection.outbox.closing is not None:
