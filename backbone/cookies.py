@@ -38,7 +38,7 @@ class CookieJar:
             raise ValueError(f"a cookie key is at least {MIN_KEY} bytes")
         if not slot_seconds > 0:
             raise ValueError(f"slot_seconds must be more than 0, not {slot_seconds!r}")
-        self._key = key
+        self._keyed = hmac.new(key, digestmod="sha256")  # copied per cookie: the key is not hashed in again
         self.slot_seconds = slot_seconds
         self.answered_capacity = answered_capacity
         self._answered: set[Address] = set()
@@ -48,8 +48,9 @@ class CookieJar:
         return int(now // self.slot_seconds)
 
     def _mac(self, addr: Address, slot: int) -> bytes:
-        message = inet_aton(addr[0]) + _SLOT_AND_PORT.pack(slot & 0xFFFFFFFFFFFFFFFF, addr[1])
-        return hmac.digest(self._key, message, "sha256")[:COOKIE_SIZE]
+        mac = self._keyed.copy()
+        mac.update(inet_aton(addr[0]) + _SLOT_AND_PORT.pack(slot & 0xFFFFFFFFFFFFFFFF, addr[1]))
+        return mac.digest()[:COOKIE_SIZE]
 
     def cookie(self, addr: Address, now: float) -> bytes:
         """The cookie of ``addr`` in the slot of ``now``."""
