@@ -301,3 +301,15 @@ def test_clients_keep_the_stream_across_many_slots_in_memory():
     assert net.backbone.counters["cookies"] == 2  # one each, at the start: after that the ACKs renew them
     assert net.backbone.counters["drop:bad cookie"] == 0
     assert all(isinstance(m, Message) for m in subscriber.events)
+
+
+def test_the_multi_process_record_of_a_keepalive_keeps_its_renew_flag():
+    """The receive workers check the cookies; the sequencer, which writes the ACK, learns from the record whether
+    the ACK must carry a fresh cookie."""
+    from fyrehose.backbone.intake import KeepaliveIn
+    from fyrehose.backbone.multiprocess import records
+
+    for renew in (False, True):
+        accepted = KeepaliveIn(A, SUBSCRIBE, b"t" * 16, renew)
+        kind, source, body = records.unpack_ingress(memoryview(records.pack_control(accepted, A, 0)))
+        assert (kind, source, body) == (records.KEEPALIVE_RECORD, A, accepted)
