@@ -17,9 +17,11 @@ empty, the moment just before it looked).
 With ``--validate-addresses`` the worker checks the cookie of every KEEPALIVE
 (:func:`fyrehose.backbone.intake.read_control`) and sends the COOKIE answer to
 an address not validated yet itself, from its socket (the backbone's address):
-such a KEEPALIVE never reaches the sequencer.  The kernel hands one source
-address and port always to the same worker, so its ration of one COOKIE per
-address and slot holds for the backbone as a whole.
+such a KEEPALIVE never reaches the sequencer.  Each worker rations its own
+COOKIEs (one per address and slot): the kernel hands one source address and
+port always to the same worker, but a forger who varies the source port of
+packets naming one address can reach every worker, so that address gets at
+most R COOKIEs per slot (docs/protocol.md, "Address validation").
 
 With ``--rate-limit`` each worker keeps its own per-source buckets and drops
 (``rate limited``) what a source sends beyond the rate, before the ring.  The
