@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from fyrehose import Client
+from fyrehose.backbone.cookies import SLOT_SECONDS
 from fyrehose.drivers.backbone_io import wait_for_backbone
 from fyrehose.protocol import codec
 from fyrehose.runtime.process import ChildProcess, wait_until
@@ -126,3 +127,21 @@ def test_the_load_test_runs_and_loses_nothing(backbone_factory, tmp_path):
     assert summary["complete"] and summary["messages"] > 0
     assert summary["message_failures"] == 0 and summary["loss_after_recovery"] == 0
     assert os.path.exists(out / "steps.jsonl")
+
+
+def test_clients_keep_their_cookies_fresh_across_slots(backbone_factory):
+    """Over three 10 s slots the ACKs renew every client's cookie (through the multi-process backbone's records):
+    no client is ever refused, so no COOKIE goes out after the first ones."""
+    backbone = backbone_factory(workers=2, extra=VALIDATE)
+    with Client(backbone.addr, subscribe=False) as publisher, Client(backbone.addr) as subscriber:
+        stream = subscriber.subscribe()
+        first = backbone.metric("fyrehose_cookies_total")
+        deadline = time.monotonic() + 2.5 * SLOT_SECONDS
+        sequences = []
+        while time.monotonic() < deadline:
+            sequences.append(publisher.publish(b"tick"))
+            time.sleep(0.5)
+        assert [m.seq for m in take(stream, len(sequences))] == sequences
+        assert subscriber.connection.stats["cookies"] >= 3  # the first, and a fresh one in an ACK each slot
+    assert backbone.metric("fyrehose_cookies_total") == first
+    assert backbone.metric('fyrehose_dropped_total{reason="bad cookie"}') == 0
