@@ -31,7 +31,7 @@ MAY_IMPORT = {
 }
 # The backbone's rules (its drivers are backbone.single, backbone.host, backbone.multiprocess), and the standby
 # pair's (backbone.pair, driven by backbone.single.pair_member).
-BACKBONE_CORE = {"core", "clients", "confirms", "intake", "pushes", "ratelimit", "recent_log", "redelivery",
+BACKBONE_CORE = {"core", "clients", "confirms", "cookies", "intake", "pushes", "ratelimit", "recent_log", "redelivery",
                  "sequence_counter", "pair"}
 # Pure modules inside the service folders: the state machines and codecs their drivers run.
 PURE_SERVICE_MODULES = {
