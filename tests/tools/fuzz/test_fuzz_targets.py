@@ -81,3 +81,10 @@ def test_a_target_says_which_build_it_fuzzes():
                             capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert result.stdout.decode().splitlines()[0].endswith(f"fuzzing fyrehose {describe()}")
+
+
+def test_a_run_with_subjects_that_are_not_utf8_is_checked_as_readers_decide():
+    """Found by the mutation loop: a datagram whose envelopes' subjects are not UTF-8 (``a\\xe2``); ``wanted`` hands
+    such bytes to the reader's ``decide``, which says no to them, as every reader does."""
+    data = (Path(__file__).resolve().parents[2] / "data" / "fuzz_connection_non_utf8_subject.hex").read_text()
+    target("connection").check(bytes.fromhex(data.strip()))
