@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
     def make_connection(client, router, access):
         gateway.router = router
-        return HttpConnectionDriver(client, HttpConnection(gateway, router, time.monotonic()), gateway, router, stats)
+        connection = HttpConnection(gateway, router, time.monotonic(), access=access,
+                                    address=client.peer.rpartition(":")[0])
+        return HttpConnectionDriver(client, connection, gateway, router, stats)
 
     return run_gateway(args, "http", stats, gateway.route, make_connection, wants=gateway.wants)
