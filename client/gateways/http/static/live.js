@@ -301,9 +301,11 @@ function drawChart() {
 // gateway wants a token (401).
 async function pollMetrics() {
   try {
+    const sent = token();
     const response = await fetch("/metrics", authorized({ cache: "no-store" }));
+    if (sent !== token()) return;  // a newer token was typed meanwhile: this answer is about the old one
     if (response.status === 401) {
-      askForToken(token() ? "the gateway refused this token" : "this gateway asks for a token");
+      askForToken(sent ? "the gateway refused this token" : "this gateway asks for a token");
       return;
     }
     const body = await response.text();
