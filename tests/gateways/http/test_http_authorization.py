@@ -233,3 +233,13 @@ def test_without_users_every_route_is_open():
     connection = HttpConnection(gateway, router, 0.0, access=Access(None), address="10.0.0.1")
     connection.receive(request("GET", "/metrics", b"Authorization: Bearer whatever"), 1.0)
     assert connection.outbox.take().startswith(b"HTTP/1.1 200 ")
+
+
+def test_the_parser_target_runs_under_atheris():
+    import subprocess
+
+    pytest.importorskip("atheris")
+    result = subprocess.run([sys.executable, str(FUZZ_DIR / "fuzz_http_authorization.py"), "-atheris_runs=3000"],
+                            capture_output=True, timeout=300)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert b"Done 3000 runs" in result.stderr or b"Done 3000 in" in result.stderr
