@@ -1,5 +1,8 @@
-"""The HTTP gateway's credentials, pure: the Authorization parser (properties, forged input) and the connection's
-answers with --users (401 and the challenge, 429, 403, the Verify request, nothing published when refused)."""
+"""The HTTP gateway's credentials, pure: the Authorization parser's properties and the connection's answers with
+--users (401 and the challenge, 429, 403, the Verify request, nothing published when refused).
+
+Forged input: tools/fuzz/targets/fuzz_http_authorization.py, run by tests/tools/fuzz/test_fuzz_targets.py.
+"""
 from __future__ import annotations
 
 import base64
@@ -8,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fyrehose.gateways.access.login import Access
@@ -30,10 +33,7 @@ from http_users_support import PASSWORD, users
 FUZZ_DIR = Path(__file__).resolve().parents[3] / "tools" / "fuzz" / "targets"
 sys.path.insert(0, str(FUZZ_DIR))
 
-import fuzz_http_authorization  # noqa: E402
 from fuzz_http import MemoryRouter  # noqa: E402
-
-from harness import run_mutations  # noqa: E402
 
 TOKEN68 = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/", min_size=1,
                   max_size=200)
@@ -79,16 +79,6 @@ def test_one_credential_per_request():
         with pytest.raises(MalformedCredentials):
             request_credential(headers, query, query_allowed=True)
     assert query_token("x=access_token") is None
-
-
-@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.binary(max_size=300))
-def test_forged_input_is_a_credential_or_refused(data):
-    fuzz_http_authorization.check(data)
-
-
-def test_forged_input_mutation_loop():
-    assert run_mutations(fuzz_http_authorization.check, fuzz_http_authorization.SEEDS, 5000, seed=3) == 5000
 
 
 # ---------------------------------------------------------------- the connection with --users
@@ -234,12 +224,3 @@ def test_without_users_every_route_is_open():
     connection.receive(request("GET", "/metrics", b"Authorization: Bearer whatever"), 1.0)
     assert connection.outbox.take().startswith(b"HTTP/1.1 200 ")
 
-
-def test_the_parser_target_runs_under_atheris():
-    import subprocess
-
-    pytest.importorskip("atheris")
-    result = subprocess.run([sys.executable, str(FUZZ_DIR / "fuzz_http_authorization.py"), "-atheris_runs=3000"],
-                            capture_output=True, timeout=300)
-    assert result.returncode == 0, result.stderr.decode()[-2000:]
-    assert b"Done 3000 runs" in result.stderr or b"Done 3000 in" in result.stderr
