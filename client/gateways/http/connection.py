@@ -43,7 +43,7 @@ from wsproto.connection import Connection as WsConnection
 from wsproto.connection import ConnectionType
 from wsproto.utilities import generate_accept_token
 
-from fyrehose.gateways.access.login import Access, Login, Outcome
+from fyrehose.gateways.access.login import Login, Outcome
 from fyrehose.gateways.access.users import User
 from fyrehose.gateways.http import sse
 from fyrehose.gateways.http.authorization import CHALLENGE, MalformedCredentials, request_credential
@@ -125,9 +125,9 @@ QUERY_CREDENTIAL = ("/resp", "/v1/stream/")  # where a browser cannot send a hea
 class HttpConnection:
     """One HTTP client's connection; after an upgrade, its WebSocket carrying a Redis connection."""
 
-    def __init__(self, site: Site, deployment: Deployment, now: float, *, access: Access | None = None,
-                 address: str = "") -> None:
+    def __init__(self, site: Site, deployment: Deployment, now: float, login: Login | None = None) -> None:
         self.site = site
+        self.login = login  # the client's identity, which /resp's Redis commands (AUTH, rights) go on with
         self.deployment = deployment
         self.settings = site.settings
         self.stats = site.stats
@@ -145,11 +145,10 @@ class HttpConnection:
         self._idle_since: float | None = now  # when the wait for the next whole request began
         self._tokens = 0
         self._waiting: tuple[int, Slot, str, h11.Request] | None = None  # the request whose result is awaited
-        self.access = access
-        self.address = address  # the client's IP address: logins are throttled per address
-        self._guarded = access is not None and access.required  # once: no cost per request without --users
+        self.access = login.access if login is not None else None
+        self.address = login.address if login is not None else ""  # logins are throttled per address
+        self._guarded = self.access is not None and self.access.required  # once: nothing per request without --users
         self._verifying: tuple[int, Login, str] | None = None  # a credential checked off the loop, for this path
-        self.login: Login | None = None  # after a WebSocket upgrade with --users: who the RESP client is
 
     # ------------------------------------------------------------ the driver's interface
 
@@ -178,23 +177,6 @@ class HttpConnection:
             return self.resp.busy
         return self._waiting is not None or self._verifying is not None
 
-    def verified(self, token: int, user: User | None) -> None:
-        """The request's credential was checked: serve it, or answer 401."""
-        if self.resp is not None:
-            verified = getattr(self.resp, "verified", None)  # a RESP AUTH over /resp
-            if verified is not None:
-                verified(token, user)
-            return
-        verifying = self._verifying
-        if verifying is None or verifying[0] != token or self.outbox.closing is not None:
-            return
-        self._verifying = None
-        _, login, path = verifying
-        self._logged_in(login, login.conclude(user, self._clock), path)
-        if self._waiting is None:
-            self._next_cycle()
-        self._handle_events()
-
     def published(self, token: int, seqs: list[int]) -> None:
         if self.resp is not None:
             self.resp.published(token, seqs)
@@ -222,6 +204,20 @@ class HttpConnection:
         if waiting is not None:
             _, slot, subject, request = waiting
             self._last(slot, subject, request, answer)
+
+    def verified(self, token: int, user: User | None) -> None:
+        if self.resp is not None:
+            self.resp.verified(token, user)  # type: ignore[attr-defined]  # a RESP AUTH over /resp: the Redis side's
+            return
+        verifying = self._verifying  # the request's credential was checked: serve it, or answer 401
+        if verifying is None or verifying[0] != token or self.outbox.closing is not None:
+            return
+        self._verifying = None
+        _, login, path = verifying
+        self._logged_in(login, login.conclude(user, self._clock), path)
+        if self._waiting is None:
+            self._next_cycle()
+        self._handle_events()
 
     def farewell(self, reason: str) -> bytes:
         if self.websocket is not None:
@@ -548,9 +544,10 @@ class HttpConnection:
             self.stats["websocket origins refused"] += 1
             self._respond(403, b"WebSocket upgrades from this origin are not allowed (see --allow-origin)\n")
             return
-        if login is not None and not login.allowed_in:
-            raise self._refusal(login, "this user may do nothing", "")
-        self.login = login  # the Redis connection's user (RESP AUTH over /resp may change it)
+        if login is not None:  # with --users: the Redis commands go on as the user this request proved
+            if not login.allowed_in:
+                raise self._refusal(login, "this user may do nothing", "")
+            self.login = login
         fields = [(b"upgrade", b"websocket"), (b"connection", b"Upgrade"),
                   (b"sec-websocket-accept", generate_accept_token(key))]
         self.outbox.reply(self.http.send(h11.InformationalResponse(status_code=101, headers=fields,

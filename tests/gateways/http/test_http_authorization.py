@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fyrehose.gateways.access.login import Access
+from fyrehose.gateways.access.login import Access, Login
 from fyrehose.gateways.access.users import Password, Token
 from fyrehose.gateways.http.authorization import (
     CHALLENGE,
@@ -93,7 +93,7 @@ class Client:
         self.gateway = HttpGateway(HttpSettings(backbone="127.0.0.1:1"), self.stats)
         self.router = MemoryRouter()
         self.gateway.router = self.router  # type: ignore[assignment]
-        self.connection = HttpConnection(self.gateway, self.router, 0.0, access=self.access, address="10.0.0.1")
+        self.connection = HttpConnection(self.gateway, self.router, 0.0, Login(self.access, "10.0.0.1"))
         self.published: list[bytes] = []
         self.verifies = 0
         self.notes: list[str] = []
@@ -220,7 +220,7 @@ def test_without_users_every_route_is_open():
     gateway = HttpGateway(HttpSettings(backbone="127.0.0.1:1"))
     router = MemoryRouter()
     gateway.router = router  # type: ignore[assignment]
-    connection = HttpConnection(gateway, router, 0.0, access=Access(None), address="10.0.0.1")
+    connection = HttpConnection(gateway, router, 0.0, Login(Access(None), "10.0.0.1"))
     connection.receive(request("GET", "/metrics", b"Authorization: Bearer whatever"), 1.0)
     assert connection.outbox.take().startswith(b"HTTP/1.1 200 ")
 
