@@ -7,6 +7,8 @@ and acked, then the connection is closed.
 """
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import ssl
 import threading
@@ -17,6 +19,8 @@ import pylogbeat
 import pytest
 
 from fyrehose import Client
+from fyrehose.gateways.access.permissions import Permissions
+from fyrehose.gateways.access.users import User
 from fyrehose.gateways.lumberjack.protocol import decode_acks, encode_json, encode_window
 from fyrehose.runtime.process import wait_until
 from fyrehose.subjects.envelope import decode
@@ -82,8 +86,9 @@ def beats(gateway: GatewayProcess, certs: dict[str, str], name: str | None) -> p
 
 
 def tls_exchange(gateway: GatewayProcess, certs: dict[str, str], name: str, data: bytes,
-                 timeout: float = 15.0) -> tuple[list[int], bool]:
-    """Send raw frames over TLS with ``name``'s certificate; (acked sequences, closed by the gateway)."""
+                 timeout: float = 15.0, until_ack: int | None = None) -> tuple[list[int], bool]:
+    """Send raw frames over TLS with ``name``'s certificate; (acked sequences, closed by the gateway), until the
+    gateway closes or acks ``until_ack``."""
     context = ssl.create_default_context(cafile=certs["ca.pem"])
     context.load_cert_chain(certs[f"{name}.pem"], certs[f"{name}.key"])
     acks: list[int] = []
@@ -103,6 +108,8 @@ def tls_exchange(gateway: GatewayProcess, certs: dict[str, str], name: str, data
             usable = len(received) - len(received) % 6
             acks += [seq for _, seq in decode_acks(received[:usable]) if seq]
             received = received[usable:]
+            if until_ack is not None and until_ack in acks:
+                return acks, False
     raise AssertionError(f"the gateway did not close within {timeout} s; acks {acks}")
 
 
@@ -163,5 +170,27 @@ def test_without_users_it_says_so(module_backbone, tmp_path):
     try:
         assert wait_until(lambda: "no --users: every client may publish and subscribe to everything"
                           in process.output(), 10)
+    finally:
+        process.kill()
+
+
+def test_sighup_rereads_the_rights(module_backbone, tmp_path, certs, recorder):
+    keys = users(path=tmp_path / "users.json")
+    process = GatewayProcess("lumberjack", module_backbone.address, tmp_path,
+                             ["--users", str(keys.path), "--subject-field", "subject", "--tls-cert", certs["server.pem"],
+                              "--tls-key", certs["server.key"], "--tls-ca", certs["ca.pem"]]).start(15)
+    try:
+        assert tls_exchange(process, certs, "alice", encode_window(1) + encode_json(
+            1, orjson.dumps({"subject": "prices.before", "n": 1})), timeout=15, until_ack=1) == ([1], False)
+        alice = keys.file.entries["alice"]
+        alice.user = User("alice", Permissions.of(["other.>"]), alice.user.subscribe)
+        keys.path.write_bytes(keys.file.to_json())  # type: ignore[union-attr]
+        os.kill(process.child.pid, signal.SIGHUP)  # type: ignore[union-attr]
+        assert wait_until(lambda: "users re-read" in process.output(), 10)
+        acks, closed = tls_exchange(process, certs, "alice", encode_window(1) + encode_json(
+            1, orjson.dumps({"subject": "prices.after", "n": 2})))
+        assert closed and acks == []
+        assert wait_until(lambda: {"subject": "prices.before", "n": 1} in recorder.documents(), 15)
+        assert all(document["n"] != 2 for document in recorder.documents())
     finally:
         process.kill()

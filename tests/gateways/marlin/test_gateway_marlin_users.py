@@ -126,3 +126,30 @@ def test_placing_is_pure():
     refused = MarlinConnection(MarlinRoutes(), None, Counter(), login=Login(access, "a"),  # type: ignore[arg-type]
                                refusal="authentication required: x")
     assert refused.outbox.closing is not None and b"authentication required: x" in refused.outbox.take()
+
+
+def test_deliveries_follow_a_reread_users_file():
+    from fyrehose.gateways.access.permissions import Permissions
+    from fyrehose.gateways.access.users import User, UsersFile
+    from fyrehose.gateways.marlin import protocol as proto
+    from fyrehose.subjects.interest import LocalInterest
+
+    class Deployment:
+        interest = LocalInterest("test")
+        position = 0
+
+    keys = users()
+    access = Access(keys.file)
+    login = Login(access, "a")
+    assert place(login, "alice") is None
+    connection = MarlinConnection(MarlinRoutes(), Deployment(), Counter(), login=login)  # type: ignore[arg-type]
+    connection.receive(proto.encode(proto.Subscribe(b"prices.acme")), 0.0)
+    assert connection.outbox.take() == proto.encode(proto.Response(True, b"prices.acme"))
+    frame = proto.message_frame(1, b"prices.acme", b"x")
+    connection.deliver(1, frame, "prices.acme")
+    assert connection.outbox.take() == frame
+    entries = dict(keys.file.entries)
+    entries["alice"].user = User("alice", Permissions.of(["prices.>"]), Permissions.of(["news.*"]))
+    access.replace(UsersFile(entries))
+    connection.deliver(2, proto.message_frame(2, b"prices.acme", b"y"), "prices.acme")
+    assert connection.outbox.take() == b""
