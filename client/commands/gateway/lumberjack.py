@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from fyrehose.gateways.lumberjack.events import SubjectRule
     from fyrehose.gateways.lumberjack.server import LumberjackServer
     from fyrehose.gateways.tls import context_from
-    from fyrehose.gateways.users_file import access_from
+    from fyrehose.gateways.users_file import access_from, announce
     from fyrehose.net.addresses import parse_hostport
     from fyrehose.protocol.recent_messages import RecentMessages
     from fyrehose.runtime.readiness import announce_ready
@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
                                   max_connections_per_address=args.max_clients_per_address)
         for signum in (signal.SIGTERM, signal.SIGINT):
             gevent.signal_handler(signum, server.stop)
+        announce(access, args.users)
         announce_ready("gateway lumberjack", server.address,
                        f"{'TLS, ' if tls else ''}pid {os.getpid()}, backbone {backbone[0]}:{backbone[1]}")
         server.serve()
