@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 from fyrehose.backbone.clients import ClientTable
 from fyrehose.backbone.confirms import ConfirmCache, ConfirmMemory
-from fyrehose.backbone.intake import AddressPolicy, KeepaliveIn, RequestIn, read_control
+from fyrehose.backbone.cookies import CookieJar
+from fyrehose.backbone.intake import AddressPolicy, CookieAnswer, KeepaliveIn, RequestIn, read_control
 from fyrehose.backbone.pushes import (
     LogEntry,
     batch_parts,
@@ -94,12 +95,17 @@ class Backbone:
         redeliver_datagrams: float = DATAGRAM_RATE,
         redeliver_bytes: float = BYTE_RATE,
         multicast: Address | None = None,
+        cookies: CookieJar | None = None,
     ) -> None:
         self.sequence = SequenceCounter(reserved, reserve_block)
         self.clients = ClientTable(client_capacity)
         # the multi-process sequencer passes a table in shared memory, which outlives it
         self.confirmed = confirmed if confirmed is not None else ConfirmCache()
-        self.policy = AddressPolicy(trusted_networks)
+        # address validation (--validate-addresses, docs/protocol.md): with a cookie jar, an address outside the
+        # trusted networks is sent nothing but a COOKIE until it echoes one (so no DELIVER, FORWARD, CONFIRM
+        # or re-delivery), and its REQUESTs are not served
+        self.cookies = cookies
+        self.policy = AddressPolicy(trusted_networks, cookies)
         self.batch_bytes = max(codec.FRAME_HEADER, min(batch_bytes, codec.MAX_DATAGRAM))
         self.multicast = multicast  # the group every DELIVER datagram goes to once (--multicast), packed as for BATCH
         self.max_request_range = max_request_range
@@ -134,11 +140,16 @@ class Backbone:
         if datagram and datagram[0] == codec.DELIVER and self._recovery is not None:
             self._recovered(datagram, source, now)
             return
-        accepted = read_control(datagram, source, self.policy)
+        accepted = read_control(datagram, source, self.policy, now)
         if isinstance(accepted, KeepaliveIn):
             self.keepalive(accepted, source, now)
         elif isinstance(accepted, RequestIn):
             self.request(accepted, now)
+        elif isinstance(accepted, CookieAnswer):
+            self._control.append((accepted.frame, accepted.client))
+            self.counters["cookies"] += 1
+            if accepted.forged:
+                self._drop("bad cookie")
         else:
             self._drop(accepted)
 
@@ -149,7 +160,9 @@ class Backbone:
         """Register an accepted KEEPALIVE and queue its ACK to ``source``.
 
         MULTICAST counts only where there is a group: a backbone without one
-        keeps unicasting to a client that asks for it.
+        keeps unicasting to a client that asks for it.  A KEEPALIVE whose
+        cookie is of the previous slot gets a fresh one in its ACK, so a
+        client that keeps talking never has to ask for one again.
         """
         flags = frame.flags if self.multicast is not None else frame.flags & ~codec.FLAG_MULTICAST
         if not self.clients.refresh(frame.client, flags, now):
@@ -160,11 +173,16 @@ class Backbone:
         if frame.flags & codec.FLAG_HEAD:
             last = self.sequence.last_issued
             ack += _SEQ_FIELD.pack(last >> 32, last & 0xFFFFFFFF)
+        if frame.renew and self.cookies is not None:
+            ack += self.cookies.cookie(frame.client, now)
         self._control.append((ack, source))
 
     def request(self, frame: RequestIn, now: float) -> None:
         """Turn an accepted REQUEST into a FORWARD to a random journaling client other than the requester."""
         requester = frame.requester
+        if self.cookies is not None and not self._validated(requester, now):
+            self._drop("unvalidated address")  # a journaler's re-DELIVERs would go to an address nobody vouched for
+            return
         self.counters["requests"] += 1
         last = self.sequence.last_issued
         if frame.from_seq > last:
@@ -195,6 +213,11 @@ class Backbone:
                         self._control.append((_notice(from_seq, to_seq), requester))
             elif journaler is None:
                 self._drop("no journaling client")
+
+    def _validated(self, addr: Address, now: float) -> bool:
+        """With address validation: whether ``addr`` is a live client (it echoed a cookie, or is trusted)."""
+        member = self.clients.get(addr)
+        return (member is not None and member.expires > now) or self.policy.trusted(addr[0])
 
     def _answer_gone(self, requester: Address, from_seq: int, to_seq: int) -> bool:
         """GONE frames for the requested numbers no one will deliver, to a client that takes them; True when
@@ -481,6 +504,11 @@ class Backbone:
         size = codec.CONFIRM_SIZE
         for source, blocks in self._confirms.items():  # each block: one or more CONFIRM frames back to back
             entry = self.clients.get(source)
+            if entry is None and self.cookies is not None and not self.policy.trusted(source[0]):
+                # sequenced (backbone rule 5) but not confirmed: a CONFIRM is larger than an empty PUSH; the
+                # publisher's retry, once its KEEPALIVE validated it, is confirmed from the tag memory
+                self._drop("unvalidated address")
+                continue
             if entry is not None and entry.batches:
                 sends.extend((datagram, source) for datagram in codec.pack_greedy(blocks))
             else:

@@ -31,24 +31,25 @@ MAY_IMPORT = {
 }
 # The backbone's rules (its drivers are backbone.single, backbone.host, backbone.multiprocess), and the standby
 # pair's (backbone.pair, driven by backbone.single.pair_member).
-BACKBONE_CORE = {"core", "clients", "confirms", "intake", "pushes", "ratelimit", "recent_log", "redelivery",
+BACKBONE_CORE = {"core", "clients", "confirms", "cookies", "intake", "pushes", "ratelimit", "recent_log", "redelivery",
                  "sequence_counter", "pair"}
 # Pure modules inside the service folders: the state machines and codecs their drivers run.
 PURE_SERVICE_MODULES = {
     "fyrehose.cache.core", "fyrehose.cache.merge",
     "fyrehose.journal.segment", "fyrehose.journal.lag", "fyrehose.journal.summary",
     "fyrehose.gateways.incremental", "fyrehose.gateways.channels", "fyrehose.gateways.echo",
-    "fyrehose.gateways.nats.pub_scan",
+    "fyrehose.gateways.nats.pub_scan", "fyrehose.gateways.nats.authorization",
     "fyrehose.gateways.lumberjack.window",
     "fyrehose.gateways.lumberjack.events", "fyrehose.gateways.http.sse",
     "fyrehose.gateways.access", "fyrehose.gateways.access.permissions", "fyrehose.gateways.access.secrets",
     "fyrehose.gateways.access.users", "fyrehose.gateways.access.guard", "fyrehose.gateways.access.login",
     "fyrehose.gateways.outbox", "fyrehose.gateways.requests", "fyrehose.gateways.liveness", "fyrehose.gateways.payloads",
     "fyrehose.gateways.redis.hiredis_parser", "fyrehose.gateways.http.websocket",
-    "fyrehose.gateways.http.resp_values", "fyrehose.gateways.http.settings",
+    "fyrehose.gateways.http.resp_values", "fyrehose.gateways.http.settings", "fyrehose.gateways.http.authorization",
     "fyrehose.loadtest.measuring_subscriber", "fyrehose.loadtest.account", "fyrehose.loadtest.stamp",
     "fyrehose.loadtest.tally", "fyrehose.loadtest.rates",
     "fyrehose.tools.bench.search", "fyrehose.tools.deploy.keepalived", "fyrehose.backbone.multiprocess.confirm_table",
+    "fyrehose.tools.watch.exposition", "fyrehose.tools.watch.endpoints", "fyrehose.tools.watch.screen",
 }
 # Modules of a gateway protocol's folder (gateways/KIND/) that are pure by their name, whoever adds a protocol.
 PURE_GATEWAY_NAMES = {"protocol", "connection"}

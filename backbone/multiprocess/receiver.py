@@ -14,6 +14,15 @@ and a watermark, a time before which every datagram of its socket is in the
 ring (the arrival of the last one it passed on, or, when it found the socket
 empty, the moment just before it looked).
 
+With ``--validate-addresses`` the worker checks the cookie of every KEEPALIVE
+(:func:`fyrehose.backbone.intake.read_control`) and sends the COOKIE answer to
+an address not validated yet itself, from its socket (the backbone's address):
+such a KEEPALIVE never reaches the sequencer.  Each worker rations its own
+COOKIEs (one per address and slot): the kernel hands one source address and
+port always to the same worker, but a forger who varies the source port of
+packets naming one address can reach every worker, so that address gets at
+most R COOKIEs per slot (docs/protocol.md, "Address validation").
+
 With ``--rate-limit`` each worker keeps its own per-source buckets and drops
 (``rate limited``) what a source sends beyond the rate, before the ring.  The
 kernel spreads sources over the workers by address and port, so one source
@@ -29,7 +38,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from fyrehose.backbone.intake import AddressPolicy, read_control
+from fyrehose.backbone.intake import AddressPolicy, CookieAnswer, read_control
 from fyrehose.backbone.multiprocess import records
 from fyrehose.backbone.multiprocess.rings import Doorbell, Ring
 from fyrehose.backbone.multiprocess.shared import CounterBlock, Words
@@ -122,9 +131,12 @@ def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake
                 records.pack_push_header(slot, source, arrival)
                 slot[records.SOURCE_SIZE:] = view[:size]
             else:
-                accepted = read_control(data, source, policy)
+                accepted = read_control(data, source, policy, now)
                 if isinstance(accepted, str):
                     counters["drop:" + accepted] += 1
+                    continue
+                if isinstance(accepted, CookieAnswer):
+                    _send_cookie(sock, accepted, counters)
                     continue
                 record = records.pack_control(accepted, source, arrival)
                 slot = reserve(len(record))
@@ -144,3 +156,15 @@ def run_receiver(sock: socket.socket, ring: Ring, sequencer_bell: Doorbell, wake
         if wrote or timed:  # a sequencer holding records for our sake may go on now
             sequencer_bell.ring()
     counter_block.store(counters)
+
+
+def _send_cookie(sock: socket.socket, answer: CookieAnswer, counters: Counter) -> None:
+    """The COOKIE answer to a KEEPALIVE from an address not validated yet, counted; a send error is counted too."""
+    if answer.forged:
+        counters["drop:bad cookie"] += 1
+    try:
+        sock.sendto(answer.frame, answer.client)
+    except OSError:
+        counters["drop:send error"] += 1
+        return
+    counters["cookies"] += 1

@@ -22,7 +22,7 @@ KEEPALIVE_RECORD = 2
 REQUEST_RECORD = 3
 
 _SOURCE = struct.Struct("<BxH4sQ")  # kind, source port, source IPv4 address, arrival time (ns)
-_KEEPALIVE = struct.Struct("<4sH2xQ16s")  # client address, port, flags, token
+_KEEPALIVE = struct.Struct("<4sH?xQ16s")  # client address, port, renew (a fresh cookie in the ACK), flags, token
 _REQUEST = struct.Struct("<4sH2xQQ")  # requester address, port, from, to
 _LOG = struct.Struct("<II")  # frame count, common frame size (0: sizes differ)
 _CLIENT = struct.Struct("<4sHH")  # IPv4 address, port, flags (the low 16 bits are all that exist)
@@ -46,7 +46,7 @@ def pack_control(accepted: KeepaliveIn | RequestIn, source: Address, arrival: in
                         source[1], socket.inet_aton(source[0]), arrival)
     if isinstance(accepted, KeepaliveIn):
         host, port = accepted.client
-        return head + _KEEPALIVE.pack(socket.inet_aton(host), port, accepted.flags, accepted.token)
+        return head + _KEEPALIVE.pack(socket.inet_aton(host), port, accepted.renew, accepted.flags, accepted.token)
     host, port = accepted.requester
     return head + _REQUEST.pack(socket.inet_aton(host), port, accepted.from_seq, accepted.to_seq)
 
@@ -63,8 +63,8 @@ def unpack_ingress(record: memoryview) -> tuple[int, Address, memoryview | Keepa
     if kind == PUSH_RECORD:
         return kind, source, record[SOURCE_SIZE:]
     if kind == KEEPALIVE_RECORD:
-        ip, port, flags, token = _KEEPALIVE.unpack_from(record, SOURCE_SIZE)
-        return kind, source, KeepaliveIn((socket.inet_ntoa(ip), port), flags, token)
+        ip, port, renew, flags, token = _KEEPALIVE.unpack_from(record, SOURCE_SIZE)
+        return kind, source, KeepaliveIn((socket.inet_ntoa(ip), port), flags, token, renew)
     if kind == REQUEST_RECORD:
         ip, port, from_seq, to_seq = _REQUEST.unpack_from(record, SOURCE_SIZE)
         return kind, source, RequestIn((socket.inet_ntoa(ip), port), from_seq, to_seq)

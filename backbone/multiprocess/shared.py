@@ -36,7 +36,7 @@ COUNTER_NAMES = (
     "drop:ring full", "drop:client table full", "drop:request beyond last sequence",
     "drop:no journaling client", "drop:sequence space exhausted", "drop:send error",
     "drop:send buffer full", "drop:receive error", "drop:rate limited", "drop:redelivery queue full",
-    "drop:other",
+    "cookies", "drop:unvalidated address", "drop:bad cookie", "drop:other",
 )
 _SLOT = {name: index for index, name in enumerate(COUNTER_NAMES)}
 _OTHER = _SLOT["drop:other"]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from fyrehose.backbone.cookies import CookieJar
 from fyrehose.backbone.host.multicast import GroupOptions, enable_group_sends
 from fyrehose.backbone.host.statefile import SequenceStateFile
 from fyrehose.backbone.host.stopping import StopRequest
@@ -78,6 +79,11 @@ class Options:
     socket_buffer: int = SOCKET_BUFFER  # SO_RCVBUF and SO_SNDBUF asked for each socket
     recent_bytes: int = RECENT_BYTES  # the sequencer's log of recent messages, for last-resort re-delivery
     multicast: GroupOptions | None = None  # fan-out worker 0 also sends every DELIVER datagram to this group
+    cookie_key: bytes | None = None  # --validate-addresses: the key of the cookies (the same in every worker)
+
+    def cookies(self) -> CookieJar | None:
+        """A worker's own jar (each rations its COOKIE answers itself), or None without address validation."""
+        return CookieJar(self.cookie_key) if self.cookie_key is not None else None
 
 
 @dataclass
@@ -158,7 +164,8 @@ class Supervisor:
     def _receiver(self, i: int) -> Callable[[], None]:
         def body() -> None:
             run_receiver(self.sockets[i], Ring(self._input_regions[i]), self.sequencer_bell, self.receiver_bells[i],
-                         self.counter_blocks[i], self._stopper(i), AddressPolicy(self.options.trusted_networks),
+                         self.counter_blocks[i], self._stopper(i),
+                         AddressPolicy(self.options.trusted_networks, self.options.cookies()),
                          self.busy_flags, self.watermarks, i,
                          limiter=SourceRateLimiter(self.options.rate_limit) if self.options.rate_limit else None)
         return body
@@ -174,6 +181,7 @@ class Supervisor:
                 recent_bytes=options.recent_bytes,
                 client_capacity=options.max_clients,
                 multicast=options.multicast.group if options.multicast is not None else None,
+                cookies=options.cookies(),
             )
             Sequencer(backbone, [Ring(region) for region in self._input_regions],
                       Ring(self._log_region, options.fanout), self.sequencer_bell, self.fanout_bells,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     from fyrehose.backbone.single.driver import PairOptions
 
 DEFAULT_LISTEN = "127.0.0.1:2323"
+# A fresh key at every start: a restarted backbone, or a promoted standby, refuses the cookies of the one before,
+# and each client gets a new one in one round trip (docs/protocol.md, Address validation).
+COOKIE_KEY_BYTES = 32
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-net", action="append", default=[], metavar="CIDR",
                         help="sources in this network may name another address in KEEPALIVE/REQUEST "
                              "(repeatable; default: nobody may)")
+    parser.add_argument("--validate-addresses", action="store_true",
+                        help="serve an address outside the --trust-net networks only once it echoed a cookie sent "
+                             "to it, so that a KEEPALIVE with a forged source cannot aim the stream at a stranger "
+                             "(every fyrehose client echoes it; docs/protocol.md, Address validation)")
     parser.add_argument("--batch-bytes", type=int, default=MAX_DATAGRAM, metavar="N",
                         help=f"largest datagram packed for BATCH subscribers (default {MAX_DATAGRAM}; "
                              "1472 avoids IP fragmentation on a 1500-byte MTU)")
@@ -97,6 +105,7 @@ def _workers(text: str) -> int | str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fyrehose.backbone.cookies import CookieJar
     from fyrehose.backbone.core import Backbone
     from fyrehose.backbone.host.statefile import SequenceStateFile, default_state_dir
 
@@ -136,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         trace = StageTrace(args.trace, args.trace_every) if args.trace is not None else None
     except OSError as exc:
         raise InputError(f"--trace {args.trace}: {exc.strerror or exc}") from None
+    cookie_key = os.urandom(COOKIE_KEY_BYTES) if args.validate_addresses else None
     state = SequenceStateFile(args.state_dir or default_state_dir(*listen))
     reserved = state.open()
     if args.workers != 0:
@@ -143,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
 
         workers, fanout = default_sizes(workers=args.workers)
         options = Options(listen, workers, args.fanout or fanout, trusted, args.batch_bytes, args.max_clients, metrics,
-                          args.rate_limit, args.socket_buffer, args.recent_bytes, group)
+                          args.rate_limit, args.socket_buffer, args.recent_bytes, group, cookie_key)
         try:
             return run_multiprocess(options, state, reserved)
         finally:
@@ -156,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         rate_limit=args.rate_limit,
         recent_bytes=args.recent_bytes,
         multicast=group.group if group is not None else None,
+        cookies=CookieJar(cookie_key) if cookie_key is not None else None,
     )
     from fyrehose.backbone.single.driver import run_single
 

@@ -136,6 +136,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compiled mode: comma-separated modules to time (default: every compiled module)")
     parser.add_argument("--case-seconds", type=positive_duration, default=0.2, metavar="S",
                         help="compiled mode: seconds each case runs per build and round (default 0.2)")
+    parser.add_argument("--validate-addresses", action="store_true",
+                        help="run every fyrehose backbone with --validate-addresses (its cost on the stream)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
 
 
@@ -151,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
     from fyrehose.tools.bench.servers import PACKAGES, locate, version
     from fyrehose.tools.bench.targets import BenchError
 
+    if args.validate_addresses and (args.multicast or args.journal or args.mode != "servers"):
+        raise BenchError("--validate-addresses is for the servers bench (fyrehose bench [servers])")
     if args.multicast:
         from fyrehose.tools.bench.multicast import run_multicast
 
@@ -199,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
                 search_steps=args.search_steps, grace=args.grace, workers=args.workers, fanout=args.fanout,
                 trace=args.trace, server_cpus=args.server_cpus, generator_cpus=args.generator_cpus,
                 drop_every=args.drop_every,
+                backbone_options=("--validate-addresses",) if args.validate_addresses else (),
             )
             preflight(settings, binaries, Path(workdir) / "preflight")
             doc = report.document(settings, machine, run_rounds(settings, binaries, Path(workdir) / "run"))

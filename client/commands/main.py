@@ -41,6 +41,8 @@ COMMANDS = {
     "bench": ("fyrehose.commands.bench", "side-by-side throughput and latency: fyrehose, redis-server, nats-server"),
     "loadtest": ("fyrehose.commands.loadtest", "Locust load test over UDP: capacity search, CSV/HTML reports"),
     "pipeline": ("fyrehose.commands.pipeline", "PySpark jobs: journal report, load-test capacity, export"),
+    "top": ("fyrehose.commands.top", "the deployment now, from its metrics endpoints: rates, clients, losses, the "
+            "pair, lags, gateways"),
     "keepalived": ("fyrehose.commands.keepalived", "print keepalived.conf for one host of a hot standby backbone pair "
                    "and write the scripts it runs"),
 }

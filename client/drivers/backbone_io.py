@@ -202,8 +202,12 @@ def keepalive_handshake(sock: socket.socket, connection: BackboneConnection, tim
             while (wait := ends - time.monotonic()) > 0:
                 sock.settimeout(wait)
                 data, source = sock.recvfrom(codec.MAX_DATAGRAM)
-                if connection.receive(data, source, time.monotonic()).acked:
+                now = time.monotonic()
+                if connection.receive(data, source, now).acked:
                     return True
+                if now >= connection.next_deadline():  # a validating backbone's COOKIE: echo it at once
+                    for datagram in connection.poll(now)[0]:
+                        sock.sendto(datagram, connection.backbone)
         except (TimeoutError, ConnectionError):  # no answer in time (socket.timeout); an ICMP port unreachable
             pass
         if ends < deadline:  # another attempt follows: no busy loop when this one failed at once

@@ -70,38 +70,41 @@ class ConnectionDriver:
         self.connection = connection
         self.router = router
         self.stats = stats
-        self._queued = False  # a pump is queued for this loop iteration
-        self._inside = False  # feeding the connection now: a pump follows anyway
-        connection.outbox.notify = self._ready
+        outbox = connection.outbox
+        outbox.became_ready = router.ready  # the stream's messages: written by the router once it routed them
+        outbox.owner = self
         client.keep_open = lambda: connection.busy
         self._pump()
 
     # ------------------------------------------------------------ what the TCP server calls
 
     def receive(self, data: bytes) -> None:
-        self._inside = True
+        outbox = self.connection.outbox
+        outbox.held = True
         try:
             self.connection.receive(data, self.client.last_input)
         finally:
-            self._inside = False
+            outbox.held = False
         self._pump()
 
     def farewell(self, reason: str) -> bytes:
         return self.connection.farewell(reason)
 
     def closed(self) -> None:
-        self.connection.outbox.notify = None  # no cycle back to this driver: the client's memory returns at once
+        outbox = self.connection.outbox
+        outbox.became_ready = outbox.owner = None  # no cycle back to this driver: the client's memory returns at once
         self.connection.closed()
 
     def wake_at(self) -> float | None:
         return self.connection.wake_at()
 
     def wake(self, now: float) -> None:
-        self._inside = True
+        outbox = self.connection.outbox
+        outbox.held = True
         try:
             self.connection.wake(now)
         finally:
-            self._inside = False
+            outbox.held = False
         self._pump()
 
     def held(self) -> int:
@@ -109,29 +112,28 @@ class ConnectionDriver:
 
     # ------------------------------------------------------------ the connection's output and requests
 
-    def _ready(self) -> None:
-        """The outbox has something (a message from the stream): written with everyone's, after this callback."""
-        if not self._queued and not self._inside:
-            self._queued = True
-            gevent.get_hub().loop.run_callback(self._pump_queued)
-
-    def _pump_queued(self) -> None:
-        self._queued = False
+    def write_ready(self) -> None:
+        """The outbox turned ready outside this driver (messages of the stream): the router writes it now."""
         self._guarded(self._pump)
 
     def _pump(self) -> None:
         """Write what is ready, carry out the requests, follow the connection's pause and close."""
         connection, client = self.connection, self.client
-        while True:
-            data = connection.outbox.take()
-            if data:
-                self._write(data)
-            if not connection.requests:
-                break
-            requests = connection.requests[:]
-            connection.requests.clear()
-            for request in requests:
-                self.carry_out(request)
+        outbox = connection.outbox
+        was_held, outbox.held = outbox.held, True  # what the requests' results write is taken by this loop
+        try:
+            while True:
+                data = outbox.take()
+                if data:
+                    self._write(data)
+                if not connection.requests:
+                    break
+                requests = connection.requests[:]
+                connection.requests.clear()
+                for request in requests:
+                    self.carry_out(request)
+        finally:
+            outbox.held = was_held
         if client.closing is not None:
             return
         if connection.outbox.closing is not None:
@@ -226,7 +228,8 @@ class ConnectionDriver:
 
     def _guarded(self, step) -> None:
         """A bug in one connection costs that client, never the gateway."""
-        self._inside = True
+        outbox = self.connection.outbox
+        outbox.held = True
         try:
             step()
         except Exception:
@@ -234,4 +237,4 @@ class ConnectionDriver:
             log.exception("%s: connection failed; disconnecting", self.client.peer)
             self.client.close("connection failed")
         finally:
-            self._inside = False
+            outbox.held = False

@@ -10,16 +10,18 @@ messages from the stream are *pushes*: they are written as soon as
 possible, never behind a reply (as Redis and nats-server write them).
 
 Pure: bytes in, bytes out.  The driver takes what is ready with
-:meth:`Outbox.take` and writes it; ``notify`` (when given) is called each
-time the outbox turns from empty to ready, so a driver that fans a stream
-out to many connections writes only those that have something.  A
+:meth:`Outbox.take` and writes it.  When the outbox turns from empty to
+ready while its driver is not feeding it (a message of the stream, routed to
+many connections at once), it appends its ``owner`` to the list
+``became_ready`` (when given): the router then writes those connections,
+and only those, once it has routed what it was given.  Nothing here calls
+back into the driver.  A
 ``framing`` turns each reply and push into what travels (RESP values into
 WebSocket messages, :mod:`fyrehose.gateways.http.websocket`).
 """
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from typing import Protocol
 
 
@@ -57,10 +59,12 @@ class _Close:
 class Outbox:
     """A connection's output: ready bytes, replies waiting behind unfilled slots, and the close."""
 
-    __slots__ = ("notify", "framing", "closing", "waiting", "_ready", "_queue")
+    __slots__ = ("became_ready", "owner", "held", "framing", "closing", "waiting", "_ready", "_queue")
 
-    def __init__(self, notify: Callable[[], None] | None = None, framing: Framing | None = None) -> None:
-        self.notify = notify
+    def __init__(self, framing: Framing | None = None) -> None:
+        self.became_ready: list | None = None  # where ``owner`` goes when the outbox turns ready (not ``held``)
+        self.owner: object = None
+        self.held = False  # the driver is feeding the connection: it writes what is ready afterwards anyway
         self.framing = framing
         self.closing: str | None = None  # set once the close is released: hang up after what :meth:`take` gives
         self.waiting = 0  # slots not yet filled
@@ -165,11 +169,14 @@ class Outbox:
             if last:
                 self._ready.append(last)
         self.closing = reason
-        if self.notify is not None:
-            self.notify()
+        self._turned_ready()
 
     def _write(self, data: bytes) -> None:
         was_empty = not self._ready
         self._ready.append(data)
-        if was_empty and self.notify is not None:
-            self.notify()
+        if was_empty:
+            self._turned_ready()
+
+    def _turned_ready(self) -> None:
+        if not self.held and self.became_ready is not None:
+            self.became_ready.append(self.owner)

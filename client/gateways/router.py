@@ -46,11 +46,10 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import gevent
-from gevent.event import AsyncResult
 from gevent.event import Event as GeventEvent
-from gevent.timeout import Timeout
 
 from fyrehose.drivers.backbone_io import wall_us
 from fyrehose.drivers.link import BackboneLink, Done
@@ -108,7 +107,9 @@ class GatewayRouter:
         self.table = InterestTable(subject_to_channel)  # everyone's, from their announcements
         self._inbox_prefix = self.subjects.inbox_prefix
         self._verifies = self.subjects.auth is not None
-        self._waiters: dict[str, AsyncResult] = {}  # inbox -> where its answer goes
+        self._waiters: dict[str, _Snapshot] = {}  # inbox -> the request it answers
+        self.ready: list = []  # drivers whose connection's outbox the stream made ready: written after routing
+        self._writes_queued = False
         self._elsewhere: dict[str, int] = {}  # subject -> subscribers_elsewhere, until the table changes
         self._next_expiry = 0.0
         self._taken = 0
@@ -179,44 +180,19 @@ class GatewayRouter:
 
         self.link.submit_with(payloads, counted)
 
-    def snapshot(self, subject: str, timeout: float) -> Envelope | None:
-        """The cache's answer to ``_SNAP.<subject>``, under ``subject``; None when no cache answered in time.
-
-        Asked again on a fresh inbox every quarter of ``timeout``.  The answer
-        carries the record's sequence (:func:`fyrehose.subjects.snapshots.record_sequence`).
-        """
-        answer: AsyncResult = AsyncResult()
-        inboxes = []
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                reply = self.subjects.new_inbox()
-                inboxes.append(reply)
-                self._waiters[reply] = answer
-                self.link.send_unconfirmed([self.subjects.seal(Envelope(SNAP_PREFIX + subject, WITH_SEQUENCE, reply=reply))])
-                remaining = deadline - time.monotonic()
-                try:
-                    found: Envelope = answer.get(timeout=max(0.0, min(remaining, timeout / 4)))
-                except Timeout:
-                    if time.monotonic() >= deadline:
-                        return None
-                    continue
-                return replace(found, subject=subject)
-        finally:
-            for name in inboxes:
-                self._waiters.pop(name, None)
-
     def snapshot_with(self, subject: str, timeout: float, done: Callable[[Envelope | None], None]) -> None:
-        """:meth:`snapshot` without waiting: ``done`` gets the answer (None when no cache answered in time)."""
-        gevent.spawn(self._snapshot_then, subject, timeout, done)
+        """Ask the cache for ``_SNAP.<subject>`` without waiting: ``done`` gets its answer, under ``subject``, or
+        None when no cache answered within ``timeout``.
 
-    def _snapshot_then(self, subject: str, timeout: float, done: Callable[[Envelope | None], None]) -> None:
-        try:
-            answer = self.snapshot(subject, timeout)
-        except Exception:  # a request the backbone cannot carry: nobody can answer it
-            log.exception("asking the cache for %s failed", subject)
-            answer = None
-        done(answer)
+        Asked again on a fresh inbox every quarter of ``timeout``, by a timer
+        on the loop (no greenlet waits for it).  The answer carries the record's
+        sequence (:func:`fyrehose.subjects.snapshots.record_sequence`).
+        """
+        _Snapshot(self, subject, timeout, done).ask()
+
+    def _ask_cache(self, subject: str, reply: str, waiter: _Snapshot) -> None:
+        self._waiters[reply] = waiter
+        self.link.send_unconfirmed([self.subjects.seal(Envelope(SNAP_PREFIX + subject, WITH_SEQUENCE, reply=reply))])
 
     # ------------------------------------------------------------ the stream, in sequence order
 
@@ -234,12 +210,14 @@ class GatewayRouter:
                 continue
             self._taken += 1
             if self._taken % YIELD_EVERY == 0:  # let the loop write what is queued, and read the clients
+                self._queue_writes()
                 gevent.sleep(0)
             seq, data = event  # type: ignore[misc]  # a Message
             subject = peek_subject(data)
             if subject and self._may_want(subject):
                 self._open_and_route(seq, data)
             self.position = seq  # routed: echo filters may forget numbers up to here
+        self._queue_writes()
 
     def _take_runs(self, runs: list[FrameRun]) -> None:
         """Whole datagrams that continue the stream: only their wanted messages become payloads."""
@@ -251,6 +229,7 @@ class GatewayRouter:
             while low <= run.last:
                 low = self._route_chosen(run, low)
             self.position = run.last
+        self._queue_writes()
 
     def _route_chosen(self, run: FrameRun, low: int) -> int:
         """Route the messages from ``low`` on that the verdicts choose; where to choose again when the interest
@@ -263,12 +242,26 @@ class GatewayRouter:
             self._taken += 1
             if self._taken % YIELD_EVERY == 0:  # let the loop write what is queued, and read the clients
                 self.position = seq - 1  # a subscription made now gets everything after it
+                self._queue_writes()
                 gevent.sleep(0)
                 if self.interest.version != version:
                     return seq
             self._open_and_route(seq, data)
             self.position = seq
         return run.last + 1
+
+    def _queue_writes(self) -> None:
+        """Write the connections the stream gave something, once, in this loop iteration (all of them together)."""
+        if self.ready and not self._writes_queued:
+            self._writes_queued = True
+            gevent.get_hub().loop.run_callback(self._write_ready)
+
+    def _write_ready(self) -> None:
+        self._writes_queued = False
+        ready = self.ready[:]
+        self.ready.clear()  # the same list: every outbox holds it
+        for driver in ready:
+            driver.write_ready()
 
     def _decide(self, subject: bytes) -> bool:
         """Whether to open messages on ``subject`` (the verdict remembered until the interest changes)."""
@@ -318,5 +311,55 @@ class GatewayRouter:
             self._elsewhere.clear()
             return
         waiter = self._waiters.get(subject)
-        if waiter is not None and not waiter.ready():
-            waiter.set(opened)
+        if waiter is not None:
+            waiter.answered(opened)
+
+
+class _Snapshot:
+    """One request to the cache: its inboxes, its retry timer, and who is told the answer (once)."""
+
+    def __init__(self, router: GatewayRouter, subject: str, timeout: float,
+                 done: Callable[[Envelope | None], None]) -> None:
+        self.router = router
+        self.subject = subject
+        self.interval = timeout / 4
+        self.deadline = time.monotonic() + timeout
+        self.done: Callable[[Envelope | None], None] | None = done
+        self.inboxes: list[str] = []
+        self.timer: Any = None
+
+    def ask(self) -> None:
+        """Ask (again) on a fresh inbox, and wake at the next retry or the deadline."""
+        router = self.router
+        reply = router.subjects.new_inbox()
+        self.inboxes.append(reply)
+        try:
+            router._ask_cache(self.subject, reply, self)
+        except Exception:  # a request the backbone cannot carry: nobody can answer it
+            log.exception("asking the cache for %s failed", self.subject)
+            self.finish(None)
+            return
+        wait = max(0.0, min(self.interval, self.deadline - time.monotonic()))
+        self.timer = gevent.get_hub().loop.timer(wait)
+        self.timer.start(gevent.spawn, self._woken)  # a retry may wait to send: in a greenlet, not the hub
+
+    def _woken(self) -> None:
+        if self.done is None:
+            return
+        if time.monotonic() >= self.deadline:
+            self.finish(None)
+        else:
+            self.ask()
+
+    def answered(self, found: Envelope) -> None:
+        if self.done is not None:
+            self.finish(replace(found, subject=self.subject))
+
+    def finish(self, answer: Envelope | None) -> None:
+        done, self.done = self.done, None
+        if self.timer is not None:
+            self.timer.close()
+        for name in self.inboxes:
+            self.router._waiters.pop(name, None)
+        if done is not None:
+            done(answer)

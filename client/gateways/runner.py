@@ -21,7 +21,7 @@ from fyrehose.gateways.access.login import Access
 from fyrehose.gateways.router import GatewayRouter, Route, Wants
 from fyrehose.gateways.tcp import ClientConnection, GatewayServer, TcpClient
 from fyrehose.gateways.tls import context_from
-from fyrehose.gateways.users_file import access_from
+from fyrehose.gateways.users_file import access_from, announce
 from fyrehose.gateways.workers import reuse_port_listener, run_workers
 from fyrehose.net.addresses import parse_hostport
 from fyrehose.protocol.codec import Address
@@ -41,8 +41,8 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
     """Serve until SIGTERM or SIGINT; print the listening address once ready.
 
     ``refusal``: what a client beyond ``--max-clients`` (or ``--max-clients-per-address``) is told before it is
-    closed; ``tls_at_accept`` False: the protocol starts TLS itself (NATS, after its INFO), so the server does
-    not wrap the socket.
+    closed; ``tls_at_accept`` False: TLS starts after the connection's greeting (NATS's INFO) instead of at
+    accept.
     """
     if getattr(args, "workers", 1) > 1:  # kinds without --workers (workers.WORKER_KINDS) run as one process
         return run_workers(args, kind)
@@ -60,7 +60,8 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
                                max_pending=args.max_pending, max_clients=args.max_clients, stats=stats,
                                ssl_context=ssl_context if tls_at_accept else None, max_output=args.max_output,
                                max_input=args.max_input, refusal=refusal,
-                               max_clients_per_address=args.max_clients_per_address)
+                               max_clients_per_address=args.max_clients_per_address,
+                               tls_after_greeting=None if tls_at_accept else ssl_context)
         server.start()
     except BaseException:
         router.close()
@@ -72,6 +73,7 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
         gevent.signal_handler(signum, stop.set)
     if getattr(args, "reuse_port", False):  # a worker of --workers N: it must not outlive its supervisor
         gevent.spawn(_stop_when_orphaned, os.getppid(), stop)
+    announce(access, args.users)
     session = f", session {router.session.name}" if router.session is not None else ""
     announce_ready(f"gateway {kind}", server.address, f"backbone {args.backbone}{session}")
     stop.wait()

@@ -216,6 +216,26 @@ class TcpClient:
         if self.server is not None:
             self.server.arm(self)
 
+    def start_tls(self, context: ssl.SSLContext) -> None:
+        """Write what is queued in the clear (the protocol's greeting: NATS's INFO), then turn the socket to TLS.
+
+        Called before reading starts; waits (cooperatively, this client's greenlet only) for the write and the
+        handshake, at most :data:`TLS_HANDSHAKE_TIMEOUT` each.  OSError or ValueError when either fails.
+        """
+        greeting = b"".join(self._chunks)
+        self._chunks = []
+        sock = self.sock
+        sock.settimeout(TLS_HANDSHAKE_TIMEOUT)
+        try:
+            sock.sendall(greeting)
+        finally:
+            self._written(len(greeting))
+        tls = context.wrap_socket(sock, server_side=True)  # the same file descriptor: the watchers still apply
+        tls.settimeout(0.0)
+        self.sock = tls
+        self._tls_pending = tls.pending
+        self.certificate_name = certificate_name(tls)
+
     def tls_pending(self) -> bool:
         """Whether TLS holds decrypted input the kernel no longer reports."""
         return self._tls_pending is not None and self._tls_pending() > 0
@@ -339,8 +359,11 @@ class GatewayServer:
     def __init__(self, listen: Address | socket.socket, make_connection: ConnectionFactory, *, max_pending: int,
                  max_clients: int, stats: Counter, ssl_context: ssl.SSLContext | None = None,
                  max_output: int = 1 << 62, max_input: int = 1 << 62, refusal: bytes = b"",
-                 max_clients_per_address: int | None = None) -> None:
+                 max_clients_per_address: int | None = None, tls_after_greeting: ssl.SSLContext | None = None) -> None:
+        """``ssl_context``: TLS from the first byte; ``tls_after_greeting``: TLS once the connection's first words
+        (NATS's INFO) were written in the clear (:meth:`TcpClient.start_tls`)."""
         self.make_connection = make_connection
+        self.tls_after_greeting = tls_after_greeting
         self.max_pending = max_pending
         self.max_clients = max_clients
         self.per_address = AddressCounts(max_clients_per_address or max_clients)
@@ -420,12 +443,26 @@ class GatewayServer:
         except Exception:  # a bug must cost one client, never the gateway
             self._failed(client)
         else:
-            client.start()
-            self.arm(client)
+            if self._secured(client):
+                client.start()
+                self.arm(client)
         try:
             client.done.wait()  # the loop serves the client; the server closes the socket once this returns
         finally:
             self._forget(client)
+
+    def _secured(self, client: TcpClient) -> bool:
+        """TLS after the greeting, when asked for: whether the client may be served (False: it is released)."""
+        if self.tls_after_greeting is None:
+            return True
+        try:
+            client.start_tls(self.tls_after_greeting)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            self.stats["tls handshake failures"] += 1
+            log.info("%s: TLS handshake failed: %s", client.peer, exc)
+            client.release()
+            return False
+        return True
 
     def _forget(self, client: TcpClient) -> None:
         """The client is gone: free what it held, its connection first (no cycle keeps its memory)."""

@@ -33,14 +33,20 @@ def load_users(path: str | Path) -> UsersFile:
 def access_from(path: str | None, stats: Counter) -> Access:
     """The gateway's :class:`Access`: its users from ``path`` (re-read on SIGHUP), or everyone's without one."""
     if path is None:
-        log.info(NO_USERS)
         return Access(None, stats)
-    users = load_users(path)
-    access = Access(users, stats)
-    log.info("users from %s: %d users, clients without credentials %s; SIGHUP re-reads it", path, len(users.entries),
-             f"are {users.anonymous}" if users.anonymous else "get nothing")
+    access = Access(load_users(path), stats)
     gevent.signal_handler(signal.SIGHUP, reload, access, path)
     return access
+
+
+def announce(access: Access, path: str | None) -> None:
+    """One line on who may connect, once the gateway serves (a gateway that fails to start says only why)."""
+    users = access.users
+    if users is None:
+        log.info(NO_USERS)
+    else:
+        log.info("users from %s: %d users, clients without credentials %s; SIGHUP re-reads it", path,
+                 len(users.entries), f"are {users.anonymous}" if users.anonymous else "get nothing")
 
 
 def reload(access: Access, path: str | Path) -> bool:

@@ -20,8 +20,8 @@ from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address
 
 # The frame types a backbone sends to a client; anything else is not for a client.
-CLIENT_BOUND = frozenset({codec.DELIVER, codec.KEEPALIVE_ACK, codec.CONFIRM, codec.FORWARD, codec.GONE})
-_BACKBONE_ONLY = frozenset({codec.KEEPALIVE_ACK, codec.CONFIRM, codec.FORWARD, codec.GONE})
+CLIENT_BOUND = frozenset({codec.DELIVER, codec.KEEPALIVE_ACK, codec.CONFIRM, codec.FORWARD, codec.GONE, codec.COOKIE})
+_BACKBONE_ONLY = frozenset({codec.KEEPALIVE_ACK, codec.CONFIRM, codec.FORWARD, codec.GONE, codec.COOKIE})
 
 
 class Verdict(NamedTuple):

@@ -4,8 +4,10 @@ Pure functions only (sans-IO), so that the backbone, every client and every
 test share one definition of the wire format.  The format is the base protocol of
 docs/protocol.md plus its backwards-compatible extensions: the BATCH keepalive
 flag, several DELIVER/PUSH/CONFIRM frames packed into one datagram, a CONFIRM
-tag in the unused bytes of PUSH, the 0x40 CONFIRM frame and the legacy 7-byte
-KEEPALIVE (docs/protocol.md, "Legacy KEEPALIVE").
+tag in the unused bytes of PUSH, the 0x40 CONFIRM frame, the legacy 7-byte
+KEEPALIVE (docs/protocol.md, "Legacy KEEPALIVE") and address validation's cookie
+(the 0x21 COOKIE frame, a KEEPALIVE and a KEEPALIVE-ACK with a cookie after their
+usual fields; docs/protocol.md, "Address validation").
 
 Every malformed input raises :class:`ProtocolError` (never ``IndexError`` or
 ``struct.error``), because the backbone must count and drop bad datagrams
@@ -42,6 +44,9 @@ GONE = 0x80  # extension frame: 0x80 FROM(6) TO(6) REASON(1), backbone to a clie
 GONE_SIZE = 14
 GONE_LOST = 0  # issued perhaps, but neither the backbone nor any client holds them
 GONE_NEVER_SENT = 1  # never DELIVERed or CONFIRMed by anyone
+COOKIE = 0x21  # extension frame: 0x21 COOKIE(8), a validating backbone's answer to a KEEPALIVE it may not serve yet
+COOKIE_SIZE = 8  # the cookie itself: a truncated MAC of the address and a time slot
+COOKIE_FRAME_SIZE = 1 + COOKIE_SIZE
 
 MAX_DATAGRAM = 65507  # largest IPv4 UDP payload
 FRAME_HEADER = 9  # type(1) length(2) sequence-or-tag(6)
@@ -55,6 +60,7 @@ KEEPALIVE_SIZE = 29
 LEGACY_KEEPALIVE_SIZE = 7
 KEEPALIVE_ACK_SIZE = 17
 KEEPALIVE_ACK_HEAD_SIZE = 23  # with FLAG_HEAD: token, then the last sequence issued (0 = none yet)
+KEEPALIVE_COOKIE_SIZE = KEEPALIVE_SIZE + COOKIE_SIZE  # a KEEPALIVE echoing the cookie after its token
 RANGE_SIZE = 19  # REQUEST and FORWARD
 CONFIRM_SIZE = 13
 _CONFIRM_TYPES = bytes([CONFIRM]) * (65535 // CONFIRM_SIZE + 1)
@@ -76,6 +82,7 @@ _NAMES = {
     KEEPALIVE_ACK: "KEEPALIVE-ACK",
     CONFIRM: "CONFIRM",
     GONE: "GONE",
+    COOKIE: "COOKIE",
 }
 
 
@@ -133,12 +140,14 @@ class Keepalive:
     flags: int = 0
     token: bytes = bytes(TOKEN_SIZE)
     legacy: bool = False  # the 7-byte legacy form (docs/protocol.md): no flags, no token
+    cookie: bytes = b""  # address validation: the backbone's cookie echoed (COOKIE_SIZE bytes), or none
 
 
 @dataclass(frozen=True, slots=True)
 class KeepaliveAck:
     token: bytes
     head: int | None = None  # last sequence issued; only sent to clients that set FLAG_HEAD
+    cookie: bytes = b""  # a fresh cookie for a client that echoed one of the previous time slot, or none
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +220,20 @@ def decode_gone(datagram: bytes | bytearray | memoryview) -> tuple[int, int, int
     if not 1 <= from_seq <= to_seq or reason not in (GONE_LOST, GONE_NEVER_SENT):
         raise ProtocolError("bad value", "a GONE frame names no range of sequences or an unknown reason")
     return from_seq, to_seq, reason
+
+
+def encode_cookie(cookie: bytes) -> bytes:
+    """A COOKIE frame (docs/protocol.md, "Address validation"): echo this in the KEEPALIVEs to be served."""
+    if len(cookie) != COOKIE_SIZE:
+        raise ProtocolError("bad value", f"a cookie is {COOKIE_SIZE} bytes")
+    return bytes((COOKIE,)) + cookie
+
+
+def decode_cookie(datagram: bytes | bytearray | memoryview) -> bytes:
+    """The cookie a COOKIE datagram carries; ProtocolError when it is not a well-formed one."""
+    if len(datagram) != COOKIE_FRAME_SIZE or datagram[0] != COOKIE:
+        raise ProtocolError("bad size", f"a COOKIE frame is {COOKIE_FRAME_SIZE} bytes")
+    return bytes(datagram[1:])
 
 
 def encode_confirm(tag: int, seq: int) -> bytes:
@@ -424,15 +447,17 @@ def encode_keepalive(frame: Keepalive) -> bytes:
     _check_port(frame.port)
     addr = _pack_addr(frame.addr)
     if frame.legacy:
-        if frame.flags or frame.token != bytes(TOKEN_SIZE):
-            raise ProtocolError("bad value", "a legacy KEEPALIVE carries no flags and no token")
+        if frame.flags or frame.token != bytes(TOKEN_SIZE) or frame.cookie:
+            raise ProtocolError("bad value", "a legacy KEEPALIVE carries no flags, no token and no cookie")
         return _LEGACY_KEEPALIVE.pack(KEEPALIVE, addr, frame.port)
     _check_u48("flags", frame.flags)
     if len(frame.token) != TOKEN_SIZE:
         raise ProtocolError("bad value", f"token must be {TOKEN_SIZE} bytes")
+    if frame.cookie and len(frame.cookie) != COOKIE_SIZE:
+        raise ProtocolError("bad value", f"a cookie is {COOKIE_SIZE} bytes")
     return _KEEPALIVE.pack(
         KEEPALIVE, addr, frame.port, frame.flags >> 32, frame.flags & 0xFFFFFFFF, frame.token
-    )
+    ) + frame.cookie
 
 
 def encode(frame: Frame) -> bytes:
@@ -452,10 +477,13 @@ def encode(frame: Frame) -> bytes:
     if isinstance(frame, KeepaliveAck):
         if len(frame.token) != TOKEN_SIZE:
             raise ProtocolError("bad value", f"token must be {TOKEN_SIZE} bytes")
+        if frame.cookie and len(frame.cookie) != COOKIE_SIZE:
+            raise ProtocolError("bad value", f"a cookie is {COOKIE_SIZE} bytes")
         if frame.head is None:
-            return bytes((KEEPALIVE_ACK,)) + frame.token
+            return bytes((KEEPALIVE_ACK,)) + frame.token + frame.cookie
         _check_u48("head", frame.head)
-        return bytes((KEEPALIVE_ACK,)) + frame.token + _U48.pack(frame.head >> 32, frame.head & 0xFFFFFFFF)
+        return (bytes((KEEPALIVE_ACK,)) + frame.token + _U48.pack(frame.head >> 32, frame.head & 0xFFFFFFFF)
+                + frame.cookie)
     raise TypeError(f"not a frame: {frame!r}")
 
 
@@ -553,20 +581,28 @@ def _decode_one_fixed(datagram: bytes, kind: int) -> Frame:
         if size == KEEPALIVE_SIZE:
             _, addr, port, fh, fl, token = _KEEPALIVE.unpack(datagram)
             return Keepalive(inet_ntoa(addr), port, (fh << 32) | fl, token)
+        if size == KEEPALIVE_COOKIE_SIZE:
+            _, addr, port, fh, fl, token = _KEEPALIVE.unpack_from(datagram)
+            return Keepalive(inet_ntoa(addr), port, (fh << 32) | fl, token, cookie=bytes(datagram[KEEPALIVE_SIZE:]))
         if size == LEGACY_KEEPALIVE_SIZE:
             _, addr, port = _LEGACY_KEEPALIVE.unpack(datagram)
             return Keepalive(inet_ntoa(addr), port, legacy=True)
         raise ProtocolError(
-            "bad size", f"KEEPALIVE is {KEEPALIVE_SIZE} or {LEGACY_KEEPALIVE_SIZE} bytes, got {size}"
+            "bad size",
+            f"KEEPALIVE is {KEEPALIVE_SIZE}, {KEEPALIVE_COOKIE_SIZE} or {LEGACY_KEEPALIVE_SIZE} bytes, got {size}"
         )
     if kind == KEEPALIVE_ACK:
+        token = bytes(datagram[1:KEEPALIVE_ACK_SIZE])
         if size == KEEPALIVE_ACK_SIZE:
-            return KeepaliveAck(bytes(datagram[1:]))
-        if size == KEEPALIVE_ACK_HEAD_SIZE:
+            return KeepaliveAck(token)
+        if size == KEEPALIVE_ACK_SIZE + COOKIE_SIZE:
+            return KeepaliveAck(token, cookie=bytes(datagram[KEEPALIVE_ACK_SIZE:]))
+        if size in (KEEPALIVE_ACK_HEAD_SIZE, KEEPALIVE_ACK_HEAD_SIZE + COOKIE_SIZE):
             high, low = _U48.unpack_from(datagram, KEEPALIVE_ACK_SIZE)
-            return KeepaliveAck(bytes(datagram[1:KEEPALIVE_ACK_SIZE]), (high << 32) | low)
+            return KeepaliveAck(token, (high << 32) | low, bytes(datagram[KEEPALIVE_ACK_HEAD_SIZE:]))
         raise ProtocolError(
-            "bad size", f"KEEPALIVE-ACK is {KEEPALIVE_ACK_SIZE} or {KEEPALIVE_ACK_HEAD_SIZE} bytes, got {size}"
+            "bad size", f"KEEPALIVE-ACK is {KEEPALIVE_ACK_SIZE} or {KEEPALIVE_ACK_HEAD_SIZE} bytes "
+                        f"(each with {COOKIE_SIZE} more for a cookie), got {size}"
         )
     raise ProtocolError("unknown type", f"frame type 0x{kind:02x}")
 

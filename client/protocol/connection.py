@@ -46,6 +46,7 @@ class Incoming:
 
 KEEPALIVE_INTERVAL = 0.5  # seconds between KEEPALIVEs, by default (docs/protocol.md, client rule 1: at most 1 s)
 SILENCE_INTERVALS = 1.5  # an ACK this many intervals after the last one ends a silence: unconfirmed PUSHes go again
+COOKIE_UNANSWERED = 4  # keepalive intervals without an answer after which KEEPALIVEs go without the cookie again
 _KNOWN_FLAGS = (codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL | codec.FLAG_BATCH | codec.FLAG_HEAD
                 | codec.FLAG_MULTICAST | codec.FLAG_REDELIVERING)  # GONE is the connection's own, always set
 
@@ -144,6 +145,14 @@ class BackboneConnection:
     client published; :class:`~fyrehose.subjects.client_core.ClientCore` runs both timers.
     A multicast connection that falls back to unicast says so in
     :attr:`Incoming.fell_back`, counted as ``multicast fallbacks``.
+
+    Address validation (docs/protocol.md) needs no option: a validating
+    backbone answers a KEEPALIVE it may not serve yet with a COOKIE, which the
+    connection echoes in every KEEPALIVE from then on (the next one goes at
+    once), and takes the fresh cookie a later ACK brings.  A connection whose
+    backbone answered nothing for COOKIE_UNANSWERED keepalive intervals sends
+    its KEEPALIVEs without the cookie, as a base-protocol client does, until a
+    backbone asks for one again.
     """
 
     def __init__(self, backbone: Address, options: ConnectionOptions, *,
@@ -175,6 +184,8 @@ class BackboneConnection:
         self.publishes = PendingPublishes(retry=options.confirm_retry, stats=self.stats)
         self._tokens: deque[bytes] = deque(maxlen=TOKENS_REMEMBERED)
         self._next_keepalive = 0.0
+        self._cookie = b""  # the backbone's cookie for our address, echoed in every KEEPALIVE
+        self._cookie_answered = 0.0  # when the backbone last answered a KEEPALIVE (an ACK or a COOKIE)
         self._queued_forwards: set[codec.Forward] = set()
 
     # ------------------------------------------------------------ tracking
@@ -197,7 +208,7 @@ class BackboneConnection:
         if now >= self._next_keepalive:
             token = self._token_source(codec.TOKEN_SIZE)
             self._tokens.append(token)
-            out.append(codec.encode(codec.Keepalive(flags=self.flags, token=token)))
+            out.append(codec.encode(codec.Keepalive(flags=self.flags, token=token, cookie=self._echo(now))))
             self._next_keepalive = now + self.keepalive_interval
         tracker = self.tracker
         if tracker is None:
@@ -210,9 +221,18 @@ class BackboneConnection:
 
     def goodbye(self) -> bytes:
         """The last datagram a driver sends the backbone: a KEEPALIVE with NOSUBSCRIBE and NOJOURNAL, which stops
-        DELIVERs and FORWARDs to this client at once rather than after its 5 s lifetime."""
+        DELIVERs and FORWARDs to this client at once rather than after its 5 s lifetime (with the cookie, which a
+        validating backbone needs to take it)."""
         return codec.encode(codec.Keepalive(flags=codec.FLAG_NOSUBSCRIBE | codec.FLAG_NOJOURNAL,
-                                            token=self._token_source(codec.TOKEN_SIZE)))
+                                            token=self._token_source(codec.TOKEN_SIZE), cookie=self._cookie))
+
+    def _echo(self, now: float) -> bytes:
+        """The cookie to echo: none once the backbone has been silent for COOKIE_UNANSWERED intervals (it may have
+        been replaced by one that takes no cookies; a validating one asks again)."""
+        if self._cookie and now - self._cookie_answered > COOKIE_UNANSWERED * self.keepalive_interval:
+            self._cookie = b""
+            self.stats["cookies dropped"] += 1
+        return self._cookie
 
     def next_deadline(self) -> float:
         """When :meth:`handle_timers` or ``publishes.handle_timers`` next has something to do."""
@@ -241,6 +261,10 @@ class BackboneConnection:
                 incoming.confirms = codec.decode_confirm_runs(data)
                 incoming.published = self.publishes.confirm_runs(incoming.confirms)
                 return incoming
+            if kind == codec.COOKIE:
+                self._take_cookie(codec.decode_cookie(data), now)
+                self._next_keepalive = now  # echo it at once: the backbone serves us from that KEEPALIVE on
+                return incoming
             if kind == codec.GONE:
                 from_seq, to_seq, reason = codec.decode_gone(data)
                 self.stats["gone notices"] += 1
@@ -259,6 +283,10 @@ class BackboneConnection:
                     self.publishes.retry_now(now)
                 self.last_ack = now
                 incoming.acked = True
+                if ack.cookie:
+                    self._take_cookie(ack.cookie, now)
+                elif self._cookie:
+                    self._cookie_answered = now
                 if ack.head is not None:
                     self._head = ack.head
                     if self.group_watch is not None and self.group_watch.head(ack.head, now):
@@ -283,6 +311,12 @@ class BackboneConnection:
                 self._queued_forwards.add(forward)
                 incoming.forwards.append(forward)
         return incoming
+
+    def _take_cookie(self, cookie: bytes, now: float) -> None:
+        """A cookie from the backbone (whoever's KEEPALIVE it answers: it came to our address, so it is ours)."""
+        self._cookie = cookie
+        self._cookie_answered = now
+        self.stats["cookies"] += 1
 
     def receive_group(self, data: bytes, source: Address, now: float) -> Incoming:
         """One datagram from the multicast group's socket: only the backbone's DELIVERs count (docs/protocol.md)."""

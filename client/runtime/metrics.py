@@ -98,6 +98,8 @@ _COUNTERS = {
     "recovered": ("fyrehose_pair_recovered_total", "messages a promoted standby got back from journaling clients"),
     "gone": ("fyrehose_pair_gone_total", "numbers a promoted standby found nobody holds (reported lost)"),
     "gone answers": ("fyrehose_gone_answers_total", "GONE frames sent in answer to REQUESTs"),
+    "cookies": ("fyrehose_cookies_total",
+                "COOKIE answers sent to addresses not validated yet (--validate-addresses)"),
 }
 
 

@@ -10,6 +10,9 @@ docs/architecture.md): each frame's subject is read from its envelope's
 fixed header as bytes and looked up in the reader's ``verdicts``; only a
 subject seen for the first time calls back into the reader's ``decide``,
 whose answer is remembered.  Only the chosen frames become payloads.
+``decide`` gets the subject's bytes as they travel, not checked as UTF-8
+(that would cost every frame): a reader says no to bytes that do not decode,
+as :func:`fyrehose.subjects.envelope.peek_subject` reads no subject there.
 
 The verdicts belong to the reader, which empties them when what it wants
 changes (a subscription added); they never hold more than

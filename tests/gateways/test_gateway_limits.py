@@ -195,6 +195,7 @@ class NoBackbone:
         from fyrehose.subjects.interest import LocalInterest
 
         self.interest = LocalInterest("gw.test")
+        self.ready: list = []  # drivers whose outbox the stream made ready (the stream brings nothing here)
 
     def subscribers_elsewhere(self, subject: str) -> int:
         return 0
@@ -243,7 +244,7 @@ def test_a_closed_connection_is_freed_without_the_cycle_collector(connections):
     gc.disable()
     try:
         for _ in range(3):
-            sock = gevent.socket.create_connection(server.address)
+            sock = gevent.socket.create_connection(server.address, timeout=60)
             sock.sendall(hello)
             received = b""
             while received.count(b"\r\n") < lines:

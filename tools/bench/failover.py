@@ -74,9 +74,10 @@ class Takeover:
 class Pair:
     """The two backbones of the pair and their keepalived, inside :class:`PairHosts`."""
 
-    def __init__(self, net: PairHosts, workdir: Path, sync: bool, key: bool) -> None:
+    def __init__(self, net: PairHosts, workdir: Path, sync: bool, key: bool, metrics_port: int | None = None) -> None:
         self.net = net
         self.sync = sync
+        self.metrics_port = metrics_port  # each backbone's --metrics on its host's own address, when given
         self.state = {host: workdir / f"state-{host}" for host in PAIR}
         self.backbones: dict[str, subprocess.Popen] = {}
         self.keepaliveds: dict[str, subprocess.Popen] = {}
@@ -100,7 +101,8 @@ class Pair:
         argv = [sys.executable, "-m", "fyrehose", "backbone", "--listen", f"{net.vip.ip}:{SERVICE_PORT}",
                 "--pair", f"{net.address(host)}:{PAIR_PORT}", "--peer", f"{net.address(peer)}:{PAIR_PORT}",
                 "--state-dir", str(self.state[host])] + (["--standby-sync"] if self.sync else []) + \
-            (["--pair-key", str(self.key)] if self.key is not None else [])
+            (["--pair-key", str(self.key)] if self.key is not None else []) + \
+            (["--metrics", f"{net.address(host)}:{self.metrics_port}"] if self.metrics_port is not None else [])
         proc = net.start(host, argv)
         net.wait_ready(proc, 30)
         self.backbones[host] = proc

@@ -55,6 +55,7 @@ class BenchSettings:
     server_cpus: tuple[int, ...] | None = None  # every target's server processes pinned to these CPUs
     generator_cpus: tuple[int, ...] | None = None  # the load generators pinned to these CPUs
     drop_every: int = 0  # fyrehose subscribers discard one DELIVER datagram in N, to measure recovery
+    backbone_options: tuple[str, ...] = ()  # more options of every fyrehose backbone (--validate-addresses)
 
 
 @dataclass
@@ -161,7 +162,7 @@ class StepRunner:
         self._steps += 1
         return server_for(target, self.binaries, self.workdir / f"step-{self._steps}-{target.name}",
                           self.settings.workers, self.settings.fanout,
-                          Path(self.settings.trace) if self.settings.trace else None)
+                          Path(self.settings.trace) if self.settings.trace else None, self.settings.backbone_options)
 
     def run(self, target: Target, rate: float | None) -> StepResult:
         """One step; any failure is a BenchError naming the target."""

@@ -157,9 +157,10 @@ class ServerProcess:
 
 
 def server_for(target: Target, binaries: dict[str, str], workdir: Path, workers: int | str,
-               fanout: int | None, trace: Path | None = None) -> ServerProcess:
+               fanout: int | None, trace: Path | None = None, backbone_options: tuple[str, ...] = ()) -> ServerProcess:
     """A server for one step (not started), in a fresh directory under ``workdir``; a single-process backbone
-    writes its stage trace into ``trace`` (a directory) when given, named after the step."""
+    writes its stage trace into ``trace`` (a directory) when given, named after the step; a fyrehose backbone
+    takes ``backbone_options`` too."""
     workdir.mkdir(parents=True)
     if target.gateway is not None:
         from fyrehose.tools.bench.gateway_stack import GatewayStack  # it builds on this module
@@ -172,7 +173,7 @@ def server_for(target: Target, binaries: dict[str, str], workdir: Path, workers:
         elif workers == "auto":  # the multi-process layout as it sizes itself, even where --workers auto picks one process
             workers = default_sizes()[0]
         command = [sys.executable, "-m", "fyrehose.commands.main", "backbone", "--listen", f"{LOOPBACK}:{port}",
-                   "--workers", str(workers), "--state-dir", str(workdir / "state")]
+                   "--workers", str(workers), "--state-dir", str(workdir / "state"), *backbone_options]
         if target.multiprocess and fanout is not None:
             command += ["--fanout", str(fanout)]
         if trace is not None and not workers:

@@ -40,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import time
 
+    from fyrehose.gateways.access.login import Login
     from fyrehose.gateways.http.connection import HttpConnection
     from fyrehose.gateways.http.driver import HttpConnectionDriver
     from fyrehose.gateways.http.gateway import HttpGateway
@@ -55,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
     def make_connection(client, router, access):
         gateway.router = router
-        return HttpConnectionDriver(client, HttpConnection(gateway, router, time.monotonic()), gateway, router, stats)
+        login = Login(access, client.peer.rpartition(":")[0])  # /resp's Redis commands log in and are held to it
+        return HttpConnectionDriver(client, HttpConnection(gateway, router, time.monotonic(), login), gateway, router,
+                                    stats)
 
     return run_gateway(args, "http", stats, gateway.route, make_connection, wants=gateway.wants)

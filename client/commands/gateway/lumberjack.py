@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from fyrehose.commands.gateway.options import DEFAULT_MAX_CLIENTS_PER_ADDRESS, add_users_argument
 from fyrehose.gateways.lumberjack.driver import (
     DEFAULT_INACTIVITY_TIMEOUT,
     DEFAULT_MAX_PENDING_BYTES,
@@ -30,6 +31,7 @@ DEFAULT_MAX_BUFFERED_BYTES = 128 << 20
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_tls_arguments(parser)
+    add_users_argument(parser)
     parser.add_argument("--subject-field", default=DEFAULT_SUBJECT_FIELD, metavar="NAME",
                         help=f"event field that gives the subject; a dotted name also walks nested objects "
                              f"(default {DEFAULT_SUBJECT_FIELD})")
@@ -49,6 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"the writer's window is advisory (default {DEFAULT_MAX_PENDING_BYTES})")
     parser.add_argument("--max-connections", type=positive_int, default=1024, metavar="N",
                         help="connections served at once; one more is closed at once (default 1024)")
+    parser.add_argument("--max-clients-per-address", type=positive_int, default=DEFAULT_MAX_CLIENTS_PER_ADDRESS,
+                        metavar="N", help="connections of one source address served at once, so that one host "
+                                          "cannot take all of --max-connections; one more is closed at once "
+                                          f"(default {DEFAULT_MAX_CLIENTS_PER_ADDRESS})")
     parser.add_argument("--max-buffered-bytes", type=positive_int, default=DEFAULT_MAX_BUFFERED_BYTES, metavar="N",
                         help="incomplete frames of all connections together, by declared size; a frame that "
                              f"does not fit ends its connection (default {DEFAULT_MAX_BUFFERED_BYTES})")
@@ -62,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import logging
     import os
     import signal
     import sys
@@ -73,12 +80,15 @@ def run(args: argparse.Namespace) -> int:
     from fyrehose.gateways.lumberjack.events import SubjectRule
     from fyrehose.gateways.lumberjack.server import LumberjackServer
     from fyrehose.gateways.tls import context_from
+    from fyrehose.gateways.users_file import access_from, announce
     from fyrehose.net.addresses import parse_hostport
     from fyrehose.protocol.recent_messages import RecentMessages
     from fyrehose.runtime.readiness import announce_ready
     from fyrehose.subjects.session import SubjectSession
 
     tls = context_from(args)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="lumberjack %(message)s")
+    access = access_from(args.users, Counter())
     rule = SubjectRule(args.subject_field, args.default_subject)
     listen = parse_hostport(args.listen)
     backbone = parse_hostport(args.backbone, 2323)
@@ -91,9 +101,11 @@ def run(args: argparse.Namespace) -> int:
                                   max_compressed_bytes=args.max_compressed_bytes,
                                   max_pending_bytes=args.max_pending_bytes,
                                   max_buffered_bytes=args.max_buffered_bytes, stall_timeout=args.stall_timeout,
-                                  inactivity_timeout=args.client_inactivity_timeout)
+                                  inactivity_timeout=args.client_inactivity_timeout, access=access,
+                                  max_connections_per_address=args.max_clients_per_address)
         for signum in (signal.SIGTERM, signal.SIGINT):
             gevent.signal_handler(signum, server.stop)
+        announce(access, args.users)
         announce_ready("gateway lumberjack", server.address,
                        f"{'TLS, ' if tls else ''}pid {os.getpid()}, backbone {backbone[0]}:{backbone[1]}")
         server.serve()

@@ -18,10 +18,21 @@ is held until the driver feeds the result back, and the next request (h11
 keeps pipelined ones) is not looked at before.  An SSE response asks its
 driver for a :class:`Stream`, whose events the driver frames with
 :meth:`HttpConnection.sse_data`.
+
+With ``--users`` (:class:`~fyrehose.gateways.access.login.Access` required),
+every route but ``/healthz`` and the live view's files asks who the client
+is, request by request (:mod:`fyrehose.gateways.http.authorization`): a
+credential this process verified before is accepted at once, any other is
+handed to the driver as a :class:`~fyrehose.gateways.requests.Verify` and the
+request waits for it, as it waits for a publish.  ``401`` with the challenge
+answers a missing or wrong credential, ``429`` an address that failed too
+often lately, ``403`` a logged-in user outside its rights; nothing of a
+refused request reaches the backbone.
 """
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol
@@ -32,13 +43,16 @@ from wsproto.connection import Connection as WsConnection
 from wsproto.connection import ConnectionType
 from wsproto.utilities import generate_accept_token
 
+from fyrehose.gateways.access.login import Login, Outcome
+from fyrehose.gateways.access.users import User
 from fyrehose.gateways.http import sse
+from fyrehose.gateways.http.authorization import CHALLENGE, MalformedCredentials, request_credential
 from fyrehose.gateways.http.settings import HttpSettings
 from fyrehose.gateways.http.websocket import CLOSE_HEADROOM, RespOverWebSocket, StreamMark, WebSocketEndpoint
 from fyrehose.gateways.outbox import Outbox, Slot
 from fyrehose.gateways.payloads import encoded
 from fyrehose.gateways.redis.connection import RedisConnection, RedisRoutes
-from fyrehose.gateways.requests import Deployment, Publish, Snapshot
+from fyrehose.gateways.requests import Deployment, Publish, Snapshot, Verify
 from fyrehose.protocol.codec import PayloadTooLarge
 from fyrehose.subjects.envelope import Envelope, EnvelopeError, MsgType, Status, check_subject
 from fyrehose.subjects.patterns import check_pattern
@@ -52,8 +66,9 @@ STATIC_FILES = {  # path -> (file in the package's static folder, content type)
 }
 SERVER = ("server", "fyrehose")
 REASONS = {100: "Continue", 101: "Switching Protocols", 200: "OK", 304: "Not Modified", 400: "Bad Request",
-           403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
-           413: "Request Entity Too Large", 426: "Upgrade Required", 431: "Request Header Fields Too Large",
+           401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
+           413: "Request Entity Too Large", 426: "Upgrade Required", 429: "Too Many Requests",
+           431: "Request Header Fields Too Large",
            500: "Internal Server Error", 502: "Bad Gateway", 501: "Not Implemented", 503: "Service Unavailable", 504: "Gateway Timeout"}
 
 
@@ -63,6 +78,14 @@ class Stream:
 
     pattern: str
     last_event_id: int | None
+    login: Login | None = None  # with --users: each event is asked whether the user may receive it
+
+
+@dataclass(slots=True)
+class Note:
+    """A line for the gateway's log (a refused client; at most one a second per address)."""
+
+    line: str
 
 
 class Site(Protocol):
@@ -95,16 +118,21 @@ class BadRequest(Exception):
         self.status = status
 
 
+GUARDED = ("/resp", "/metrics", "/v1/")  # with --users, these paths (and those under /v1/) ask who the client is
+QUERY_CREDENTIAL = ("/resp", "/v1/stream/")  # where a browser cannot send a header: ?access_token= too
+
+
 class HttpConnection:
     """One HTTP client's connection; after an upgrade, its WebSocket carrying a Redis connection."""
 
-    def __init__(self, site: Site, deployment: Deployment, now: float) -> None:
+    def __init__(self, site: Site, deployment: Deployment, now: float, login: Login | None = None) -> None:
         self.site = site
+        self.login = login  # the client's identity, which /resp's Redis commands (AUTH, rights) go on with
         self.deployment = deployment
         self.settings = site.settings
         self.stats = site.stats
         self.outbox = Outbox()
-        self.requests: list[Publish | Snapshot | Stream] = []
+        self.requests: list[Publish | Snapshot | Stream | Verify | Note] = []
         self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=self.settings.max_head)
         self.websocket: WebSocketEndpoint | None = None
         self.resp: RedisConnection | None = None
@@ -117,6 +145,10 @@ class HttpConnection:
         self._idle_since: float | None = now  # when the wait for the next whole request began
         self._tokens = 0
         self._waiting: tuple[int, Slot, str, h11.Request] | None = None  # the request whose result is awaited
+        self.access = login.access if login is not None else None
+        self.address = login.address if login is not None else ""  # logins are throttled per address
+        self._guarded = self.access is not None and self.access.required  # once: nothing per request without --users
+        self._verifying: tuple[int, Login, str] | None = None  # a credential checked off the loop, for this path
 
     # ------------------------------------------------------------ the driver's interface
 
@@ -137,13 +169,13 @@ class HttpConnection:
         """Read nothing more for now: a response waits for the backbone or the cache."""
         if self.resp is not None:
             return self.resp.paused
-        return self._waiting is not None
+        return self._waiting is not None or self._verifying is not None
 
     @property
     def busy(self) -> bool:
         if self.resp is not None:
             return self.resp.busy
-        return self._waiting is not None
+        return self._waiting is not None or self._verifying is not None
 
     def published(self, token: int, seqs: list[int]) -> None:
         if self.resp is not None:
@@ -172,6 +204,20 @@ class HttpConnection:
         if waiting is not None:
             _, slot, subject, request = waiting
             self._last(slot, subject, request, answer)
+
+    def verified(self, token: int, user: User | None) -> None:
+        if self.resp is not None:
+            self.resp.verified(token, user)  # type: ignore[attr-defined]  # a RESP AUTH over /resp: the Redis side's
+            return
+        verifying = self._verifying  # the request's credential was checked: serve it, or answer 401
+        if verifying is None or verifying[0] != token or self.outbox.closing is not None:
+            return
+        self._verifying = None
+        _, login, path = verifying
+        self._logged_in(login, login.conclude(user, self._clock), path)
+        if self._waiting is None:
+            self._next_cycle()
+        self._handle_events()
 
     def farewell(self, reason: str) -> bytes:
         if self.websocket is not None:
@@ -218,8 +264,8 @@ class HttpConnection:
 
     def _handle_events(self) -> None:
         settings = self.settings
-        while (self.outbox.closing is None and self._waiting is None and self.websocket is None
-               and not self.streaming):
+        while (self.outbox.closing is None and self._waiting is None and self._verifying is None
+               and self.websocket is None and not self.streaming):
             try:
                 event = self.http.next_event()
             except h11.RemoteProtocolError as exc:
@@ -249,7 +295,7 @@ class HttpConnection:
             elif isinstance(event, h11.EndOfMessage):
                 self._idle_since = None
                 self._dispatch()
-                if self._waiting is None:
+                if self._waiting is None and self._verifying is None:
                     self._next_cycle()
             elif isinstance(event, h11.ConnectionClosed):
                 self.outbox.close("client closed")
@@ -309,22 +355,34 @@ class HttpConnection:
     def _dispatch(self) -> None:
         request = self._request
         assert request is not None
-        path = urlsplit(request.target.decode("ascii", "replace")).path
+        target = urlsplit(request.target.decode("ascii", "replace"))
+        path = target.path
+        if self._guarded and path.startswith(GUARDED):
+            self._log_in(request, path, target.query)
+        else:
+            self._route(path, None)
+
+    def _route(self, path: str, login: Login | None) -> None:
+        """Serve the request; ``login`` (None without --users) is who asks, checked against what it asks for."""
+        request = self._request
+        assert request is not None
         method = request.method
         try:
             if path == "/resp":
-                self._upgrade(request)
+                self._upgrade(request, login)
             elif path.startswith("/v1/publish/"):
                 _allow(method, b"POST")
-                self._publish(_subject(path, "/v1/publish/"), request)
+                self._publish(_subject(path, "/v1/publish/"), request, login)
             elif path.startswith("/v1/last/"):
                 _allow(method, b"GET", b"HEAD")
-                self._ask_last(_subject(path, "/v1/last/"), request)
+                self._ask_last(_subject(path, "/v1/last/"), request, login)
             elif path.startswith("/v1/stream/"):
                 _allow(method, b"GET")
-                self._stream(path, request)
+                self._stream(path, request, login)
             elif path == "/metrics":
                 _allow(method, b"GET", b"HEAD")
+                if login is not None and not login.logged_in:
+                    raise self._refusal(login, "/metrics is for logged-in users", "")
                 self._respond(200, self.site.metrics_text(), content_type="text/plain; version=0.0.4; charset=utf-8")
             elif path == "/healthz":
                 _allow(method, b"GET", b"HEAD")
@@ -339,7 +397,64 @@ class HttpConnection:
                 raise BadRequest(404, f"no route for {path}")
         except BadRequest as exc:
             headers = [("allow", "POST")] if exc.status == 405 and path.startswith("/v1/publish/") else []
+            if exc.status == 401:
+                headers = [("www-authenticate", CHALLENGE)]
             self._respond(exc.status, (str(exc) + "\n").encode(), headers=headers)
+
+    # ------------------------------------------------------------ who asks (with --users)
+
+    def _log_in(self, request: h11.Request, path: str, query: str) -> None:
+        """Serve the request as the user its credential proves (or as the anonymous user, without one)."""
+        login = Login(self.access, self.address)  # type: ignore[arg-type]  # _guarded: there is an access
+        authorizations = [bytes(value) for name, value in request.headers if name == b"authorization"]
+        try:
+            credential = request_credential(authorizations, query, query_allowed=path.startswith(QUERY_CREDENTIAL))
+        except MalformedCredentials as exc:
+            self._unauthorized(f"unusable credentials: {exc}")
+            return
+        if credential is None:
+            self._route(path, login)
+            return
+        outcome = login.attempt(credential, self._clock)
+        if outcome is None:  # the slow check, off the loop; this request waits for it, the next ones behind it
+            users = login.access.users
+            assert users is not None  # _guarded
+            self._tokens += 1
+            self._verifying = (self._tokens, login, path)
+            self.requests.append(Verify(self._tokens, users, credential))
+            return
+        self._logged_in(login, outcome, path)
+
+    def _logged_in(self, login: Login, outcome: Outcome, path: str) -> None:
+        if outcome is Outcome.ACCEPTED:
+            self._route(path, login)
+        elif outcome is Outcome.THROTTLED:
+            wait = max(1, math.ceil(login.access.throttle.blocked(self.address, self._clock)))
+            self._note("", f"{self.address}: login refused, too many failures lately")
+            self._respond(429, f"too many failed logins from {self.address}: retry in {wait} s\n".encode(),
+                          headers=[("retry-after", str(wait))])
+        else:
+            self._note("", f"{self.address}: login refused: wrong credentials")
+            self._unauthorized("wrong credentials")
+
+    def _unauthorized(self, message: str) -> None:
+        self._respond(401, (message + "\n").encode(), headers=[("www-authenticate", CHALLENGE)])
+
+    def _refusal(self, login: Login, message: str, counter: str) -> BadRequest:
+        """401 for a client that sent no credentials (logging in may help), 403 for a logged-in user."""
+        if not login.logged_in:
+            return BadRequest(401, f"log in: {message}")
+        self._note(counter, f"{self.address}: user {login.name} refused: {message}")
+        return BadRequest(403, message)
+
+    def _note(self, counter: str, line: str) -> None:
+        """Count a refusal under ``counter`` (unless the login counted it); log it, once a second per address."""
+        access = self.access
+        assert access is not None
+        if counter:
+            access.stats[counter] += 1
+        if access.log.allow(self.address, self._clock):
+            self.requests.append(Note(line))
 
     def _hold(self, request: Publish | Snapshot, subject: str, http_request: h11.Request) -> None:
         self._waiting = (request.token, self.outbox.hold(), subject, http_request)
@@ -347,7 +462,9 @@ class HttpConnection:
 
     # ------------------------------------------------------------ routes
 
-    def _publish(self, subject: str, request: h11.Request) -> None:
+    def _publish(self, subject: str, request: h11.Request, login: Login | None) -> None:
+        if login is not None and not login.may_publish(subject):
+            raise self._refusal(login, f"no permission to publish to {subject}", "publishes refused")
         data = b"".join(self._body)
         try:
             payload = encoded(Envelope(subject, data))
@@ -358,11 +475,13 @@ class HttpConnection:
         self._tokens += 1
         self._hold(Publish(self._tokens, [payload]), subject, request)
 
-    def _ask_last(self, subject: str, request: h11.Request) -> None:
+    def _ask_last(self, subject: str, request: h11.Request, login: Login | None) -> None:
         try:
             check_subject(SNAP_PREFIX + subject)
         except EnvelopeError as exc:
             raise BadRequest(400, str(exc)) from None
+        if login is not None and not login.may_receive(subject):
+            raise self._refusal(login, f"no permission to subscribe to {subject}", "subscriptions refused")
         self._tokens += 1
         self._hold(Snapshot(self._tokens, subject, self.settings.request_timeout), subject, request)
 
@@ -393,12 +512,14 @@ class HttpConnection:
             return
         self._answer(slot, 200, answer.data, content_type="application/octet-stream", headers=headers)
 
-    def _stream(self, path: str, request: h11.Request) -> None:
+    def _stream(self, path: str, request: h11.Request, login: Login | None) -> None:
         pattern = _path_text(path, "/v1/stream/")
         try:
             check_pattern(pattern)
         except EnvelopeError as exc:
             raise BadRequest(400, str(exc)) from None
+        if login is not None and not login.may_subscribe(pattern):
+            raise self._refusal(login, f"no permission to subscribe to {pattern}", "subscriptions refused")
         headers = [SERVER, ("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"),
                    ("x-accel-buffering", "no")]
         self.outbox.reply(self.http.send(h11.Response(status_code=200, headers=headers, reason=b"OK"))
@@ -406,9 +527,9 @@ class HttpConnection:
         self.stats["http 200"] += 1
         self.stats["event streams"] += 1
         self.streaming = True
-        self.requests.append(Stream(pattern, sse.parse_last_event_id(_header(request, b"last-event-id"))))
+        self.requests.append(Stream(pattern, sse.parse_last_event_id(_header(request, b"last-event-id")), login))
 
-    def _upgrade(self, request: h11.Request) -> None:
+    def _upgrade(self, request: h11.Request, login: Login | None) -> None:
         if request.method != b"GET" or (_header(request, b"upgrade") or b"").lower() != b"websocket":
             self._respond(426, b"/resp speaks RESP over WebSocket: send a WebSocket upgrade\n",
                           headers=[("upgrade", "websocket")])
@@ -423,6 +544,10 @@ class HttpConnection:
             self.stats["websocket origins refused"] += 1
             self._respond(403, b"WebSocket upgrades from this origin are not allowed (see --allow-origin)\n")
             return
+        if login is not None:  # with --users: the Redis commands go on as the user this request proved
+            if not login.allowed_in:
+                raise self._refusal(login, "this user may do nothing", "")
+            self.login = login
         fields = [(b"upgrade", b"websocket"), (b"connection", b"Upgrade"),
                   (b"sec-websocket-accept", generate_accept_token(key))]
         self.outbox.reply(self.http.send(h11.InformationalResponse(status_code=101, headers=fields,

@@ -1,14 +1,17 @@
 """The driver of one HTTP connection: the common one, plus the Server-Sent Event stream it may turn into."""
 from __future__ import annotations
 
+import logging
 from collections import Counter
 
 from fyrehose.gateways.driver import ConnectionDriver
-from fyrehose.gateways.http.connection import HttpConnection, Stream
+from fyrehose.gateways.http.connection import HttpConnection, Note, Stream
 from fyrehose.gateways.http.gateway import HttpGateway
 from fyrehose.gateways.http.stream import EventStream
 from fyrehose.gateways.router import GatewayRouter
 from fyrehose.gateways.tcp import TcpClient
+
+log = logging.getLogger("fyrehose.gateway")
 
 
 class HttpConnectionDriver(ConnectionDriver):
@@ -22,12 +25,14 @@ class HttpConnectionDriver(ConnectionDriver):
         super().__init__(client, connection, router, stats)
 
     def carry_out(self, request: object) -> None:
-        if request.__class__ is not Stream:
+        if request.__class__ is Stream:
+            self.stream = EventStream(self.client, self.gateway, request.pattern, self.http.sse_data,
+                                      request.login)
+            self.stream.start(request.last_event_id)
+        elif request.__class__ is Note:
+            log.warning("%s", request.line)
+        else:
             super().carry_out(request)
-            return
-        self.stream = EventStream(self.client, self.gateway, request.pattern,
-                                  self.http.sse_data)
-        self.stream.start(request.last_event_id)
 
     def closed(self) -> None:
         super().closed()

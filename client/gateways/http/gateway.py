@@ -50,6 +50,9 @@ class HttpGateway:
 
     def __post_init__(self) -> None:
         self.redis_routes = StreamCountingRoutes(self.streams)
+        # the live view's files, read once at start: a request never waits for the disk on the loop
+        folder = resources.files("fyrehose.gateways.http").joinpath("static")
+        self._static = {entry.name: entry.read_bytes() for entry in folder.iterdir() if entry.is_file()}
 
     def route(self, seq: int, message: Envelope) -> None:
         """Hand one message of the ordered stream to every local subscriber it matches."""
@@ -82,8 +85,8 @@ class HttpGateway:
         return local + elsewhere
 
     def static(self, name: str) -> bytes:
-        """A file of the live view, from the package's static folder."""
-        return resources.files("fyrehose.gateways.http").joinpath("static", name).read_bytes()
+        """A file of the live view (the package's static folder, as it was when the gateway started)."""
+        return self._static[name]
 
     def healthy(self) -> bool:
         return self.router is not None and self.router.reachable

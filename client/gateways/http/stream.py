@@ -13,6 +13,11 @@ backbone's recent log, then journals), verified as the gateway verifies; the
 held messages after what it reached follow.  What cannot be had is reported
 as an SSE comment (``: lost A..B (reason)``).  Held bytes are bounded by the
 client's ``max_pending``, like everything else queued for a client.
+
+With ``--users`` the stream carries its client's
+:class:`~fyrehose.gateways.access.login.Login`: each event, live or
+backfilled, goes out only if the user may receive its subject (a pattern may
+overlap a denied subject; a re-read users file applies at the next event).
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from fyrehose.subjects.patterns import match
 from fyrehose.subjects.session import SubjectSession
 
 if TYPE_CHECKING:
+    from fyrehose.gateways.access.login import Login
     from fyrehose.gateways.http.gateway import HttpGateway
     from fyrehose.gateways.tcp import TcpClient
 
@@ -43,8 +49,9 @@ class EventStream:
     """The events of one SSE response; ``write`` frames bytes into the response body."""
 
     def __init__(self, client: TcpClient, gateway: HttpGateway, pattern: str,
-                 write: Callable[[bytes], bytes]) -> None:
+                 write: Callable[[bytes], bytes], login: Login | None = None) -> None:
         self.client = client
+        self.login = login  # None without --users: every event goes out
         self.gateway = gateway
         self.pattern = pattern
         self.write = write
@@ -69,6 +76,8 @@ class EventStream:
 
     def deliver(self, seq: int, message: Envelope) -> None:
         if self.client.closing is not None:  # the response may be finished already: nothing more to frame
+            return
+        if self.login is not None and not self.login.may_receive(message.subject):
             return
         if self._held is not None:
             self._held.append((seq, message))
@@ -141,7 +150,8 @@ class EventStream:
             self._covered = seq
             if not is_envelope(data):
                 continue  # a raw payload: no subject, no event
-            wanted = match(pattern, peek_subject(data) or "")
+            subject = peek_subject(data) or ""
+            wanted = match(pattern, subject) and (self.login is None or self.login.may_receive(subject))
             if not (wanted or verifies):  # verifying, every envelope counts: sessions, the trust exchange
                 continue
             opened, accepted, answers = subjects.open(data, wall_us())

@@ -19,6 +19,8 @@ How a connection ends decides what happens to events already read:
 * the writer closes its side, or sends bad input: the events read before
   that are still published and acked (the writer may be waiting for them);
   the bad input itself is reported on stderr and nothing after it is read;
+* an event its user may not publish to (``--users``): handled as bad input,
+  the events before it are published and acked, it and what follows are not;
 * the writer disappears (reset, failed ack write) or the gateway stops:
   queued events are dropped unpublished, so the writer's resend publishes
   them once; a chunk already being published finishes and, if the socket
@@ -36,9 +38,10 @@ import gevent.queue
 
 from fyrehose.drivers.link import BackboneLink
 from fyrehose.errors import BackboneUnreachable, FyrehoseError, PublishTimeout
+from fyrehose.gateways.access.login import Login
 from fyrehose.gateways.budget import InputBudget
 from fyrehose.gateways.liveness import IdleTimeout
-from fyrehose.gateways.lumberjack.events import SubjectRule, to_message
+from fyrehose.gateways.lumberjack.events import PublishRefused, SubjectRule, to_message
 from fyrehose.gateways.lumberjack.protocol import DataFrame, LumberjackError
 from fyrehose.gateways.lumberjack.window import AckWindow
 
@@ -61,8 +64,10 @@ class LumberjackClient:
                  stats: Counter, log: Callable[[str], None], max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  budget: InputBudget | None = None, stall_timeout: float = DEFAULT_STALL_TIMEOUT,
                  inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT,
-                 log_inactive: Callable[[str], None] | None = None) -> None:
+                 log_inactive: Callable[[str], None] | None = None, login: Login | None = None) -> None:
         self.sock = sock
+        self.login = login
+        self.may_publish = login.may_publish if login is not None else None  # None without --users
         self.budget = budget if budget is not None else InputBudget(1 << 62)
         self.stall_timeout = stall_timeout
         self.idle = IdleTimeout(inactivity_timeout)
@@ -126,6 +131,10 @@ class LumberjackClient:
             self.stats["inactive connections closed"] += 1
             self.log_inactive(f"{self.peer}: {exc}, connection closed; "
                               f"{self.stats['inactive connections closed']} closed so far")
+        except PublishRefused as exc:
+            self.stats["publishes refused"] += 1
+            if self.login is None or self.login.access.log.allow(self.login.address, time.monotonic()):
+                self.log(f"{self.peer}: event refused, connection closed: {exc}")
         except LumberjackError as exc:
             self.stats["protocol errors"] += 1
             self.log(f"{self.peer}: bad input, connection closed: {exc}")
@@ -167,7 +176,7 @@ class LumberjackClient:
         chunk: list[bytes] = []
         try:
             for event in events:
-                message = to_message(event, self.rule)
+                message = to_message(event, self.rule, self.may_publish)
                 self._pending_bytes += len(message)
                 chunk.append(message)
                 if len(chunk) == CHUNK_EVENTS:

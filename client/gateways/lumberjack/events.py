@@ -16,6 +16,7 @@ is never taken from an event: such events go to the default subject.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -80,8 +81,13 @@ class SubjectRule:
         return subject if subject is not None and not is_internal(subject) else self.default
 
 
-def to_message(frame: DataFrame, rule: SubjectRule) -> bytes:
-    """The envelope to publish for one event; LumberjackError if it is not a JSON object or too large."""
+class PublishRefused(LumberjackError):
+    """An event whose subject its writer's user may not publish to (``--users``)."""
+
+
+def to_message(frame: DataFrame, rule: SubjectRule, may_publish: Callable[[str], bool] | None = None) -> bytes:
+    """The envelope to publish for one event; LumberjackError if it is not a JSON object or too large,
+    :class:`PublishRefused` if ``may_publish`` (None: everything may be published) refuses its subject."""
     if isinstance(frame, KeyValueData):
         event: dict = frame.fields
     else:
@@ -91,7 +97,10 @@ def to_message(frame: DataFrame, rule: SubjectRule) -> bytes:
             raise LumberjackError(f"event {frame.seq}: invalid JSON: {exc}") from None
         if not isinstance(event, dict):
             raise LumberjackError(f"event {frame.seq}: the JSON document is not an object")
-    message = encode(Envelope(rule.subject(event), orjson.dumps(event)))
+    subject = rule.subject(event)
+    if may_publish is not None and not may_publish(subject):
+        raise PublishRefused(f"event {frame.seq}: no permission to publish to {subject}")
+    message = encode(Envelope(subject, orjson.dumps(event)))
     if len(message) > MAX_PAYLOAD:
         raise LumberjackError(
             f"event {frame.seq}: {len(message)} bytes as a message, above the backbone's limit of {MAX_PAYLOAD}")

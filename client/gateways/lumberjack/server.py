@@ -2,6 +2,12 @@
 
 A handshake that fails (no client certificate, wrong CA, not TLS at all) is
 one line on stderr and a counted error; the server goes on.
+
+With ``--users`` a writer is the user its client certificate names (the
+protocol carries no login), else the users file's anonymous user; one that
+is neither is closed before anything it sends is read (Lumberjack has no
+error frame), counted as a refused login and logged at most once a second
+per address.  ``--max-clients-per-address`` bounds one host's connections.
 """
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ import gevent.event
 from gevent.server import StreamServer
 
 from fyrehose.drivers.link import BackboneLink
+from fyrehose.gateways.access.guard import AddressCounts
+from fyrehose.gateways.access.login import Access, Login
 from fyrehose.gateways.budget import InputBudget
 from fyrehose.gateways.lumberjack.driver import (
     DEFAULT_INACTIVITY_TIMEOUT,
@@ -25,6 +33,7 @@ from fyrehose.gateways.lumberjack.driver import (
 )
 from fyrehose.gateways.lumberjack.events import SubjectRule
 from fyrehose.gateways.lumberjack.window import AckWindow
+from fyrehose.gateways.tcp import certificate_name
 from fyrehose.protocol.codec import Address
 
 HANDSHAKE_TIMEOUT = 10.0
@@ -52,14 +61,17 @@ class LumberjackServer:
                  tls: ssl.SSLContext | None = None, max_connections: int = 1024,
                  max_compressed_bytes: int, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
                  max_buffered_bytes: int = 1 << 62, stall_timeout: float = DEFAULT_STALL_TIMEOUT,
-                 inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT) -> None:
+                 inactivity_timeout: float = DEFAULT_INACTIVITY_TIMEOUT, access: Access | None = None,
+                 max_connections_per_address: int = 1 << 30) -> None:
         self.publisher = publisher
+        self.access = access if access is not None else Access(None)
         self.rule = rule
         self.tls = tls
         self.max_compressed_bytes = max_compressed_bytes
         self.max_pending_bytes = max_pending_bytes
-        self.stats: Counter[str] = Counter()
+        self.stats: Counter[str] = self.access.stats  # the logins' counters and the connections' in one
         self.max_connections = max_connections
+        self.per_address = AddressCounts(max_connections_per_address)
         self.budget = InputBudget(max_buffered_bytes)
         self.stall_timeout = stall_timeout
         self.inactivity_timeout = inactivity_timeout
@@ -98,12 +110,20 @@ class LumberjackServer:
                               f"{self.stats['connections refused']} refused so far")
             sock.close()
             return
+        if not self.per_address.admit(address[0]):
+            self.stats["refused connections per address"] += 1
+            self._log_refusal(f"{peer}: refused, {self.per_address[address[0]]} connections of {address[0]} open "
+                              f"(--max-clients-per-address); {self.stats['refused connections per address']} "
+                              "refused so far")
+            sock.close()
+            return
         handler = gevent.getcurrent()
         self._handlers.add(handler)
         try:
             self._serve(sock, peer)
         finally:
             self._handlers.discard(handler)
+            self.per_address.release(address[0])
 
     def _serve(self, sock: socket.socket, peer: str) -> None:
         self.stats["connections"] += 1
@@ -119,13 +139,35 @@ class LumberjackServer:
                 sock.close()
                 return
             sock.settimeout(None)
+        placed, login = self._place(sock, peer)
+        if not placed:
+            sock.close()
+            return
         client = LumberjackClient(sock, peer, self.publisher, self.rule,
                                   AckWindow(max_compressed_bytes=self.max_compressed_bytes), self.stats, _log,
                                   self.max_pending_bytes, self.budget, self.stall_timeout, self.inactivity_timeout,
-                                  self._log_inactive)
+                                  self._log_inactive, login)
         self._clients.add(client)
         try:
             client.run()
         finally:
             self._clients.discard(client)
             sock.close()
+
+    def _place(self, sock: socket.socket, peer: str) -> tuple[bool, Login | None]:
+        """Whether the writer is let in, and its login (None without --users)."""
+        access = self.access
+        if not access.required:
+            return True, None
+        address = peer.rpartition(":")[0]
+        login = Login(access, address)
+        name = certificate_name(sock)
+        if name is not None:
+            placed = login.certificate(name)
+            why = f"the client certificate names no user ({name})"
+        else:
+            placed = login.allowed_in
+            why = "no client certificate naming a user (--users)"
+        if not placed and access.refused("logins refused", address, time.monotonic()):
+            _log(f"{peer}: refused, {why}; {self.stats['logins refused']} refused so far")
+        return placed, login

@@ -15,12 +15,20 @@ in :attr:`MarlinConnection.requests`.  Consecutive MESSAGEs are one batch;
 what follows them waits for its confirmation (the client's own messages are
 kept from it by sequence number, :mod:`fyrehose.gateways.echo`, one batch at a
 time), so the client is not read meanwhile (:attr:`MarlinConnection.paused`).
+
+Marlin carries no login.  With ``--users`` a client is the user its TLS
+client certificate names (``--tls-ca``), else the users file's anonymous
+user; a client that is neither gets a RESPONSE ERROR and is closed before it
+can send anything.  A SUBSCRIBE or MESSAGE outside the user's rights gets a
+RESPONSE ERROR saying ``permission denied``, as the channels internal to the
+deployment do; the connection stays open.
 """
 from __future__ import annotations
 
 import itertools
 from collections import Counter, deque
 
+from fyrehose.gateways.access.login import Login
 from fyrehose.gateways.channels import (
     ChannelError,
     channel_to_subject,
@@ -78,7 +86,7 @@ class MarlinRoutes:
             return
         frame = proto.message_frame(seq, channel, message.data)
         for connection in list(connections):
-            connection.deliver(seq, frame)
+            connection.deliver(seq, frame, message.subject)
 
 
 class MarlinConnection:
@@ -86,7 +94,7 @@ class MarlinConnection:
 
     headroom = 0  # its farewell replaces what is queued: no room kept for it
     def __init__(self, routes: MarlinRoutes, deployment: Deployment, stats: Counter, *,
-                 max_held: int = 8 << 20) -> None:
+                 max_held: int = 8 << 20, login: Login | None = None, refusal: str | None = None) -> None:
         self.outbox = Outbox()
         self.requests: list[Publish] = []
         self.routes = routes
@@ -98,6 +106,9 @@ class MarlinConnection:
         self._unread: deque[proto.Frame | proto.FrameError] = deque()  # parsed, waiting for a confirmation
         self._tokens = itertools.count(1)
         self._inflight: tuple[int, Slot, list[int]] | None = None  # token, its slot, the message ids
+        self.login = login  # None without --users: every right
+        if refusal is not None:  # not placed (:func:`place`): told why, closed, nothing read
+            self.outbox.close_now(refusal, error_response(refusal))
 
     # ------------------------------------------------------------ the driver's interface
 
@@ -140,7 +151,9 @@ class MarlinConnection:
         self.channels.clear()
         self._unread.clear()
 
-    def deliver(self, seq: int, frame: bytes) -> None:
+    def deliver(self, seq: int, frame: bytes, subject: str) -> None:
+        if self.login is not None and not self.login.may_receive(subject):  # rights shrunk by a re-read users file
+            return
         try:
             ready = self.echo.offer(seq, frame)
         except HeldTooMuch as exc:
@@ -223,6 +236,11 @@ class MarlinConnection:
             return error_response(f"channel of {len(channel)} bytes is too long (at most {MAX_SUBJECT})")
         if is_internal(channel.decode("latin-1")):
             return error_response(f"permission denied: {_text(channel)} is internal to the deployment")
+        if self.login is not None:
+            subject = channel_to_subject_or_none(channel)
+            if subject is None or not self.login.may_subscribe(subject):
+                self.stats["subscriptions refused"] += 1
+                return error_response(f"permission denied: user {self.login.name} may not subscribe to {_text(channel)}")
         if channel not in self.channels:
             if len(self.channels) >= MAX_SUBSCRIPTIONS:
                 return error_response(f"at most {MAX_SUBSCRIPTIONS} channels per client; not subscribed to {_text(channel)}")
@@ -246,7 +264,27 @@ class MarlinConnection:
             return f"message {message.id} not published: {exc}"
         if is_internal(subject):
             return f"message {message.id} not published: permission denied, {_text(message.channel)} is internal"
+        if self.login is not None and not self.login.may_publish(subject):
+            self.stats["publishes refused"] += 1
+            return (f"message {message.id} not published: permission denied, user {self.login.name} "
+                    f"may not publish to {_text(message.channel)}")
         return payload
+
+
+def place(login: Login, certificate_name: str | None) -> str | None:
+    """Log a client in as the user its verified certificate names; why it is refused, or None when placed.
+
+    A certificate naming no user is refused, even where an anonymous user
+    exists (as nats-server's ``verify_and_map``); without a certificate the
+    client is the anonymous user, if the users file has one.
+    """
+    if certificate_name is not None:
+        if login.certificate(certificate_name):
+            return None
+        return f"authentication failed: the client certificate names no user ({certificate_name})"
+    if login.allowed_in:
+        return None
+    return "authentication required: present a client certificate that names a user"
 
 
 def error_response(reason: str) -> bytes:

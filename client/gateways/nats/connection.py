@@ -41,21 +41,44 @@ expects (``+OK`` before what follows; no own message echoed).  Every client gets
 mode: a subject the backbone cannot carry (a wildcard or an empty token in a
 PUB subject) is refused with ``-ERR 'Invalid Publish Subject'`` rather than
 dropped.
+
+With ``--users`` (:mod:`fyrehose.gateways.nats.authorization`) INFO says
+``auth_required`` unless the file has an anonymous user; a CONNECT's
+credential is verified off the loop (a ``Verify`` request) and nothing
+more is read from the client until the verdict; a refused client gets
+``-ERR 'Authorization Violation'`` and is closed, as is one whose first
+operation is not CONNECT when there is no anonymous user.  A publish or
+subscription outside the user's rights gets nats-server's ``Permissions
+Violation`` error and goes no further (a refused PUB never reaches the
+backbone); the connection stays open.  Without ``--users`` none of this is
+looked at: a CONNECT's credentials are ignored, as nats-server ignores them
+when it has no authorization.
 """
 from __future__ import annotations
 
 import itertools
 import random
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fyrehose.gateways.access.login import Login, Outcome
+from fyrehose.gateways.access.users import User
 from fyrehose.gateways.channels import is_internal, pattern_is_internal
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
 from fyrehose.gateways.liveness import HANDSHAKE_TIMEOUT, PING, STALE, NatsLiveness
 from fyrehose.gateways.nats import protocol as proto
+from fyrehose.gateways.nats.authorization import (
+    AUTHORIZATION_VIOLATION,
+    NatsAuthorization,
+    auth_required,
+    publish_violation,
+    subscription_violation,
+    withdrawn_subscription,
+)
 from fyrehose.gateways.outbox import Outbox, Slot
 from fyrehose.gateways.payloads import PreparedHeads, encoded, fitting
-from fyrehose.gateways.requests import Deployment, Publish
+from fyrehose.gateways.requests import Deployment, Publish, Verify
 from fyrehose.protocol.codec import MAX_PAYLOAD, PayloadTooLarge
 from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status, check_subject
 from fyrehose.subjects.patterns import SubjectIndex, check_pattern, match
@@ -70,9 +93,11 @@ NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"  # the status-only header block nats-ser
 ANNOUNCED_MAX_PAYLOAD = MAX_PAYLOAD - (8 + MAX_SUBJECT + 2 + MAX_SUBJECT + 4)
 
 
-def server_info(server_id: str, host: str, port: int) -> dict:
-    """The INFO fields every client of this gateway gets (each adds its own client_id and client_ip)."""
-    return {
+def server_info(server_id: str, host: str, port: int, *, tls: bool = False, tls_verify: bool = False) -> dict:
+    """The INFO fields every client of this gateway gets (each adds its own client_id and client_ip, and
+    ``auth_required`` when it must log in).  ``tls``: the connection turns to TLS after INFO (or before it, in
+    the handshake-first mode); ``tls_verify``: a client certificate is required."""
+    info = {
         "server_id": server_id,
         "server_name": "fyrehose-nats-gateway",
         "version": SERVER_VERSION,
@@ -83,6 +108,11 @@ def server_info(server_id: str, host: str, port: int) -> dict:
         "headers": True,
         "max_payload": ANNOUNCED_MAX_PAYLOAD,
     }
+    if tls:
+        info["tls_required"] = True
+    if tls_verify:
+        info["tls_verify"] = True
+    return info
 
 
 @dataclass(eq=False)
@@ -94,6 +124,7 @@ class NatsSubscription:
     sid_bytes: bytes = b""
     max_msgs: int | None = None
     delivered: int = 0
+    filtered: bool = False  # it overlaps a subscribe deny: each subject delivered is asked first
 
     def __post_init__(self) -> None:
         self.sid_bytes = self.sid.encode()
@@ -203,9 +234,14 @@ class NatsConnection:
     _ids = itertools.count(1)
 
     def __init__(self, routes: NatsRoutes, deployment: Deployment, stats: Counter, *, info: dict, peer: str,
-                 liveness: NatsLiveness, max_held: int = 8 << 20) -> None:
+                 liveness: NatsLiveness, max_held: int = 8 << 20, login: Login | None = None,
+                 certificate: Callable[[], str | None] | None = None,
+                 report: Callable[[str], None] | None = None) -> None:
+        """``login``: the client's identity at a gateway with ``--users`` (None: every client may do everything);
+        ``certificate``: the common name of its verified client certificate, which then names the user;
+        ``report``: where a refusal worth a log line goes (at most one per address per second)."""
         self.outbox = Outbox()
-        self.requests: list[Publish] = []
+        self.requests: list[Publish | Verify] = []
         self.liveness = liveness
         self.routes = routes
         self.deployment = deployment
@@ -219,11 +255,21 @@ class NatsConnection:
         self.echo: EchoFilter | None = None  # set when the client asked not to get its own messages
         self.subscriptions: dict[str, NatsSubscription] = {}
         self.last_input = liveness.accepted
+        self.peer = peer
+        self.report = report
+        # the checks of --users; None (every right, nothing checked) keeps the path of a gateway without users as it was
+        self.authorization = NatsAuthorization(login, certificate) if login is not None and login.access.required \
+            else None
+        self._verifying: int | None = None  # the token of the Verify request awaited: nothing is read meanwhile
+        self._connect_answer = b""  # the +OK of a verbose CONNECT, once its credential is verified
         self._unread: deque[proto.Operation | proto.NatsError] = deque()  # parsed, waiting for a confirmation
         self._tokens = itertools.count(1)
         self._inflight: dict[int, tuple[list[Slot], int, bytes]] = {}  # token -> its replies' slots, messages, +OK or not
         self._inflight_messages = 0
-        self.outbox.reply(proto.info(info | {"client_id": self.id, "client_ip": peer.rpartition(":")[0]}))
+        fields = info | {"client_id": self.id, "client_ip": peer.rpartition(":")[0]}
+        if login is not None and auth_required(login.access):
+            fields["auth_required"] = True
+        self.outbox.reply(proto.info(fields))
 
     # ------------------------------------------------------------ the driver's interface
 
@@ -237,12 +283,24 @@ class NatsConnection:
 
     @property
     def paused(self) -> bool:
-        """Read nothing more for now: operations wait for a confirmation."""
-        return bool(self._unread) or self._inflight_messages >= MAX_IN_FLIGHT
+        """Read nothing more for now: operations wait for a confirmation, or for a credential's verification."""
+        return bool(self._unread) or self._inflight_messages >= MAX_IN_FLIGHT or self._verifying is not None
 
     @property
     def busy(self) -> bool:
-        return bool(self._inflight)
+        return bool(self._inflight) or self._verifying is not None
+
+    def verified(self, token: int, user: User | None) -> None:
+        """The result of the Verify request of a CONNECT's credential: the client is in, or refused and closed."""
+        if token != self._verifying or self.authorization is None:
+            return
+        self._verifying = None
+        if self.authorization.login.conclude(user, self.last_input) == Outcome.ACCEPTED:
+            if self._connect_answer:
+                self.outbox.reply(self._connect_answer)
+        else:
+            self._refuse_login("wrong credentials")
+        self._run()
 
     def published(self, token: int, seqs: list[int]) -> None:
         self._done(token, seqs, None)
@@ -278,6 +336,8 @@ class NatsConnection:
         self._unread.clear()
 
     def deliver(self, seq: int, subscription: NatsSubscription, frames: MessageFrames) -> None:
+        if self.authorization is not None and not self._may_deliver(subscription, frames.message):
+            return
         frame: bytes | None  # None once the echo filter holds it back (or it is the client's own)
         frame = frames.frame(subscription.sid_bytes, self.headers)
         if self.echo is not None:
@@ -305,6 +365,10 @@ class NatsConnection:
         return self.verbose and operation.__class__ is not proto.Pub
 
     def _run(self) -> None:
+        if self._verifying is not None:
+            return
+        if self.authorization is not None and self.authorization.reloaded():
+            self._recheck()
         unread, outbox = self._unread, self.outbox
         batch: list[bytes] = []
         slots: list[Slot] = []
@@ -336,12 +400,18 @@ class NatsConnection:
                 self.stats["protocol errors"] += 1
                 self._fatal(operation.message)
                 break
+            if self.authorization is not None and not self.liveness.connected \
+                    and operation.__class__ is not proto.Connect and not self._enter_anonymously():
+                self._fatal(AUTHORIZATION_VIOLATION)
+                break
             answer = self._execute(operation)  # type: ignore[arg-type]
             if answer.__class__ is _Refusal:
                 self._fatal(answer.message)
                 break
             if answer:
                 outbox.reply(answer)  # type: ignore[arg-type]
+            if self._verifying is not None:
+                break  # the CONNECT's credential is being verified: what follows waits for the verdict
         if batch:
             self._submit(batch, slots)
 
@@ -395,7 +465,13 @@ class NatsConnection:
             return _Refusal("Invalid Publish Subject", fatal=False)
         if is_internal(pub.subject):
             self.stats["permission violations"] += 1
-            return _Refusal(f'Permissions Violation for Publish to "{pub.subject}"', fatal=False)
+            return _Refusal(publish_violation(pub.subject), fatal=False)
+        if self.authorization is not None:
+            if not self.liveness.connected and not self._enter_anonymously():
+                return _Refusal(AUTHORIZATION_VIOLATION)
+            if not self.authorization.may_publish(pub.subject):
+                self._refused("publishes refused", f"publish to {pub.subject!r}")
+                return _Refusal(publish_violation(pub.subject), fatal=False)
         try:
             if plain:
                 return fitting(head + pub.payload)
@@ -429,12 +505,24 @@ class NatsConnection:
         self.liveness.connect()
         if options.get("echo") is False:
             self.echo = EchoFilter(self.max_held)
-        if options.get("tls_required"):
-            return _Refusal("Secure Connection - TLS Required is not supported by this gateway")
         self.verbose = bool(options.get("verbose"))
         self.headers = bool(options.get("headers"))
         self.no_responders = self.headers and bool(options.get("no_responders"))
-        return proto.OK if self.verbose else b""
+        answer = proto.OK if self.verbose else b""
+        if self.authorization is None:
+            return answer  # credentials are not looked at, as nats-server without authorization does not
+        outcome = self.authorization.log_in(options, self.last_input)
+        if outcome == Outcome.ACCEPTED:
+            return answer
+        if isinstance(outcome, Outcome):
+            self._log_refusal("login throttled" if outcome == Outcome.THROTTLED else "no valid credentials")
+            return _Refusal(AUTHORIZATION_VIOLATION)
+        token = next(self._tokens)
+        self._verifying, self._connect_answer = token, answer
+        users = self.authorization.login.access.users
+        assert users is not None  # required: there are users
+        self.requests.append(Verify(token, users, outcome))
+        return b""
 
     def _subscribe(self, sub: proto.Sub) -> bytes | _Refusal:
         try:
@@ -443,13 +531,21 @@ class NatsConnection:
             return proto.error("Invalid Subject")
         if pattern_is_internal(sub.subject):
             self.stats["permission violations"] += 1
-            return proto.error(f'Permissions Violation for Subscription to "{sub.subject}"')
+            return proto.error(subscription_violation(sub.subject, None))
+        filtered = False
+        if self.authorization is not None:
+            login = self.authorization.login
+            if not login.may_subscribe(sub.subject):
+                self._refused("subscriptions refused", f"subscription to {sub.subject!r}")
+                return proto.error(subscription_violation(sub.subject, sub.queue))
+            user = login.user
+            filtered = user is not None and user.subscribe.filters(sub.subject)
         previous = self.subscriptions.get(sub.sid)
         if previous is not None:
             self._drop(previous)
         elif len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
             return proto.error("Maximum Subscriptions Exceeded")
-        subscription = NatsSubscription(self, sub.sid, sub.subject, sub.queue)
+        subscription = NatsSubscription(self, sub.sid, sub.subject, sub.queue, filtered=filtered)
         self.subscriptions[sub.sid] = subscription
         self.routes.add(subscription)
         self.deployment.interest.add(sub.subject)
@@ -469,6 +565,68 @@ class NatsConnection:
             del self.subscriptions[subscription.sid]
             self.routes.discard(subscription)
             self.deployment.interest.remove(subscription.subject)
+
+    # ------------------------------------------------------------ --users
+
+    def _enter_anonymously(self) -> bool:
+        """An operation before any CONNECT: the anonymous user's, as nats-server's ``no_auth_user``, if there is one."""
+        login = self._authorization.login
+        if login.allowed_in:
+            self.liveness.connect()
+            return True
+        login.access.stats["logins refused"] += 1
+        self._log_refusal("an operation before CONNECT, and no anonymous user")
+        return False
+
+    def _refuse_login(self, why: str) -> None:
+        self._log_refusal(why)
+        self._fatal(AUTHORIZATION_VIOLATION)
+
+    def _log_refusal(self, why: str) -> None:
+        login = self._authorization.login
+        if self.report is not None and login.access.log.allow(login.address, self.last_input):
+            self.report(f"{self.peer} refused: {why}")
+
+    def _refused(self, counter: str, what: str) -> None:
+        """A publish or subscription outside the user's rights: counted, and logged at most once a second."""
+        login = self._authorization.login
+        if login.access.refused(counter, login.address, self.last_input) and self.report is not None:
+            self.report(f"{self.peer} (user {login.name}) refused a {what}: outside its rights")
+
+    def _may_deliver(self, subscription: NatsSubscription, message: Envelope) -> bool:
+        """Whether the user may receive ``message`` on ``subscription`` (then a request it may answer)."""
+        authorization = self._authorization
+        if authorization.reloaded():
+            self._recheck()
+            if self.outbox.closing is not None or self.subscriptions.get(subscription.sid) is not subscription:
+                return False
+        if subscription.filtered and not authorization.login.may_receive(message.subject):
+            return False
+        if message.reply:
+            authorization.requested(message.reply)
+        return True
+
+    def _recheck(self) -> None:
+        """The users file was re-read: a client whose user is gone is refused, subscriptions no longer
+        permitted are withdrawn (and the client told, as nats-server's reload does)."""
+        login = self._authorization.login
+        user = login.user
+        if user is None:
+            if self.outbox.closing is None:
+                self._refuse_login("its user is no longer in the users file")
+            return
+        for subscription in list(self.subscriptions.values()):
+            if login.may_subscribe(subscription.subject):
+                subscription.filtered = user.subscribe.filters(subscription.subject)
+            else:
+                self._drop(subscription)
+                self.outbox.push(proto.error(withdrawn_subscription(subscription.subject, subscription.sid)))
+
+    @property
+    def _authorization(self) -> NatsAuthorization:
+        """The checks of --users (only called where they are on)."""
+        assert self.authorization is not None
+        return self.authorization
 
 
 @dataclass(frozen=True)

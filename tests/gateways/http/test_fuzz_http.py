@@ -48,6 +48,10 @@ def test_connection_target_seeds_reach_every_route():
     assert b"pmessage" in outputs[7]
     assert outputs[9].startswith(b"HTTP/1.1 304 ") and b'etag: "7"\r\nfyrehose-sequence: 7' in outputs[9]
     assert b"HTTP/1.1 200 OK" in outputs[9] and outputs[9].endswith(b"\r\n\r\ncached")
+    # with --users: the anonymous user streams fuzz.>, the wrong credentials get 401 (and the upgrade too)
+    assert outputs[10].startswith(b"HTTP/1.1 200 OK") and b"event: fuzz.subject\ndata: routed" in outputs[10]
+    assert outputs[11].startswith(b"HTTP/1.1 401 ") and outputs[11].count(b"HTTP/1.1 401 ") == 2
+    assert outputs[12].startswith(b"HTTP/1.1 401 ")
 
 
 def test_connection_target_runs_under_atheris():

@@ -149,3 +149,72 @@ def test_the_page_cost_command_measures_the_live_view():
     report = page_cost.measure(messages=2000, runs=1)
     assert report["messages"] == 2000 and len(report["runs_us_per_message"]) == 1
     assert report["median_us_per_message"] > 0 and report["median_chart_redraw_ms"] >= 0
+
+
+# ---------------------------------------------------------------- a gateway with --users: the page asks for a token
+
+@pytest.fixture(scope="module")
+def users_gateway(module_backbone, tmp_path_factory):
+    """A gateway whose users file lets nobody in without a token; ``viewer`` may read everything."""
+    from fyrehose.gateways.access.permissions import Permissions
+    from fyrehose.gateways.access.secrets import new_token
+    from fyrehose.gateways.access.users import Entry, User, UsersFile
+
+    directory = tmp_path_factory.mktemp("http-browser-users")
+    token, token_id, stored = new_token()
+    viewer = Entry(User("viewer", Permissions.of(["browser.>"])), tokens={token_id: stored})
+    (directory / "users.json").write_bytes(UsersFile({"viewer": viewer}).to_json())
+    process = GatewayProcess("http", module_backbone.address, directory,
+                             ["--users", str(directory / "users.json")]).start()
+    process.token = token  # type: ignore[attr-defined]
+    yield process
+    process.kill()
+
+
+def publish_as(gateway: GatewayProcess, subject: str, data: bytes) -> None:
+    request = urllib.request.Request(f"http://{LOOPBACK}:{gateway.port}/v1/publish/{subject}", data=data,
+                                     method="POST", headers={"Authorization": f"Bearer {gateway.token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+
+
+def test_live_view_asks_for_a_token_and_keeps_it_for_the_tab(browser, users_gateway):
+    wait = WebDriverWait(browser, 20)
+    browser.get(f"http://{LOOPBACK}:{users_gateway.port}/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.refresh()
+    wait.until(lambda d: d.find_element(By.ID, "login-form").is_displayed(), "the page did not ask for a token")
+    assert "asks for a token" in browser.find_element(By.ID, "login-reason").text
+    wait.until(lambda d: d.find_element(By.ID, "status").text == "waiting for a token", "the socket was let in")
+    browser.find_element(By.ID, "token").send_keys("fh_0123456789abcdef_wrong")
+    browser.find_element(By.ID, "login").click()
+    wait.until(lambda d: "refused this token" in d.find_element(By.ID, "login-reason").text
+               and d.find_element(By.ID, "login-form").is_displayed(), "a wrong token was not refused")
+    browser.find_element(By.ID, "token").send_keys(users_gateway.token)
+    browser.find_element(By.ID, "login").click()
+    wait.until(lambda d: d.find_element(By.ID, "status").get_attribute("data-state") == "open",
+               "the page did not subscribe with the token")
+    assert not browser.find_element(By.ID, "login-form").is_displayed()
+    publish_as(users_gateway, "browser.users.acme", b"42")
+    wait.until(lambda d: "browser.users.acme" in d.find_element(By.ID, "messages").text,
+               "the published message did not appear")
+    wait.until(lambda d: d.find_element(By.ID, "position").text.isdigit(), "/metrics was not read with the token")
+    browser.refresh()  # the token stays for this tab: no second question
+    wait.until(lambda d: d.find_element(By.ID, "status").get_attribute("data-state") == "open",
+               "the page did not reconnect with the kept token")
+    assert not browser.find_element(By.ID, "login-form").is_displayed()
+    assert users_gateway.token not in users_gateway.log_text()  # the token travelled in the WebSocket's URL
+
+
+def test_the_browsers_event_source_reads_the_stream_with_a_token(browser, users_gateway):
+    wait = WebDriverWait(browser, 20)
+    browser.get(f"http://{LOOPBACK}:{users_gateway.port}/healthz")
+    browser.execute_script("""
+        window.got = [];
+        const source = new EventSource('/v1/stream/browser.es.%3E?access_token=' + encodeURIComponent(arguments[0]));
+        source.addEventListener('browser.es.x', (event) => window.got.push(event.data));
+        source.onopen = () => { window.opened = true; };
+    """, users_gateway.token)
+    wait.until(lambda d: d.execute_script("return window.opened === true"), "EventSource did not open")
+    publish_as(users_gateway, "browser.es.x", b"with a token")
+    wait.until(lambda d: d.execute_script("return window.got") == ["with a token"], "no event with the token")

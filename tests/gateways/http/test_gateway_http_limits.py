@@ -245,7 +245,7 @@ def test_tls_serves_https_and_wss(module_backbone, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--tls-cert", "/nonexistent.pem"], "--tls-cert and --tls-key go together"),
-    (["--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"], "cannot load --tls-cert"),
+    (["--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.key"], "cannot load TLS certificate"),
     (["--max-message", "0"], "--max-message"),
 ])
 def test_bad_options_are_one_line_errors(args, message):

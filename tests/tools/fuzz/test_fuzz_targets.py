@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 FUZZ_DIR = Path(__file__).resolve().parents[3] / "tools" / "fuzz" / "targets"
-TARGETS = ["codec", "envelope", "connection", "resp", "nats", "marlin", "lumberjack", "pair", "users"]
+TARGETS = ["codec", "envelope", "connection", "resp", "nats", "nats_login", "marlin", "lumberjack", "pair", "users",
+           "exposition", "cookie", "http_authorization"]
 sys.path.insert(0, str(FUZZ_DIR))
 
 from fyrehose.tools.fuzz.mutation import mutate  # noqa: E402
@@ -80,3 +81,10 @@ def test_a_target_says_which_build_it_fuzzes():
                             capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert result.stdout.decode().splitlines()[0].endswith(f"fuzzing fyrehose {describe()}")
+
+
+def test_a_run_with_subjects_that_are_not_utf8_is_checked_as_readers_decide():
+    """Found by the mutation loop: a datagram whose envelopes' subjects are not UTF-8 (``a\\xe2``); ``wanted`` hands
+    such bytes to the reader's ``decide``, which says no to them, as every reader does."""
+    data = (Path(__file__).resolve().parents[2] / "data" / "fuzz_connection_non_utf8_subject.hex").read_text()
+    target("connection").check(bytes.fromhex(data.strip()))

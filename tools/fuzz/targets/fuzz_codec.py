@@ -22,6 +22,9 @@ SEEDS = [
     codec.encode(codec.Request("0.0.0.0", 0, 1, 100)),
     codec.encode(codec.Forward("127.0.0.1", 9999, 3, 9)),
     codec.encode_confirm(5, 77),
+    codec.encode(codec.Keepalive("0.0.0.0", 0, codec.FLAG_HEAD, bytes(16), cookie=bytes(range(8)))),
+    codec.encode(codec.KeepaliveAck(bytes(16), 9, cookie=bytes(range(8)))),
+    codec.encode_cookie(bytes(range(8))),
 ]
 
 

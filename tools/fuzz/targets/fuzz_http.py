@@ -2,9 +2,11 @@
 
 Each input drives one client's pure :class:`HttpConnection` in memory, fed in
 two chunks at a split point the input chooses: as raw HTTP, as WebSocket
-frames after a valid upgrade, or as RESP inside valid masked frames; its
-requests are answered at once, as a driver would (publishes confirmed, one
-cached record, SSE streams routed).  Afterwards one message is routed through
+frames after a valid upgrade, as RESP inside valid masked frames, or as raw
+HTTP to a gateway with ``--users`` (an anonymous user reading ``fuzz.>``; a
+credential to verify is answered as wrong, without hashing); its requests are
+answered at once, as a driver would (publishes confirmed, one cached record,
+SSE streams routed).  Afterwards one message is routed through
 the gateway to whatever the input subscribed to.  Oracles: nothing raises,
 every response is HTTP/1.1, what is queued for the client never exceeds its
 bound.
@@ -19,10 +21,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import instrumented, main  # noqa: E402
 
 with instrumented():
-    from fyrehose.gateways.http.connection import HttpConnection, Stream
+    from fyrehose.gateways.access.login import Access, Login
+    from fyrehose.gateways.access.permissions import Permissions
+    from fyrehose.gateways.access.users import Entry, User, UsersFile
+    from fyrehose.gateways.http.connection import HttpConnection, Note, Stream
     from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
     from fyrehose.gateways.http.stream import EventStream
-    from fyrehose.gateways.requests import Publish, Snapshot
+    from fyrehose.gateways.requests import Publish, Snapshot, Verify
     from fyrehose.subjects.envelope import Envelope, MsgType, Status
     from fyrehose.subjects.interest import LocalInterest
     from fyrehose.subjects.snapshots import sequence_headers
@@ -32,6 +37,7 @@ from wsproto.frame_protocol import FrameProtocol, Opcode  # noqa: E402
 UPGRADE = (b"GET /resp HTTP/1.1\r\nHost: fuzz\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
 MAX_PENDING = 1 << 16
+USERS = UsersFile({"guest": Entry(User("guest", Permissions.of([]), Permissions.of(["fuzz.>"])))}, anonymous="guest")
 
 
 class MemoryClient:
@@ -92,8 +98,12 @@ class MemoryRouter:
                 connection.answered(request.token, self.snapshot(request.subject, request.timeout))
             elif isinstance(request, Stream):
                 client.stream = EventStream(client, connection.site, request.pattern,  # type: ignore[arg-type]
-                                            connection.sse_data)
+                                            connection.sse_data, request.login)
                 client.stream.start(request.last_event_id)
+            elif isinstance(request, Verify):
+                connection.verified(request.token, None)  # every credential is wrong here: no scrypt per input
+            else:
+                assert isinstance(request, Note), request
             client.send(connection.outbox.take())
 
     def snapshot(self, subject: str, timeout: float) -> Envelope | None:
@@ -111,7 +121,7 @@ def masked(payload: bytes, opcode: Opcode = Opcode.BINARY) -> bytes:
 
 
 def drive(data: bytes) -> MemoryClient:
-    mode, split = (data[0] % 3, data[1]) if len(data) >= 2 else (0, 0)
+    mode, split = (data[0] % 4, data[1]) if len(data) >= 2 else (0, 0)
     body = data[2:]
     if mode == 1:
         body = UPGRADE + body
@@ -121,7 +131,8 @@ def drive(data: bytes) -> MemoryClient:
     router = MemoryRouter()
     gateway.router = router  # type: ignore[assignment]
     client = MemoryClient()
-    connection = client.connection = HttpConnection(gateway, router, 0.0)
+    login = Login(Access(USERS), "fuzz") if mode == 3 else None
+    connection = client.connection = HttpConnection(gateway, router, 0.0, login)
     cut = split * len(body) // 256
     for chunk in (body[:cut], body[cut:]):
         if client.closing is None and chunk:
@@ -157,6 +168,11 @@ SEEDS = [
     b"\x02\x10SUBSCRIBE fuzz.subject\r\nPING\r\nQUIT\r\n",
     b"\x00\x30GET /v1/last/fuzz.cached HTTP/1.1\r\nHost: a\r\nIf-None-Match: \"1\", W/\"7\"\r\n\r\n"
     b"GET /v1/last/fuzz.cached HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"\x03\x40GET /v1/stream/fuzz.%3E HTTP/1.1\r\nHost: a\r\n\r\n",
+    b"\x03\x20POST /v1/publish/fuzz.x HTTP/1.1\r\nHost: a\r\nAuthorization: Basic YTpi\r\nContent-Length: 1\r\n\r\nx"
+    b"GET /metrics HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer fh_0123456789abcdef_x\r\n\r\n",
+    b"\x03\x90GET /resp?access_token=fh_0123456789abcdef_x HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n"
+    b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
 ]
 
 

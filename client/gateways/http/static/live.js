@@ -2,6 +2,9 @@
 // Counting is exact and per message; drawing is sampled: tables and chart are redrawn
 // at most a few times a second from the counters and the newest messages, so the page
 // keeps up with high message rates.
+// A gateway with --users answers 401 without a token: the page then asks for one, keeps
+// it in sessionStorage (this tab only), sends it as "Authorization: Bearer" on fetches
+// and as ?access_token= on the WebSocket (a browser cannot set a header there).
 "use strict";
 
 const SHOWN_MESSAGES = 50;   // rows in "latest messages"
@@ -12,6 +15,7 @@ const COLORS = ["#ff7a1a", "#6fdc8c", "#4aa8ff", "#f5d547", "#d17bff", "#ff6b6b"
 const PREVIEW = 80;
 
 const $ = (id) => document.getElementById(id);
+const TOKEN_KEY = "fyrehose-token";
 const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
@@ -103,6 +107,31 @@ function matcherFor(pattern) {
   };
 }
 
+// ---------------------------------------------------------------- the token (gateways with --users)
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY) || "";
+}
+
+// credentials "omit": a 401 never opens the browser's own password dialog
+function authorized(options = {}) {
+  const headers = token() ? { Authorization: `Bearer ${token()}` } : {};
+  return { ...options, headers, credentials: "omit" };
+}
+
+function askForToken(reason) {
+  $("login-reason").textContent = reason;
+  $("login-form").hidden = false;
+}
+
+$("login-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
+  $("token").value = "";
+  $("login-form").hidden = true;
+  start();
+});
+
 // ---------------------------------------------------------------- the socket
 
 function connect(pattern) {
@@ -110,7 +139,8 @@ function connect(pattern) {
   state.pattern = pattern;
   state.matcher = matcherFor(pattern);
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const socket = new WebSocket(`${scheme}//${location.host}/resp?seq=1`);
+  const credential = token() ? `&access_token=${encodeURIComponent(token())}` : "";
+  const socket = new WebSocket(`${scheme}//${location.host}/resp?seq=1${credential}`);
   socket.binaryType = "arraybuffer";
   state.socket = socket;
   setStatus("connecting", `connecting (${pattern})`);
@@ -124,7 +154,9 @@ function connect(pattern) {
     received(value);
   };
   socket.onclose = (event) => {
-    if (socket === state.socket) setStatus("closed", `closed ${event.code} ${event.reason}`);
+    if (socket !== state.socket) return;
+    if (!$("login-form").hidden) setStatus("closed", "waiting for a token");
+    else setStatus("closed", `closed ${event.code} ${event.reason}`);
   };
 }
 
@@ -265,10 +297,17 @@ function drawChart() {
   canvas.dataset.series = String(series.length);
 }
 
-// The gateway's stream position and losses, from its Prometheus counters.
+// The gateway's stream position and losses, from its Prometheus counters; whether the
+// gateway wants a token (401).
 async function pollMetrics() {
   try {
-    const response = await fetch("/metrics", { cache: "no-store" });
+    const sent = token();
+    const response = await fetch("/metrics", authorized({ cache: "no-store" }));
+    if (sent !== token()) return;  // a newer token was typed meanwhile: this answer is about the old one
+    if (response.status === 401) {
+      askForToken(sent ? "the gateway refused this token" : "this gateway asks for a token");
+      return;
+    }
     const body = await response.text();
     const value = (name) => {
       const match = body.match(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, "m"));
@@ -303,8 +342,13 @@ $("subscribe-form").addEventListener("submit", (event) => {
   connect(pattern);
 });
 
+// Ask for a token if the gateway wants one, and subscribe (a users file may let anyone read).
+async function start() {
+  await pollMetrics();
+  connect($("pattern").value.trim() || ">");
+}
+
 setInterval(tickSecond, 1000);
 setInterval(pollMetrics, 1000);
 requestAnimationFrame(frame);
-pollMetrics();
-connect($("pattern").value.trim() || ">");
+start();

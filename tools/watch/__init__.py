@@ -1,0 +1,1 @@
+"""Watching a running deployment from its metrics endpoints: ``fyrehose top`` (docs/operations.md)."""
