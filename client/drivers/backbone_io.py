@@ -206,7 +206,7 @@ def keepalive_handshake(sock: socket.socket, connection: BackboneConnection, tim
                 if connection.receive(data, source, now).acked:
                     return True
                 if now >= connection.next_deadline():  # a validating backbone's COOKIE: echo it at once
-                    for datagram in connection.poll(now)[0]:
+                    for datagram in connection.handle_timers(now)[0]:
                         sock.sendto(datagram, connection.backbone)
         except (TimeoutError, ConnectionError):  # no answer in time (socket.timeout); an ICMP port unreachable
             pass

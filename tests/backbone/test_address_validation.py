@@ -245,13 +245,13 @@ def connection(**options) -> BackboneConnection:
 
 def test_the_connection_echoes_a_cookie_at_once():
     conn = connection()
-    first, = conn.poll(T0)[0]
+    first, = conn.handle_timers(T0)[0]
     assert len(first) == codec.KEEPALIVE_SIZE  # no cookie before a backbone asks for one
     cookie = b"C" * 8
     incoming = conn.receive(codec.encode_cookie(cookie), BACKBONE, T0 + 0.001)
     assert not incoming.acked
     assert conn.next_deadline() <= T0 + 0.001  # the next KEEPALIVE goes now, not a keepalive interval later
-    echo, = conn.poll(T0 + 0.001)[0]
+    echo, = conn.handle_timers(T0 + 0.001)[0]
     decoded, = codec.decode(echo)
     assert decoded.cookie == cookie and len(echo) == codec.KEEPALIVE_COOKIE_SIZE
     assert codec.decode(conn.goodbye())[0].cookie == cookie
@@ -259,28 +259,28 @@ def test_the_connection_echoes_a_cookie_at_once():
 
 def test_a_cookie_from_a_stranger_is_dropped():
     conn = connection()
-    conn.poll(T0)
+    conn.handle_timers(T0)
     conn.receive(codec.encode_cookie(b"C" * 8), ("10.9.9.9", 2323), T0)
     assert conn.stats["COOKIE from strangers"] == 1
-    assert len(conn.poll(T0 + 1)[0][0]) == codec.KEEPALIVE_SIZE
+    assert len(conn.handle_timers(T0 + 1)[0][0]) == codec.KEEPALIVE_SIZE
 
 
 def test_the_connection_takes_the_fresh_cookie_of_an_ack():
     conn = connection()
-    conn.poll(T0)
+    conn.handle_timers(T0)
     conn.receive(codec.encode_cookie(b"C" * 8), BACKBONE, T0)
-    token = codec.decode(conn.poll(T0)[0][0])[0].token
+    token = codec.decode(conn.handle_timers(T0)[0][0])[0].token
     ack = codec.encode(codec.KeepaliveAck(token, cookie=b"D" * 8))
     assert conn.receive(ack, BACKBONE, T0 + 0.01).acked
-    assert codec.decode(conn.poll(T0 + 1)[0][0])[0].cookie == b"D" * 8
+    assert codec.decode(conn.handle_timers(T0 + 1)[0][0])[0].cookie == b"D" * 8
 
 
 def test_a_silent_backbone_makes_the_connection_forget_its_cookie():
     conn = connection(keepalive_interval=0.5)
-    conn.poll(T0)
+    conn.handle_timers(T0)
     conn.receive(codec.encode_cookie(b"C" * 8), BACKBONE, T0)
-    assert codec.decode(conn.poll(T0 + 1.0)[0][0])[0].cookie == b"C" * 8
-    assert codec.decode(conn.poll(T0 + 2.5)[0][0])[0].cookie == b""  # 4 intervals unanswered
+    assert codec.decode(conn.handle_timers(T0 + 1.0)[0][0])[0].cookie == b"C" * 8
+    assert codec.decode(conn.handle_timers(T0 + 2.5)[0][0])[0].cookie == b""  # 4 intervals unanswered
     assert conn.stats["cookies dropped"] == 1
 
 
