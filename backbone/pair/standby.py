@@ -26,7 +26,8 @@ class Takeover:
     primary may not have sent to every subscriber yet (sent again at once);
     ``unknown`` the numbers between what it holds and ``start`` (None when
     there are none): ``never_sent`` when the old primary was still gated
-    by this standby (sync mode), else they are looked for at the journals
+    by this standby (sync mode) or this member was that primary itself (a
+    demoted primary promoted again), else they are looked for at the journals
     and what nobody has is reported lost.
     """
 
@@ -38,7 +39,11 @@ class Takeover:
 
 
 class ReplicaFollower:
-    def __init__(self, epoch: int, persisted: int) -> None:
+    """What a standby knows of the stream; ``issued`` and ``delivered`` describe a member that was primary itself
+    until now (a demoted primary): it holds what it issued (its own recent log), and sent the output up to
+    ``delivered`` (what it held back was dropped)."""
+
+    def __init__(self, epoch: int, persisted: int, *, issued: int = 0, delivered: int = 0) -> None:
         self.epoch = epoch  # the highest epoch seen
         self.persisted = persisted  # its state file's mark: no number above it was issued, as far as it knows
         self.wanted = 0  # the highest grant the current primary asked for
@@ -52,6 +57,11 @@ class ReplicaFollower:
         self._ahead: dict[int, frames.Record] = {}  # RECORDs beyond a hole, by first sequence
         self._missing_since: float | None = None
         self._next_replay = 0.0
+        # its own stream, until it hears another primary: it issued nothing above `issued`, and no primary since
+        # it did; the numbers it reserved beyond were never sent
+        self._own_delivered: int | None = None
+        if issued:
+            self.base, self.held, self._own_delivered = 0, issued, min(delivered, issued)
 
     def newer(self, epoch: int) -> bool:
         """Take note of a peer's epoch; True when it is above any seen (the held stream starts over)."""
@@ -61,6 +71,7 @@ class ReplicaFollower:
         self.base = None
         self.held = 0
         self.primary = None
+        self._own_delivered = None
         self.caught_up_at = None
         self.wanted = self.granted = 0
         self._ahead.clear()
@@ -85,6 +96,9 @@ class ReplicaFollower:
         self.granted = max(self.granted, min(self.wanted, durable))
 
     def on_state(self, state: frames.State, now: float) -> None:
+        if self._own_delivered is not None:  # another primary of this epoch: its stream, not this member's own
+            self._own_delivered = None
+            self.base = None
         self.primary = state
         self.heard = now
         self.wanted = max(self.wanted, state.want)
@@ -166,9 +180,11 @@ class ReplicaFollower:
             start = max(self.granted, self.primary.last_issued, self.held) + 1
         else:
             start = max(self.persisted, self.held) + 1
+        delivered = self.primary.delivered if self.primary is not None else self._own_delivered
         resend = None
-        if self.primary is not None and self.held > self.primary.delivered:
-            resend = (max(self.primary.delivered + 1, (self.base or 0) + 1), self.held)
+        if delivered is not None and self.held > delivered:
+            resend = (max(delivered + 1, (self.base or 0) + 1), self.held)
         low = max(self.held, (self.base or 0)) + 1 if self.base is not None else None
         unknown = (low, start - 1) if low is not None and low <= start - 1 else None
-        return Takeover(self.epoch + 1, start, resend, unknown, now < self.clean_until)
+        never_sent = now < self.clean_until or self._own_delivered is not None
+        return Takeover(self.epoch + 1, start, resend, unknown, never_sent)

@@ -299,7 +299,8 @@ class PairMember:
         self._held.clear()  # not CONFIRMed: publishers send again, to the new primary
         self.source = None
         self.backbone.replicas = None
-        self.follower = ReplicaFollower(self.epoch, self.reservations.durable)
+        self.follower = ReplicaFollower(self.epoch, self.reservations.durable,
+                                        issued=self.backbone.sequence.last_issued, delivered=self._delivered)
         self._wanted = 0
         self.role = STANDBY
         self._write_role()

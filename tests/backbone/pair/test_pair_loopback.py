@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from fyrehose import Client
+from fyrehose import Client, Lost
 from fyrehose.backbone.pair import frames
 from fyrehose.loadtest.prometheus import parse_samples
 from fyrehose.protocol import codec
+from fyrehose.protocol.tracker import GONE_NEVER_SENT
 from fyrehose.runtime.process import ChildProcess, wait_until
 from tests.support import FYREHOSE, LOOPBACK, free_port
 
@@ -132,6 +133,31 @@ def test_a_primary_that_meets_a_newer_primary_stands_down_and_follows(pair):
     b.signal(signal.SIGUSR2)
     wait_until(lambda: b.role == "standby", 5, "b demoted")
     sock.close()
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+def test_a_primary_demoted_and_promoted_again_says_gone_for_what_it_skipped_and_no_subscriber_waits(pair, sync):
+    a, b = pair(*(["--standby-sync"] if sync else []))
+    a.signal(signal.SIGUSR1)
+    wait_until(lambda: a.role == "primary", 5, "a promoted")
+    wait_until(lambda: a.metric("fyrehose_pair_standby_attached") == 1, 5, "b attached")
+    with Client(f"{LOOPBACK}:{a.port}", give_up_after=120.0) as subscriber, \
+            Client(f"{LOOPBACK}:{a.port}", subscribe=False) as publisher:
+        stream = subscriber.subscribe(on_loss="yield")
+        before = publisher.publish(b"before")
+        assert stream.get(10).seq == before
+        a.signal(signal.SIGUSR2)  # what keepalived does to a resumed master: BACKUP, then MASTER again
+        wait_until(lambda: a.role != "primary", 5, "a demoted")
+        a.signal(signal.SIGUSR1)
+        wait_until(lambda: a.role == "primary", 5, "a promoted again")
+        after = publisher.publish(b"after")
+        assert after > before + 1  # above its reservation: the numbers between were never issued
+        gone = stream.get(60)  # long before the give-up time (120 s): the backbone said so at once
+        assert isinstance(gone, Lost) and (gone.from_seq, gone.to_seq) == (before + 1, after - 1)
+        assert gone.reason == GONE_NEVER_SENT
+        message = stream.get(60)
+        assert message.seq == after and message.data == b"after"
+    assert a.metric("fyrehose_pair_takeovers_total") == 2 and a.metric("fyrehose_gone_answers_total") >= 1
 
 
 def test_garbage_and_forged_pair_datagrams_are_counted_and_the_members_stay_up(pair, tmp_path):
