@@ -1,0 +1,352 @@
+"""One member of a hot standby pair as a pure state machine: role, epoch, fencing, held output, grants.
+
+The member takes what its driver reads (pair datagrams, the promote and
+demote signals, how far its state file is durably written) and the time, and
+answers with :class:`Actions`: what to send to the peer, what client output
+may leave now, what grant to reserve, and the role and epoch to write.  The
+driver (``backbone/single/pair_member.py``) does nothing else, so every rule
+below is tested without sockets, files or signals (tests/backbone/pair/).
+
+As primary it sends every sequenced entry to the standby as RECORDs before
+the entry's DELIVERs and CONFIRMs leave, and holds output back while the
+:class:`~fyrehose.backbone.pair.primary.ReplicationSource` says so; as
+standby it follows with a :class:`~fyrehose.backbone.pair.standby.ReplicaFollower`
+(docs/operations.md, "A hot standby pair").  A primary that meets a newer
+epoch, or a primary of its own epoch with the higher pair address, stands
+down at once and follows it (it is *fenced* until it holds that primary's
+stream).  Every way to primary starts above every number that can have been
+issued and answers at once the numbers between that it cannot account for:
+sent again from what it holds, recovered from the journals, or GONE.
+"""
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fyrehose.backbone.core import Backbone
+from fyrehose.backbone.pair import frames
+from fyrehose.backbone.pair.primary import DETACH_AFTER, ReplicationSource
+from fyrehose.backbone.pair.standby import ReplicaFollower
+from fyrehose.backbone.sequence_counter import SequenceCounter
+from fyrehose.protocol import codec
+from fyrehose.protocol.codec import Address
+
+STATE_EVERY = 0.02  # heartbeat of both members (STATE from the primary, ACK from the standby)
+MEMBERS_EVERY = 0.25  # the primary's client table goes to the standby this often
+
+Send = tuple[bytes | memoryview, Address]
+
+
+class Role(enum.Enum):
+    """What the role file says; keepalived's check reads it (``fenced`` keeps a host from becoming master)."""
+
+    PRIMARY = "primary"
+    STANDBY = "standby"  # fit to take over
+    FENCED = "fenced"  # a standby not fit to take over yet
+
+
+@dataclass(slots=True)
+class Actions:
+    """What the driver does for one call, in this order: reserve, write the epoch, send to the peer, send to the
+    clients, write the role.  ``grant`` is a reservation mark to persist (a grant the primary asked for)."""
+
+    to_peer: list[bytes] = field(default_factory=list)
+    to_clients: list[Send] = field(default_factory=list)
+    grant: int | None = None
+    epoch: int | None = None
+    role: Role | None = None
+
+
+class PairMember:
+    def __init__(self, backbone: Backbone, address: Address, peer: Address, service: Address, *, epoch: int,
+                 durable: int, sync: bool, timeout: float = DETACH_AFTER, key: bytes | None = None) -> None:
+        self.backbone = backbone
+        self.address = address
+        self.peer = peer
+        self.service = service  # the clients' address (the virtual IP): recovered DELIVERs come back to it
+        self.sync = sync
+        self.timeout = timeout
+        self.key = key  # every pair datagram sealed with it, and only sealed ones taken
+        self.counters = backbone.counters
+        self.epoch = epoch
+        self.primary = False
+        self.durable = durable  # how far the state file is durably written
+        self.follower = ReplicaFollower(epoch, durable)
+        self.source: ReplicationSource | None = None
+        self._fenced_by = 0  # the epoch that made this primary stand down: unfit until it follows that epoch
+        self._held: deque[tuple[int, list[Send]]] = deque()  # gated output: (last sequence it covers, sends)
+        self._next_state = 0.0
+        self._next_members = 0.0
+        self._wanted = 0  # the highest grant asked of the reservations (standby) or of the standby (primary)
+        self._delivered = 0  # the last sequence whose output left (STATE tells the standby)
+        self._acked = False  # a standby owes an ACK for what it took
+        self._out = Actions()
+        self._written = self.role  # the driver writes it first (a role file from an earlier run is stale)
+
+    # ------------------------------------------------------------ roles
+
+    @property
+    def role(self) -> Role:
+        """``fenced`` for a standby not fit to take over yet: one that does not hold what its primary issued, is
+        not attached, or stood down for a newer epoch that it does not follow yet."""
+        if self.primary:
+            return Role.PRIMARY
+        follower = self.follower
+        if self._fenced_by:
+            if follower.primary is None or follower.epoch < self._fenced_by or not follower.fit:
+                return Role.FENCED
+            self._fenced_by = 0
+        return Role.STANDBY if follower.fit else Role.FENCED
+
+    def _note_role(self) -> None:
+        """Ask for the role to be written when it changed (keepalived's check reads it)."""
+        role = self.role
+        if role != self._written:
+            self._written = self._out.role = role
+
+    def promote(self, now: float, durable: int) -> Actions:
+        """SIGUSR1: take over, unless already primary."""
+        if not self.primary:
+            self._promote(now, durable)
+        return self._take()
+
+    def demote(self, now: float) -> Actions:
+        """SIGUSR2: stand by, unless already standby."""
+        if self.primary:
+            self._demote()
+            self._note_role()
+        return self._take()
+
+    def _promote(self, now: float, durable: int) -> None:
+        backbone = self.backbone
+        self.durable = max(self.durable, durable)
+        self.follower.persisted_up_to(self.durable)
+        plan = self.follower.takeover(now)
+        self.epoch = max(self.epoch + 1, plan.epoch)  # above its own earlier epochs too
+        self._out.epoch = self.epoch
+        backbone.sequence = SequenceCounter(plan.start - 1, backbone.sequence.block)
+        self._delivered = plan.start - 1
+        if plan.resend is not None:
+            backbone.send_to_subscribers([bytes(frame) for _, frame in backbone.recent.frames(*plan.resend)], now)
+        if plan.unknown is not None:
+            if plan.never_sent:
+                backbone.declare_gone(*plan.unknown, codec.GONE_NEVER_SENT, now)
+            else:
+                backbone.recover(*plan.unknown, self.service, now)
+        self.source = ReplicationSource(self.epoch, sync=self.sync, timeout=self.timeout)
+        backbone.replicas = []
+        self.primary = True
+        self._fenced_by = 0
+        self.counters["pair takeovers"] += 1
+        self._note_role()
+        self._heartbeat(now)
+
+    def _demote(self) -> None:
+        self.counters["pair held output dropped"] += sum(len(sends) for _, sends in self._held)
+        self._held.clear()  # not CONFIRMed: publishers send again, to the new primary
+        self.source = None
+        self.backbone.replicas = None
+        self.follower = ReplicaFollower(self.epoch, self.durable, issued=self.backbone.sequence.last_issued,
+                                        delivered=self._delivered)
+        self._wanted = 0
+        self.primary = False
+
+    def _fence(self, epoch: int) -> None:
+        self.counters["pair fenced"] += 1
+        self._fenced_by = epoch
+        self._demote()
+        self.follower.newer(epoch)
+        self._note_role()
+
+    # ------------------------------------------------------------ input
+
+    def receive(self, datagrams: Sequence[tuple[bytes, Address]], now: float, durable: int) -> Actions:
+        """Pair datagrams as read, with their sources; ``durable`` is the state file's mark now."""
+        self.durable = max(self.durable, durable)
+        for data, source in datagrams:
+            self._datagram(data, source, now)
+        if self._acked:
+            self._acked = False
+            self.follower.persisted_up_to(self.durable)
+            self._out.to_peer.append(self._seal(self.follower.ack()))
+        self._note_role()
+        return self._take()
+
+    def _datagram(self, data: bytes, source: Address, now: float) -> None:
+        if source != self.peer:
+            self.counters["drop:pair foreign source"] += 1
+            return
+        if self.key is not None:
+            opened = frames.unseal(data, self.key)
+            if opened is None:
+                self.counters["drop:pair bad digest"] += 1
+                return
+            data = opened
+        frame = frames.decode(data)
+        if isinstance(frame, str):
+            self.counters["drop:pair " + frame] += 1
+            return
+        self._acked |= self._take_frame(frame, now)
+
+    def _take_frame(self, frame: frames.PairFrame, now: float) -> bool:
+        """Apply one pair frame; True when the standby owes an ACK."""
+        if self.primary:
+            source = self.source
+            assert source is not None
+            if frame.epoch > self.epoch or (isinstance(frame, frames.State) and frame.role == frames.ROLE_PRIMARY
+                                            and frame.epoch == self.epoch and self.peer > self.address):
+                self._fence(frame.epoch)  # a newer epoch exists: stop at once, follow it
+                return self._take_frame(frame, now)
+            if frame.epoch != self.epoch:
+                self.counters["drop:pair old epoch"] += 1
+            elif isinstance(frame, frames.Ack):
+                source.on_ack(frame, self.backbone.sequence.last_issued, now)
+                self._release()
+            elif isinstance(frame, frames.Replay):
+                records = source.replay(frame)
+                self.counters["pair replayed"] += len(records)
+                self._out.to_peer += [self._seal(record) for record in records]
+            return False
+        follower = self.follower
+        if frame.epoch < follower.epoch:
+            self.counters["drop:pair old epoch"] += 1
+            return False
+        if isinstance(frame, frames.State) and frame.role == frames.ROLE_PRIMARY:
+            follower.newer(frame.epoch)
+            follower.on_state(frame, now)
+            self._adopt(frame, now)
+            if frame.want > self._wanted:
+                self._wanted = frame.want
+                self._out.grant = frame.want
+            return True
+        if isinstance(frame, frames.Record) and frame.epoch == follower.epoch:
+            for record in follower.on_record(frame, now):
+                self.backbone.hold_replica(record.frames, record.last - record.first + 1, record.source,
+                                           record.runs, now)
+            return True
+        return False
+
+    def _adopt(self, state: frames.State, now: float) -> None:
+        clients = self.backbone.clients
+        for member in state.members:
+            clients.adopt(member.addr, member.flags, now - member.age_ms / 1000.0 + clients.lifetime)
+
+    # ------------------------------------------------------------ the primary's output
+
+    def replicate(self) -> Actions:
+        """The primary's flush, first half: the RECORDs of what was just sequenced, for the standby, kept for
+        REPLAYs.  The driver sends them, takes what the peer sent meanwhile (:meth:`receive`), then passes the
+        output to :meth:`gate`."""
+        source = self.source
+        replicas = self.backbone.replicas
+        if source is not None and replicas:
+            records = []
+            for entry, publisher, runs in replicas:
+                first = int.from_bytes(entry.view[3:codec.FRAME_HEADER], "big")
+                encoded = frames.records_for(self.epoch, entry, first, publisher, runs)
+                source.keep(first, first + entry.count - 1, encoded)
+                records += encoded
+            replicas.clear()
+            self.counters["pair records"] += len(records)
+            self._out.to_peer += [self._seal(record) for record in records]
+        return self._take()
+
+    def gate(self, sends: list[Send], now: float) -> Actions:
+        """The primary's flush, second half: the output goes now, or is held until the standby allows it; a
+        member no longer primary (a newer epoch arrived meanwhile) drops it (nothing was CONFIRMed)."""
+        source = self.source
+        if not self.primary or source is None:
+            self.counters["pair held output dropped"] += len(sends)
+            return self._take()
+        last = self.backbone.sequence.last_issued
+        if self._held or not source.releasable(last):
+            self._held.append((last, sends))
+            if source.want(last, now) > self._wanted:
+                self._heartbeat(now)
+            self._release()
+        else:
+            self._out.to_clients += sends
+            self._delivered = last
+        return self._take()
+
+    def _release(self) -> None:
+        source = self.source
+        held = self._held
+        while held and source is not None and source.releasable(held[0][0]):
+            through, sends = held.popleft()
+            self._out.to_clients += sends
+            self._delivered = through
+
+    @property
+    def holding(self) -> int:
+        """Flushes of output held back."""
+        return len(self._held)
+
+    # ------------------------------------------------------------ time
+
+    def tick(self, now: float, durable: int) -> Actions:
+        """Timers: heartbeats, detaching a silent standby, REPLAY requests, grants persisted, the role."""
+        self.durable = max(self.durable, durable)
+        if self.primary:
+            source = self.source
+            assert source is not None
+            if source.tick(now):
+                self.counters["pair standby detached"] += 1
+                self._release()
+            if now >= self._next_state:
+                self._heartbeat(now)
+        else:
+            follower = self.follower
+            self._out.to_peer += [self._seal(replay) for replay in follower.replays(now)]
+            granted = follower.granted
+            follower.persisted_up_to(self.durable)
+            if now >= self._next_state or follower.granted > granted:  # a grant persisted: tell the primary now
+                self._next_state = now + STATE_EVERY
+                self._out.to_peer.append(self._seal(follower.ack()))
+        self._note_role()
+        return self._take()
+
+    def next_due(self) -> float:
+        """When the next heartbeat (STATE or ACK) is due; the driver wakes for it."""
+        return self._next_state
+
+    def _heartbeat(self, now: float) -> None:
+        source = self.source
+        assert source is not None
+        backbone = self.backbone
+        last = backbone.sequence.last_issued
+        want = source.want(last, now)
+        self._wanted = max(self._wanted, want)
+        members: list[frames.Member] = []
+        if now >= self._next_members:
+            self._next_members = now + MEMBERS_EVERY
+            members = [frames.Member(addr, flags, int(age * 1000)) for addr, flags, age in backbone.clients.members(now)]
+        states = frames.encode_state(self.epoch, frames.ROLE_PRIMARY, source.flags(), last, self._delivered, want,
+                                     source.clean_ms(now), members)
+        self._out.to_peer += [self._seal(state) for state in states]
+        self._next_state = now + STATE_EVERY
+
+    # ------------------------------------------------------------ helpers
+
+    def _seal(self, datagram: bytes) -> bytes:
+        return datagram if self.key is None else frames.seal(datagram, self.key)
+
+    def _take(self) -> Actions:
+        out, self._out = self._out, Actions()
+        return out
+
+    def metrics(self, now: float) -> dict[str, float]:
+        values: dict[str, float] = {"role_primary": float(self.primary), "epoch": float(self.epoch)}
+        if self.source is not None:
+            source = self.source
+            values["standby_attached"] = float(source.attached)
+            values["replication_lag_messages"] = float(source.lag(self.backbone.sequence.last_issued))
+            values["replication_lag_seconds"] = max(0.0, now - source.last_ack) if source.attached else -1.0
+        else:
+            follower = self.follower
+            behind = follower.primary.last_issued - follower.held if follower.primary is not None else 0
+            values["replication_lag_messages"] = float(max(0, behind))
+            values["replication_lag_seconds"] = max(0.0, now - follower.heard) if follower.primary else -1.0
+        return values
