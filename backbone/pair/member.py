@@ -21,22 +21,29 @@ sent again from what it holds, recovered from the journals, or GONE.
 from __future__ import annotations
 
 import enum
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fyrehose.backbone.core import Backbone
+from fyrehose.backbone.confirms import ConfirmCache
+from fyrehose.backbone.core import RECOVERY_WINDOW, Backbone
 from fyrehose.backbone.pair import frames
-from fyrehose.backbone.pair.primary import DETACH_AFTER, ReplicationSource
-from fyrehose.backbone.pair.standby import ReplicaFollower
+from fyrehose.backbone.pair.primary import DETACH_AFTER, MAX_GRANT, ReplicationSource
+from fyrehose.backbone.pair.standby import UNACCOUNTED, ReplicaFollower
 from fyrehose.backbone.sequence_counter import SequenceCounter
 from fyrehose.protocol import codec
-from fyrehose.protocol.codec import Address
+from fyrehose.protocol.codec import Address, Run
 
 STATE_EVERY = 0.02  # heartbeat of both members (STATE from the primary, ACK from the standby)
 MEMBERS_EVERY = 0.25  # the primary's client table goes to the standby this often
+# After a primary stands down (demoted, fenced, or the peer it followed), its member and its peer's say `fenced`
+# this long: several looks of keepalived's check (0.1 s apart), so that a host still holding the address with a
+# standby behind it gives the address up and keepalived elects a master again, which it then promotes.
+STAND_DOWN_HOLD = 0.5
 
 Send = tuple[bytes | memoryview, Address]
+Tagged = tuple[Address, list[Run]]  # a publisher and the (tag, count, sequence) runs of one sequenced datagram
 
 
 class Role(enum.Enum):
@@ -76,13 +83,20 @@ class PairMember:
         self.follower = ReplicaFollower(epoch, durable)
         self.source: ReplicationSource | None = None
         self._fenced_by = 0  # the epoch that made this primary stand down: unfit until it follows that epoch
-        self._held: deque[tuple[int, list[Send]]] = deque()  # gated output: (last sequence it covers, sends)
+        # gated output: (the last sequence it covers, the sends, the publishers' tag runs it CONFIRMs)
+        self._held: deque[tuple[int, list[Send], list[Tagged]]] = deque()
+        self._flushed: list[Tagged] = []  # the tag runs of the flush between replicate() and gate()
         self._next_state = 0.0
         self._next_members = 0.0
         self._wanted = 0  # the highest grant asked of the reservations (standby) or of the standby (primary)
         self._delivered = 0  # the last sequence whose output left (STATE tells the standby)
         self._acked = False  # a standby owes an ACK for what it took
         self._out = Actions()
+        self._now = float("-inf")  # the latest time given
+        # `fenced` until then: a primary stood down (STAND_DOWN_HOLD); a restarted member (it has an epoch) holds
+        # from its start too, as its primary may have been this very host's backbone, restarted before
+        # keepalived's check saw it gone: the address must not stay on a host whose backbone stands by
+        self._hold_until = math.inf if epoch else -math.inf
         self._written = self.role  # the driver writes it first (a role file from an earlier run is stale)
 
     # ------------------------------------------------------------ roles
@@ -90,15 +104,25 @@ class PairMember:
     @property
     def role(self) -> Role:
         """``fenced`` for a standby not fit to take over yet: one that does not hold what its primary issued, is
-        not attached, or stood down for a newer epoch that it does not follow yet."""
+        not attached, or stood down for a newer epoch whose primary it does not follow yet (it stays fenced
+        if that primary stands down in turn: then its keepalived gives the address up, and the peer's host,
+        whose primary stood down, takes it and is promoted)."""
         if self.primary:
             return Role.PRIMARY
+        if self._now < self._hold_until:
+            return Role.FENCED
         follower = self.follower
         if self._fenced_by:
-            if follower.primary is None or follower.epoch < self._fenced_by or not follower.fit:
+            if follower.primary is None or follower.stood_down or follower.epoch < self._fenced_by \
+                    or not follower.fit:
                 return Role.FENCED
             self._fenced_by = 0
         return Role.STANDBY if follower.fit else Role.FENCED
+
+    def _clock(self, now: float) -> None:
+        if self._hold_until == math.inf:
+            self._hold_until = now + STAND_DOWN_HOLD
+        self._now = max(self._now, now)
 
     def _note_role(self) -> None:
         """Ask for the role to be written when it changed (keepalived's check reads it)."""
@@ -108,12 +132,14 @@ class PairMember:
 
     def promote(self, now: float, durable: int) -> Actions:
         """SIGUSR1: take over, unless already primary."""
+        self._clock(now)
         if not self.primary:
             self._promote(now, durable)
         return self._take()
 
     def demote(self, now: float) -> Actions:
         """SIGUSR2: stand by, unless already standby."""
+        self._clock(now)
         if self.primary:
             self._demote()
             self._note_role()
@@ -123,13 +149,16 @@ class PairMember:
         backbone = self.backbone
         self.durable = max(self.durable, durable)
         self.follower.persisted_up_to(self.durable)
-        plan = self.follower.takeover(now)
+        plan = self.follower.takeover(now, max(UNACCOUNTED, MAX_GRANT, backbone.sequence.block))
         self.epoch = max(self.epoch + 1, plan.epoch)  # above its own earlier epochs too
         self._out.epoch = self.epoch
         backbone.sequence = SequenceCounter(plan.start - 1, backbone.sequence.block)
         self._delivered = plan.start - 1
         if plan.resend is not None:
             backbone.send_to_subscribers([bytes(frame) for _, frame in backbone.recent.frames(*plan.resend)], now)
+        # a recovery of an earlier promotion still open (it stood down within the window) ends now: what the
+        # journals did not answer is GONE (a new recovery would replace it, and its subscribers would wait)
+        backbone.end_recovery(now + RECOVERY_WINDOW)
         if plan.unknown is not None:
             if plan.never_sent:
                 backbone.declare_gone(*plan.unknown, codec.GONE_NEVER_SENT, now)
@@ -144,8 +173,11 @@ class PairMember:
         self._heartbeat(now)
 
     def _demote(self) -> None:
-        self.counters["pair held output dropped"] += sum(len(sends) for _, sends in self._held)
-        self._held.clear()  # not CONFIRMed: publishers send again, to the new primary
+        self._hold_until = max(self._hold_until, self._now + STAND_DOWN_HOLD)
+        self.counters["pair held output dropped"] += sum(len(sends) for _, sends, _ in self._held)
+        for _, _, tagged in self._held:  # not CONFIRMed: publishers send again, and get new numbers
+            self._forget(tagged)
+        self._held.clear()
         self.source = None
         self.backbone.replicas = None
         self.follower = ReplicaFollower(self.epoch, self.durable, issued=self.backbone.sequence.last_issued,
@@ -157,13 +189,17 @@ class PairMember:
         self.counters["pair fenced"] += 1
         self._fenced_by = epoch
         self._demote()
+        self.counters["pair held output dropped"] += len(self._out.to_clients)
+        self._out.to_clients.clear()  # released by an ACK in the same read: the newer primary resends it
         self.follower.newer(epoch)
+        self._follow_epoch(epoch)
         self._note_role()
 
     # ------------------------------------------------------------ input
 
     def receive(self, datagrams: Sequence[tuple[bytes, Address]], now: float, durable: int) -> Actions:
         """Pair datagrams as read, with their sources; ``durable`` is the state file's mark now."""
+        self._clock(now)
         self.durable = max(self.durable, durable)
         for data, source in datagrams:
             self._datagram(data, source, now)
@@ -214,19 +250,31 @@ class PairMember:
             self.counters["drop:pair old epoch"] += 1
             return False
         if isinstance(frame, frames.State) and frame.role == frames.ROLE_PRIMARY:
-            follower.newer(frame.epoch)
+            if follower.newer(frame.epoch):
+                self._follow_epoch(frame.epoch)
             follower.on_state(frame, now)
             self._adopt(frame, now)
             if frame.want > self._wanted:
                 self._wanted = frame.want
                 self._out.grant = frame.want
             return True
+        if isinstance(frame, frames.Ack):
+            if follower.on_peer_ack(frame):
+                self._hold_until = max(self._hold_until, now + STAND_DOWN_HOLD)
+            self._follow_epoch(follower.epoch)
+            return False
         if isinstance(frame, frames.Record) and frame.epoch == follower.epoch:
             for record in follower.on_record(frame, now):
                 self.backbone.hold_replica(record.frames, record.last - record.first + 1, record.source,
                                            record.runs, now)
             return True
         return False
+
+    def _follow_epoch(self, epoch: int) -> None:
+        """A standby that follows a newer primary writes its epoch too: restarted without the primary's state
+        directory, the pair still knows it, and the next promotion goes above it."""
+        if epoch > self.epoch:
+            self.epoch = self._out.epoch = epoch
 
     def _adopt(self, state: frames.State, now: float) -> None:
         clients = self.backbone.clients
@@ -246,6 +294,8 @@ class PairMember:
             for entry, publisher, runs in replicas:
                 first = int.from_bytes(entry.view[3:codec.FRAME_HEADER], "big")
                 encoded = frames.records_for(self.epoch, entry, first, publisher, runs)
+                if runs:
+                    self._flushed.append((publisher, runs))
                 source.keep(first, first + entry.count - 1, encoded)
                 records += encoded
             replicas.clear()
@@ -257,12 +307,14 @@ class PairMember:
         """The primary's flush, second half: the output goes now, or is held until the standby allows it; a
         member no longer primary (a newer epoch arrived meanwhile) drops it (nothing was CONFIRMed)."""
         source = self.source
+        tagged, self._flushed = self._flushed, []
         if not self.primary or source is None:
             self.counters["pair held output dropped"] += len(sends)
+            self._forget(tagged)
             return self._take()
         last = self.backbone.sequence.last_issued
         if self._held or not source.releasable(last):
-            self._held.append((last, sends))
+            self._held.append((last, sends, tagged))
             if source.want(last, now) > self._wanted:
                 self._heartbeat(now)
             self._release()
@@ -275,9 +327,17 @@ class PairMember:
         source = self.source
         held = self._held
         while held and source is not None and source.releasable(held[0][0]):
-            through, sends = held.popleft()
+            through, sends, _ = held.popleft()
             self._out.to_clients += sends
             self._delivered = through
+
+    def _forget(self, tagged: list[Tagged]) -> None:
+        """The numbers of output that never left will never be DELIVERed: forget their tags (a retry gets a new
+        number, where a CONFIRM of the old one would promise a message nobody has)."""
+        confirmed = self.backbone.confirmed
+        if isinstance(confirmed, ConfirmCache):  # (the pair runs in the single-process backbone only)
+            for publisher, runs in tagged:
+                confirmed.forget_runs(publisher, runs)
 
     @property
     def holding(self) -> int:
@@ -288,6 +348,7 @@ class PairMember:
 
     def tick(self, now: float, durable: int) -> Actions:
         """Timers: heartbeats, detaching a silent standby, REPLAY requests, grants persisted, the role."""
+        self._clock(now)
         self.durable = max(self.durable, durable)
         if self.primary:
             source = self.source

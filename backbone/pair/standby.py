@@ -16,6 +16,7 @@ from fyrehose.backbone.pair import frames
 REPLAY_AFTER = 0.02  # a missing RECORD is asked for again this long after it was noticed (and then each time)
 REBASE_AFTER = 2.0  # a hole the primary cannot replay for this long: the standby follows on from above it
 MAX_AHEAD = 65536  # RECORDs held beyond a hole
+UNACCOUNTED = 1 << 16  # the numbers below a start that a member holding nothing cannot account for
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,8 +25,8 @@ class Takeover:
 
     ``start`` is its first number; ``resend`` the held sequences the old
     primary may not have sent to every subscriber yet (sent again at once);
-    ``unknown`` the numbers between what it holds and ``start`` (None when
-    there are none): ``never_sent`` when the old primary was still gated
+    ``unknown`` the numbers between what it holds (or, a demoted primary,
+    what it sent) and ``start`` (None when there are none): ``never_sent`` when the old primary was still gated
     by this standby (sync mode) or this member was that primary itself (a
     demoted primary promoted again), else they are looked for at the journals
     and what nobody has is reported lost.
@@ -40,8 +41,8 @@ class Takeover:
 
 class ReplicaFollower:
     """What a standby knows of the stream; ``issued`` and ``delivered`` describe a member that was primary itself
-    until now (a demoted primary): it holds what it issued (its own recent log), and sent the output up to
-    ``delivered`` (what it held back was dropped)."""
+    until now (a demoted primary): it issued up to ``issued`` and sent the output up to ``delivered`` (what it
+    held back was dropped, and the tags it carried forgotten: those numbers are never sent)."""
 
     def __init__(self, epoch: int, persisted: int, *, issued: int = 0, delivered: int = 0) -> None:
         self.epoch = epoch  # the highest epoch seen
@@ -54,6 +55,9 @@ class ReplicaFollower:
         self.heard = float("-inf")  # when a datagram of the current epoch's primary last arrived
         self.clean_until = float("-inf")  # promoted before this, the old primary sent nothing above `held`
         self.caught_up_at: int | None = None  # the primary's last issued when this standby first heard it
+        self.stood_down = False  # the primary it followed is a standby now (its ACKs say so): none to wait for
+        self.known = 0  # the highest number a peer that stands by says it issued or granted
+        self.peer_held = 0  # the highest it says it holds (a demoted primary: what it issued)
         self._ahead: dict[int, frames.Record] = {}  # RECORDs beyond a hole, by first sequence
         self._missing_since: float | None = None
         self._next_replay = 0.0
@@ -73,6 +77,7 @@ class ReplicaFollower:
         self.primary = None
         self._own_delivered = None
         self.caught_up_at = None
+        self.stood_down = False
         self.wanted = self.granted = 0
         self._ahead.clear()
         self._missing_since = None
@@ -88,14 +93,26 @@ class ReplicaFollower:
         """Whether it may take over now without a number issued twice: it follows no primary, or holds what
         that primary had issued when first heard and is attached (the primary asks it for every number)."""
         primary = self.primary
-        return primary is None or (self.caught_up and bool(primary.flags & frames.STATE_ATTACHED))
+        return primary is None or self.stood_down or (self.caught_up and bool(primary.flags & frames.STATE_ATTACHED))
 
     def persisted_up_to(self, durable: int) -> None:
         """The state file now holds ``durable``: grant what the primary asked for, as far as that covers it."""
         self.persisted = max(self.persisted, durable)
         self.granted = max(self.granted, min(self.wanted, durable))
 
+    def on_peer_ack(self, ack: frames.Ack) -> bool:
+        """The peer ACKs too: it stands by in ``ack.epoch`` (of this epoch or a newer one).  A primary this
+        follower followed stood down, so it waits for nobody; the numbers the peer issued (a demoted primary
+        holds what it issued) or granted stay below any start.  True when the primary just stood down."""
+        self.known = max(self.known, ack.held, ack.granted)
+        self.peer_held = max(self.peer_held, ack.held)
+        if self.newer(ack.epoch) or self.primary is None or self.stood_down:
+            return False
+        self.stood_down = True
+        return True
+
     def on_state(self, state: frames.State, now: float) -> None:
+        self.stood_down = False
         if self._own_delivered is not None:  # another primary of this epoch: its stream, not this member's own
             self._own_delivered = None
             self.base = None
@@ -168,23 +185,33 @@ class ReplicaFollower:
     def ack(self) -> bytes:
         return frames.encode_ack(self.epoch, self.held, self.granted)
 
-    def takeover(self, now: float) -> Takeover:
+    def takeover(self, now: float, window: int = UNACCOUNTED) -> Takeover:
         """The plan for a promotion now: a new epoch, numbers above every grant and every number ever seen.
 
         Having followed a primary, it starts above that primary's grant (the
         primary issued nothing above it, and everything before was granted by
         that primary's own standby in turn); knowing none, above its own state
-        file's mark.
+        file's mark; either way above what a peer standing by said it issued.
+        Holding nothing, it cannot tell which of the ``window`` numbers below
+        its start (a reservation block or a grant: where the last numbers
+        of a primary that died lie) were issued: they are looked for at the
+        journals, and what nobody has is GONE, so that no subscriber waits for
+        them.
         """
         if self.primary is not None:
-            start = max(self.granted, self.primary.last_issued, self.held) + 1
+            start = max(self.granted, self.primary.last_issued, self.held, self.known) + 1
         else:
-            start = max(self.persisted, self.held) + 1
-        delivered = self.primary.delivered if self.primary is not None else self._own_delivered
+            start = max(self.persisted, self.held, self.known) + 1
         resend = None
-        if delivered is not None and self.held > delivered:
-            resend = (max(delivered + 1, (self.base or 0) + 1), self.held)
-        low = max(self.held, (self.base or 0)) + 1 if self.base is not None else None
-        unknown = (low, start - 1) if low is not None and low <= start - 1 else None
-        never_sent = now < self.clean_until or self._own_delivered is not None
+        primary = self.primary
+        if primary is not None and self.held > primary.delivered:
+            resend = (max(primary.delivered + 1, (self.base or 0) + 1), self.held)
+        if self._own_delivered is not None:  # what it held back was dropped, its tags forgotten: never sent
+            low = self._own_delivered + 1
+        elif self.base is not None:
+            low = max(self.held, self.base) + 1
+        else:  # it holds nothing (a restarted member): a primary that died issued its last numbers in the window
+            low = max(1, start - window)
+        unknown = (low, start - 1) if low <= start - 1 else None
+        never_sent = now < self.clean_until or (self._own_delivered is not None and self.peer_held <= self.held)
         return Takeover(self.epoch + 1, start, resend, unknown, never_sent)
