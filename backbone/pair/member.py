@@ -90,6 +90,10 @@ class PairMember:
         self._next_members = 0.0
         self._wanted = 0  # the highest grant asked of the reservations (standby) or of the standby (primary)
         self._delivered = 0  # the last sequence whose output left (STATE tells the standby)
+        # after a promotion, until what it could not account for has been answered (the GONE left, or the
+        # journals' window ended and its GONE left), the STATEs say nothing above its start was delivered: a
+        # standby promoted meanwhile answers those numbers in turn
+        self._answered: tuple[int, float] | None = None
         self._acked = False  # a standby owes an ACK for what it took
         self._out = Actions()
         self._now = float("-inf")  # the latest time given
@@ -154,6 +158,9 @@ class PairMember:
         self._out.epoch = self.epoch
         backbone.sequence = SequenceCounter(plan.start - 1, backbone.sequence.block)
         self._delivered = plan.start - 1
+        if plan.unknown is not None:
+            self._answered = (plan.unknown[0] - 1, now + (0.0 if plan.never_sent else RECOVERY_WINDOW))
+            self._delivered = plan.unknown[0] - 1
         if plan.resend is not None:
             backbone.send_to_subscribers([bytes(frame) for _, frame in backbone.recent.frames(*plan.resend)], now)
         # a recovery of an earlier promotion still open (it stood down within the window) ends now: what the
@@ -178,6 +185,7 @@ class PairMember:
         for _, _, tagged in self._held:  # not CONFIRMed: publishers send again, and get new numbers
             self._forget(tagged)
         self._held.clear()
+        self._answered = None
         self.source = None
         self.backbone.replicas = None
         self.follower = ReplicaFollower(self.epoch, self.durable, issued=self.backbone.sequence.last_issued,
@@ -320,7 +328,7 @@ class PairMember:
             self._release()
         else:
             self._out.to_clients += sends
-            self._delivered = last
+            self._sent_through(last)
         return self._take()
 
     def _release(self) -> None:
@@ -329,7 +337,16 @@ class PairMember:
         while held and source is not None and source.releasable(held[0][0]):
             through, sends, _ = held.popleft()
             self._out.to_clients += sends
-            self._delivered = through
+            self._sent_through(through)
+
+    def _sent_through(self, through: int) -> None:
+        answered = self._answered
+        if answered is not None:
+            if self._now < answered[1]:
+                through = min(through, answered[0])
+            else:
+                self._answered = None  # this output carries the GONE (flushed once the window ended)
+        self._delivered = through
 
     def _forget(self, tagged: list[Tagged]) -> None:
         """The numbers of output that never left will never be DELIVERed: forget their tags (a retry gets a new

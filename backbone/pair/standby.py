@@ -210,6 +210,8 @@ class ReplicaFollower:
             low = self._own_delivered + 1
         elif self.base is not None:
             low = max(self.held, self.base) + 1
+            if primary is not None and primary.delivered < self.base:  # it had not answered below what it
+                low = primary.delivered + 1  # holds (a takeover of its own still open): neither has, so far
         else:  # it holds nothing (a restarted member): a primary that died issued its last numbers in the window
             low = max(1, start - window)
         unknown = (low, start - 1) if low <= start - 1 else None
