@@ -254,6 +254,9 @@ class PairMember:
                 self._out.to_peer += [self._seal(record) for record in records]
             return False
         follower = self.follower
+        if isinstance(frame, frames.State) and frame.role == frames.ROLE_STANDBY:
+            follower.on_peer_mark(frame.last_issued)  # whatever its epoch: numbers are numbers
+            return False
         if frame.epoch < follower.epoch:
             self.counters["drop:pair old epoch"] += 1
             return False
@@ -383,6 +386,10 @@ class PairMember:
             if now >= self._next_state or follower.granted > granted:  # a grant persisted: tell the primary now
                 self._next_state = now + STATE_EVERY
                 self._out.to_peer.append(self._seal(follower.ack()))
+                if follower.primary is None:  # alone: the peer learns this side's mark (a STATE of a standby)
+                    mark = max(self.durable, follower.persisted, self.backbone.sequence.last_issued)
+                    self._out.to_peer += [self._seal(state) for state in frames.encode_state(
+                        follower.epoch, frames.ROLE_STANDBY, 0, mark, mark, 0, 0, [])]
         self._note_role()
         return self._take()
 

@@ -111,6 +111,11 @@ class ReplicaFollower:
         self.stood_down = True
         return True
 
+    def on_peer_mark(self, mark: int) -> None:
+        """A peer that follows no primary told its state file's mark: numbers up to it may have been issued on
+        its side (this member may know nothing else, its own state directory lost)."""
+        self.known = max(self.known, mark)
+
     def on_state(self, state: frames.State, now: float) -> None:
         self.stood_down = False
         if self._own_delivered is not None:  # another primary of this epoch: its stream, not this member's own

@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 
 from fyrehose.backbone.pair.member import Role
-from tests.simulation.world import HOSTS, Disk, LinkRule, World
+from tests.simulation.world import HOSTS, Disk, Host, LinkRule, World
 
 KINDS = ("kill", "pause host", "stop backbone", "partition", "degrade", "signal", "demote then promote",
          "clock jump")
@@ -128,9 +128,7 @@ def _start(world: World, fault: Fault) -> None:
     end = fault.at + fault.seconds
     if fault.kind == "kill" and host is not None:
         host.kill()
-        if not fault.state_kept and world.hosts[host.peer].follows_the_stream:
-            host.disk = Disk()  # (lost while the peer knows nothing either: beyond any pair; kept then)
-        world.at(end, lambda: host.process is None and host.start_process())
+        world.at(end, lambda: _restart(world, host, fault.state_kept))
     elif fault.kind == "pause host" and host is not None:
         host.pause(fault.seconds)
     elif fault.kind == "stop backbone" and host is not None:
@@ -154,6 +152,16 @@ def _start(world: World, fault: Fault) -> None:
         host.clock_offset += fault.seconds
         if host.process is not None:
             host.process.wake()
+
+
+def _restart(world: World, host: Host, state_kept: bool) -> None:
+    """The backbone starts again; its state directory is lost only while the peer follows the stream, from which
+    it learns what it lost (lost while the peer knows nothing either is beyond any pair: kept then)."""
+    if host.process is not None:
+        return
+    if not state_kept and world.hosts[host.peer].follows_the_stream:
+        host.disk = Disk()
+    host.start_process()
 
 
 def heal(world: World) -> None:
