@@ -76,6 +76,9 @@ class PairMember:
         self.sync = sync
         self.timeout = timeout
         self.key = key  # every pair datagram sealed with it, and only sealed ones taken
+        # the lower pair address takes odd epochs, the higher even ones: even a member that never heard of its
+        # peer's promotion (the peer down meanwhile) cannot promote into an epoch the peer led
+        self._parity = 1 if address < peer else 0
         self.counters = backbone.counters
         self.epoch = epoch
         self.primary = False
@@ -154,7 +157,8 @@ class PairMember:
         self.durable = max(self.durable, durable)
         self.follower.persisted_up_to(self.durable)
         plan = self.follower.takeover(now, max(UNACCOUNTED, MAX_GRANT, backbone.sequence.block))
-        self.epoch = max(self.epoch + 1, plan.epoch)  # above its own earlier epochs too
+        epoch = max(self.epoch + 1, plan.epoch)  # above its own earlier epochs too
+        self.epoch = epoch + (epoch % 2 != self._parity)  # of its own parity: the two never take the same one
         self._out.epoch = self.epoch
         backbone.sequence = SequenceCounter(plan.start - 1, backbone.sequence.block)
         self._delivered = plan.start - 1

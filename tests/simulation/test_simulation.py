@@ -25,6 +25,7 @@ REGRESSIONS = {
     143: "a backbone restarted in 30 ms, before keepalived's check looked: its host kept the address, standing by",
     283: "a recovery still open when its primary stood down was replaced at its next promotion, never ended",
     303: "output released by an ACK in the read that also fenced the primary went out after the newer epoch",
+    100721: "a member restarted while its peer was down took the epoch its peer had led meanwhile",
     100800: "a member restarted without its state directory, promoted, numbered from 1 again: its peer, alone "
             "too, had not told it its mark",
 }

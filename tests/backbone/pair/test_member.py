@@ -132,11 +132,12 @@ def test_a_primary_that_meets_a_newer_epoch_stands_down_is_fenced_then_follows()
     assert a.role == Role.STANDBY and a.follower.epoch == 2
 
 
-def test_of_two_primaries_of_one_epoch_the_lower_pair_address_stands_down():
+def test_two_members_promoted_apart_take_epochs_of_their_own_parity_and_the_older_stands_down():
     rig = Rig()
     rig.cut = True
     for name in "ab":
         rig.carry(name, rig.members[name].promote(rig.now, RESERVE))
+    assert (rig.members["a"].epoch, rig.members["b"].epoch) == (1, 2)  # never one epoch for two primaries
     rig.cut = False
     rig.settle()
     assert not rig.members["a"].primary and rig.members["b"].primary
