@@ -96,7 +96,7 @@ class PairMember:
         # after a promotion, until what it could not account for has been answered (the GONE left, or the
         # journals' window ended and its GONE left), the STATEs say nothing above its start was delivered: a
         # standby promoted meanwhile answers those numbers in turn
-        self._answered: tuple[int, float] | None = None
+        self._answered: tuple[int, float, int] | None = None  # (below, window's end, GONE answers by then)
         self._acked = False  # a standby owes an ACK for what it took
         self._out = Actions()
         self._now = float("-inf")  # the latest time given
@@ -163,7 +163,8 @@ class PairMember:
         backbone.sequence = SequenceCounter(plan.start - 1, backbone.sequence.block)
         self._delivered = plan.start - 1
         if plan.unknown is not None:
-            self._answered = (plan.unknown[0] - 1, now + (0.0 if plan.never_sent else RECOVERY_WINDOW))
+            self._answered = (plan.unknown[0] - 1, now + (0.0 if plan.never_sent else RECOVERY_WINDOW),
+                              self.counters["gone answers"])
             self._delivered = plan.unknown[0] - 1
         if plan.resend is not None:
             backbone.send_to_subscribers([bytes(frame) for _, frame in backbone.recent.frames(*plan.resend)], now)
@@ -349,10 +350,13 @@ class PairMember:
     def _sent_through(self, through: int) -> None:
         answered = self._answered
         if answered is not None:
-            if self._now < answered[1]:
+            # answered once the window ended and a GONE reached a subscriber (told at once, or in answer to its
+            # REQUEST): with no subscriber known yet, the GONE waits for their REQUESTs, and a standby promoted
+            # meanwhile must answer them in turn
+            if self._now < answered[1] or self.counters["gone answers"] <= answered[2]:
                 through = min(through, answered[0])
             else:
-                self._answered = None  # this output carries the GONE (flushed once the window ended)
+                self._answered = None
         self._delivered = through
 
     def _forget(self, tagged: list[Tagged]) -> None:
