@@ -121,6 +121,15 @@ class ConfirmCache:
             return False
         return any(spans.find(tag) for tag in tags)
 
+    def forget_runs(self, source: Address, runs: list[Run]) -> None:
+        """Forget tags whose numbers will never be DELIVERed (a pair member stood down and dropped the output
+        that carried them): a retry is sequenced anew rather than CONFIRMed with a number nobody has."""
+        spans = self._by_source.get(source)
+        if spans is None:
+            return
+        for first, count, _ in runs:
+            self._count += len(spans.clear_range(first, first + count))
+
     def remember_runs(self, source: Address, runs: list[Run], now: float) -> None:
         """Remember one datagram's runs from ``source``; the oldest and the expired datagrams go."""
         if not runs:

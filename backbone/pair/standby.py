@@ -16,6 +16,7 @@ from fyrehose.backbone.pair import frames
 REPLAY_AFTER = 0.02  # a missing RECORD is asked for again this long after it was noticed (and then each time)
 REBASE_AFTER = 2.0  # a hole the primary cannot replay for this long: the standby follows on from above it
 MAX_AHEAD = 65536  # RECORDs held beyond a hole
+UNACCOUNTED = 1 << 16  # the numbers below a start that a member holding nothing cannot account for
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,9 +25,10 @@ class Takeover:
 
     ``start`` is its first number; ``resend`` the held sequences the old
     primary may not have sent to every subscriber yet (sent again at once);
-    ``unknown`` the numbers between what it holds and ``start`` (None when
-    there are none): ``never_sent`` when the old primary was still gated
-    by this standby (sync mode), else they are looked for at the journals
+    ``unknown`` the numbers between what it holds (or, a demoted primary,
+    what it sent) and ``start`` (None when there are none): ``never_sent`` when the old primary was still gated
+    by this standby (sync mode) or this member was that primary itself (a
+    demoted primary promoted again), else they are looked for at the journals
     and what nobody has is reported lost.
     """
 
@@ -38,7 +40,11 @@ class Takeover:
 
 
 class ReplicaFollower:
-    def __init__(self, epoch: int, persisted: int) -> None:
+    """What a standby knows of the stream; ``issued`` and ``delivered`` describe a member that was primary itself
+    until now (a demoted primary): it issued up to ``issued`` and sent the output up to ``delivered`` (what it
+    held back was dropped, and the tags it carried forgotten: those numbers are never sent)."""
+
+    def __init__(self, epoch: int, persisted: int, *, issued: int = 0, delivered: int = 0) -> None:
         self.epoch = epoch  # the highest epoch seen
         self.persisted = persisted  # its state file's mark: no number above it was issued, as far as it knows
         self.wanted = 0  # the highest grant the current primary asked for
@@ -49,9 +55,17 @@ class ReplicaFollower:
         self.heard = float("-inf")  # when a datagram of the current epoch's primary last arrived
         self.clean_until = float("-inf")  # promoted before this, the old primary sent nothing above `held`
         self.caught_up_at: int | None = None  # the primary's last issued when this standby first heard it
+        self.stood_down = False  # the primary it followed is a standby now (its ACKs say so): none to wait for
+        self.known = 0  # the highest number a peer that stands by says it issued or granted
+        self.peer_held = 0  # the highest it says it holds (a demoted primary: what it issued)
         self._ahead: dict[int, frames.Record] = {}  # RECORDs beyond a hole, by first sequence
         self._missing_since: float | None = None
         self._next_replay = 0.0
+        # its own stream, until it hears another primary: it issued nothing above `issued`, and no primary since
+        # it did; the numbers it reserved beyond were never sent
+        self._own_delivered: int | None = None
+        if issued:
+            self.base, self.held, self._own_delivered = 0, issued, min(delivered, issued)
 
     def newer(self, epoch: int) -> bool:
         """Take note of a peer's epoch; True when it is above any seen (the held stream starts over)."""
@@ -61,7 +75,9 @@ class ReplicaFollower:
         self.base = None
         self.held = 0
         self.primary = None
+        self._own_delivered = None
         self.caught_up_at = None
+        self.stood_down = False
         self.wanted = self.granted = 0
         self._ahead.clear()
         self._missing_since = None
@@ -77,14 +93,34 @@ class ReplicaFollower:
         """Whether it may take over now without a number issued twice: it follows no primary, or holds what
         that primary had issued when first heard and is attached (the primary asks it for every number)."""
         primary = self.primary
-        return primary is None or (self.caught_up and bool(primary.flags & frames.STATE_ATTACHED))
+        return primary is None or self.stood_down or (self.caught_up and bool(primary.flags & frames.STATE_ATTACHED))
 
     def persisted_up_to(self, durable: int) -> None:
         """The state file now holds ``durable``: grant what the primary asked for, as far as that covers it."""
         self.persisted = max(self.persisted, durable)
         self.granted = max(self.granted, min(self.wanted, durable))
 
+    def on_peer_ack(self, ack: frames.Ack) -> bool:
+        """The peer ACKs too: it stands by in ``ack.epoch`` (of this epoch or a newer one).  A primary this
+        follower followed stood down, so it waits for nobody; the numbers the peer issued (a demoted primary
+        holds what it issued) or granted stay below any start.  True when the primary just stood down."""
+        self.known = max(self.known, ack.held, ack.granted)
+        self.peer_held = max(self.peer_held, ack.held)
+        if self.newer(ack.epoch) or self.primary is None or self.stood_down:
+            return False
+        self.stood_down = True
+        return True
+
+    def on_peer_mark(self, mark: int) -> None:
+        """A peer that follows no primary told its state file's mark: numbers up to it may have been issued on
+        its side (this member may know nothing else, its own state directory lost)."""
+        self.known = max(self.known, mark)
+
     def on_state(self, state: frames.State, now: float) -> None:
+        self.stood_down = False
+        if self._own_delivered is not None:  # another primary of this epoch: its stream, not this member's own
+            self._own_delivered = None
+            self.base = None
         self.primary = state
         self.heard = now
         self.wanted = max(self.wanted, state.want)
@@ -154,21 +190,35 @@ class ReplicaFollower:
     def ack(self) -> bytes:
         return frames.encode_ack(self.epoch, self.held, self.granted)
 
-    def takeover(self, now: float) -> Takeover:
+    def takeover(self, now: float, window: int = UNACCOUNTED) -> Takeover:
         """The plan for a promotion now: a new epoch, numbers above every grant and every number ever seen.
 
         Having followed a primary, it starts above that primary's grant (the
         primary issued nothing above it, and everything before was granted by
         that primary's own standby in turn); knowing none, above its own state
-        file's mark.
+        file's mark; either way above what a peer standing by said it issued.
+        Holding nothing, it cannot tell which of the ``window`` numbers below
+        its start (a reservation block or a grant: where the last numbers
+        of a primary that died lie) were issued: they are looked for at the
+        journals, and what nobody has is GONE, so that no subscriber waits for
+        them.
         """
         if self.primary is not None:
-            start = max(self.granted, self.primary.last_issued, self.held) + 1
+            start = max(self.granted, self.primary.last_issued, self.held, self.known) + 1
         else:
-            start = max(self.persisted, self.held) + 1
+            start = max(self.persisted, self.held, self.known) + 1
         resend = None
-        if self.primary is not None and self.held > self.primary.delivered:
-            resend = (max(self.primary.delivered + 1, (self.base or 0) + 1), self.held)
-        low = max(self.held, (self.base or 0)) + 1 if self.base is not None else None
-        unknown = (low, start - 1) if low is not None and low <= start - 1 else None
-        return Takeover(self.epoch + 1, start, resend, unknown, now < self.clean_until)
+        primary = self.primary
+        if primary is not None and self.held > primary.delivered:
+            resend = (max(primary.delivered + 1, (self.base or 0) + 1), self.held)
+        if self._own_delivered is not None:  # what it held back was dropped, its tags forgotten: never sent
+            low = self._own_delivered + 1
+        elif self.base is not None:
+            low = max(self.held, self.base) + 1
+            if primary is not None and primary.delivered < self.base:  # it had not answered below what it
+                low = primary.delivered + 1  # holds (a takeover of its own still open): neither has, so far
+        else:  # it holds nothing (a restarted member): a primary that died issued its last numbers in the window
+            low = max(1, start - window)
+        unknown = (low, start - 1) if low <= start - 1 else None
+        never_sent = now < self.clean_until or (self._own_delivered is not None and self.peer_held <= self.held)
+        return Takeover(self.epoch + 1, start, resend, unknown, never_sent)

@@ -20,7 +20,8 @@ from fyrehose.backbone.host.multicast import GroupOptions, enable_group_sends
 from fyrehose.backbone.host.statefile import ReservationWriter, SequenceStateFile
 from fyrehose.backbone.host.stopping import StopRequest
 from fyrehose.backbone.host.udp import SOCKET_BUFFER, bind_udp, send_all
-from fyrehose.backbone.single.pair_member import PRIMARY, STANDBY, PairMember
+from fyrehose.backbone.pair.member import Role
+from fyrehose.backbone.single.pair_member import PairDriver
 from fyrehose.backbone.single.trace import StageTrace
 from fyrehose.protocol.codec import Address
 from fyrehose.runtime.metrics import (
@@ -60,12 +61,12 @@ class SingleProcessBackbone:
         self.state = state
         self.reservations = ReservationWriter(state, backbone.sequence.reserved)
         self.sock = bind_udp(listen, buffer_size=socket_buffer, freebind=pair is not None)
-        self.pair: PairMember | None = None
+        self.pair: PairDriver | None = None
         try:
             if group is not None:
                 enable_group_sends(self.sock, group)  # the core's DELIVERs to the group go out of this socket
             if pair is not None:
-                self.pair = PairMember(backbone, self.reservations, state.directory, self.sock, pair.pair, pair.peer,
+                self.pair = PairDriver(backbone, self.reservations, state.directory, self.sock, pair.pair, pair.peer,
                                        sync=pair.sync, timeout=pair.timeout, key=pair.key)
         except BaseException:
             self.sock.close()
@@ -87,7 +88,7 @@ class SingleProcessBackbone:
             + (pair_metrics(self.pair.metrics(now)) if self.pair is not None else [])
         )
 
-    def request_role(self, role: str) -> None:
+    def request_role(self, role: Role) -> None:
         """Promote (PRIMARY) or demote (STANDBY) a pair member; safe from a signal handler."""
         if self.pair is not None:
             self.pair.requested = role
@@ -211,8 +212,8 @@ def run_single(backbone: Backbone, listen: Address, state: SequenceStateFile, me
         signal.signal(signum, lambda *_: driver.stop())
     role = ""
     if pair is not None:
-        signal.signal(signal.SIGUSR1, lambda *_: driver.request_role(PRIMARY))
-        signal.signal(signal.SIGUSR2, lambda *_: driver.request_role(STANDBY))
+        signal.signal(signal.SIGUSR1, lambda *_: driver.request_role(Role.PRIMARY))
+        signal.signal(signal.SIGUSR2, lambda *_: driver.request_role(Role.STANDBY))
         role = f", standby of {pair.peer[0]}:{pair.peer[1]} (pair address {pair.pair[0]}:{pair.pair[1]})"
     announce_ready("backbone", driver.address, f"single process, pid {os.getpid()}, "
                    f"next sequence {backbone.sequence.next}, state {state.directory}{role}")

@@ -6,14 +6,17 @@ is lost; one host serves.  The takeover times are reported, not asserted: ``fyre
 them."""
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable
 
 import pytest
 
+from fyrehose.protocol.tracker import NOT_RECOVERED
+from fyrehose.runtime.process import wait_until
 from fyrehose.tools.bench.failover import FailoverSettings, Pair, kill_backbone, pair_rig, summarize, take_over
-from fyrehose.tools.bench.pair_hosts import unavailable
+from fyrehose.tools.bench.pair_hosts import PAIR, unavailable
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"a standby pair in namespaces: {unavailable()}")
 
@@ -105,3 +108,68 @@ class _Report:
 
     def flush(self) -> None:
         pass
+
+
+def demote_then_promote(pair: Pair, host: str) -> None:
+    """What an operator or keepalived may do to the primary: SIGUSR2, then SIGUSR1 a moment later."""
+    pid = pair.backbones[host].pid
+    os.kill(pid, signal.SIGUSR2)
+    time.sleep(0.05)
+    os.kill(pid, signal.SIGUSR1)
+
+
+def resume_frozen_master(pair: Pair, host: str) -> None:
+    """The primary's host freezes until the other host took over, then resumes still believing it is master with
+    the higher priority: its adverts push the new master back to BACKUP (SIGUSR2), its own backbone finds the
+    newer epoch and stands down; keepalived then elects a master again and promotes it."""
+    frozen = [pair.backbones[host].pid, pair.keepaliveds[host].pid]
+    for pid in frozen:
+        pair.net.pause(pid)
+    other = PAIR[1 - PAIR.index(host)]
+    pair.net.wait_for_holder(other, 20)
+    pair.wait_role(other, "primary", 20)
+    for pid in frozen:
+        pair.net.resume(pid)
+
+
+# Open: depending on how keepalived's check and the 0.5 s `fenced` after the demote interleave, the demoted
+# backbone promoted again (a newer epoch) can fence the host keepalived just promoted while the address sits there;
+# the subscriber then sometimes stops at a hole that nothing answers within the run (seen in sync mode).
+OPEN_RACE = pytest.mark.xfail(strict=False, reason="open: a demote-then-promote racing keepalived's own takeover")
+
+
+@pytest.mark.parametrize(("fault", "sync"), [pytest.param(demote_then_promote, True, marks=OPEN_RACE),
+                                             pytest.param(demote_then_promote, False, marks=OPEN_RACE),
+                                             (resume_frozen_master, True), (resume_frozen_master, False)],
+                         ids=["demote-promote-sync", "demote-promote-async", "resumed-master-sync",
+                              "resumed-master-async"])
+def test_after_a_double_transition_no_subscriber_waits_its_give_up_time(tmp_path, fault, sync):
+    """The schedules the takeover test does not script: afterwards one host serves, every gap the subscriber saw
+    was answered (delivered, or GONE: never a give-up), nothing confirmed was lost silently, no number was
+    issued twice, and in sync mode nothing confirmed was lost."""
+    with pair_rig(tmp_path / "pair", sync, RATE) as (pair, client):
+        client.ask("stream")
+        time.sleep(1.0)
+        primary = pair.primary_once_promoted(30)  # (the pair settled: one host serves, the other stands by)
+        wait_until(lambda: pair.role(PAIR[1 - PAIR.index(primary)]) == "standby", 30, "the standby fit")
+        if fault is resume_frozen_master and primary != PAIR[0]:  # the frozen master must be the higher priority
+            take_over(pair, _Report(), 0)
+            primary = pair.primary()
+        fault(pair, primary)
+        serving = pair.primary_once_promoted(30)
+        wait_until(lambda: pair.role(PAIR[1 - PAIR.index(serving)]) == "standby", 30, "the other host standing by")
+        time.sleep(1.0)
+        record = client.ask("finish 3.0", timeout=90)
+    messages = {index: seq for kind, seq, index, _ in record["events"] if kind == "m"}
+    losses = [(kind, first, last) for kind, first, last, _ in record["events"] if kind != "m"]
+    print(fault.__name__, "sync" if sync else "async", "served by", serving, "losses", losses)
+    assert not [loss for loss in losses if loss[0] == NOT_RECOVERED]  # no give-up time waited
+    confirmed = [(index, seq) for index, _, seq in record["published"] if seq > 0]
+    assert len(confirmed) > RATE  # the stream ran through the fault
+    numbers = {seq: index for index, seq in messages.items()}
+    assert all(numbers.get(seq, index) == index for index, seq in confirmed)  # no number issued twice
+    unaccounted = [seq for index, seq in confirmed
+                   if index not in messages and not any(first <= seq <= last for _, first, last in losses)]
+    assert not unaccounted
+    if sync:
+        assert all(index in messages for index, _ in confirmed)

@@ -195,3 +195,23 @@ def test_over_a_lossy_link_the_standby_ends_up_holding_every_message_and_every_t
         seq = primary.confirmed.lookup(PUBLISHER, tag)
         if seq is not None and seq >= first_held:
             assert standby.confirmed.lookup(PUBLISHER, tag) == seq
+
+
+def test_a_demoted_primary_promoted_again_says_at_once_that_the_numbers_it_reserved_were_never_sent():
+    # it issued up to 1014 and sent the output up to 1000 (the rest was held back when it was demoted, and
+    # dropped with its tags); its state file reserves up to 66550; it heard no newer primary since
+    follower = ReplicaFollower(3, 66550, issued=1014, delivered=1000)
+    follower.persisted_up_to(66550)
+    plan = follower.takeover(5.0)
+    assert (plan.epoch, plan.start) == (4, 66551)
+    assert plan.unknown == (1001, 66550) and plan.never_sent  # a GONE at once, not a give-up time per subscriber
+    assert plan.resend is None
+
+
+def test_a_demoted_primary_that_hears_a_newer_primary_follows_that_stream_instead_of_its_own():
+    follower = ReplicaFollower(3, 66550, issued=1014, delivered=1014)
+    assert follower.newer(4)
+    follower.on_state(state(70000, epoch=4, want=70100), 1.0)
+    follower.persisted_up_to(70100)
+    plan = follower.takeover(2.0)
+    assert plan.start == 70101 and plan.unknown == (70001, 70100) and not plan.never_sent and plan.resend is None

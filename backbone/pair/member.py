@@ -1,0 +1,445 @@
+"""One member of a hot standby pair as a pure state machine: role, epoch, fencing, held output, grants.
+
+The member takes what its driver reads (pair datagrams, the promote and
+demote signals, how far its state file is durably written) and the time, and
+answers with :class:`Actions`: what to send to the peer, what client output
+may leave now, what grant to reserve, and the role and epoch to write.  The
+driver (``backbone/single/pair_member.py``) does nothing else, so every rule
+below is tested without sockets, files or signals (tests/backbone/pair/).
+
+As primary it sends every sequenced entry to the standby as RECORDs before
+the entry's DELIVERs and CONFIRMs leave, and holds output back while the
+:class:`~fyrehose.backbone.pair.primary.ReplicationSource` says so; as
+standby it follows with a :class:`~fyrehose.backbone.pair.standby.ReplicaFollower`
+(docs/operations.md, "A hot standby pair").  A primary that meets a newer
+epoch, or a primary of its own epoch with the higher pair address, stands
+down at once and follows it (it is *fenced* until it holds that primary's
+stream).  Every way to primary starts above every number that can have been
+issued and answers at once the numbers between that it cannot account for:
+sent again from what it holds, recovered from the journals, or GONE.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fyrehose.backbone.confirms import ConfirmCache
+from fyrehose.backbone.core import RECOVERY_WINDOW, Backbone
+from fyrehose.backbone.pair import frames
+from fyrehose.backbone.pair.primary import DETACH_AFTER, MAX_GRANT, ReplicationSource
+from fyrehose.backbone.pair.standby import UNACCOUNTED, ReplicaFollower
+from fyrehose.backbone.sequence_counter import SequenceCounter
+from fyrehose.protocol import codec
+from fyrehose.protocol.codec import Address, Run
+
+STATE_EVERY = 0.02  # heartbeat of both members (STATE from the primary, ACK from the standby)
+MEMBERS_EVERY = 0.25  # the primary's client table goes to the standby this often
+# After a primary stands down (demoted, fenced, or the peer it followed), its member and its peer's say `fenced`
+# this long: several looks of keepalived's check (0.1 s apart), so that a host still holding the address with a
+# standby behind it gives the address up and keepalived elects a master again, which it then promotes.
+STAND_DOWN_HOLD = 0.5
+
+Send = tuple[bytes | memoryview, Address]
+Tagged = tuple[Address, list[Run]]  # a publisher and the (tag, count, sequence) runs of one sequenced datagram
+
+
+class Role(enum.Enum):
+    """What the role file says; keepalived's check reads it (``fenced`` keeps a host from becoming master)."""
+
+    PRIMARY = "primary"
+    STANDBY = "standby"  # fit to take over
+    FENCED = "fenced"  # a standby not fit to take over yet
+
+
+@dataclass(slots=True)
+class Actions:
+    """What the driver does for one call, in this order: reserve, write the epoch, send to the peer, send to the
+    clients, write the role.  ``grant`` is a reservation mark to persist (a grant the primary asked for)."""
+
+    to_peer: list[bytes] = field(default_factory=list)
+    to_clients: list[Send] = field(default_factory=list)
+    grant: int | None = None
+    epoch: int | None = None
+    role: Role | None = None
+
+
+class PairMember:
+    def __init__(self, backbone: Backbone, address: Address, peer: Address, service: Address, *, epoch: int,
+                 durable: int, sync: bool, timeout: float = DETACH_AFTER, key: bytes | None = None) -> None:
+        self.backbone = backbone
+        self.address = address
+        self.peer = peer
+        self.service = service  # the clients' address (the virtual IP): recovered DELIVERs come back to it
+        self.sync = sync
+        self.timeout = timeout
+        self.key = key  # every pair datagram sealed with it, and only sealed ones taken
+        # the lower pair address takes odd epochs, the higher even ones: even a member that never heard of its
+        # peer's promotion (the peer down meanwhile) cannot promote into an epoch the peer led
+        self._parity = 1 if address < peer else 0
+        self.counters = backbone.counters
+        self.epoch = epoch
+        self.primary = False
+        self.durable = durable  # how far the state file is durably written
+        self.follower = ReplicaFollower(epoch, durable)
+        self.source: ReplicationSource | None = None
+        self._fenced_by = 0  # the epoch that made this primary stand down: unfit until it follows that epoch
+        # gated output: (the last sequence it covers, the sends, the publishers' tag runs it CONFIRMs)
+        self._held: deque[tuple[int, list[Send], list[Tagged]]] = deque()
+        self._flushed: list[Tagged] = []  # the tag runs of the flush between replicate() and gate()
+        self._next_state = 0.0
+        self._next_members = 0.0
+        self._wanted = 0  # the highest grant asked of the reservations (standby) or of the standby (primary)
+        self._delivered = 0  # the last sequence whose output left (STATE tells the standby)
+        # after a promotion, until what it could not account for has been answered (the GONE left, or the
+        # journals' window ended and its GONE left), the STATEs say nothing above its start was delivered: a
+        # standby promoted meanwhile answers those numbers in turn
+        self._answered: tuple[int, float, int] | None = None  # (below, window's end, GONE answers by then)
+        self._acked = False  # a standby owes an ACK for what it took
+        self._out = Actions()
+        self._now = float("-inf")  # the latest time given
+        # `fenced` until then: a primary stood down (STAND_DOWN_HOLD); a restarted member (it has an epoch) holds
+        # from its start too, as its primary may have been this very host's backbone, restarted before
+        # keepalived's check saw it gone: the address must not stay on a host whose backbone stands by
+        self._hold_until = math.inf if epoch else -math.inf
+        self._written = self.role  # the driver writes it first (a role file from an earlier run is stale)
+
+    # ------------------------------------------------------------ roles
+
+    @property
+    def role(self) -> Role:
+        """``fenced`` for a standby not fit to take over yet: one that does not hold what its primary issued, is
+        not attached, or stood down for a newer epoch whose primary it does not follow yet (it stays fenced
+        if that primary stands down in turn: then its keepalived gives the address up, and the peer's host,
+        whose primary stood down, takes it and is promoted)."""
+        if self.primary:
+            return Role.PRIMARY
+        if self._now < self._hold_until:
+            return Role.FENCED
+        follower = self.follower
+        if self._fenced_by:
+            if follower.primary is None or follower.stood_down or follower.epoch < self._fenced_by \
+                    or not follower.fit:
+                return Role.FENCED
+            self._fenced_by = 0
+        return Role.STANDBY if follower.fit else Role.FENCED
+
+    def _clock(self, now: float) -> None:
+        if self._hold_until == math.inf:
+            self._hold_until = now + STAND_DOWN_HOLD
+        self._now = max(self._now, now)
+
+    def _note_role(self) -> None:
+        """Ask for the role to be written when it changed (keepalived's check reads it)."""
+        role = self.role
+        if role != self._written:
+            self._written = self._out.role = role
+
+    def promote(self, now: float, durable: int) -> Actions:
+        """SIGUSR1: take over, unless already primary."""
+        self._clock(now)
+        if not self.primary:
+            self._promote(now, durable)
+        return self._take()
+
+    def demote(self, now: float) -> Actions:
+        """SIGUSR2: stand by, unless already standby."""
+        self._clock(now)
+        if self.primary:
+            self._demote()
+            self._note_role()
+        return self._take()
+
+    def _promote(self, now: float, durable: int) -> None:
+        backbone = self.backbone
+        self.durable = max(self.durable, durable)
+        self.follower.persisted_up_to(self.durable)
+        plan = self.follower.takeover(now, max(UNACCOUNTED, MAX_GRANT, backbone.sequence.block))
+        epoch = max(self.epoch + 1, plan.epoch)  # above its own earlier epochs too
+        self.epoch = epoch + (epoch % 2 != self._parity)  # of its own parity: the two never take the same one
+        self._out.epoch = self.epoch
+        backbone.sequence = SequenceCounter(plan.start - 1, backbone.sequence.block)
+        self._delivered = plan.start - 1
+        if plan.unknown is not None:
+            self._answered = (plan.unknown[0] - 1, now + (0.0 if plan.never_sent else RECOVERY_WINDOW),
+                              self.counters["gone answers"])
+            self._delivered = plan.unknown[0] - 1
+        if plan.resend is not None:
+            backbone.send_to_subscribers([bytes(frame) for _, frame in backbone.recent.frames(*plan.resend)], now)
+        # a recovery of an earlier promotion still open (it stood down within the window) ends now: what the
+        # journals did not answer is GONE (a new recovery would replace it, and its subscribers would wait)
+        backbone.end_recovery(now + RECOVERY_WINDOW)
+        if plan.unknown is not None:
+            if plan.never_sent:
+                backbone.declare_gone(*plan.unknown, codec.GONE_NEVER_SENT, now)
+            else:
+                backbone.recover(*plan.unknown, self.service, now)
+        self.source = ReplicationSource(self.epoch, sync=self.sync, timeout=self.timeout)
+        backbone.replicas = []
+        self.primary = True
+        self._fenced_by = 0
+        self.counters["pair takeovers"] += 1
+        self._note_role()
+        self._heartbeat(now)
+
+    def _demote(self) -> None:
+        self._hold_until = max(self._hold_until, self._now + STAND_DOWN_HOLD)
+        self.counters["pair held output dropped"] += sum(len(sends) for _, sends, _ in self._held)
+        for _, _, tagged in self._held:  # not CONFIRMed: publishers send again, and get new numbers
+            self._forget(tagged)
+        self._held.clear()
+        self._answered = None
+        self.source = None
+        self.backbone.replicas = None
+        self.follower = ReplicaFollower(self.epoch, self.durable, issued=self.backbone.sequence.last_issued,
+                                        delivered=self._delivered)
+        self._wanted = 0
+        self.primary = False
+
+    def _fence(self, epoch: int) -> None:
+        self.counters["pair fenced"] += 1
+        self._fenced_by = epoch
+        self._demote()
+        self.counters["pair held output dropped"] += len(self._out.to_clients)
+        self._out.to_clients.clear()  # released by an ACK in the same read: the newer primary resends it
+        self.follower.newer(epoch)
+        self._follow_epoch(epoch)
+        self._note_role()
+
+    # ------------------------------------------------------------ input
+
+    def receive(self, datagrams: Sequence[tuple[bytes, Address]], now: float, durable: int) -> Actions:
+        """Pair datagrams as read, with their sources; ``durable`` is the state file's mark now."""
+        self._clock(now)
+        self.durable = max(self.durable, durable)
+        for data, source in datagrams:
+            self._datagram(data, source, now)
+        if self._acked:
+            self._acked = False
+            self.follower.persisted_up_to(self.durable)
+            self._out.to_peer.append(self._seal(self.follower.ack()))
+        self._note_role()
+        return self._take()
+
+    def _datagram(self, data: bytes, source: Address, now: float) -> None:
+        if source != self.peer:
+            self.counters["drop:pair foreign source"] += 1
+            return
+        if self.key is not None:
+            opened = frames.unseal(data, self.key)
+            if opened is None:
+                self.counters["drop:pair bad digest"] += 1
+                return
+            data = opened
+        frame = frames.decode(data)
+        if isinstance(frame, str):
+            self.counters["drop:pair " + frame] += 1
+            return
+        self._acked |= self._take_frame(frame, now)
+
+    def _take_frame(self, frame: frames.PairFrame, now: float) -> bool:
+        """Apply one pair frame; True when the standby owes an ACK."""
+        if self.primary:
+            source = self.source
+            assert source is not None
+            if frame.epoch > self.epoch or (isinstance(frame, frames.State) and frame.role == frames.ROLE_PRIMARY
+                                            and frame.epoch == self.epoch and self.peer > self.address):
+                self._fence(frame.epoch)  # a newer epoch exists: stop at once, follow it
+                return self._take_frame(frame, now)
+            if frame.epoch != self.epoch:
+                self.counters["drop:pair old epoch"] += 1
+            elif isinstance(frame, frames.Ack):
+                source.on_ack(frame, self.backbone.sequence.last_issued, now)
+                self._release()
+            elif isinstance(frame, frames.Replay):
+                records = source.replay(frame)
+                self.counters["pair replayed"] += len(records)
+                self._out.to_peer += [self._seal(record) for record in records]
+            return False
+        follower = self.follower
+        if isinstance(frame, frames.State) and frame.role == frames.ROLE_STANDBY:
+            follower.on_peer_mark(frame.last_issued)  # whatever its epoch: numbers are numbers
+            return False
+        if frame.epoch < follower.epoch:
+            self.counters["drop:pair old epoch"] += 1
+            return False
+        if isinstance(frame, frames.State) and frame.role == frames.ROLE_PRIMARY:
+            if follower.newer(frame.epoch):
+                self._follow_epoch(frame.epoch)
+            follower.on_state(frame, now)
+            self._adopt(frame, now)
+            if frame.want > self._wanted:
+                self._wanted = frame.want
+                self._out.grant = frame.want
+            return True
+        if isinstance(frame, frames.Ack):
+            if follower.on_peer_ack(frame):
+                self._hold_until = max(self._hold_until, now + STAND_DOWN_HOLD)
+            self._follow_epoch(follower.epoch)
+            return False
+        if isinstance(frame, frames.Record) and frame.epoch == follower.epoch:
+            for record in follower.on_record(frame, now):
+                self.backbone.hold_replica(record.frames, record.last - record.first + 1, record.source,
+                                           record.runs, now)
+            return True
+        return False
+
+    def _follow_epoch(self, epoch: int) -> None:
+        """A standby that follows a newer primary writes its epoch too: restarted without the primary's state
+        directory, the pair still knows it, and the next promotion goes above it."""
+        if epoch > self.epoch:
+            self.epoch = self._out.epoch = epoch
+
+    def _adopt(self, state: frames.State, now: float) -> None:
+        clients = self.backbone.clients
+        for member in state.members:
+            clients.adopt(member.addr, member.flags, now - member.age_ms / 1000.0 + clients.lifetime)
+
+    # ------------------------------------------------------------ the primary's output
+
+    def replicate(self) -> Actions:
+        """The primary's flush, first half: the RECORDs of what was just sequenced, for the standby, kept for
+        REPLAYs.  The driver sends them, takes what the peer sent meanwhile (:meth:`receive`), then passes the
+        output to :meth:`gate`."""
+        source = self.source
+        replicas = self.backbone.replicas
+        if source is not None and replicas:
+            records = []
+            for entry, publisher, runs in replicas:
+                first = int.from_bytes(entry.view[3:codec.FRAME_HEADER], "big")
+                encoded = frames.records_for(self.epoch, entry, first, publisher, runs)
+                if runs:
+                    self._flushed.append((publisher, runs))
+                source.keep(first, first + entry.count - 1, encoded)
+                records += encoded
+            replicas.clear()
+            self.counters["pair records"] += len(records)
+            self._out.to_peer += [self._seal(record) for record in records]
+        return self._take()
+
+    def gate(self, sends: list[Send], now: float) -> Actions:
+        """The primary's flush, second half: the output goes now, or is held until the standby allows it; a
+        member no longer primary (a newer epoch arrived meanwhile) drops it (nothing was CONFIRMed)."""
+        source = self.source
+        tagged, self._flushed = self._flushed, []
+        if not self.primary or source is None:
+            self.counters["pair held output dropped"] += len(sends)
+            self._forget(tagged)
+            return self._take()
+        last = self.backbone.sequence.last_issued
+        if self._held or not source.releasable(last):
+            self._held.append((last, sends, tagged))
+            if source.want(last, now) > self._wanted:
+                self._heartbeat(now)
+            self._release()
+        else:
+            self._out.to_clients += sends
+            self._sent_through(last)
+        return self._take()
+
+    def _release(self) -> None:
+        source = self.source
+        held = self._held
+        while held and source is not None and source.releasable(held[0][0]):
+            through, sends, _ = held.popleft()
+            self._out.to_clients += sends
+            self._sent_through(through)
+
+    def _sent_through(self, through: int) -> None:
+        answered = self._answered
+        if answered is not None:
+            # answered once the window ended and a GONE reached a subscriber (told at once, or in answer to its
+            # REQUEST): with no subscriber known yet, the GONE waits for their REQUESTs, and a standby promoted
+            # meanwhile must answer them in turn
+            if self._now < answered[1] or self.counters["gone answers"] <= answered[2]:
+                through = min(through, answered[0])
+            else:
+                self._answered = None
+        self._delivered = through
+
+    def _forget(self, tagged: list[Tagged]) -> None:
+        """The numbers of output that never left will never be DELIVERed: forget their tags (a retry gets a new
+        number, where a CONFIRM of the old one would promise a message nobody has)."""
+        confirmed = self.backbone.confirmed
+        if isinstance(confirmed, ConfirmCache):  # (the pair runs in the single-process backbone only)
+            for publisher, runs in tagged:
+                confirmed.forget_runs(publisher, runs)
+
+    @property
+    def holding(self) -> int:
+        """Flushes of output held back."""
+        return len(self._held)
+
+    # ------------------------------------------------------------ time
+
+    def tick(self, now: float, durable: int) -> Actions:
+        """Timers: heartbeats, detaching a silent standby, REPLAY requests, grants persisted, the role."""
+        self._clock(now)
+        self.durable = max(self.durable, durable)
+        if self.primary:
+            source = self.source
+            assert source is not None
+            if source.tick(now):
+                self.counters["pair standby detached"] += 1
+                self._release()
+            if now >= self._next_state:
+                self._heartbeat(now)
+        else:
+            follower = self.follower
+            self._out.to_peer += [self._seal(replay) for replay in follower.replays(now)]
+            granted = follower.granted
+            follower.persisted_up_to(self.durable)
+            if now >= self._next_state or follower.granted > granted:  # a grant persisted: tell the primary now
+                self._next_state = now + STATE_EVERY
+                self._out.to_peer.append(self._seal(follower.ack()))
+                if follower.primary is None:  # alone: the peer learns this side's mark (a STATE of a standby)
+                    mark = max(self.durable, follower.persisted, self.backbone.sequence.last_issued)
+                    self._out.to_peer += [self._seal(state) for state in frames.encode_state(
+                        follower.epoch, frames.ROLE_STANDBY, 0, mark, mark, 0, 0, [])]
+        self._note_role()
+        return self._take()
+
+    def next_due(self) -> float:
+        """When the next heartbeat (STATE or ACK) is due; the driver wakes for it."""
+        return self._next_state
+
+    def _heartbeat(self, now: float) -> None:
+        source = self.source
+        assert source is not None
+        backbone = self.backbone
+        last = backbone.sequence.last_issued
+        want = source.want(last, now)
+        self._wanted = max(self._wanted, want)
+        members: list[frames.Member] = []
+        if now >= self._next_members:
+            self._next_members = now + MEMBERS_EVERY
+            members = [frames.Member(addr, flags, int(age * 1000)) for addr, flags, age in backbone.clients.members(now)]
+        states = frames.encode_state(self.epoch, frames.ROLE_PRIMARY, source.flags(), last, self._delivered, want,
+                                     source.clean_ms(now), members)
+        self._out.to_peer += [self._seal(state) for state in states]
+        self._next_state = now + STATE_EVERY
+
+    # ------------------------------------------------------------ helpers
+
+    def _seal(self, datagram: bytes) -> bytes:
+        return datagram if self.key is None else frames.seal(datagram, self.key)
+
+    def _take(self) -> Actions:
+        out, self._out = self._out, Actions()
+        return out
+
+    def metrics(self, now: float) -> dict[str, float]:
+        values: dict[str, float] = {"role_primary": float(self.primary), "epoch": float(self.epoch)}
+        if self.source is not None:
+            source = self.source
+            values["standby_attached"] = float(source.attached)
+            values["replication_lag_messages"] = float(source.lag(self.backbone.sequence.last_issued))
+            values["replication_lag_seconds"] = max(0.0, now - source.last_ack) if source.attached else -1.0
+        else:
+            follower = self.follower
+            behind = follower.primary.last_issued - follower.held if follower.primary is not None else 0
+            values["replication_lag_messages"] = float(max(0, behind))
+            values["replication_lag_seconds"] = max(0.0, now - follower.heard) if follower.primary else -1.0
+        return values

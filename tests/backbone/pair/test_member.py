@@ -1,0 +1,228 @@
+"""The pure pair member, constructed directly: roles, epochs, fencing, held output, grants, and every way to
+primary answering at once the numbers it cannot account for; a hypothesis property drives two members through
+any order of signals, pushes, lost datagrams and time."""
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fyrehose.backbone.core import Backbone
+from fyrehose.backbone.pair import frames
+from fyrehose.backbone.pair.member import Actions, PairMember, Role
+from fyrehose.protocol import codec
+
+A, B = ("10.0.0.1", 2324), ("10.0.0.2", 2324)
+SERVICE = ("10.0.0.100", 2323)
+SUBSCRIBER = ("10.0.0.9", 4000)
+PUBLISHER = ("10.0.0.8", 4001)
+RESERVE = 1000  # each member's state file mark, far enough ahead
+
+
+class Rig:
+    """Two members and their cores; each one's pair datagrams reach the other unless ``cut``."""
+
+    def __init__(self, sync: bool = False, key: bytes | None = None) -> None:
+        self.now = 100.0
+        self.cut = False
+        self.cores = {name: Backbone(reserved=0, rng=random.Random(1)) for name in "ab"}
+        self.members = {
+            "a": PairMember(self.cores["a"], A, B, SERVICE, epoch=0, durable=RESERVE, sync=sync, key=key),
+            "b": PairMember(self.cores["b"], B, A, SERVICE, epoch=0, durable=RESERVE, sync=sync, key=key)}
+        self.to_peer: dict[str, list[bytes]] = {"a": [], "b": []}
+        self.to_clients: dict[str, list[tuple[bytes, tuple[str, int]]]] = {"a": [], "b": []}
+        self.durable = {"a": RESERVE, "b": RESERVE}
+        self.vip = "a"  # the member promoted last: the clients' datagrams reach it (the address moved there)
+
+    def carry(self, name: str, actions: Actions) -> None:
+        if actions.grant is not None:
+            self.durable[name] = max(self.durable[name], actions.grant)  # persisted at once
+        self.to_peer[name] += actions.to_peer
+        self.to_clients[name] += [(bytes(data), addr) for data, addr in actions.to_clients]
+
+    def step(self, seconds: float = 0.02) -> None:
+        self.now += seconds
+        for name, other in (("a", "b"), ("b", "a")):
+            sent, self.to_peer[name] = self.to_peer[name], []
+            source = self.members[name].address
+            if not self.cut:
+                self.carry(other, self.members[other].receive([(d, source) for d in sent], self.now,
+                                                              self.durable[other]))
+        for name, member in self.members.items():
+            self.carry(name, member.tick(self.now, self.durable[name]))
+            core = self.cores[name]
+            if member.primary:
+                out = self.flush(name)
+                self.carry(name, member.replicate())
+                self.carry(name, member.gate(out.sends, self.now))
+            else:
+                core.flush_control(self.now)
+
+    def flush(self, name: str):
+        """The core's flush, its reservation persisted at once (the driver's state file)."""
+        out = self.cores[name].flush(self.now)
+        if out.reserve is not None:
+            self.durable[name] = max(self.durable[name], out.reserve)
+        return out
+
+    def settle(self, steps: int = 20) -> None:
+        for _ in range(steps):
+            self.step()
+
+    def push(self, name: str, payload: bytes, tag: int) -> None:
+        self.cores[name].receive(codec.encode(codec.Push(payload, tag)), PUBLISHER, self.now)
+
+    def delivered(self, name: str) -> dict[int, bytes]:
+        """seq -> payload of the DELIVERs member ``name`` sent its subscriber."""
+        found: dict[int, bytes] = {}
+        for data, addr in self.to_clients[name]:
+            if addr == SUBSCRIBER and data[0] == codec.DELIVER:
+                for frame in codec.decode(data):
+                    if isinstance(frame, codec.Deliver):
+                        found[frame.seq] = frame.data
+        return found
+
+    def subscribe(self) -> None:
+        for core in self.cores.values():
+            core.clients.refresh(SUBSCRIBER, codec.FLAG_GONE | codec.FLAG_BATCH, self.now)
+
+
+def test_both_start_as_standby_and_a_promotion_writes_a_new_epoch_and_the_role():
+    rig = Rig()
+    a = rig.members["a"]
+    assert a.role == Role.STANDBY and not a.primary
+    actions = a.promote(rig.now, RESERVE)
+    assert actions.epoch == 1 and actions.role == Role.PRIMARY and a.primary
+    assert any(frames.decode(d).__class__ is frames.State for d in actions.to_peer)  # a STATE goes out at once
+    assert a.promote(rig.now, RESERVE) == Actions()  # promoting a primary changes nothing
+
+
+def test_the_standby_grants_what_the_primary_asks_and_in_sync_mode_output_waits_for_its_ack():
+    rig = Rig(sync=True)
+    rig.subscribe()
+    rig.carry("a", rig.members["a"].promote(rig.now, RESERVE))
+    rig.settle()
+    source = rig.members["a"].source
+    assert source is not None and source.attached and source.granted >= 1
+    rig.push("a", b"one", 1)
+    out = rig.flush("a")
+    rig.carry("a", rig.members["a"].replicate())
+    gated = rig.members["a"].gate(out.sends, rig.now)
+    assert gated.to_clients == [] and rig.members["a"].holding == 1  # held until the standby ACKs it
+    rig.settle(3)
+    seq = rig.cores["a"].sequence.last_issued  # above a's state file mark: a knew of no earlier number
+    assert rig.delivered("a") == {seq: b"one"}
+    assert rig.members["a"].holding == 0 and rig.cores["b"].recent.first == seq
+
+
+def test_a_primary_that_meets_a_newer_epoch_stands_down_is_fenced_then_follows():
+    rig = Rig()
+    rig.carry("a", rig.members["a"].promote(rig.now, RESERVE))
+    rig.settle()
+    rig.cut = True
+    rig.carry("b", rig.members["b"].promote(rig.now, rig.durable["b"]))  # split brain on purpose
+    assert rig.members["b"].epoch == 2
+    rig.cut = False
+    rig.step()
+    a = rig.members["a"]
+    assert not a.primary and a.counters["pair fenced"] == 1
+    assert a.role == Role.FENCED  # keepalived's check sees it: a host still holding the address gives it up
+    rig.settle(40)
+    assert a.role == Role.STANDBY and a.follower.epoch == 2
+
+
+def test_two_members_promoted_apart_take_epochs_of_their_own_parity_and_the_older_stands_down():
+    rig = Rig()
+    rig.cut = True
+    for name in "ab":
+        rig.carry(name, rig.members[name].promote(rig.now, RESERVE))
+    assert (rig.members["a"].epoch, rig.members["b"].epoch) == (1, 2)  # never one epoch for two primaries
+    rig.cut = False
+    rig.settle()
+    assert not rig.members["a"].primary and rig.members["b"].primary
+
+
+def test_demote_then_promote_declares_gone_what_it_reserved_and_held_back_and_forgets_the_held_tags():
+    rig = Rig(sync=True)
+    rig.subscribe()
+    a = rig.members["a"]
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.settle()
+    rig.cut = True  # the standby's ACKs stop: the output stays held
+    rig.push("a", b"held", 1)
+    out = rig.flush("a")
+    rig.carry("a", a.replicate())
+    rig.carry("a", a.gate(out.sends, rig.now))
+    assert a.holding == 1
+    issued = rig.cores["a"].sequence.last_issued
+    rig.carry("a", a.demote(rig.now))
+    assert a.counters["pair held output dropped"] >= 1
+    rig.carry("a", a.promote(rig.now, rig.durable["a"]))
+    start = rig.cores["a"].sequence.last_issued + 1
+    assert rig.cores["a"].gone[-1] == (issued, start - 1, codec.GONE_NEVER_SENT)  # the held message too
+    sent = [bytes(data) for data, addr in rig.cores["a"].flush(rig.now).sends if addr == SUBSCRIBER]
+    assert codec.encode_gone(issued, start - 1, codec.GONE_NEVER_SENT) in sent  # at once, to the subscriber
+    assert not any(data[0] == codec.DELIVER for data in sent)
+    rig.push("a", b"held", 1)  # the publisher's retry: a new number, not the one declared never sent
+    out = rig.flush("a")
+    confirms = [frame for data, addr in out.sends if addr == PUBLISHER for frame in codec.decode(bytes(data))
+                if isinstance(frame, codec.Confirm)]
+    assert [confirm.seq for confirm in confirms] == [start]
+
+
+def test_forged_garbage_and_foreign_pair_datagrams_are_counted_and_change_nothing():
+    rig = Rig(key=bytes(range(32)))
+    a = rig.members["a"]
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    unsigned = frames.encode_ack(99, 10, 10)
+    a.receive([(unsigned, B), (b"\x83junk", B), (unsigned, ("10.0.0.7", 2324)),
+               (frames.seal(b"\x99", bytes(range(32))), B)], rig.now, RESERVE)
+    assert a.counters["drop:pair bad digest"] == 2 and a.counters["drop:pair foreign source"] == 1
+    assert sum(v for k, v in a.counters.items() if k.startswith("drop:pair ")) == 4
+    assert a.primary and a.epoch == 1
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["promote", "demote", "push", "cut", "heal", "step", "long"]),
+                         st.sampled_from("ab")), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(OPS, st.booleans())
+def test_any_order_of_signals_pushes_cuts_and_time_keeps_numbers_and_roles_apart(ops, sync):
+    """Whatever happens, a number DELIVERed by both members carries one message (the link is cut only in short
+    spells: a primary alone for longer than the standby timeout is the pair's documented limit), the role
+    reported matches the primary flag, and one primary of an epoch DELIVERed."""
+    rig = Rig(sync=sync)
+    rig.subscribe()
+    tag = 0
+    cut_since: float | None = None
+    senders: dict[int, set[str]] = {}
+    for op, name in ops:
+        member = rig.members[name]
+        if op == "promote":
+            rig.carry(name, member.promote(rig.now, rig.durable[name]))
+            rig.vip = name
+        elif op == "demote":
+            rig.carry(name, member.demote(rig.now))
+        elif op == "push" and rig.members[rig.vip].primary:  # a standby does not read the client socket
+            tag += 1
+            rig.push(rig.vip, b"m%d" % tag, tag)
+        elif op == "cut" and not rig.cut:
+            rig.cut, cut_since = True, rig.now
+        elif op == "heal":
+            rig.cut = False
+        before = {n: len(rig.delivered(n)) for n in "ab"}
+        rig.step(0.3 if op == "long" else 0.02)
+        if rig.cut and cut_since is not None and rig.now - cut_since > 0.6:
+            rig.cut = False  # short spells only
+        for n in "ab":
+            m = rig.members[n]
+            assert (m.role == Role.PRIMARY) == m.primary
+            if len(rig.delivered(n)) > before[n] and m.primary:
+                senders.setdefault(m.epoch, set()).add(n)
+    rig.cut = False
+    rig.settle(5)
+    a, b = rig.delivered("a"), rig.delivered("b")
+    assert all(a[seq] == b[seq] for seq in a.keys() & b.keys())
+    assert all(len(names) == 1 for names in senders.values())

@@ -1,0 +1,99 @@
+"""The deterministic simulation of a pair with keepalived and its clients (tests/simulation/): a window of seeded
+schedules holds every promise the checker reads, each seed that once broke one stays a regression test, and a
+seed replays exactly.  ``python -m tests.simulation --minutes M`` runs a longer campaign."""
+from __future__ import annotations
+
+import pytest
+
+from tests.simulation import faults
+from tests.simulation.run import main, run
+
+# A bounded count, not a time budget: on a busy 2-core machine these run in well under a minute (the suite
+# asserts on what the checker finds, never on speed).
+SCHEDULES = 120
+
+# Seeds whose schedules broke a promise before the fix named; each must hold now.
+REGRESSIONS = {
+    1: "both hosts VRRP masters at once: one fenced by the other's tie-break, the other demoted; each waited for "
+       "the other's stale primary, fenced forever",
+    2: "a resumed master fenced by the new primary, which keepalived then demoted: a MASTER with a standby backbone",
+    17: "a restarted member promoted started above its mark without a word: subscribers waited their give-up time",
+    28: "a demoted primary's dropped output was sent again when it was promoted (sync): one message, two numbers",
+    54: "a state directory lost after its host led an epoch: the peer promoted into the same epoch again",
+    69: "a recovery interrupted by a pause: the next primary followed on above numbers nobody had answered",
+    99: "a retry CONFIRMed from the memory of dropped output with a number declared never sent (sync)",
+    143: "a backbone restarted in 30 ms, before keepalived's check looked: its host kept the address, standing by",
+    283: "a recovery still open when its primary stood down was replaced at its next promotion, never ended",
+    303: "output released by an ACK in the read that also fenced the primary went out after the newer epoch",
+    64: "a primary that stood down within its journals' window, with no subscriber known yet, said its takeover "
+        "was answered: the next primary followed on above numbers nobody had answered",
+    116: "the same, after an operator's demote-then-promote of a restarted backbone",
+    166: "seven faults ending in a demote-then-promote: the probe confirmed, and held behind an unanswered hole",
+    216: "clock jumps, signals and a stop: a hole nobody answered after the faults",
+    263: "kills, partitions and demote-then-promotes: a hole nobody answered after the faults",
+    281: "kills, stops and demote-then-promotes: a hole nobody answered after the faults",
+    356: "a kill, a partition and a demote-then-promote: a hole nobody answered after the faults",
+    378: "clock jumps, stops, pauses and signals: a hole nobody answered after the faults",
+    379: "signals and pauses: a hole nobody answered after the faults",
+    100721: "a member restarted while its peer was down took the epoch its peer had led meanwhile",
+    100800: "a member restarted without its state directory, promoted, numbered from 1 again: its peer, alone "
+            "too, had not told it its mark",
+}
+
+# Seeds of the window that still break a promise: open, listed here so that the window tests everything else.
+OPEN = {
+    96: "operator promotes of both hosts around a client partition: a hole answered only after 4.8 s",
+}
+
+
+@pytest.mark.parametrize("seed", sorted(REGRESSIONS), ids=lambda seed: f"seed{seed}")
+def test_each_seed_that_broke_a_promise_holds(seed):
+    outcome = run(seed)
+    assert not outcome.problems, f"{REGRESSIONS[seed]}\n{outcome.schedule}\n" + "\n".join(outcome.problems[:10])
+
+
+def test_a_window_of_schedules_holds_every_promise():
+    broken = {}
+    faults_injected = 0
+    for seed in range(SCHEDULES):
+        if seed in OPEN:
+            continue
+        outcome = run(seed)
+        faults_injected += outcome.faults
+        if outcome.problems:
+            broken[seed] = f"{outcome.schedule}\n" + "\n".join(outcome.problems[:5])
+    assert not broken, "\n\n".join(broken.values()) + "\n(python -m tests.simulation --seed N replays one)"
+    assert faults_injected >= SCHEDULES  # every schedule injects at least one fault
+
+
+def test_every_fault_class_is_drawn_in_the_window():
+    kinds = {fault.kind for seed in range(SCHEDULES) for fault in faults.draw(seed).faults}
+    assert kinds == set(faults.KINDS)
+    schedules = [faults.draw(seed) for seed in range(SCHEDULES)]
+    assert {schedule.sync for schedule in schedules} == {True, False}
+    assert any(not fault.state_kept for s in schedules for fault in s.faults if fault.kind == "kill")
+    assert any(not fault.both_ways for s in schedules for fault in s.faults if fault.kind == "partition")
+
+
+def test_a_seed_replays_exactly_and_prints_its_schedule(capsys):
+    first, again = run(7), run(7)
+    assert (first.problems, first.messages, first.faults, first.worst_stall, first.virtual_seconds) == \
+        (again.problems, again.messages, again.faults, again.worst_stall, again.virtual_seconds)
+    assert main(["--seed", "7"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("seed 7: ") and str(faults.draw(7).faults[0]) in printed and "held" in printed
+
+
+def test_the_command_refuses_bad_arguments_in_one_line(capsys):
+    for argv in ([], ["--schedules", "0"], ["--minutes", "-1"]):
+        with pytest.raises(SystemExit) as stopped:
+            main(argv)
+        assert stopped.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("python -m tests.simulation: error: ") and sum("error:" in line for line in err) == 1
+
+
+@pytest.mark.parametrize("seed", sorted(OPEN), ids=lambda seed: f"seed{seed}")
+@pytest.mark.xfail(strict=True, reason="an open defect the simulation found (see OPEN)")
+def test_open_seeds_still_break_a_promise(seed):
+    assert not run(seed).problems, OPEN[seed]
