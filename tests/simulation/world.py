@@ -254,7 +254,7 @@ class Process:
                 core.keep_recent()
         self._carry(member.tick(now, host.disk.durable))
         due = member.next_due()
-        core_due = self.core.next_due(now) if member.primary else None
+        core_due = self.core.next_deadline(now) if member.primary else None
         if core_due is not None:
             due = min(due, core_due)
         if member.holding:
@@ -448,8 +448,8 @@ class SimClient:
         self._wake_at = None
         now = world.now
         connection = self.connection
-        datagrams, events = connection.poll(now)
-        resends, finished = connection.publishes.poll(now)
+        datagrams, events = connection.handle_timers(now)
+        resends, finished = connection.publishes.handle_timers(now)
         for datagram in datagrams + resends:
             world.to_service(datagram, self.address)
         self._events(events)
