@@ -136,7 +136,7 @@ class GatewayRouter:
     def auth_counts(self) -> dict[str, int]:
         """What verification dropped and accepted (empty without credentials)."""
         auth = self.subjects.auth
-        return {f"auth {name}": count for name, count in auth.stats.items()} if auth is not None else {}
+        return {f"auth {name}": count for name, count in dict(auth.stats).items()} if auth is not None else {}
 
     def subscribers_elsewhere(self, subject: str) -> int:
         """Subscriptions matching ``subject`` announced by every other gateway and client of the deployment.

@@ -18,6 +18,7 @@ import gevent
 from gevent.event import Event
 
 from fyrehose.gateways.access.login import Access
+from fyrehose.gateways.metrics import gateway_metrics
 from fyrehose.gateways.router import GatewayRouter, Route, Wants
 from fyrehose.gateways.tcp import ClientConnection, GatewayServer, TcpClient
 from fyrehose.gateways.tls import context_from
@@ -26,6 +27,7 @@ from fyrehose.gateways.workers import reuse_port_listener, run_workers
 from fyrehose.net.addresses import parse_hostport
 from fyrehose.protocol.codec import Address
 from fyrehose.runtime.credentials import credentials_from
+from fyrehose.runtime.metrics import MetricsServer
 from fyrehose.runtime.readiness import announce_ready
 
 log = logging.getLogger("fyrehose.gateway")
@@ -73,15 +75,27 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
         gevent.signal_handler(signum, stop.set)
     if getattr(args, "reuse_port", False):  # a worker of --workers N: it must not outlive its supervisor
         gevent.spawn(_stop_when_orphaned, os.getppid(), stop)
+    metrics = _serve_metrics(args.metrics, kind, stats, router, server)
     announce(access, args.users)
     session = f", session {router.session.name}" if router.session is not None else ""
     announce_ready(f"gateway {kind}", server.address, f"backbone {args.backbone}{session}")
     stop.wait()
+    if metrics is not None:
+        metrics.stop()
     server.stop()
     router.close()
     counts = dict(stats) | router.auth_counts()
     log.info("stopped; %s", ", ".join(f"{name} {count}" for name, count in sorted(counts.items())) or "idle")
     return 0
+
+
+def _serve_metrics(listen: str | None, kind: str, stats: Counter, router: GatewayRouter,
+                   server: GatewayServer) -> MetricsServer | None:
+    """``--metrics``: a thread of its own serves the scrapes; it reads copies of what the loop counts."""
+    if listen is None:
+        return None
+    return MetricsServer(parse_hostport(listen), lambda: gateway_metrics(
+        kind, dict(stats) | router.auth_counts(), router.reachable, router.position, server.clients)).start()
 
 
 def _stop_when_orphaned(supervisor: int, stop: Event) -> None:

@@ -39,7 +39,7 @@ def test_the_gateway_names_its_event_counters_as_the_dashboard_and_rules_read_th
     cause: the names the gateway gives those counters (gateways/router.py, gateways/access/login.py) are checked
     here instead."""
     counts = Counter({"lost": 3, "logins refused": 2, "logins throttled": 1})
-    fake = SimpleNamespace(stats=counts, router=None, healthy=lambda: False)
+    fake = SimpleNamespace(stats=counts, router=None, healthy=lambda: False, clients=None)
     exported = parse(HttpGateway.metrics_text(fake).decode())  # type: ignore[arg-type]
     assert set(exported.families) >= EVENT_ONLY
     assert exported.total("fyrehose_gateway_lost_total", {"kind": "http"}) == 3

@@ -124,7 +124,8 @@ def test_gateways_show_their_kind_link_and_refusals_and_unread_endpoints_say_why
            reading("n:1", 0.5, "node_load1 0.5\n")]
     screen = build(before, now, "errors")
     gateway = section(screen, "gateways")["g:1"]
-    assert gateway == {"ENDPOINT": "g:1", "KIND": "http", "BACKBONE": "DOWN", "POSITION": "880", "PUB/s": "100",
+    assert gateway == {"ENDPOINT": "g:1", "KIND": "http", "BACKBONE": "DOWN", "CLIENTS": "-", "POSITION": "880",
+                       "PUB/s": "100",
                        "CONN/s": "0", "REFUSED/s": "4", "LOST": "0"}
     unread = section(screen, "not read")
     assert unread["x:1"]["PROBLEM"] == "[Errno 111] Connection refused"

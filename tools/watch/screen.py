@@ -158,12 +158,21 @@ def _journal(readings: _Readings, endpoint: str) -> Row:
                endpoint, written or 0.0, lag or 0.0, lost or 0.0)
 
 
+# Every way a gateway says no: clients over its limits, logins, and publishes and subscriptions outside a user's rights
+GATEWAY_REFUSALS = ("fyrehose_gateway_refused_connections_total", "fyrehose_gateway_refused_connections_per_address_total",
+                    "fyrehose_gateway_logins_refused_total", "fyrehose_gateway_logins_throttled_total",
+                    "fyrehose_gateway_publishes_refused_total", "fyrehose_gateway_subscriptions_refused_total")
+
+
 def _gateway(readings: _Readings, endpoint: str) -> Row:
     kinds = readings.now.by_label("fyrehose_gateway_up", "kind")
     up = readings.value("fyrehose_gateway_up")
     published = readings.rate("fyrehose_gateway_published_total")
-    refused, lost = readings.rate("fyrehose_gateway_refused_connections_total"), readings.rate("fyrehose_gateway_lost_total")
+    rates = [rate for rate in (readings.rate(name) for name in GATEWAY_REFUSALS) if rate is not None]
+    refused = sum(rates) if rates else None
+    lost = readings.rate("fyrehose_gateway_lost_total")
     return Row((endpoint, ",".join(sorted(kinds)) or "?", "up" if up else "DOWN",
+                number(readings.value("fyrehose_gateway_clients")),
                 number(readings.value("fyrehose_gateway_position")), number(published),
                 number(readings.rate("fyrehose_gateway_connections_total")), number(refused),
                 number(readings.value("fyrehose_gateway_lost_total") or 0.0)),
@@ -175,7 +184,7 @@ _COLUMNS = {
     "recovery": ("ENDPOINT", "DROPS/s", "REQUESTS/s", "FORWARDS/s", "REDELIV/s", "GONE/s", "RESTARTS"),
     "pair": ("ENDPOINT", "ROLE", "EPOCH", "STANDBY", "LAG MSGS", "LAG", "TAKEOVERS", "FENCED", "GONE"),
     JOURNAL: ("ENDPOINT", "HEAD", "LAG MSGS", "LAG", "WRITTEN/s", "FWD/s", "LOST", "FSYNC MAX"),
-    GATEWAY: ("ENDPOINT", "KIND", "BACKBONE", "POSITION", "PUB/s", "CONN/s", "REFUSED/s", "LOST"),
+    GATEWAY: ("ENDPOINT", "KIND", "BACKBONE", "CLIENTS", "POSITION", "PUB/s", "CONN/s", "REFUSED/s", "LOST"),
     UNKNOWN: ("ENDPOINT", "PROBLEM"),
 }
 _TITLES = {BACKBONE: "backbones", "recovery": "losses and recovery", "pair": "standby pair", JOURNAL: "journals", GATEWAY: "gateways",

@@ -56,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
 
     def make_connection(client, router, access):
         gateway.router = router
+        if gateway.clients is None and client.server is not None:
+            server = client.server
+            gateway.clients = lambda: server.clients
         login = Login(access, client.peer.rpartition(":")[0])  # /resp's Redis commands log in and are held to it
         return HttpConnectionDriver(client, HttpConnection(gateway, router, time.monotonic(), login), gateway, router,
                                     stats)

@@ -40,6 +40,9 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
                                           f"(default {DEFAULT_MAX_CLIENTS_PER_ADDRESS})")
     add_users_argument(parser)
     add_tls_arguments(parser)
+    parser.add_argument("--metrics", metavar="HOST:PORT",
+                        help="serve the gateway's counters (clients, refusals of every kind, logins, slow consumers, "
+                             "...) for Prometheus at http://HOST:PORT/metrics")
     parser.add_argument("--publish-timeout", type=publish_timeout, default=5.0, metavar="S",
                         help="how long a publish waits for the backbone's confirmation (default 5)")
     add_auth_arguments(parser, "gateway", "gateway")

@@ -8,6 +8,7 @@ Redis gateway) and Server-Sent Event streams, indexed by subject pattern.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING
 from fyrehose.gateways.channels import channel_to_subject_or_none, subject_to_channel
 from fyrehose.gateways.http.settings import HttpSettings
 from fyrehose.gateways.http.websocket import StreamMark
+from fyrehose.gateways.metrics import gateway_metrics
 from fyrehose.gateways.redis.connection import RedisRoutes
-from fyrehose.runtime.metrics import Metric, render
+from fyrehose.runtime.metrics import render
 from fyrehose.subjects.envelope import Envelope
 from fyrehose.subjects.patterns import SubjectIndex
 
@@ -47,6 +49,7 @@ class HttpGateway:
     streams: SubjectIndex = field(default_factory=SubjectIndex)
     mark: StreamMark = field(default_factory=StreamMark)
     router: GatewayRouter | None = None
+    clients: Callable[[], int] | None = None  # clients connected now (the TCP server's count)
 
     def __post_init__(self) -> None:
         self.redis_routes = StreamCountingRoutes(self.streams)
@@ -93,20 +96,6 @@ class HttpGateway:
 
     def metrics_text(self) -> bytes:
         """The gateway's counters in the Prometheus text format."""
-        metrics: list[Metric] = [
-            ("fyrehose_gateway_up", "gauge", "1 while the backbone answers the gateway's keepalives",
-             [({"kind": "http"}, 1 if self.healthy() else 0)]),
-            ("fyrehose_gateway_position", "gauge", "the last backbone sequence the gateway routed",
-             [({"kind": "http"}, self.router.position if self.router is not None else 0)]),
-        ]
-        responses = []
-        for name, count in sorted(self.stats.items()):
-            if name.startswith("http ") and name[5:].isdigit():
-                responses.append(({"kind": "http", "status": name[5:]}, count))
-                continue
-            metric = "fyrehose_gateway_" + "".join(c if c.isalnum() else "_" for c in name) + "_total"
-            metrics.append((metric, "counter", f"gateway counter: {name}", [({"kind": "http"}, count)]))
-        if responses:
-            metrics.append(("fyrehose_gateway_http_responses_total", "counter", "HTTP responses by status",
-                            responses))
-        return render(metrics).encode()
+        return render(gateway_metrics("http", dict(self.stats), self.healthy(),
+                                      self.router.position if self.router is not None else 0,
+                                      self.clients() if self.clients is not None else None)).encode()
