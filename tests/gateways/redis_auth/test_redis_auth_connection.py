@@ -8,10 +8,14 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from redis_users_support import Client, command, users
+from redis_users_support import Client, Deployment, command, users
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import BytesMessage, Request
 
 from fyrehose.gateways.access.guard import FREE_FAILURES
-from fyrehose.gateways.access.login import Access
+from fyrehose.gateways.access.login import Access, Login
+from fyrehose.gateways.http.connection import HttpConnection
+from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
 from fyrehose.gateways.redis import rights
 from fyrehose.gateways.redis.connection import RedisRoutes
 from fyrehose.gateways.requests import Verify
@@ -310,3 +314,41 @@ def test_get_reads_a_last_value_only_within_the_subscribe_rights():
     assert client.send(command(b"GET", b"orders.1")) == (
         b"-NOPERM this user has no permissions to access one of the keys used as arguments\r\n")
     assert client.send(command(b"GET", b"weather")).startswith(b"-ERR no cache answered")
+
+
+# ---------------------------------------------------------------- RESP over WebSocket (/resp)
+
+class RespOverWebSocket:
+    """An HTTP connection of the HTTP gateway upgraded to /resp, with a login, driven by wsproto's client side."""
+
+    def __init__(self, shared: Access) -> None:
+        self.http = HttpConnection(HttpGateway(HttpSettings(backbone="127.0.0.1:1")), Deployment(), 0.0,
+                                   Login(shared, "10.0.0.7"))
+        self.ws = WSConnection(ConnectionType.CLIENT)
+        self.exchange(self.ws.send(Request(host="gateway", target="/resp")))
+
+    def exchange(self, data: bytes) -> list[bytes]:
+        self.http.receive(data, 0.0)
+        got: list[bytes] = []
+        while True:
+            self.ws.receive_data(self.http.outbox.take())
+            got += [event.data for event in self.ws.events() if isinstance(event, BytesMessage)]
+            requests, self.http.requests[:] = list(self.http.requests), []
+            if not requests:
+                return got
+            for request in requests:
+                assert isinstance(request, Verify)
+                self.http.verified(request.token, request.users.verify(request.credential))
+
+    def send(self, *args: bytes) -> list[bytes]:
+        return self.exchange(self.ws.send(BytesMessage(data=command(*args))))
+
+
+def test_resp_over_websocket_logs_in_and_is_held_to_the_rights_as_on_tcp():
+    client = RespOverWebSocket(access())
+    assert client.send(b"PUBLISH", b"news.sports", b"x") == [NOAUTH]
+    assert client.send(b"AUTH", b"alice", b"bad") == [WRONGPASS]
+    assert client.send(b"AUTH", b"alice", b"secret") == [OK]
+    assert client.send(b"ACL", b"WHOAMI") == [b"$5\r\nalice\r\n"]
+    assert client.send(b"PUBLISH", b"orders", b"x") == [NOPERM]
+    assert client.send(b"PSUBSCRIBE", b"news.*") == [b"*3\r\n$10\r\npsubscribe\r\n$6\r\nnews.*\r\n:1\r\n"]
