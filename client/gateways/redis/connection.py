@@ -232,6 +232,8 @@ class RedisConnection:
         self.last_input = now
         if self.outbox.closing is not None:
             return
+        if self.checked:  # before a login (and not while one is being checked): redis-server's tighter limits
+            self.parser.guarded = self._verifying is None and not self.login.allowed_in
         self._unread.extend(self.parser.feed(data))
         self._run()
 

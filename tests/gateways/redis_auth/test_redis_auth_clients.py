@@ -176,7 +176,8 @@ SCRIPT: list[tuple[list[bytes], int]] = [  # (command, replies it gets)
     ([b"SUBSCRIBE", b"news.sports", b"weather"], 2), ([b"PUNSUBSCRIBE", b"weather", b"news.*"], 2),
     ([b"UNSUBSCRIBE", b"news.sports", b"weather"], 2),
     ([b"AUTH", b"bob", b"pw"], 1), ([b"HELLO", b"3", b"AUTH", b"bob", b"pw", b"SETNAME", b"b"], 1),
-    ([b"ACL", b"WHOAMI"], 1), ([b"PSUBSCRIBE", b"*"], 1), ([b"PUBLISH", b"orders", b"x"], 1), ([b"QUIT"], 1),
+    ([b"ACL", b"WHOAMI"], 1), ([b"PSUBSCRIBE", b"*"], 1), ([b"PUNSUBSCRIBE", b"*"], 1),
+    ([b"PUBLISH", b"orders", b"x"], 1), ([b"QUIT"], 1),
 ]
 
 
@@ -210,19 +211,49 @@ def clear_failures(gateway: GatewayProcess, **options) -> None:
     client.close()
 
 
-def test_replies_are_redis_servers_byte_for_byte(gateway, tmp_path):
-    clear_failures(gateway)
-    acl = tmp_path / "users.acl"
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory):
+    """A real redis-server with the equivalent ACL file, stopped by its PID at the end; its port."""
+    directory = tmp_path_factory.mktemp("redis-server")
+    acl = directory / "users.acl"
     acl.write_text(ACL)
     port = free_port(socket.SOCK_STREAM)
     with ChildProcess(["redis-server", "--port", str(port), "--bind", LOOPBACK, "--save", "", "--appendonly", "no",
-                       "--dir", str(tmp_path), "--aclfile", str(acl)], tmp_path / "redis-server.log"):
+                       "--dir", str(directory), "--aclfile", str(acl)], directory / "redis-server.log"):
         assert wait_until(lambda: _listening(port), timeout=10)
-        expected = [redis_server_hello(reply) for reply in replies(port, SCRIPT)]
+        yield port
+
+
+def test_replies_are_redis_servers_byte_for_byte(gateway, redis_server):
+    clear_failures(gateway)
+    expected = [redis_server_hello(reply) for reply in replies(redis_server, SCRIPT)]
     got = [redis_server_hello(reply) for reply in replies(gateway.port, SCRIPT)]
     for (args, _), mine, theirs in zip(SCRIPT, got, expected):
         assert mine == theirs, args
     assert expected.count(b"HELLO map") == 1  # the one HELLO that got through
+
+
+@pytest.mark.parametrize("sent", [command(b"PING", *[b"x"] * 10), b"*3\r\n$7\r\nPUBLISH\r\n$1\r\na\r\n$16385\r\n",
+                                  command(b"PUBLISH", b"news.sports", b"x" * 16384)])
+def test_an_unauthenticated_clients_limits_are_redis_servers(gateway, redis_server, sent):
+    """Before a login, at most 10 arguments of 16 KiB: beyond, the error and the close."""
+    assert _until_closed(gateway.port, sent) == _until_closed(redis_server, sent)
+
+
+def _until_closed(port: int, data: bytes) -> bytes:
+    sock = socket.create_connection((LOOPBACK, port), timeout=10)
+    sock.sendall(data)
+    got = b""
+    try:
+        while not got.endswith(b"\r\n") or got.startswith(b"-ERR Protocol"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    except ConnectionResetError:
+        pass
+    sock.close()
+    return got
 
 
 def _listening(port: int) -> bool:

@@ -352,3 +352,37 @@ def test_resp_over_websocket_logs_in_and_is_held_to_the_rights_as_on_tcp():
     assert client.send(b"ACL", b"WHOAMI") == [b"$5\r\nalice\r\n"]
     assert client.send(b"PUBLISH", b"orders", b"x") == [NOPERM]
     assert client.send(b"PSUBSCRIBE", b"news.*") == [b"*3\r\n$10\r\npsubscribe\r\n$6\r\nnews.*\r\n:1\r\n"]
+
+
+# ---------------------------------------------------------------- redis-server's limits before a login
+
+UNAUTHENTICATED_MULTIBULK = b"-ERR Protocol error: unauthenticated multibulk length\r\n"
+UNAUTHENTICATED_BULK = b"-ERR Protocol error: unauthenticated bulk length\r\n"
+
+
+def test_before_a_login_commands_are_small_and_a_larger_one_closes():
+    client = Client(access())
+    assert client.send(command(b"PUBLISH", b"news.sports", b"x" * 16384)) == NOAUTH  # the largest argument
+    assert client.send(command(b"PING", *[b"x"] * 9)) == b"-ERR wrong number of arguments for 'ping' command\r\n"
+    assert client.send(command(b"PING", *[b"x"] * 10)) == UNAUTHENTICATED_MULTIBULK  # 11 in all
+    assert client.connection.outbox.closing is not None
+    client = Client(access())
+    assert client.send(b"*3\r\n$7\r\nPUBLISH\r\n$1\r\na\r\n$16385\r\n") == UNAUTHENTICATED_BULK
+    assert client.connection.outbox.closing is not None
+
+
+def test_after_a_login_or_without_users_larger_commands_are_read():
+    big = command(b"PUBLISH", b"news.sports", b"x" * 50_000)
+    client = logged_in()
+    assert client.send(big) == b":0\r\n"
+    assert Client(Access(None)).send(big) == b":0\r\n"
+    assert Client(access("guest")).send(command(b"PUBLISH", b"x", b"y" * 20000)) == NOPERM  # anonymous is in
+
+
+def test_what_is_pipelined_behind_an_auth_is_read_as_after_a_login():
+    client = Client(access())
+    assert client.send(command(b"AUTH", b"alice", b"secret") + command(b"PUBLISH", b"news.sports", b"x" * 20000)) == (
+        OK + b":0\r\n")
+    refused = Client(access())  # refused: the limits are back for what it sends next
+    assert refused.send(command(b"AUTH", b"alice", b"bad")) == WRONGPASS
+    assert refused.send(command(b"PUBLISH", b"a", b"x" * 20000)) == UNAUTHENTICATED_BULK
