@@ -5,6 +5,8 @@ equivalent users); test_redis_auth_clients.py asks a real one again.
 """
 from __future__ import annotations
 
+import base64
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,7 +20,7 @@ from fyrehose.gateways.http.connection import HttpConnection
 from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
 from fyrehose.gateways.redis import rights
 from fyrehose.gateways.redis.connection import RedisRoutes
-from fyrehose.gateways.requests import Verify
+from fyrehose.gateways.requests import Publish, Verify
 from fyrehose.subjects.envelope import Envelope
 
 OK = b"+OK\r\n"
@@ -322,36 +324,46 @@ class RespOverWebSocket:
     """An HTTP connection of the HTTP gateway upgraded to /resp, with a login, driven by wsproto's client side."""
 
     def __init__(self, shared: Access) -> None:
+        """Upgraded with alice's password: the Redis commands go on as alice."""
         self.http = HttpConnection(HttpGateway(HttpSettings(backbone="127.0.0.1:1")), Deployment(), 0.0,
                                    Login(shared, "10.0.0.7"))
         self.ws = WSConnection(ConnectionType.CLIENT)
-        self.exchange(self.ws.send(Request(host="gateway", target="/resp")))
+        basic = base64.b64encode(b"alice:secret")  # the upgrade request logs in (Basic), as the HTTP gateway asks
+        self.exchange(self.ws.send(Request(host="gateway", target="/resp",
+                                           extra_headers=[(b"authorization", b"Basic " + basic)])))
 
     def exchange(self, data: bytes) -> list[bytes]:
         self.http.receive(data, 0.0)
         got: list[bytes] = []
         while True:
-            self.ws.receive_data(self.http.outbox.take())
+            written = self.http.outbox.take()
+            if written:  # wsproto reads b"" as the connection's end
+                self.ws.receive_data(written)
             got += [event.data for event in self.ws.events() if isinstance(event, BytesMessage)]
             requests, self.http.requests[:] = list(self.http.requests), []
             if not requests:
                 return got
             for request in requests:
-                assert isinstance(request, Verify)
-                self.http.verified(request.token, request.users.verify(request.credential))
+                if isinstance(request, Publish):
+                    self.http.published(request.token, [1])
+                else:
+                    assert isinstance(request, Verify)
+                    self.http.verified(request.token, request.users.verify(request.credential))
 
     def send(self, *args: bytes) -> list[bytes]:
         return self.exchange(self.ws.send(BytesMessage(data=command(*args))))
 
 
-def test_resp_over_websocket_logs_in_and_is_held_to_the_rights_as_on_tcp():
+def test_resp_over_websocket_goes_on_as_the_upgrades_user_and_logs_in_as_on_tcp():
     client = RespOverWebSocket(access())
-    assert client.send(b"PUBLISH", b"news.sports", b"x") == [NOAUTH]
-    assert client.send(b"AUTH", b"alice", b"bad") == [WRONGPASS]
-    assert client.send(b"AUTH", b"alice", b"secret") == [OK]
     assert client.send(b"ACL", b"WHOAMI") == [b"$5\r\nalice\r\n"]
     assert client.send(b"PUBLISH", b"orders", b"x") == [NOPERM]
-    assert client.send(b"PSUBSCRIBE", b"news.*") == [b"*3\r\n$10\r\npsubscribe\r\n$6\r\nnews.*\r\n:1\r\n"]
+    assert client.send(b"PSUBSCRIBE", b"news.s*") == [NOPERM]
+    assert client.send(b"AUTH", b"bob", b"bad") == [WRONGPASS]
+    assert client.send(b"ACL", b"WHOAMI") == [b"$5\r\nalice\r\n"]
+    assert client.send(b"HELLO", b"3", b"AUTH", b"bob", b"pw")[0].startswith(b"%7\r\n")
+    assert client.send(b"ACL", b"WHOAMI") == [b"$3\r\nbob\r\n"]
+    assert client.send(b"PUBLISH", b"orders", b"x") == [b":0\r\n"]
 
 
 # ---------------------------------------------------------------- redis-server's limits before a login
