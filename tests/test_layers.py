@@ -44,7 +44,7 @@ PURE_SERVICE_MODULES = {
     "fyrehose.gateways.access", "fyrehose.gateways.access.permissions", "fyrehose.gateways.access.secrets",
     "fyrehose.gateways.access.users", "fyrehose.gateways.access.guard", "fyrehose.gateways.access.login",
     "fyrehose.gateways.outbox", "fyrehose.gateways.requests", "fyrehose.gateways.liveness", "fyrehose.gateways.payloads",
-    "fyrehose.gateways.redis.hiredis_parser", "fyrehose.gateways.http.websocket",
+    "fyrehose.gateways.redis.hiredis_parser", "fyrehose.gateways.redis.rights", "fyrehose.gateways.http.websocket",
     "fyrehose.gateways.http.resp_values", "fyrehose.gateways.http.settings", "fyrehose.gateways.http.authorization",
     "fyrehose.loadtest.measuring_subscriber", "fyrehose.loadtest.account", "fyrehose.loadtest.stamp",
     "fyrehose.loadtest.tally", "fyrehose.loadtest.rates",

@@ -21,13 +21,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fyrehose.gateways.driver import ConnectionDriver
+    from fyrehose.gateways.access.login import Access, Login
+    from fyrehose.gateways.driver import ConnectionDriver, log
+    from fyrehose.gateways.router import GatewayRouter
     from fyrehose.gateways.runner import run_gateway
+    from fyrehose.gateways.tcp import TcpClient
 
     stats: Counter = Counter()
     routes = RedisRoutes()
-    return run_gateway(args, "redis", stats, routes.route,
-                       lambda client, router, access: ConnectionDriver(client, RedisConnection(
-                           routes, router, stats, request_timeout=args.request_timeout,
-                           idle=IdleTimeout(args.idle_timeout), now=time.monotonic()), router, stats),
-                       wants=routes.wants, refusal=TOO_MANY_CLIENTS)
+
+    def make_connection(client: TcpClient, router: GatewayRouter, access: Access) -> ConnectionDriver:
+        login = Login(access, client.peer.rpartition(":")[0])
+        if access.required and client.certificate_name is not None:
+            login.certificate(client.certificate_name)  # a verified client certificate names its user
+        connection = RedisConnection(routes, router, stats, request_timeout=args.request_timeout,
+                                     idle=IdleTimeout(args.idle_timeout), now=time.monotonic(), login=login,
+                                     warn=lambda text: log.warning("%s: %s", client.peer, text))
+        return ConnectionDriver(client, connection, router, stats)
+
+    return run_gateway(args, "redis", stats, routes.route, make_connection, wants=routes.wants,
+                       refusal=TOO_MANY_CLIENTS)

@@ -207,7 +207,7 @@ class HttpConnection:
 
     def verified(self, token: int, user: User | None) -> None:
         if self.resp is not None:
-            self.resp.verified(token, user)  # type: ignore[attr-defined]  # a RESP AUTH over /resp: the Redis side's
+            self.resp.verified(token, user)  # a RESP AUTH over /resp: the Redis side's
             return
         verifying = self._verifying  # the request's credential was checked: serve it, or answer 401
         if verifying is None or verifying[0] != token or self.outbox.closing is not None:
@@ -561,7 +561,7 @@ class HttpConnection:
         endpoint = WebSocketEndpoint(self.outbox, framing, max_message=self.settings.max_message, stats=self.stats)
         self.resp = RedisConnection(self.site.redis_routes, self.deployment, self.stats,
                                     request_timeout=self.settings.request_timeout, outbox=self.outbox,
-                                    now=self._clock)
+                                    now=self._clock, login=self.login)
         self.resp.requests = self.requests  # type: ignore[assignment]  # its publishes and GETs are this connection's
         endpoint.on_message = lambda message: self.resp.receive(message, self._clock)  # type: ignore[union-attr]
         self.websocket = endpoint

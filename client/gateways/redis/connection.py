@@ -6,6 +6,15 @@ CLIENT SETNAME/GETNAME/ID, SELECT 0, and GET answered by the cache node
 (``fyrehose cache``).  Anything else gets a clear ``-ERR``.  Channels map to
 backbone subjects as :mod:`fyrehose.gateways.channels` says.
 
+With ``--users`` a client logs in (``AUTH``, ``HELLO ... AUTH``, or a TLS
+client certificate) and is held to its user's rights as redis-server holds
+a client to its ACL user: ``-NOAUTH`` before a login when clients without
+credentials get nothing, ``-WRONGPASS`` for a credential that proves no user
+(or one sent while its address is slowed), ``-NOPERM`` for a channel outside
+the rights (:mod:`fyrehose.gateways.redis.rights`).  A credential not seen
+before is checked off the loop (a :class:`~fyrehose.gateways.requests.Verify`
+request); the commands after it wait unread until it is settled.
+
 PUBLISH replies once the backbone confirmed the message; its integer is the
 number of receivers in the whole deployment, counted as Redis counts them (a
 client per matching channel and pattern subscription): this gateway's own,
@@ -26,9 +35,13 @@ place in the outbox for all its replies, filled at once.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import Counter, deque
+from collections.abc import Callable
 
+from fyrehose.gateways.access.login import Access, Login, Outcome
+from fyrehose.gateways.access.users import User
 from fyrehose.gateways.channels import (
     ChannelError,
     channel_to_subject,
@@ -41,8 +54,9 @@ from fyrehose.gateways.liveness import IdleTimeout
 from fyrehose.gateways.outbox import Outbox, Slot
 from fyrehose.gateways.payloads import PreparedHeads, fitting
 from fyrehose.gateways.redis import protocol as resp
+from fyrehose.gateways.redis import rights
 from fyrehose.gateways.redis.hiredis_parser import HiredisCommandParser
-from fyrehose.gateways.requests import Deployment, Publish, Snapshot
+from fyrehose.gateways.requests import Deployment, Publish, Snapshot, Verify
 from fyrehose.protocol.codec import PayloadTooLarge
 from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status, check_subject
 from fyrehose.subjects.redis_glob import MAX_PATTERN, GlobIndex, literal_prefix
@@ -55,6 +69,15 @@ MAX_GATEWAY_PATTERNS = 4096  # distinct patterns of all clients together: bounds
 MAX_CHANNEL = MAX_SUBJECT  # bytes of a channel name; no longer one can be carried on the backbone
 TOO_MANY_CLIENTS = resp.error("ERR max number of clients reached")
 NOPERM = resp.error("NOPERM this user has no permissions to access one of the channels used as arguments")
+NOPERM_KEY = resp.error("NOPERM this user has no permissions to access one of the keys used as arguments")
+NOAUTH = resp.error("NOAUTH Authentication required.")
+WRONGPASS = resp.error("WRONGPASS invalid username-password pair or user is disabled.")
+NO_PASSWORD = resp.error("ERR AUTH <password> called without any password configured for the default user. "
+                         "Are you sure your configuration is correct?")
+HELLO_NOAUTH = resp.error("NOAUTH HELLO must be called with the client already authenticated, otherwise the "
+                          "HELLO AUTH <user> <pass> option can be used to authenticate the client and select the "
+                          "RESP protocol version at the same time")
+NO_AUTH_NEEDED = frozenset((b"auth", b"hello", b"quit"))  # what redis-server runs before a login (CMD_NO_AUTH)
 MAX_COMMAND_BULK = 1 << 20  # larger arguments end the connection; up to this, a clear error
 MAX_COMMAND = 2 << 20  # bytes of one whole command (its arguments and their overhead); more ends the connection
 _PUBLISH = frozenset((b"PUBLISH", b"publish"))  # the spellings redis-benchmark and client libraries send
@@ -119,14 +142,20 @@ class RedisRoutes:
         return subject in self.subjects or bool(self.patterns)
 
     def route(self, seq: int, message: Envelope) -> None:
-        """Queue the message on every matching subscription; each distinct frame is built once."""
-        channel = subject_to_channel(message.subject)
+        """Queue the message on every matching subscription; each distinct frame is built once.
+
+        A client held to a user's rights (``--users``) gets it only if the user may read its subject.
+        """
+        subject = message.subject
+        channel = subject_to_channel(subject)
         tail = b""
         connections = self.channels.get(channel)
         if connections:
             tail = resp.bulk(channel) + resp.bulk(message.data)
             frames = _Frames(3, MESSAGE_HEAD, tail)
             for connection in list(connections):
+                if connection.checked and not connection.login.may_receive(subject):
+                    continue
                 connection.deliver(frames.get(connection.resp3))
         for pattern, connections in self.patterns.matching(channel):
             if connections:
@@ -134,6 +163,8 @@ class RedisRoutes:
                     tail = resp.bulk(channel) + resp.bulk(message.data)
                 frames = _Frames(4, PMESSAGE_HEAD + resp.bulk(pattern), tail)
                 for connection in list(connections):
+                    if connection.checked and not connection.login.may_receive(subject):
+                        continue
                     connection.deliver(frames.get(connection.resp3))
 
 
@@ -154,6 +185,7 @@ class _Frames:
         return frame
 
 
+OK = resp.simple("OK")
 MESSAGE_HEAD = resp.bulk(b"message")
 PMESSAGE_HEAD = resp.bulk(b"pmessage")
 
@@ -166,9 +198,14 @@ class RedisConnection:
 
     def __init__(self, routes: RedisRoutes, deployment: Deployment, stats: Counter, *,
                  request_timeout: float = 1.0, idle: IdleTimeout | None = None,
-                 outbox: Outbox | None = None, now: float = 0.0) -> None:
+                 outbox: Outbox | None = None, now: float = 0.0, login: Login | None = None,
+                 warn: Callable[[str], None] | None = None) -> None:
+        """``login``: the client's identity (None: a gateway without ``--users``); ``warn``: logs a refusal."""
         self.outbox = outbox if outbox is not None else Outbox()
-        self.requests: list[Publish | Snapshot] = []  # for the driver to carry out (and empty)
+        self.requests: list[Publish | Snapshot | Verify] = []  # for the driver to carry out (and empty)
+        self.login = login if login is not None else Login(Access(None), "")
+        self.checked = self.login.access.required  # held to a user's rights (decided once: --users or not)
+        self.warn = warn
         self.idle = idle or IdleTimeout()
         self.routes = routes
         self.deployment = deployment
@@ -186,6 +223,7 @@ class RedisConnection:
         self._publishes: dict[int, tuple[Slot, list[int]]] = {}  # token -> its batch's slot, each PUBLISH's receivers
         self._publishing = 0  # PUBLISHes whose replies wait for the backbone
         self._gets: dict[int, Slot] = {}
+        self._verifying: tuple[int, Slot, Callable[[], bytes | None]] | None = None  # a login being checked
 
     # ------------------------------------------------------------ the driver's interface
 
@@ -194,18 +232,21 @@ class RedisConnection:
         self.last_input = now
         if self.outbox.closing is not None:
             return
+        if self.checked:  # before a login (and not while one is being checked): redis-server's tighter limits
+            self.parser.guarded = self._verifying is None and not self.login.allowed_in
         self._unread.extend(self.parser.feed(data))
         self._run()
 
     @property
     def paused(self) -> bool:
         """Read nothing more for now: commands wait for earlier replies, or too many replies wait."""
-        return bool(self._unread) or self._publishing >= MAX_WAITING or self.outbox.waiting >= MAX_WAITING
+        return (bool(self._unread) or self._verifying is not None or self._publishing >= MAX_WAITING
+                or self.outbox.waiting >= MAX_WAITING)
 
     @property
     def busy(self) -> bool:
         """Results are still awaited (a client that closed its side still gets their replies)."""
-        return bool(self._publishes or self._gets)
+        return bool(self._publishes or self._gets) or self._verifying is not None
 
     def published(self, token: int, seqs: list[int]) -> None:
         batch = self._publishes.pop(token, None)
@@ -231,6 +272,21 @@ class RedisConnection:
         slot = self._gets.pop(token, None)
         if slot is not None:
             self.outbox.fill(slot, self._get_reply(answer))
+        self._run()
+
+    def verified(self, token: int, user: User | None) -> None:
+        """The result of a :class:`Verify`: the login goes on (and the commands after it) or is refused."""
+        pending = self._verifying
+        if pending is None or pending[0] != token:
+            return
+        self._verifying = None
+        _, slot, then = pending
+        if self.login.conclude(user, self.last_input) is Outcome.ACCEPTED:
+            reply = then()
+        else:
+            self._refused(None, "login refused")
+            reply = WRONGPASS
+        self.outbox.fill(slot, reply or b"")  # None: a further AUTH of the same HELLO holds a slot of its own
         self._run()
 
     def farewell(self, reason: str) -> bytes:
@@ -272,7 +328,7 @@ class RedisConnection:
         unread, outbox = self._unread, self.outbox
         receivers: list[int] = []
         payloads: list[bytes] = []
-        while unread and outbox.closing is None:
+        while unread and outbox.closing is None and self._verifying is None:
             command = unread[0]
             if command.__class__ is resp.RespError:
                 if outbox.waiting or payloads:
@@ -315,9 +371,6 @@ class RedisConnection:
     def _execute(self, name: bytes, command: list[bytes]) -> bytes | tuple[bytes, int] | None:
         """The reply; a PUBLISH's payload and receiver count; None when the reply is held for the cache."""
         args = command[1:]
-        if not self.resp3 and self._subscribed and name not in SUBSCRIBED_CONTEXT:
-            return resp.error(f"ERR Can't execute '{_text(name)}': only (P)SUBSCRIBE / (P)UNSUBSCRIBE / "
-                              "PING / QUIT are allowed in this context")
         handler = COMMANDS.get(name)
         if handler is None:
             shown = " ".join(f"'{_text(arg)[:64]}'" for arg in args[:4])
@@ -326,7 +379,65 @@ class RedisConnection:
         method, low, high = handler
         if not low <= len(args) <= high:
             return resp.error(f"ERR wrong number of arguments for '{_text(name)}' command")
+        if name == b"acl":
+            unknown = _acl_subcommand(args)
+            if unknown is not None:
+                return unknown
+        # redis-server's order: the command and its arity, then the login, then the rights, then the context
+        if self.checked and name not in NO_AUTH_NEEDED and not self.login.allowed_in:
+            return self._noauth()
+        if not self.resp3 and self._subscribed and name not in SUBSCRIBED_CONTEXT:
+            if name == b"publish" and self.checked and not rights.may_publish(self.login, args[0]):
+                return self._noperm("publishes refused", "PUBLISH")
+            return resp.error(f"ERR Can't execute '{_text(name)}': only (P)SUBSCRIBE / (P)UNSUBSCRIBE / "
+                              "PING / QUIT are allowed in this context")
         return method(self, args)
+
+    # ------------------------------------------------------------ logins and rights
+
+    def _noauth(self) -> bytes:
+        self._refused("commands refused before a login", "command refused: not logged in (NOAUTH)")
+        return NOAUTH
+
+    def _noperm(self, counter: str, what: str, reply: bytes = NOPERM) -> bytes:
+        self._refused(counter, f"{what} refused to user {self.login.name} (NOPERM)")
+        return reply
+
+    def _refused(self, counter: str | None, text: str) -> None:
+        """Count a refusal (a failed login is counted by the login itself); log it at most once a second."""
+        access, address = self.login.access, self.login.address
+        may_log = access.refused(counter, address, self.last_input) if counter else access.log.allow(address, self.last_input)
+        if may_log and self.warn is not None:
+            self.warn(text)
+
+    def _login(self, user: bytes | None, secret: bytes, then: Callable[[], bytes | None]) -> bytes | None:
+        """Log in; ``then()`` gives the reply once accepted. None: the check runs off the loop (a slot is held)."""
+        if not self.checked:  # redis-server without users: only ``default``, which takes any password
+            if user is None:
+                return NO_PASSWORD
+            return then() if user == b"default" else WRONGPASS
+        credential = rights.password(user, secret)
+        outcome = self.login.attempt(credential, self.last_input)
+        if outcome is Outcome.ACCEPTED:
+            return then()
+        if outcome is not None:  # throttled: refused without looking
+            self._refused(None, "login refused: too many failures from this address")
+            return WRONGPASS
+        users = self.login.access.users
+        assert users is not None
+        token = next(self._tokens)
+        self._verifying = (token, self.outbox.hold(), then)
+        self.requests.append(Verify(token, users, credential))
+        return None
+
+    def _auth(self, args: list[bytes]) -> bytes | None:
+        if len(args) > 2:
+            return resp.error("ERR syntax error")
+        user, secret = (None, args[0]) if len(args) == 1 else (args[0], args[1])
+        return self._login(user, secret, lambda: OK)
+
+    def _acl(self, args: list[bytes]) -> bytes:
+        return resp.bulk(self.login.name.encode())
 
     def _ping(self, args: list[bytes]) -> bytes:
         if self._subscribed and not self.resp3:
@@ -334,28 +445,38 @@ class RedisConnection:
         return resp.bulk(args[0]) if args else resp.simple("PONG")
 
     def _quit(self, args: list[bytes]) -> bytes:
-        return resp.simple("OK")
+        return OK
 
-    def _hello(self, args: list[bytes]) -> bytes:
-        resp3 = self.resp3
-        rest = args
+    def _hello(self, args: list[bytes]) -> bytes | None:
+        """As redis-server's: options in order (a name is set, a login made, before a later option fails)."""
+        version = None
         if args:
-            if args[0] not in (b"2", b"3"):
+            version = rights.long_long(args[0])
+            if version is None:
+                return resp.error("ERR Protocol version is not an integer or out of range")
+            if version not in (2, 3):
                 return resp.error("NOPROTO unsupported protocol version")
-            resp3 = args[0] == b"3"
-            rest = args[1:]
-        name = self.name
-        while rest:
-            option = rest[0].lower()
-            if option == b"setname" and len(rest) >= 2:
-                if not _valid_name(rest[1]):
+        return self._hello_options(version, args, 1)
+
+    def _hello_options(self, version: int | None, args: list[bytes], index: int) -> bytes | None:
+        while index < len(args):
+            option, more = args[index].lower(), len(args) - 1 - index
+            if option == b"auth" and more >= 2:
+                return self._login(args[index + 1], args[index + 2],
+                                   functools.partial(self._hello_options, version, args, index + 3))
+            if option == b"setname" and more >= 1:
+                if not _valid_name(args[index + 1]):
                     return resp.error("ERR Client names cannot contain spaces, newlines or special characters.")
-                name, rest = rest[1], rest[2:]
-            elif option == b"auth":
-                return resp.error("ERR AUTH is not supported: this gateway has no users")
+                self.name = args[index + 1] or None
+                index += 2
             else:
-                return resp.error(f"ERR Syntax error in HELLO option '{_text(rest[0])}'")
-        self.resp3, self.name = resp3, name
+                return resp.error(f"ERR Syntax error in HELLO option '{_text(args[index])}'")
+        if self.checked and not self.login.allowed_in:
+            self._refused("commands refused before a login", "HELLO refused: not logged in (NOAUTH)")
+            return HELLO_NOAUTH
+        if version is not None:
+            self.resp3 = version == 3
+        resp3 = self.resp3
         fields = [
             (b"server", resp.bulk(b"fyrehose")),
             (b"version", resp.bulk(SERVER_VERSION.encode())),
@@ -391,11 +512,15 @@ class RedisConnection:
     def _subscribe(self, args: list[bytes]) -> bytes:
         if any(_internal_channel(channel) for channel in args):
             return NOPERM
+        if self.checked and not all(rights.may_subscribe(self.login, channel) for channel in args):
+            return self._noperm("subscriptions refused", "SUBSCRIBE")  # the whole command, as redis-server
         return self._add(args, self.channels, self.routes.subscribe, b"subscribe", MAX_CHANNEL)
 
     def _psubscribe(self, args: list[bytes]) -> bytes:
         if any(_internal_channel(literal_prefix(pattern)) for pattern in args):
             return NOPERM
+        if self.checked and not all(rights.may_psubscribe(self.login, pattern) for pattern in args):
+            return self._noperm("subscriptions refused", "PSUBSCRIBE")
         return self._add(args, self.patterns, self.routes.psubscribe, b"psubscribe", MAX_PATTERN)
 
     def _unsubscribe(self, args: list[bytes]) -> bytes:
@@ -449,6 +574,8 @@ class RedisConnection:
     def _publish(self, args: list[bytes]) -> bytes | tuple[bytes, int]:
         """The payload to publish and its receiver count, or an error reply."""
         channel, data = args
+        if self.checked and not self.login.allowed_in:  # the fast path of PUBLISH comes here without _execute
+            return self._noauth()
         try:
             subject, head = self.routes.heads.get(channel)
             payload = fitting(head + data)
@@ -456,6 +583,8 @@ class RedisConnection:
             return resp.error(f"ERR {exc}")
         if is_internal(subject):
             return NOPERM
+        if self.checked and not self.login.may_publish(subject):
+            return self._noperm("publishes refused", "PUBLISH")
         return payload, self.routes.receivers(channel) + self.deployment.subscribers_elsewhere(subject)
 
     def _get(self, args: list[bytes]) -> bytes | None:
@@ -465,6 +594,8 @@ class RedisConnection:
             check_subject(SNAP_PREFIX + subject)
         except (ChannelError, EnvelopeError) as exc:
             return resp.error(f"ERR {exc}")
+        if self.checked and not self.login.may_subscribe(subject):  # a last value is read as a message is
+            return self._noperm("subscriptions refused", "GET", NOPERM_KEY)
         token = next(self._tokens)
         self._gets[token] = self.outbox.hold()
         self.requests.append(Snapshot(token, subject, self.request_timeout))
@@ -485,7 +616,7 @@ class RedisConnection:
 COMMANDS = {
     b"ping": (RedisConnection._ping, 0, 1),
     b"quit": (RedisConnection._quit, 0, 0),
-    b"hello": (RedisConnection._hello, 0, 6),
+    b"hello": (RedisConnection._hello, 0, 1 << 30),
     b"client": (RedisConnection._client, 1, 2),
     b"select": (RedisConnection._select, 1, 1),
     b"subscribe": (RedisConnection._subscribe, 1, 1 << 30),
@@ -494,6 +625,8 @@ COMMANDS = {
     b"punsubscribe": (RedisConnection._punsubscribe, 0, 1 << 30),
     b"publish": (RedisConnection._publish, 2, 2),
     b"get": (RedisConnection._get, 1, 1),
+    b"auth": (RedisConnection._auth, 1, 1 << 30),
+    b"acl": (RedisConnection._acl, 1, 1 << 30),
 }
 
 
@@ -504,6 +637,15 @@ def _text(raw: bytes) -> str:
 def _internal_channel(channel: bytes) -> bool:
     """Whether ``channel`` (or a pattern's literal prefix) lies in a subject tree the deployment keeps for itself."""
     return pattern_is_internal(channel.decode("latin-1"))
+
+
+def _acl_subcommand(args: list[bytes]) -> bytes | None:
+    """The error for an ACL subcommand this gateway does not serve (before the login check, as redis-server)."""
+    if args[0].lower() != b"whoami":
+        return resp.error(f"ERR unknown subcommand '{_text(args[0])[:128]}'. This gateway serves ACL WHOAMI only.")
+    if len(args) != 1:
+        return resp.error("ERR wrong number of arguments for 'acl|whoami' command")
+    return None
 
 
 def _valid_name(name: bytes) -> bool:

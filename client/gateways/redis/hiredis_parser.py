@@ -33,7 +33,7 @@ class HiredisCommandParser(CommandParser):
     _reader: hiredis.Reader | None = None  # empty after a read it parsed whole: kept for the next one
 
     def feed(self, data: bytes) -> list[Command | RespError]:
-        if self._buffer or self._args is not None or self.failed is not None or data[:1] != b"*":
+        if self._buffer or self._args is not None or self.failed is not None or data[:1] != b"*" or self.guarded:
             return super().feed(data)
         reader, self._reader = self._reader or hiredis.Reader(), None
         reader.feed(data)

@@ -11,7 +11,11 @@ Memory per connection is bounded: one argument by ``max_bulk`` (Redis's
 ``proto-max-bulk-len``), one whole command by ``max_command`` (counting
 :data:`ARG_OVERHEAD` per argument, so a million empty arguments count too),
 which with the line limits bounds the unparsed input a connection can hold,
-as Redis's ``client-query-buffer-limit`` does.  Inline commands are split as
+as Redis's ``client-query-buffer-limit`` does.  A client that has not logged
+in yet (:attr:`CommandParser.guarded`) may send at most 10 arguments of at most
+16 KiB each, as redis-server allows an unauthenticated client; an ``AUTH`` or
+``HELLO`` lifts that for what follows it (the connection puts it back if the
+login fails).  Inline commands are split as
 Redis's ``sdssplitargs`` splits them, by one regular expression without
 backtracking (quotes and escapes included), so a 64 KiB line costs
 microseconds, and runs of blank lines are skipped at once.
@@ -27,6 +31,8 @@ Command = list[bytes]
 
 MAX_ARGS = 1024 * 1024  # Redis's limit on multibulk length
 MAX_INLINE = 64 * 1024  # Redis's PROTO_INLINE_MAX_SIZE: longest line without its CRLF
+GUARDED_ARGS = 10  # arguments of a command before a login (redis-server's unauthenticated multibulk length)
+GUARDED_BULK = 16384  # bytes of one argument before a login (its unauthenticated bulk length)
 ARG_OVERHEAD = 64  # bytes an argument costs beyond its length (object and list slot), for max_command
 _BLANK_LINES = re.compile(rb"(?:\r?\n)+")
 # one argument of an inline command (sdssplitargs): plain bytes, then perhaps one quoted part that ends it
@@ -61,6 +67,7 @@ class CommandParser(IncrementalParser[Command, RespError]):
         self._args: Command | None = None  # the array being read
         self._remaining = 0  # elements of that array still to come
         self._bulk: int | None = None  # length of the bulk string being read
+        self.guarded = False  # the client has not logged in: redis-server's limits on an unauthenticated one
 
     @property
     def held(self) -> int:
@@ -88,7 +95,7 @@ class CommandParser(IncrementalParser[Command, RespError]):
             if self._pos >= len(buffer):
                 return None
             if buffer[self._pos] != 0x2A:  # not '*': an inline command
-                return self._inline()
+                return self._lifted(self._inline()) if self.guarded else self._inline()
             start = self._pos
             line = self._line()
             if line is None:
@@ -97,6 +104,8 @@ class CommandParser(IncrementalParser[Command, RespError]):
             if count > self.max_args:
                 self._pos = start
                 raise Malformed("Protocol error: invalid multibulk length")
+            if count > GUARDED_ARGS and self.guarded:
+                raise Malformed("Protocol error: unauthenticated multibulk length")
             if count <= 0:
                 return []
             self._args, self._remaining, self._size = [], count, 0
@@ -113,6 +122,8 @@ class CommandParser(IncrementalParser[Command, RespError]):
                 length = _integer(line[1:], "invalid bulk length")
                 if not 0 <= length <= self.max_bulk:
                     raise Malformed("Protocol error: invalid bulk length")
+                if length > GUARDED_BULK and self.guarded:
+                    raise Malformed("Protocol error: unauthenticated bulk length")
                 self._size += length + ARG_OVERHEAD
                 if self._size > self.max_command:
                     raise Malformed(f"Protocol error: command larger than {self.max_command} bytes")
@@ -126,6 +137,12 @@ class CommandParser(IncrementalParser[Command, RespError]):
             self._bulk = None
             self._remaining -= 1
         command, self._args = self._args, None
+        return self._lifted(command) if self.guarded else command
+
+    def _lifted(self, command: Command | None) -> Command | None:
+        """A login lifts the limits on what follows it, read as redis-server reads it after a login."""
+        if command and command[0].lower() in (b"auth", b"hello"):
+            self.guarded = False
         return command
 
     def _inline(self) -> Command | None:
