@@ -76,6 +76,21 @@ def module_backbone(tmp_path_factory):
     process.kill()
 
 
+@pytest.fixture
+def gateway_factory(module_backbone, tmp_path):
+    """Starts gateways of any kind with any options on the module's backbone: ``gateway_factory(kind, *options)``."""
+    started: list[GatewayProcess] = []
+
+    def start(kind: str, *extra: str) -> GatewayProcess:
+        process = GatewayProcess(kind, module_backbone.address, tmp_path, list(extra)).start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+
+
 @pytest.fixture(scope="module")
 def gateways(module_backbone, tmp_path_factory):
     """A redis, a nats and a marlin gateway on the module's backbone, by kind."""

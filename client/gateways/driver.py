@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import Protocol
 
 import gevent
@@ -188,39 +189,25 @@ class ConnectionDriver:
         gevent.spawn(check)
 
     def _verified(self, token: int, user: User | None) -> None:
-        if self.client.connection is None:
-            return
-        verified = self.connection.verified  # type: ignore[attr-defined]  # connections that log clients in have it
-
-        def step() -> None:
-            verified(token, user)
-            self._pump()
-            self.client.rearm()
-
-        self._guarded(step)
+        self._feed_back(lambda: self.connection.verified(token, user))  # type: ignore[attr-defined]  # connections that log clients in have it
 
     def _published(self, token: int, seqs: list[int] | None, error: Exception | None) -> None:
-        if self.client.connection is None:
-            return  # the client is gone
         connection = self.connection
-
-        def step() -> None:
-            if error is None:
-                connection.published(token, seqs or [])
-            else:
-                connection.failed(token, str(error))
-            self._pump()
-            self.client.rearm()
-
-        self._guarded(step)
+        if error is None:
+            self._feed_back(lambda: connection.published(token, seqs or []))
+        else:
+            self._feed_back(lambda: connection.failed(token, str(error)))
 
     def _answered(self, token: int, answer: Envelope | None) -> None:
+        self._feed_back(lambda: self.connection.answered(token, answer))  # type: ignore[attr-defined]  # connections that ask the cache have it
+
+    def _feed_back(self, result: Callable[[], None]) -> None:
+        """Give the connection a request's result (unless the client is gone), then write and re-arm."""
         if self.client.connection is None:
             return
-        answered = self.connection.answered  # type: ignore[attr-defined]  # connections that ask the cache have it
 
         def step() -> None:
-            answered(token, answer)
+            result()
             self._pump()
             self.client.rearm()
 

@@ -246,19 +246,6 @@ def test_one_command_is_bounded_and_its_memory_returned(gateways):  # noqa: F811
 # ---------------------------------------------------------------- 5. limits that refuse cleanly
 
 
-@pytest.fixture()
-def gateway_factory(module_backbone, tmp_path):  # noqa: F811
-    started: list[GatewayProcess] = []
-
-    def start(kind: str, *extra: str) -> GatewayProcess:
-        process = GatewayProcess(kind, module_backbone.address, tmp_path, list(extra)).start()
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.kill()
-
 
 def _refused(address) -> bytes:
     sock = socket.create_connection(address, timeout=10)

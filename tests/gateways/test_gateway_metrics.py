@@ -6,7 +6,6 @@ import urllib.request
 
 import pytest
 
-from gateway_support import GatewayProcess
 from support import free_port, wait_until
 
 
@@ -19,19 +18,6 @@ def scrape(port: int) -> dict[str, float]:
             values[name] = float(value)
     return values
 
-
-@pytest.fixture
-def gateway_factory(module_backbone, tmp_path):
-    started: list[GatewayProcess] = []
-
-    def start(kind: str, *extra: str) -> GatewayProcess:
-        process = GatewayProcess(kind, module_backbone.address, tmp_path, list(extra)).start()
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.kill()
 
 
 @pytest.mark.parametrize("kind", ["redis", "nats", "marlin"])

@@ -12,7 +12,6 @@ import pytest
 
 from fyrehose.gateways.access.users import UsersFile
 
-from gateway_support import GatewayProcess
 from support import FYREHOSE, wait_until
 
 NO_USERS = "no --users: every client may publish and subscribe to everything"
@@ -71,19 +70,6 @@ def test_list_of_a_broken_file_is_one_line(tmp_path):
     result = users("list", "--file", str(path))
     assert result.returncode != 0 and result.stderr.count("\n") == 1 and "not JSON" in result.stderr
 
-
-@pytest.fixture
-def gateway_factory(module_backbone, tmp_path):
-    started: list[GatewayProcess] = []
-
-    def start(kind: str, *extra: str) -> GatewayProcess:
-        process = GatewayProcess(kind, module_backbone.address, tmp_path, list(extra)).start()
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.kill()
 
 
 @pytest.mark.parametrize("kind", ["redis", "nats", "marlin", "http"])
