@@ -70,7 +70,7 @@ def _notice(from_seq: int, to_seq: int) -> bytes:
 
 
 @dataclass(slots=True)
-class Outbox:
+class Flush:
     """What a driver must do, in order: persist ``reserve`` (when set; in the background is fine), make sure every
     number up to ``sequence.last_issued`` is durably reserved, then send."""
 
@@ -485,12 +485,12 @@ class Backbone:
             due = self._recovery.deadline if due is None else min(due, self._recovery.deadline)
         return due
 
-    def flush_control(self, now: float | None = None) -> Outbox:
+    def flush_control(self, now: float | None = None) -> Flush:
         """The reservation to persist, then ACKs, FORWARDs and CONFIRMs (packed for BATCH clients); no DELIVERs."""
         self.keep_recent()  # a driver that never calls it still holds no more than one flush's frames
         if self._recovery is not None and now is not None:
             self.end_recovery(now)
-        out = Outbox()
+        out = Flush()
         if not (self._control or self._confirms or self._redeliveries or self.sequence.unpersisted):
             return out  # the usual flush of a subscriber's-only traffic: nothing but DELIVERs
         if self._redeliveries and now is not None:
@@ -519,7 +519,7 @@ class Backbone:
         self.counters["datagrams out"] += len(sends)
         return out
 
-    def flush(self, now: float) -> Outbox:
+    def flush(self, now: float) -> Flush:
         """Everything to send since the last flush, DELIVERs first.
 
         DELIVERs go before the ACKs and CONFIRMs of the same flush: a CONFIRM

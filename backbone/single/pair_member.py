@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import socket
 
-from fyrehose.backbone.core import Backbone, Outbox
+from fyrehose.backbone.core import Backbone, Flush
 from fyrehose.backbone.host.statefile import ReservationWriter, StateError
 from fyrehose.backbone.host.udp import bind_udp, send_all
 from fyrehose.backbone.pair import frames
@@ -90,7 +90,7 @@ class PairDriver:
                 self.counters["drop:pair receive error"] += 1
         self._carry_out(self.member.receive(datagrams, now, self.reservations.durable))
 
-    def replicate_and_send(self, out: Outbox, now: float) -> None:
+    def replicate_and_send(self, out: Flush, now: float) -> None:
         """The primary's flush: RECORDs to the standby first, then the output, once the standby allows it."""
         self._carry_out(self.member.replicate())
         self.receive(now)  # a newer epoch waiting (this process was frozen, say): it must not send this

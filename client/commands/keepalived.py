@@ -62,9 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fyrehose.tools.deploy.files import write_scripts
-    from fyrehose.tools.deploy.keepalived import PairMember, render_config
+    from fyrehose.tools.deploy.keepalived import KeepalivedHost, render_config
 
-    member = PairMember(vip=args.vip, interface=args.interface, src=args.src, peer=args.peer, priority=args.priority,
+    member = KeepalivedHost(vip=args.vip, interface=args.interface, src=args.src, peer=args.peer, priority=args.priority,
                         state_dir=args.state_dir, scripts_dir=args.scripts_dir, router_id=args.router_id,
                         advert_int=args.advert_int, auth_pass=args.auth_pass)
     written = write_scripts(member)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Iterator
+from typing import Protocol, cast
 
 import gevent
 
@@ -31,12 +31,25 @@ from fyrehose.subjects.envelope import Envelope
 log = logging.getLogger("fyrehose.gateway")
 
 
+class Requests(Protocol):
+    """A connection's requests for its driver to take, in order: Publish, Snapshot, Verify, or its protocol's own."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[object]: ...
+
+    def clear(self) -> None: ...
+
+
 class PureConnection(Protocol):
     """What every pure gateway connection offers its driver."""
 
     outbox: Outbox
-    requests: list  # Publish, Snapshot, or a request of the protocol's own, for the driver to take
     headroom: int  # output kept free below --max-pending for the farewell
+
+    @property
+    def requests(self) -> Requests:
+        """What the driver must carry out (it takes them all, then clears the list)."""
 
     @property
     def paused(self) -> bool:
@@ -56,15 +69,27 @@ class PureConnection(Protocol):
 
     def closed(self) -> None: ...
 
-    def wake_at(self) -> float | None: ...
+    def next_deadline(self) -> float | None: ...
 
-    def wake(self, now: float) -> None: ...
+    def handle_timers(self, now: float) -> None: ...
 
     def held(self) -> int: ...
 
 
+class AsksTheCache(PureConnection, Protocol):
+    """A connection that hands out :class:`Snapshot` requests takes their answers."""
+
+    def answered(self, token: int, answer: Envelope | None) -> None: ...
+
+
+class LogsIn(PureConnection, Protocol):
+    """A connection that hands out :class:`Verify` requests takes their results."""
+
+    def verified(self, token: int, user: User | None) -> None: ...
+
+
 class ConnectionDriver:
-    """A :class:`~fyrehose.gateways.tcp.ClientConnection` for a pure connection, on the gateway's loop."""
+    """A :class:`~fyrehose.gateways.tcp.ClientDriver` for a pure connection, on the gateway's loop."""
 
     def __init__(self, client: TcpClient, connection: PureConnection, router: GatewayRouter, stats: Counter) -> None:
         self.client = client
@@ -96,14 +121,14 @@ class ConnectionDriver:
         outbox.became_ready = outbox.owner = None  # no cycle back to this driver: the client's memory returns at once
         self.connection.closed()
 
-    def wake_at(self) -> float | None:
-        return self.connection.wake_at()
+    def next_deadline(self) -> float | None:
+        return self.connection.next_deadline()
 
-    def wake(self, now: float) -> None:
+    def handle_timers(self, now: float) -> None:
         outbox = self.connection.outbox
         outbox.held = True
         try:
-            self.connection.wake(now)
+            self.connection.handle_timers(now)
         finally:
             outbox.held = False
         self._pump()
@@ -129,7 +154,7 @@ class ConnectionDriver:
                     self._write(data)
                 if not connection.requests:
                     break
-                requests = connection.requests[:]
+                requests = list(connection.requests)
                 connection.requests.clear()
                 for request in requests:
                     self.carry_out(request)
@@ -189,7 +214,8 @@ class ConnectionDriver:
         gevent.spawn(check)
 
     def _verified(self, token: int, user: User | None) -> None:
-        self._feed_back(lambda: self.connection.verified(token, user))  # type: ignore[attr-defined]  # connections that log clients in have it
+        connection = cast(LogsIn, self.connection)  # it handed out the Verify request
+        self._feed_back(lambda: connection.verified(token, user))
 
     def _published(self, token: int, seqs: list[int] | None, error: Exception | None) -> None:
         connection = self.connection
@@ -199,7 +225,8 @@ class ConnectionDriver:
             self._feed_back(lambda: connection.failed(token, str(error)))
 
     def _answered(self, token: int, answer: Envelope | None) -> None:
-        self._feed_back(lambda: self.connection.answered(token, answer))  # type: ignore[attr-defined]  # connections that ask the cache have it
+        connection = cast(AsksTheCache, self.connection)  # it handed out the Snapshot request
+        self._feed_back(lambda: connection.answered(token, answer))
 
     def _feed_back(self, result: Callable[[], None]) -> None:
         """Give the connection a request's result (unless the client is gone), then write and re-arm."""

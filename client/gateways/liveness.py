@@ -8,7 +8,7 @@ PINGs, and redis-server closes a client idle for longer than its ``timeout``
 ``client_inactivity_timeout``.  These are those rules, pure: times in
 (``time.monotonic()`` seconds), decisions out; the drivers (the TCP server,
 :mod:`fyrehose.gateways.tcp`, and the Lumberjack connection) ask
-:meth:`wake_at` when to call back.
+:meth:`next_deadline` when to call back.
 """
 from __future__ import annotations
 
@@ -39,14 +39,14 @@ class NatsLiveness:
     def pong(self) -> None:
         self.pings_out = 0
 
-    def wake_at(self, last_input: float) -> float:
+    def next_deadline(self, last_input: float) -> float:
         if not self.connected:
             return self.accepted + self.handshake_timeout
         return max(last_input, self.last_ping) + self.ping_interval
 
-    def wake(self, now: float, last_input: float) -> str | None:
+    def handle_timers(self, now: float, last_input: float) -> str | None:
         """What to do now: PING, close (HANDSHAKE_TIMEOUT, STALE) or nothing yet."""
-        if now < self.wake_at(last_input):
+        if now < self.next_deadline(last_input):
             return None
         if not self.connected:
             return HANDSHAKE_TIMEOUT
@@ -65,11 +65,11 @@ class IdleTimeout:
 
     seconds: float = 0.0
 
-    def wake_at(self, last_input: float, exempt: bool) -> float | None:
+    def next_deadline(self, last_input: float, exempt: bool) -> float | None:
         if not self.seconds or exempt:
             return None
         return last_input + self.seconds
 
-    def wake(self, now: float, last_input: float, exempt: bool) -> str | None:
-        at = self.wake_at(last_input, exempt)
+    def handle_timers(self, now: float, last_input: float, exempt: bool) -> str | None:
+        at = self.next_deadline(last_input, exempt)
         return IDLE if at is not None and now >= at else None

@@ -1,8 +1,10 @@
-"""A gateway's one link to the backbone: publishes envelopes and fans the ordered stream out.
+"""What routes a gateway's stream: publishes envelopes and fans the ordered stream out to its clients.
 
 Every gateway process holds one :class:`~fyrehose.drivers.link.BackboneLink`
 (the gevent driver of the pure backbone connection; no threads, no monkey
-patching), subscribed to the whole stream.  Whatever any gateway or UDP
+patching) subscribed to the whole stream, the router's (an SSE backfill opens
+a :class:`~fyrehose.drivers.link.RangeLink` of its own for the range it
+catches up on).  Whatever any gateway or UDP
 client publishes comes back through it in backbone sequence order, and
 :class:`GatewayRouter` hands each enveloped message to the gateway's ``route``
 function, which queues it on the matching TCP clients.  Local subscribers
@@ -341,9 +343,9 @@ class _Snapshot:
             return
         wait = max(0.0, min(self.interval, self.deadline - time.monotonic()))
         self.timer = gevent.get_hub().loop.timer(wait)
-        self.timer.start(gevent.spawn, self._woken)  # a retry may wait to send: in a greenlet, not the hub
+        self.timer.start(gevent.spawn, self._retry_due)  # a retry may wait to send: in a greenlet, not the hub
 
-    def _woken(self) -> None:
+    def _retry_due(self) -> None:
         if self.done is None:
             return
         if time.monotonic() >= self.deadline:

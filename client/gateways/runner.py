@@ -20,7 +20,7 @@ from gevent.event import Event
 from fyrehose.gateways.access.login import Access
 from fyrehose.gateways.metrics import gateway_metrics
 from fyrehose.gateways.router import GatewayRouter, Route, Wants
-from fyrehose.gateways.tcp import ClientConnection, GatewayServer, TcpClient
+from fyrehose.gateways.tcp import ClientDriver, GatewayServer, TcpClient
 from fyrehose.gateways.tls import context_from
 from fyrehose.gateways.users_file import access_from, announce
 from fyrehose.gateways.workers import reuse_port_listener, run_workers
@@ -34,7 +34,7 @@ log = logging.getLogger("fyrehose.gateway")
 
 ORPHAN_POLL = 0.5  # seconds between a worker's looks at whether its supervisor still runs
 
-ConnectionMaker = Callable[[TcpClient, GatewayRouter, Access], ClientConnection]
+ConnectionMaker = Callable[[TcpClient, GatewayRouter, Access], ClientDriver]
 
 
 def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,

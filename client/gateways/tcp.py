@@ -4,7 +4,7 @@ A gateway serves many TCP clients from one ordered backbone stream.  No
 greenlet waits for a client: each client's socket is non-blocking and
 watched by the loop, and one *turn* (a callback of the loop, run once per
 iteration) reads every client that has input, hands each read to the
-client's connection (:class:`ClientConnection`, which never waits), and
+client's driver (:class:`ClientDriver`: a pure connection's, which never waits), and
 writes nothing itself.  The publishes those connections ask for in the turn
 go to the backbone together (:class:`~fyrehose.drivers.link.BackboneLink`
 packs every publish of a loop iteration into one batch), and their replies
@@ -38,7 +38,7 @@ No single client can take the gateway from the others:
   protocol's own refusal (``refusal``) and closed, instead of waiting in the
   listen backlog where it would hang.
 - *Deadlines*: a connection may ask to be woken without input
-  (:meth:`ClientConnection.wake_at`), for handshake deadlines, idle timeouts and
+  (:meth:`ClientDriver.next_deadline`), for handshake deadlines, idle timeouts and
   keepalive PINGs; one timer per client, re-armed only when it comes due or
   the deadline moves earlier.
 """
@@ -82,8 +82,8 @@ def certificate_name(sock: socket.socket) -> str | None:
     return None
 
 
-class ClientConnection(Protocol):
-    """What a gateway keeps per client: the protocol state and its subscriptions."""
+class ClientDriver(Protocol):
+    """What a gateway keeps per client: the driver of its pure connection (the protocol state, its subscriptions)."""
 
     def receive(self, data: bytes) -> None:
         """Handle bytes from the client (never waits: what must wait pauses the reading instead)."""
@@ -94,11 +94,11 @@ class ClientConnection(Protocol):
     def closed(self) -> None:
         """The client is gone: drop its subscriptions."""
 
-    def wake_at(self) -> float | None:
-        """When (``time.monotonic()``) to call :meth:`wake` if no input arrives before; None: never."""
+    def next_deadline(self) -> float | None:
+        """When (``time.monotonic()``) to call :meth:`handle_timers` if no input arrives before; None: never."""
 
-    def wake(self, now: float) -> None:
-        """No input arrived by :meth:`wake_at`: time to PING, or to close an idle or silent client."""
+    def handle_timers(self, now: float) -> None:
+        """No input arrived by :meth:`next_deadline`: time to PING, or to close an idle or silent client."""
 
     def held(self) -> int:
         """Bytes of input received and not yet handled (an incomplete command or frame)."""
@@ -131,7 +131,7 @@ class TcpClient:
         self.max_pending = max_pending
         self.stats = stats
         self.server = server
-        self.connection: ClientConnection | None = None  # the protocol's state, set by GatewayServer
+        self.connection: ClientDriver | None = None  # the driver of the protocol's state, set by GatewayServer
         self.budget = budget if budget is not None else OutputBudget(1 << 62)
         self.budget.clients[self] = None
         self.last_input = time.monotonic()  # when the client last sent anything
@@ -142,7 +142,7 @@ class TcpClient:
         self.done = Event()  # set once the socket is released
         self.paused = False
         self.claimed = 0  # bytes of the server's input budget this client's unfinished input holds
-        self.wake_due: float | None = None  # when the wake timer fires
+        self.timer_due: float | None = None  # when the timer for the connection's next deadline fires
         self.certificate_name: str | None = None  # the common name of a verified client certificate (TLS)
         self.in_turn = False  # queued for the next turn's reads
         self._chunks: list[bytes] = []
@@ -157,7 +157,7 @@ class TcpClient:
         fileno = sock.fileno()
         self._read_watcher: Any = loop.io(fileno, 1)
         self._write_watcher: Any = loop.io(fileno, 2)
-        self._wake_timer: Any = None
+        self._timer: Any = None
 
     def send(self, data: bytes) -> None:
         """Queue ``data`` (never blocks); a client too far behind is disconnected instead."""
@@ -320,11 +320,11 @@ class TcpClient:
         self.budget.clients.pop(self, None)
         if self._grace is not None and self._grace is not gevent.getcurrent():
             self._grace.kill(block=False)
-        for watcher in (self._read_watcher, self._write_watcher, self._wake_timer):
+        for watcher in (self._read_watcher, self._write_watcher, self._timer):
             if watcher is not None:
                 watcher.stop()
                 watcher.close()
-        self._wake_timer = None
+        self._timer = None
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -335,22 +335,22 @@ class TcpClient:
     def arm(self, at: float | None, callback: Callable[[TcpClient], None]) -> None:
         """Have ``callback`` called at ``at`` (monotonic), unless the timer already fires sooner."""
         if at is None:
-            if self._wake_timer is not None:
-                self._wake_timer.stop()
-                self.wake_due = None
+            if self._timer is not None:
+                self._timer.stop()
+                self.timer_due = None
             return
-        if self.wake_due is not None and self.wake_due <= at and self._wake_timer is not None \
-                and self._wake_timer.active:
+        if self.timer_due is not None and self.timer_due <= at and self._timer is not None \
+                and self._timer.active:
             return
-        if self._wake_timer is not None:
-            self._wake_timer.stop()
-            self._wake_timer.close()
-        self._wake_timer = gevent.get_hub().loop.timer(max(0.0, at - time.monotonic()))
-        self.wake_due = at
-        self._wake_timer.start(callback, self)
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer.close()
+        self._timer = gevent.get_hub().loop.timer(max(0.0, at - time.monotonic()))
+        self.timer_due = at
+        self._timer.start(callback, self)
 
 
-ConnectionFactory = Callable[[TcpClient], ClientConnection]
+ConnectionFactory = Callable[[TcpClient], ClientDriver]
 
 
 class GatewayServer:
@@ -562,18 +562,18 @@ class GatewayServer:
     def arm(self, client: TcpClient) -> None:
         connection = client.connection
         if connection is not None and client.closing is None:
-            client.arm(connection.wake_at(), self._woken)
+            client.arm(connection.next_deadline(), self._deadline_reached)
 
-    def _woken(self, client: TcpClient) -> None:
-        client.wake_due = None
+    def _deadline_reached(self, client: TcpClient) -> None:
+        client.timer_due = None
         connection = client.connection
         if connection is None or client.closing is not None:
             return
         now = time.monotonic()
         try:
-            due = connection.wake_at()
+            due = connection.next_deadline()
             if due is not None and now >= due:
-                connection.wake(now)
+                connection.handle_timers(now)
         except Exception:
             self._failed(client)
             return

@@ -313,13 +313,13 @@ def test_each_protocols_error_for_input_it_cannot_follow():
 def test_an_http_request_that_does_not_arrive_whole_in_time_is_408_and_a_silent_one_a_quiet_close():
     slow = http()
     slow.receive(b"POST /v1/publish/a HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\nabc", 1.0)
-    assert slow.wake_at() == 30.0  # counted from the connection (time 0)
-    slow.wake(29.9)
+    assert slow.next_deadline() == 30.0  # counted from the connection (time 0)
+    slow.handle_timers(29.9)
     assert slow.outbox.closing is None
-    slow.wake(30.0)
+    slow.handle_timers(30.0)
     assert slow.outbox.take().startswith(b"HTTP/1.1 408 ") and slow.outbox.closing is not None
     silent = http()
-    silent.wake(30.0)
+    silent.handle_timers(30.0)
     assert silent.outbox.take() == b"" and silent.outbox.closing == "idle for 30 s"
 
 
@@ -355,8 +355,8 @@ def test_a_payload_from_a_prepared_head_is_the_encoded_envelope_and_fits_one_bac
 def test_the_idle_deadline_waits_while_a_response_is_held_and_starts_again_after_it():
     driver = Driver(http())
     driver.feed(HTTP_REQUESTS[0], now=5.0)
-    assert driver.connection.wake_at() is None  # the response waits for the backbone, not the client
-    driver.connection.wake(7.0)  # time passes (the driver tells it with each call); nothing is due
+    assert driver.connection.next_deadline() is None  # the response waits for the backbone, not the client
+    driver.connection.handle_timers(7.0)  # time passes (the driver tells it with each call); nothing is due
     driver.answer()
     assert driver.out.startswith(b"HTTP/1.1 200 OK\r\n")
-    assert driver.connection.wake_at() == 7.0 + 30.0
+    assert driver.connection.next_deadline() == 7.0 + 30.0

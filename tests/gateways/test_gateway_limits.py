@@ -34,24 +34,24 @@ from fyrehose.subjects.interest import (
 
 def test_nats_liveness_follows_nats_server():
     live = NatsLiveness(accepted=100.0, handshake_timeout=2.0, ping_interval=10.0, max_pings_out=2)
-    assert live.wake_at(100.0) == 102.0 and live.wake(101.9, 100.0) is None
-    assert live.wake(102.0, 100.0) == HANDSHAKE_TIMEOUT
+    assert live.next_deadline(100.0) == 102.0 and live.handle_timers(101.9, 100.0) is None
+    assert live.handle_timers(102.0, 100.0) == HANDSHAKE_TIMEOUT
     live.connect()
-    assert live.wake_at(101.0) == 111.0
-    assert live.wake(111.0, 101.0) == PING and live.wake(121.0, 101.0) == PING
-    assert live.wake(131.0, 101.0) == STALE  # two PINGs unanswered
+    assert live.next_deadline(101.0) == 111.0
+    assert live.handle_timers(111.0, 101.0) == PING and live.handle_timers(121.0, 101.0) == PING
+    assert live.handle_timers(131.0, 101.0) == STALE  # two PINGs unanswered
     live.pong()  # answered after all: the count starts again
-    assert live.wake(131.0, 101.0) == PING and live.wake(140.9, 101.0) is None and live.wake(141.0, 101.0) == PING
-    assert live.wake(151.0, 101.0) == STALE
-    assert live.wake_at(150.0) == 160.0  # a client that talks is not PINGed
+    assert live.handle_timers(131.0, 101.0) == PING and live.handle_timers(140.9, 101.0) is None and live.handle_timers(141.0, 101.0) == PING
+    assert live.handle_timers(151.0, 101.0) == STALE
+    assert live.next_deadline(150.0) == 160.0  # a client that talks is not PINGed
 
 
 def test_idle_timeout_as_redis_server_timeout():
-    assert IdleTimeout(0).wake_at(5.0, exempt=False) is None  # 0: never
+    assert IdleTimeout(0).next_deadline(5.0, exempt=False) is None  # 0: never
     idle = IdleTimeout(30)
-    assert idle.wake_at(5.0, exempt=False) == 35.0 and idle.wake(34.9, 5.0, False) is None
-    assert idle.wake(35.0, 5.0, False) == IDLE
-    assert idle.wake_at(5.0, exempt=True) is None and idle.wake(99.0, 5.0, True) is None
+    assert idle.next_deadline(5.0, exempt=False) == 35.0 and idle.handle_timers(34.9, 5.0, False) is None
+    assert idle.handle_timers(35.0, 5.0, False) == IDLE
+    assert idle.next_deadline(5.0, exempt=True) is None and idle.handle_timers(99.0, 5.0, True) is None
 
 
 # ---------------------------------------------------------------- internal subjects
@@ -136,10 +136,10 @@ class Blaster:
     def closed(self) -> None:
         pass
 
-    def wake_at(self):
+    def next_deadline(self):
         return None
 
-    def wake(self, now: float) -> None:
+    def handle_timers(self, now: float) -> None:
         pass
 
     def held(self) -> int:

@@ -66,7 +66,7 @@ def get(url: str, timeout: float = 5.0) -> bytes:
 
 
 @dataclass
-class PairMember:
+class MemberProcess:
     state_dir: Path
     port: int
     pair: int
@@ -74,7 +74,7 @@ class PairMember:
     metrics_port: int
     child: ChildProcess | None = None
 
-    def start(self) -> PairMember:
+    def start(self) -> MemberProcess:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.child = ChildProcess(FYREHOSE + [
             "backbone", "--listen", f"{LOOPBACK}:{self.port}", "--state-dir", str(self.state_dir),
@@ -105,8 +105,8 @@ class PairMember:
 @dataclass
 class Deployment:
     root: Path
-    a: PairMember | None = None
-    b: PairMember | None = None
+    a: MemberProcess | None = None
+    b: MemberProcess | None = None
     pipeline: BackboneProcess | None = None
     journal: JournalProcess | None = None
     journal_metrics: str = ""
@@ -118,9 +118,9 @@ class Deployment:
     def start(self) -> Deployment:
         ports = [free_port() for _ in range(4)]
         metrics = [free_port(socket.SOCK_STREAM) for _ in range(3)]
-        self.a = PairMember(self.root / "a", ports[0], ports[2], ports[3], metrics[0]).start()
+        self.a = MemberProcess(self.root / "a", ports[0], ports[2], ports[3], metrics[0]).start()
         self.stops.append(self.a.stop)
-        self.b = PairMember(self.root / "b", ports[1], ports[3], ports[2], metrics[1]).start()
+        self.b = MemberProcess(self.root / "b", ports[1], ports[3], ports[2], metrics[1]).start()
         self.stops.append(self.b.stop)
         self.a.child.proc.send_signal(signal.SIGUSR1)
         wait_until(lambda: self.a.role() == "primary", 15, "a promoted")

@@ -23,7 +23,7 @@ from fyrehose.runtime.process import ChildProcess, wait_until
 from fyrehose.tools.bench import pair_hosts
 from fyrehose.tools.bench.pair_hosts import PairHosts
 from fyrehose.tools.deploy.files import insecure, write_scripts
-from fyrehose.tools.deploy.keepalived import CHECK, DEMOTE, PROMOTE, PairMember, render_config
+from fyrehose.tools.deploy.keepalived import CHECK, DEMOTE, PROMOTE, KeepalivedHost, render_config
 
 from support import run_cli
 
@@ -31,10 +31,10 @@ STANDIN = Path(__file__).with_name("standin_backbone.py")
 VIP, SRC, PEER = IPv4Interface("10.77.0.100/24"), IPv4Address("10.77.0.1"), IPv4Address("10.77.0.2")
 
 
-def member(tmp_path: Path, **changes: object) -> PairMember:
+def member(tmp_path: Path, **changes: object) -> KeepalivedHost:
     settings: dict = {"vip": VIP, "interface": "eth0", "src": SRC, "peer": PEER, "priority": 150,
                       "state_dir": PurePosixPath(tmp_path / "state"), "scripts_dir": PurePosixPath(tmp_path / "scripts")}
-    return PairMember(**{**settings, **changes})
+    return KeepalivedHost(**{**settings, **changes})
 
 
 def test_the_configuration_has_one_backup_instance_unicast_with_the_check_and_the_notify_scripts(tmp_path):

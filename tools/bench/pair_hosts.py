@@ -39,7 +39,7 @@ from fyrehose.errors import CommandFailed
 from fyrehose.runtime.process import ChildProcess, wait_until
 from fyrehose.tools.bench import netns
 from fyrehose.tools.deploy.files import write_scripts
-from fyrehose.tools.deploy.keepalived import DEFAULT_ADVERT_INT, DEFAULT_ROUTER_ID, PairMember, render_config
+from fyrehose.tools.deploy.keepalived import DEFAULT_ADVERT_INT, DEFAULT_ROUTER_ID, KeepalivedHost, render_config
 
 HOSTS = ("a", "b", "client")
 PAIR = ("a", "b")
@@ -151,7 +151,7 @@ class PairHosts:
         on b unless given), with its scripts written into the workdir.
         """
         peer = PAIR[1 - PAIR.index(host)]
-        member = PairMember(vip=self.vip, interface=INTERFACE, src=self.address(host), peer=self.address(peer),
+        member = KeepalivedHost(vip=self.vip, interface=INTERFACE, src=self.address(host), peer=self.address(peer),
                             priority=PRIORITIES[host] if priority is None else priority,
                             state_dir=PurePosixPath(state_dir),
                             scripts_dir=PurePosixPath(self.workdir / f"keepalived-scripts-{host}"),

@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 
 from fyrehose.errors import CommandFailed
-from fyrehose.tools.deploy.keepalived import PairMember, render_scripts
+from fyrehose.tools.deploy.keepalived import KeepalivedHost, render_scripts
 
 
-def write_scripts(member: PairMember) -> list[Path]:
+def write_scripts(member: KeepalivedHost) -> list[Path]:
     """Write ``member``'s scripts into its scripts directory (created if missing), mode 0755, each atomically."""
     directory = Path(member.scripts_dir)
     directory.mkdir(mode=0o755, parents=True, exist_ok=True)

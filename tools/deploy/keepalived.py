@@ -65,7 +65,7 @@ _AUTH_PASS = re.compile(r"[A-Za-z0-9_.,:+=@%^*/~-]{1,8}")
 
 
 @dataclass(frozen=True)
-class PairMember:
+class KeepalivedHost:
     """One host of the pair, as keepalived sees it.  Raises :class:`InputError` for settings keepalived would refuse.
 
     ``vip`` is the service address with its prefix length, ``src`` this host's
@@ -127,7 +127,7 @@ class PairMember:
         return self.scripts_dir / name
 
 
-def render_config(member: PairMember) -> str:
+def render_config(member: KeepalivedHost) -> str:
     """The whole keepalived.conf of ``member``'s host."""
     lines = [
         "# keepalived.conf of one host of a fyrehose backbone pair (`fyrehose keepalived`).",
@@ -177,7 +177,7 @@ def render_config(member: PairMember) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_scripts(member: PairMember) -> dict[str, str]:
+def render_scripts(member: KeepalivedHost) -> dict[str, str]:
     """The scripts the configuration names, by file name: the health check, promote and demote."""
     state_dir = shlex.quote(str(member.state_dir))
     return {CHECK: _check(state_dir), PROMOTE: _signal(state_dir, "USR1", "notify_master", "promote to primary"),

@@ -235,15 +235,15 @@ class HttpConnection:
             return self.websocket.held() + (self.resp.held() if self.resp is not None else 0)
         return self._body_size + len(self.http.trailing_data[0])
 
-    def wake_at(self) -> float | None:
+    def next_deadline(self) -> float | None:
         """The idle deadline: a request must arrive whole within the idle timeout."""
         if self._idle_since is None or self.websocket is not None or self.streaming:
             return None
         return self._idle_since + self.settings.idle_timeout
 
-    def wake(self, now: float) -> None:
+    def handle_timers(self, now: float) -> None:
         self._clock = now
-        at = self.wake_at()
+        at = self.next_deadline()
         if at is None or now < at or self.outbox.closing is not None:
             return
         self.stats["http idle timeouts"] += 1

@@ -157,14 +157,14 @@ class LumberjackClient:
             self.stats["stalled frames"] += 1
             raise LumberjackError(f"no byte of an incomplete frame for {self.stall_timeout:g} s")
         while True:
-            wake_at = self.idle.wake_at(self._last_activity, self._publishing())
-            if wake_at is None:  # publishing (look again a timeout later), or no timeout at all
+            deadline = self.idle.next_deadline(self._last_activity, self._publishing())
+            if deadline is None:  # publishing (look again a timeout later), or no timeout at all
                 timeout = self.idle.seconds or None
             else:
-                timeout = max(0.0, wake_at - time.monotonic())
+                timeout = max(0.0, deadline - time.monotonic())
             with gevent.Timeout(timeout, False):
                 return self.sock.recv(RECEIVE_SIZE)
-            if self.idle.wake(time.monotonic(), self._last_activity, self._publishing()):
+            if self.idle.handle_timers(time.monotonic(), self._last_activity, self._publishing()):
                 raise Inactive(f"nothing received for {self.idle.seconds:g} s (--client-inactivity-timeout)")
 
     def _publishing(self) -> bool:

@@ -139,11 +139,11 @@ class MarlinConnection:
     def held(self) -> int:
         return self.parser.held
 
-    def wake_at(self) -> float | None:
+    def next_deadline(self) -> float | None:
         return None  # Marlin has no handshake nor keepalive; TCP keepalive finds dead peers
 
-    def wake(self, now: float) -> None:
-        """Never due: :meth:`wake_at` is always None."""
+    def handle_timers(self, now: float) -> None:
+        """Never due: :meth:`next_deadline` is always None."""
 
     def closed(self) -> None:
         for channel in self.channels:

@@ -314,11 +314,11 @@ class NatsConnection:
     def held(self) -> int:
         return self.parser.held
 
-    def wake_at(self) -> float | None:
-        return self.liveness.wake_at(self.last_input)
+    def next_deadline(self) -> float | None:
+        return self.liveness.next_deadline(self.last_input)
 
-    def wake(self, now: float) -> None:
-        action = self.liveness.wake(now, self.last_input)
+    def handle_timers(self, now: float) -> None:
+        action = self.liveness.handle_timers(now, self.last_input)
         if action == PING:
             self.outbox.push(proto.PING)
         elif action == HANDSHAKE_TIMEOUT:

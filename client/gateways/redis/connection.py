@@ -295,11 +295,11 @@ class RedisConnection:
     def held(self) -> int:
         return self.parser.held
 
-    def wake_at(self) -> float | None:
-        return self.idle.wake_at(self.last_input, self._subscribed)
+    def next_deadline(self) -> float | None:
+        return self.idle.next_deadline(self.last_input, self._subscribed)
 
-    def wake(self, now: float) -> None:
-        if self.idle.wake(now, self.last_input, self._subscribed):
+    def handle_timers(self, now: float) -> None:
+        if self.idle.handle_timers(now, self.last_input, self._subscribed):
             self.stats["idle clients closed"] += 1
             self.outbox.close_now("idle timeout")  # silently, as redis-server does
 
