@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from fyrehose.protocol.codec import Address
     from fyrehose.protocol.frame_run import FrameRun
     from fyrehose.protocol.tracker import Event, Message
+    from fyrehose.runtime.metrics import Metric
     from fyrehose.subjects.auth import Credentials
     from fyrehose.subjects.envelope import Envelope
 
@@ -38,11 +39,15 @@ BATCH = 4096  # events applied together (conflated) at most: a snapshot waits fo
 
 
 def serve(backbone: str, *, max_bytes: int, user: str, credentials: Credentials | None, session_interval: float,
-          bind: Address | None, multicast: Address | None) -> int:
-    """Run the cache until SIGTERM: answer snapshots and initial values from the stream's last values."""
+          bind: Address | None, multicast: Address | None, metrics: Address | None = None) -> int:
+    """Run the cache until SIGTERM: answer snapshots and initial values from the stream's last values.
+
+    ``metrics``: serve the cache's position, lag, records and counters for Prometheus there
+    (:func:`cache_metrics`, read from a thread of its own)."""
     from fyrehose.cache.core import Cache
     from fyrehose.drivers.client import Client
     from fyrehose.runtime.fatal import guarded
+    from fyrehose.runtime.metrics import MetricsServer
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -62,16 +67,52 @@ def serve(backbone: str, *, max_bytes: int, user: str, credentials: Credentials 
         session = client.session.name if client.session is not None else "none"
         announce_ready("cache", client.address, f"backbone {backbone}, session {session}, "
                                                 f"max {max_bytes} bytes")
+        position = [0]  # the last sequence applied (a list: the metrics thread reads it)
+        connection = client.connection
+        server = None if metrics is None else MetricsServer(metrics, lambda: cache_metrics(
+            cache, position[0], connection.tracker.highest if connection.tracker is not None else 0)).start()
         _collect_less()
         while not stop.is_set():
-            out = _apply(cache, _batch(stream, raw), raw, time.monotonic())
+            events = _batch(stream, raw)
+            out = _apply(cache, events, raw, time.monotonic())
+            if events:
+                position[0] = _last_sequence(events[-1])
             if out:
                 answers.put(out)
         publisher.join()
+        if server is not None:
+            server.stop()
         counts = dict(cache.stats) | ({f"auth {k}": v for k, v in client.auth.stats.items()} if client.auth else {})
     summary = " ".join(f"{name.replace(' ', '_')}={value}" for name, value in sorted(counts.items()))
     sys.stderr.write(f"fyrehose cache: {len(cache.records)} records, {cache.bytes} bytes; {summary}\n")
     return 0
+
+
+def _last_sequence(event: Event | FrameRun) -> int:
+    last = getattr(event, "last", None)  # a FrameRun
+    if last is not None:
+        return last
+    to_seq = getattr(event, "to_seq", None)  # a Lost range
+    return to_seq if to_seq is not None else event.seq  # type: ignore[union-attr]  # a message
+
+
+def cache_metrics(cache: Cache, position: int, head: int) -> list[Metric]:
+    """The cache in the Prometheus text format: where it is in the stream, how far behind, what it holds, its
+    counters (``fyrehose_cache_<name>_total``: updates, snapshots, starts, stops, losses, ...)."""
+    stats = {"updates": 0, "snapshots": 0, "losses": 0} | dict(cache.stats)  # a copy: the cache counts on meanwhile;
+    # the counters the alert rules and the dashboard read exist from the start
+    metrics: list[Metric] = [
+        ("fyrehose_cache_position", "gauge", "the last backbone sequence the cache applied", [({}, position)]),
+        ("fyrehose_cache_head", "gauge", "the highest sequence the backbone is known to have issued", [({}, head)]),
+        ("fyrehose_cache_lag_messages", "gauge", "sequences issued that the cache has not applied yet",
+         [({}, max(0, head - position))]),
+        ("fyrehose_cache_records", "gauge", "subjects whose last value the cache holds", [({}, len(cache.records))]),
+        ("fyrehose_cache_bytes", "gauge", "bytes the records hold (against --max-bytes)", [({}, cache.bytes)]),
+    ]
+    for name, count in sorted(stats.items()):
+        metric = "fyrehose_cache_" + "".join(c if c.isalnum() else "_" for c in name) + "_total"
+        metrics.append((metric, "counter", f"cache counter: {name}", [({}, count)]))
+    return metrics
 
 
 def _collect_less() -> None:

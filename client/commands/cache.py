@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from fyrehose.net.addresses import add_backbone_arguments, add_multicast_argument
+from fyrehose.net.addresses import add_backbone_arguments, add_multicast_argument, parse_hostport
 from fyrehose.runtime.argtypes import positive_int
 from fyrehose.runtime.credentials import add_auth_arguments, credentials_from
 
@@ -17,6 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="memory bound for records (subject + value + 256 bytes each); the least recently "
                              f"used are evicted with drop/preempted (default {DEFAULT_MAX_BYTES})")
     add_auth_arguments(parser, "cache", "cache")
+    parser.add_argument("--metrics", metavar="HOST:PORT",
+                        help="serve the cache's position, lag, records and counters for Prometheus at "
+                             "http://HOST:PORT/metrics")
     actions = parser.add_subparsers(dest="action", metavar="ACTION",
                                     description="instead of running the cache:")
     bench = actions.add_parser("bench", help="measure whether the cache keeps up with a fast stream of updates",
@@ -36,4 +39,5 @@ def run(args: argparse.Namespace) -> int:
     from fyrehose.cache.driver import serve
 
     return serve(args.backbone, max_bytes=args.max_bytes, user=args.user, credentials=credentials_from(args),
-                 session_interval=args.session_interval, bind=args.bind, multicast=args.multicast)
+                 session_interval=args.session_interval, bind=args.bind, multicast=args.multicast,
+                 metrics=parse_hostport(args.metrics) if args.metrics else None)

@@ -57,6 +57,8 @@ class _Client:
 
 
 class _Connection:
+    checked = False  # no users file: nothing delivered is asked against a user's rights
+
     def __init__(self, resp3: bool) -> None:
         self.resp3 = resp3
         self.client = _Client()

@@ -111,13 +111,14 @@ class Deployment:
     journal: JournalProcess | None = None
     journal_metrics: str = ""
     cache: ChildProcess | None = None
+    cache_metrics: str = ""
     gateway: ChildProcess | None = None
     gateway_address: str = ""
     stops: list[Callable[[], object]] = field(default_factory=list)
 
     def start(self) -> Deployment:
         ports = [free_port() for _ in range(4)]
-        metrics = [free_port(socket.SOCK_STREAM) for _ in range(3)]
+        metrics = [free_port(socket.SOCK_STREAM) for _ in range(4)]
         self.a = MemberProcess(self.root / "a", ports[0], ports[2], ports[3], metrics[0]).start()
         self.stops.append(self.a.stop)
         self.b = MemberProcess(self.root / "b", ports[1], ports[3], ports[2], metrics[1]).start()
@@ -131,7 +132,9 @@ class Deployment:
         self.journal = JournalProcess(self.a.address, self.root / "journal", "--metrics", self.journal_metrics)
         self.journal.start()
         self.stops.append(lambda: self.journal.alive() and self.journal.stop())
-        self.cache = ChildProcess(FYREHOSE + ["cache", "--backbone", self.a.address], self.root / "cache.log")
+        self.cache_metrics = f"{LOOPBACK}:{metrics[3]}"
+        self.cache = ChildProcess(FYREHOSE + ["cache", "--backbone", self.a.address, "--metrics", self.cache_metrics],
+                                  self.root / "cache.log")
         self.stops.append(lambda: self.cache.stop(10))
         self.gateway = ChildProcess(FYREHOSE + [
             "gateway", "http", "--listen", f"{LOOPBACK}:0", "--backbone", self.a.address,
@@ -194,7 +197,8 @@ class Deployment:
         """HOST:PORT of every metrics endpoint, by the job the kit's scrape file names."""
         return {"fyrehose-backbone": [self.a.metrics, self.b.metrics],
                 "fyrehose-backbone-pipeline": [f"{LOOPBACK}:{self.pipeline.metrics_port}"],
-                "fyrehose-journal": [self.journal_metrics], "fyrehose-gateway": [self.gateway_address]}
+                "fyrehose-journal": [self.journal_metrics], "fyrehose-cache": [self.cache_metrics],
+                "fyrehose-gateway": [self.gateway_address]}
 
     def stop(self) -> None:
         """Every process this deployment started, last started first, each by its PID."""

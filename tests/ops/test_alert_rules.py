@@ -39,5 +39,5 @@ def test_the_unit_tests_also_say_when_an_alert_must_not_fire():
 
 
 def test_the_kits_scrape_file_names_the_jobs_the_rules_and_dashboard_expect():
-    assert kit_jobs() == ["fyrehose-backbone", "fyrehose-journal", "fyrehose-gateway"]
+    assert kit_jobs() == ["fyrehose-backbone", "fyrehose-journal", "fyrehose-cache", "fyrehose-gateway"]
     assert "fyrehose-alerts.yml" in SCRAPE.read_text()

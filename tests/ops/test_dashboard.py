@@ -23,7 +23,7 @@ def test_the_model_is_importable_and_its_panels_have_ids_places_and_the_datasour
         if panel["type"] != "row":
             assert panel["datasource"]["uid"] == "${datasource}" and panel["targets"], panel["title"]
     titles = {panel["title"] for panel in model["panels"] if panel["type"] == "row"}
-    assert titles == {"Rates", "Latency", "Losses", "Standby pair", "Journals", "Gateways", "Processes"}
+    assert titles == {"Rates", "Latency", "Losses", "Standby pair", "Journals", "Caches", "Gateways", "Processes"}
 
 
 def test_every_query_reads_fyrehose_metrics_and_braces_and_parentheses_balance():

@@ -57,7 +57,7 @@ def wait_scraped(prometheus: PrometheusProcess, timeout: float = 90.0) -> None:
 def test_every_metric_the_rules_and_the_dashboard_read_is_exported_and_scraped(watched):
     deployment, prometheus = watched
     wait_scraped(prometheus)
-    assert len(prometheus.api("targets")["activeTargets"]) == 5
+    assert len(prometheus.api("targets")["activeTargets"]) == 6
     read = set().union(*(metric_names(expression) for expression in rule_expressions().values()),
                        *(metric_names(expression) for _, expression in queries()))
     deadline = time.monotonic() + 60

@@ -37,7 +37,7 @@ def rows(output: str) -> dict[str, list[str]]:
     found, title = {}, ""
     for line in output.splitlines():
         cells = line.split()
-        if line in ("backbones", "losses and recovery", "standby pair", "journals", "gateways", "not read"):
+        if line in ("backbones", "losses and recovery", "standby pair", "journals", "caches", "gateways", "not read"):
             title = line.strip()
         elif cells and re.match(r"\d+\.\d+\.\d+\.\d+:\d+$", cells[0]):
             found[f"{title} {cells[0]}"] = cells[1:]
@@ -50,7 +50,7 @@ def test_once_prints_every_process_of_the_deployment_as_text(deployment, tmp_pat
     assert done.returncode == 0, done.stderr
     output = done.stdout.decode()
     assert "\x1b" not in output  # plain text for scripts: no escape sequences
-    assert output.startswith("fyrehose top · ") and "6 endpoints, 1 not read" in output
+    assert output.startswith("fyrehose top · ") and "7 endpoints, 1 not read" in output
     found = rows(output)
     a, b = deployment.a.metrics, deployment.b.metrics
     primary = found[f"backbones {a}"]
@@ -61,6 +61,7 @@ def test_once_prints_every_process_of_the_deployment_as_text(deployment, tmp_pat
     standby = found[f"standby pair {b}"]
     assert standby[0] == "standby" and standby[2] == "-"  # its epoch is the one it follows, or its own parity's
     assert int(found[f"journals {deployment.journal_metrics}"][0]) >= 51
+    assert int(found[f"caches {deployment.cache_metrics}"][0]) >= 51  # its position: it read the stream
     gateway = found[f"gateways {deployment.gateway_address}"]
     assert gateway[:2] == ["http", "up"] and int(gateway[3]) >= 51  # after the clients connected now
     assert "Connection refused" in " ".join(found[f"not read {dead}"])

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from fyrehose.tools.watch.exposition import parse
 from fyrehose.tools.watch.screen import (
     BACKBONE,
+    CACHE,
     GATEWAY,
     JOURNAL,
     UNKNOWN,
@@ -52,6 +53,13 @@ fyrehose_journal_lost_total 0
 fyrehose_journal_forwarded_total 0
 fyrehose_journal_fsync_seconds_max 0.004
 """
+CACHE_TEXT = """fyrehose_cache_position {position}
+fyrehose_cache_head 900
+fyrehose_cache_lag_messages {lag}
+fyrehose_cache_records 12
+fyrehose_cache_updates_total {updates}
+fyrehose_cache_snapshots_total 4
+"""
 GATEWAY_TEXT = """fyrehose_gateway_up{{kind="http"}} {up}
 fyrehose_gateway_position{{kind="http"}} 880
 fyrehose_gateway_published_total{{kind="http"}} {published}
@@ -72,6 +80,7 @@ def test_each_process_is_known_by_what_it_exports():
     assert kind_of(parse(SINGLE.format(pushes=1, delivered=1, dropped=0))) == BACKBONE
     assert kind_of(parse(JOURNAL_TEXT.format(lag=0, written=0))) == JOURNAL
     assert kind_of(parse(GATEWAY_TEXT.format(up=1, published=0, refused=0))) == GATEWAY
+    assert kind_of(parse(CACHE_TEXT.format(position=1, lag=0, updates=0))) == CACHE
     assert kind_of(parse("node_load1 0.5\n")) == UNKNOWN
 
 
@@ -173,3 +182,11 @@ def test_sorting_orders_every_row_once(figures, key):
     assert sorted(row.endpoint for row in rows) == sorted(names)
     if key != "endpoint":
         assert [getattr(row, key) for row in rows] == sorted((getattr(row, key) for row in rows), reverse=True)
+
+
+def test_a_cache_shows_its_position_lag_records_and_rates():
+    before = {"c:1": reading("c:1", 0.0, CACHE_TEXT.format(position=800, lag=100, updates=1000))}
+    now = [reading("c:1", 2.0, CACHE_TEXT.format(position=890, lag=10, updates=1200))]
+    cache = section(build(before, now), "caches")["c:1"]
+    assert cache == {"ENDPOINT": "c:1", "POSITION": "890", "LAG MSGS": "10", "RECORDS": "12", "UPDATES/s": "100",
+                     "SNAPS/s": "0", "LOSSES": "0"}

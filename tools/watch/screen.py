@@ -1,8 +1,9 @@
 """What ``fyrehose top`` shows, computed from two readings of each endpoint: pure, so every figure is tested alone.
 
 An endpoint is told apart by what it exports (a backbone has
-``fyrehose_pushes_total``, a journal ``fyrehose_journal_head``, a gateway
-``fyrehose_gateway_up``), so the command needs no kind per endpoint.  Rates are
+``fyrehose_pushes_total``, a journal ``fyrehose_journal_head``, a cache
+``fyrehose_cache_position``, a gateway ``fyrehose_gateway_up``), so the
+command needs no kind per endpoint.  Rates are
 the growth of a counter between two readings divided by the time between
 them; a counter that went down was reset by a restart, and counts from zero.
 """
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from fyrehose.tools.watch.exposition import Scrape
 
 SORT_KEYS = ("endpoint", "rate", "lag", "errors")
-BACKBONE, JOURNAL, GATEWAY, UNKNOWN = "backbone", "journal", "gateway", "unknown"
+BACKBONE, JOURNAL, CACHE, GATEWAY, UNKNOWN = "backbone", "journal", "cache", "gateway", "unknown"
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ def kind_of(scrape: Scrape) -> str:
         return BACKBONE
     if scrape.has("fyrehose_journal_head"):
         return JOURNAL
+    if scrape.has("fyrehose_cache_position"):
+        return CACHE
     if scrape.has("fyrehose_gateway_up"):
         return GATEWAY
     return UNKNOWN
@@ -164,6 +167,16 @@ GATEWAY_REFUSALS = ("fyrehose_gateway_refused_connections_total", "fyrehose_gate
                     "fyrehose_gateway_publishes_refused_total", "fyrehose_gateway_subscriptions_refused_total")
 
 
+def _cache(readings: _Readings, endpoint: str) -> Row:
+    updates, lag = readings.rate("fyrehose_cache_updates_total"), readings.value("fyrehose_cache_lag_messages")
+    losses = readings.rate("fyrehose_cache_losses_total")
+    return Row((endpoint, number(readings.value("fyrehose_cache_position")), number(lag),
+                number(readings.value("fyrehose_cache_records")), number(updates),
+                number(readings.rate("fyrehose_cache_snapshots_total")),
+                number(readings.value("fyrehose_cache_losses_total") or 0.0)),
+               endpoint, updates or 0.0, lag or 0.0, losses or 0.0)
+
+
 def _gateway(readings: _Readings, endpoint: str) -> Row:
     kinds = readings.now.by_label("fyrehose_gateway_up", "kind")
     up = readings.value("fyrehose_gateway_up")
@@ -184,10 +197,12 @@ _COLUMNS = {
     "recovery": ("ENDPOINT", "DROPS/s", "REQUESTS/s", "FORWARDS/s", "REDELIV/s", "GONE/s", "RESTARTS"),
     "pair": ("ENDPOINT", "ROLE", "EPOCH", "STANDBY", "LAG MSGS", "LAG", "TAKEOVERS", "FENCED", "GONE"),
     JOURNAL: ("ENDPOINT", "HEAD", "LAG MSGS", "LAG", "WRITTEN/s", "FWD/s", "LOST", "FSYNC MAX"),
+    CACHE: ("ENDPOINT", "POSITION", "LAG MSGS", "RECORDS", "UPDATES/s", "SNAPS/s", "LOSSES"),
     GATEWAY: ("ENDPOINT", "KIND", "BACKBONE", "CLIENTS", "POSITION", "PUB/s", "CONN/s", "REFUSED/s", "LOST"),
     UNKNOWN: ("ENDPOINT", "PROBLEM"),
 }
-_TITLES = {BACKBONE: "backbones", "recovery": "losses and recovery", "pair": "standby pair", JOURNAL: "journals", GATEWAY: "gateways",
+_TITLES = {BACKBONE: "backbones", "recovery": "losses and recovery", "pair": "standby pair", JOURNAL: "journals", CACHE: "caches",
+           GATEWAY: "gateways",
            UNKNOWN: "not read"}
 
 
@@ -223,6 +238,8 @@ def build(previous: Mapping[str, Reading], current: Sequence[Reading], sort: str
                 outbound += readings.rate("fyrehose_delivered_total") or 0.0
         elif kind == JOURNAL:
             rows[JOURNAL].append(_journal(readings, reading.endpoint))
+        elif kind == CACHE:
+            rows[CACHE].append(_cache(readings, reading.endpoint))
         elif kind == GATEWAY:
             rows[GATEWAY].append(_gateway(readings, reading.endpoint))
         else:
