@@ -20,7 +20,7 @@ def scrape(port: int) -> dict[str, float]:
 
 
 
-@pytest.mark.parametrize("kind", ["redis", "nats", "marlin"])
+@pytest.mark.parametrize("kind", ["redis", "nats", "marlin", "lumberjack"])
 def test_a_gateway_serves_its_clients_and_refusals_for_prometheus(gateway_factory, kind):
     port = free_port(socket.SOCK_STREAM)
     gateway = gateway_factory(kind, "--metrics", f"127.0.0.1:{port}", "--max-clients-per-address", "1")

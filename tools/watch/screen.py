@@ -162,7 +162,8 @@ def _journal(readings: _Readings, endpoint: str) -> Row:
 
 
 # Every way a gateway says no: clients over its limits, logins, and publishes and subscriptions outside a user's rights
-GATEWAY_REFUSALS = ("fyrehose_gateway_refused_connections_total", "fyrehose_gateway_refused_connections_per_address_total",
+GATEWAY_REFUSALS = ("fyrehose_gateway_refused_connections_total", "fyrehose_gateway_connections_refused_total",
+                    "fyrehose_gateway_refused_connections_per_address_total",
                     "fyrehose_gateway_logins_refused_total", "fyrehose_gateway_logins_throttled_total",
                     "fyrehose_gateway_publishes_refused_total", "fyrehose_gateway_subscriptions_refused_total")
 

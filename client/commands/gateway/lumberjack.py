@@ -32,6 +32,9 @@ DEFAULT_MAX_BUFFERED_BYTES = 128 << 20
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_tls_arguments(parser)
     add_users_argument(parser)
+    parser.add_argument("--metrics", metavar="HOST:PORT",
+                        help="serve the gateway's counters (connections, refusals, logins, published events, ...) "
+                             "for Prometheus at http://HOST:PORT/metrics")
     parser.add_argument("--subject-field", default=DEFAULT_SUBJECT_FIELD, metavar="NAME",
                         help=f"event field that gives the subject; a dotted name also walks nested objects "
                              f"(default {DEFAULT_SUBJECT_FIELD})")
@@ -79,10 +82,12 @@ def run(args: argparse.Namespace) -> int:
     from fyrehose.drivers.link import BackboneLink
     from fyrehose.gateways.lumberjack.events import SubjectRule
     from fyrehose.gateways.lumberjack.server import LumberjackServer
+    from fyrehose.gateways.metrics import gateway_metrics
     from fyrehose.gateways.tls import context_from
     from fyrehose.gateways.users_file import access_from, announce
     from fyrehose.net.addresses import parse_hostport
     from fyrehose.protocol.recent_messages import RecentMessages
+    from fyrehose.runtime.metrics import MetricsServer
     from fyrehose.runtime.readiness import announce_ready
     from fyrehose.subjects.session import SubjectSession
 
@@ -105,11 +110,15 @@ def run(args: argparse.Namespace) -> int:
                                   max_connections_per_address=args.max_clients_per_address)
         for signum in (signal.SIGTERM, signal.SIGINT):
             gevent.signal_handler(signum, server.stop)
+        metrics = None if args.metrics is None else MetricsServer(parse_hostport(args.metrics), lambda: gateway_metrics(
+            "lumberjack", dict(server.stats) | dict(link_stats), link.reachable, 0, server.clients)).start()
         announce(access, args.users)
         announce_ready("gateway lumberjack", server.address,
                        f"{'TLS, ' if tls else ''}pid {os.getpid()}, backbone {backbone[0]}:{backbone[1]}")
         server.serve()
         server.close(grace=args.publish_timeout + 1)
+        if metrics is not None:
+            metrics.stop()
     finally:
         link.close()
     stats = ", ".join(f"{name} {count}" for name, count in sorted((server.stats + link_stats).items()))

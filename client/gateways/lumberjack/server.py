@@ -84,6 +84,11 @@ class LumberjackServer:
         self._server.init_socket()
         self.address: Address = self._server.address
 
+    @property
+    def clients(self) -> int:
+        """Connections served now."""
+        return len(self._handlers)
+
     def serve(self) -> None:
         """Accept connections until :meth:`stop`; then let the connections finish within ``grace`` seconds."""
         self._server.start()
