@@ -8,6 +8,8 @@ from fyrehose.gateways.access.permissions import Permissions
 from fyrehose.gateways.access.secrets import hash_secret, new_token
 from fyrehose.gateways.access.users import Entry, User, UsersFile
 
+from support import make_certificates
+
 PASSWORD = "s3cret pass"
 
 
@@ -38,18 +40,5 @@ def users(*, anonymous: bool = False, path: Path | None = None) -> Users:
 
 
 def certificates(directory: Path, clients: tuple[str, ...] = ("alice", "mallory")) -> dict[str, str]:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate per name (its subject's CN), by openssl."""
-    import subprocess
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=60)
-
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test CA")
-    (directory / "server.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    for name in ("server", *clients):
-        openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-        extension = ["-extfile", "server.ext"] if name == "server" else []
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                "-out", f"{name}.pem", "-days", "2", *extension)
-    return {file.name: str(file) for file in directory.iterdir() if file.suffix in (".pem", ".key")}
+    """A CA, a server certificate for 127.0.0.1 and a client certificate per name (its subject's CN)."""
+    return make_certificates(directory, clients)

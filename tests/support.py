@@ -311,3 +311,20 @@ class WatchedBucket(TokenBucket):
     def wait_time(self, now: float) -> float:
         self.answers.append(super().wait_time(now))
         return self.answers[-1]
+
+
+def make_certificates(directory: Path, clients: tuple[str, ...], san: str = "IP:127.0.0.1") -> dict[str, str]:
+    """A CA (``ca.pem``), a server certificate for ``san`` (``server.pem``/``.key``) and one client certificate per
+    name, whose subject's CN is the name (``NAME.pem``/``.key``), made with the openssl command; path by file name."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=60)
+
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test CA")
+    (directory / "server.ext").write_text(f"subjectAltName={san}\n")
+    for name in ("server", *clients):
+        openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
+        extension = ["-extfile", "server.ext"] if name == "server" else []
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", f"{name}.pem", "-days", "2", *extension)
+    return {file.name: str(file) for file in directory.iterdir() if file.suffix in (".pem", ".key")}

@@ -31,7 +31,7 @@ from fyrehose.gateways.lumberjack.protocol import (
 from fyrehose.subjects.envelope import decode
 
 from gateway_support import GatewayProcess
-from support import FYREHOSE, LOOPBACK, JournalProcess
+from support import FYREHOSE, LOOPBACK, JournalProcess, make_certificates
 
 
 @pytest.fixture
@@ -515,21 +515,7 @@ def test_backbone_kill9_mid_stream_every_acked_event_is_in_the_journal(backbone_
 @pytest.fixture(scope="session")
 def certificates(tmp_path_factory) -> dict[str, str]:
     """A CA, a server certificate for 127.0.0.1 and a client certificate, made with the openssl command."""
-    directory = tmp_path_factory.mktemp("tls")
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=60)
-
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test CA")
-    (directory / "server.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    for name in ("server", "client"):
-        openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-        extension = ["-extfile", "server.ext"] if name == "server" else []
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                "-out", f"{name}.pem", "-days", "2", *extension)
-    return {name: str(directory / name) for name in
-            ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+    return make_certificates(tmp_path_factory.mktemp("tls"), ("client",))
 
 
 def test_tls_with_required_client_certificates(backbone, gateway_factory, recorder_factory, certificates):

@@ -12,7 +12,6 @@ import shutil
 import signal
 import socket
 import ssl
-import subprocess
 
 import nats
 import pytest
@@ -23,7 +22,7 @@ from fyrehose.drivers.client import Client
 from fyrehose.runtime.process import ChildProcess, wait_until
 
 from gateway_support import GatewayProcess
-from support import LOOPBACK, free_port, take
+from support import LOOPBACK, free_port, make_certificates, take
 
 PASSWORDS = {name: password for name, (password, _, _) in RIGHTS.items()}
 
@@ -35,21 +34,7 @@ def run(coroutine):
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory) -> dict[str, str]:
     """A CA, a server certificate for 127.0.0.1 (and localhost: nats.js names it so), and client certificates named svc (a user) and stranger (none)."""
-    directory = tmp_path_factory.mktemp("nats-tls")
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=60)
-
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test CA")
-    (directory / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name in ("server", "svc", "stranger"):
-        openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-        extension = ["-extfile", "server.ext"] if name == "server" else []
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                "-out", f"{name}.pem", "-days", "2", *extension)
-    return {name: str(directory / name) for name in ("ca.pem", "server.pem", "server.key", "svc.pem", "svc.key",
-                                                      "stranger.pem", "stranger.key")}
+    return make_certificates(tmp_path_factory.mktemp("nats-tls"), ("svc", "stranger"), san="IP:127.0.0.1,DNS:localhost")
 
 
 @pytest.fixture(scope="module")

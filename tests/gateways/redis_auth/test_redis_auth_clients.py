@@ -27,7 +27,7 @@ from fyrehose.drivers.client import Client
 from fyrehose.runtime.process import ChildProcess, wait_until
 
 from gateway_support import GatewayProcess, module_backbone  # noqa: F401 - the module's backbone fixture
-from support import LOOPBACK, free_port
+from support import LOOPBACK, free_port, make_certificates
 
 SPEC = {
     "alice": {"password": "secret", "publish": {"allow": ["news.sports", "weather"]},
@@ -52,20 +52,7 @@ def users_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory) -> dict[str, str]:
     """A CA, a server certificate for 127.0.0.1, and client certificates named alice and stranger (openssl)."""
-    directory = tmp_path_factory.mktemp("tls")
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True, timeout=60)
-
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test CA")
-    (directory / "server.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    for name in ("server", "alice", "stranger"):
-        openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}")
-        extension = ["-extfile", "server.ext"] if name == "server" else []
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                "-out", f"{name}.pem", "-days", "2", *extension)
-    return {path.name: str(path) for path in directory.iterdir()}
+    return make_certificates(tmp_path_factory.mktemp("tls"), ("alice", "stranger"))
 
 
 @pytest.fixture(scope="module")
