@@ -51,8 +51,8 @@ class HiredisCommandParser(CommandParser):
                 if size > self.max_command:  # the pure parser refuses it as it would have alone
                     return super().feed(data)
                 commands.append(item)
-        except hiredis.ProtocolError:
-            return super().feed(data)
+        except (hiredis.ProtocolError, TypeError, ValueError):  # TypeError: a RESP3 map keyed by an array, ...
+            return super().feed(data)  # what hiredis cannot build is the pure parser's to refuse
         if not commands or commands.pop() != [_TOKEN] or reader.has_data():
             return super().feed(data)  # the read ends inside a command: the pure parser keeps the pieces
         self._reader = reader

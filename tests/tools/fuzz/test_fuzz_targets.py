@@ -88,3 +88,8 @@ def test_a_run_with_subjects_that_are_not_utf8_is_checked_as_readers_decide():
     such bytes to the reader's ``decide``, which says no to them, as every reader does."""
     data = (Path(__file__).resolve().parents[2] / "data" / "fuzz_connection_non_utf8_subject.hex").read_text()
     target("connection").check(bytes.fromhex(data.strip()))
+
+
+def test_a_resp3_map_keyed_by_an_array_falls_back_to_the_pure_parser():
+    """Found by hypothesis: hiredis raised TypeError (an unhashable map key) for a client's ``%1`` after an array."""
+    target("resp").check(b"*2\r\n$7\r\n" + bytes(9) + b"$3\r\n" + bytes(5) + b"%1\r\n")
