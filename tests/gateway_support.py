@@ -23,6 +23,19 @@ from support import FYREHOSE, LOOPBACK, BackboneProcess
 KINDS = ("redis", "nats", "marlin")
 
 
+class Deployment:
+    """The router's state a pure connection reads (gateways.requests.Deployment): nobody subscribes elsewhere."""
+
+    def __init__(self) -> None:
+        from fyrehose.subjects.interest import LocalInterest
+
+        self.interest = LocalInterest("test")
+        self.position = 0
+
+    def subscribers_elsewhere(self, subject: str) -> int:
+        return 0
+
+
 @dataclass
 class GatewayProcess:
     """A ``fyrehose gateway KIND`` subprocess, found by its readiness line, stopped by its PID."""

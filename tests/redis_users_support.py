@@ -15,7 +15,8 @@ from fyrehose.gateways.access.users import Entry, User, UsersFile
 from fyrehose.gateways.redis.connection import RedisConnection, RedisRoutes
 from fyrehose.gateways.requests import Publish, Snapshot, Verify
 from fyrehose.subjects.envelope import Envelope, decode
-from fyrehose.subjects.interest import LocalInterest
+
+from gateway_support import Deployment
 
 
 @functools.cache
@@ -41,16 +42,6 @@ def write_users(path: Path, spec: dict[str, dict], anonymous: str | None = None)
     path.write_bytes(users(spec, anonymous).to_json())
     return path
 
-
-class Deployment:
-    """The router's state a connection reads: nobody subscribes elsewhere."""
-
-    def __init__(self) -> None:
-        self.interest = LocalInterest("test")
-        self.position = 0
-
-    def subscribers_elsewhere(self, subject: str) -> int:
-        return 0
 
 
 class Client:

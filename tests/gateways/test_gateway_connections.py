@@ -22,18 +22,8 @@ from fyrehose.gateways.nats.connection import NatsConnection, NatsRoutes, server
 from fyrehose.gateways.redis.connection import RedisConnection, RedisRoutes
 from fyrehose.gateways.requests import Publish, Snapshot
 from fyrehose.subjects.envelope import Envelope, MsgType, Status, decode
-from fyrehose.subjects.interest import LocalInterest
 
-
-class Deployment:
-    """The router's state a connection reads: nobody subscribes elsewhere."""
-
-    def __init__(self) -> None:
-        self.interest = LocalInterest("test")
-        self.position = 0
-
-    def subscribers_elsewhere(self, subject: str) -> int:
-        return 0
+from gateway_support import Deployment
 
 
 class Driver:

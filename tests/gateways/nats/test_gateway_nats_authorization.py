@@ -21,20 +21,13 @@ from fyrehose.gateways.nats.authorization import MAX_RESPONSES, go_quoted
 from fyrehose.gateways.nats.connection import MessageFrames, NatsConnection, NatsRoutes, server_info
 from fyrehose.gateways.requests import Publish, Verify
 from fyrehose.subjects.envelope import Envelope, decode
-from fyrehose.subjects.interest import LocalInterest
+
+from gateway_support import Deployment
 
 USERS, TOKENS = users_file()
 WITH_GUEST, _ = users_file("bob")
 VIOLATION = b"-ERR 'Authorization Violation'\r\n"
 
-
-class Deployment:
-    def __init__(self) -> None:
-        self.interest = LocalInterest("test")
-        self.position = 0
-
-    def subscribers_elsewhere(self, subject: str) -> int:
-        return 0
 
 
 class Client:
