@@ -19,7 +19,7 @@ from fyrehose.errors import InputError
 from fyrehose.gateways.access.permissions import Permissions
 from fyrehose.gateways.access.secrets import hash_secret, new_token
 from fyrehose.gateways.access.users import Entry, User, UsersFile, UsersFileError, check_user_name
-from fyrehose.gateways.users_file import load_users
+from fyrehose.gateways.drivers.users_file import load_users
 from fyrehose.runtime.durable import replace_atomically
 
 

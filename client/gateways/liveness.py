@@ -7,7 +7,7 @@ PINGs, and redis-server closes a client idle for longer than its ``timeout``
 (pub/sub clients excepted), as Logstash's beats input does with its
 ``client_inactivity_timeout``.  These are those rules, pure: times in
 (``time.monotonic()`` seconds), decisions out; the drivers (the TCP server,
-:mod:`fyrehose.gateways.tcp`, and the Lumberjack connection) ask
+:mod:`fyrehose.gateways.drivers.tcp`, and the Lumberjack connection) ask
 :meth:`next_deadline` when to call back.
 """
 from __future__ import annotations

@@ -13,8 +13,8 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fyrehose.gateways.drivers.http.gateway import HttpGateway, HttpSettings
 from fyrehose.gateways.http.connection import HttpConnection
-from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
 from fyrehose.gateways.liveness import NatsLiveness
 from fyrehose.gateways.marlin import protocol as marlin
 from fyrehose.gateways.marlin.connection import MarlinConnection, MarlinRoutes

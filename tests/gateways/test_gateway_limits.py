@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from fyrehose.gateways.budget import InputBudget
 from fyrehose.gateways.channels import is_internal, pattern_is_internal, subject_to_channel
+from fyrehose.gateways.drivers.tcp import GatewayServer
 from fyrehose.gateways.liveness import HANDSHAKE_TIMEOUT, IDLE, PING, STALE, IdleTimeout, NatsLiveness
 from fyrehose.gateways.lumberjack.protocol import FrameDecoder
-from fyrehose.gateways.tcp import GatewayServer
 from fyrehose.subjects.envelope import Envelope
 from fyrehose.subjects.interest import (
     INTEREST_SUBJECT,
@@ -205,7 +205,7 @@ class NoBackbone:
 
 
 def redis_connections():
-    from fyrehose.gateways.driver import ConnectionDriver
+    from fyrehose.gateways.drivers.driver import ConnectionDriver
     from fyrehose.gateways.redis.connection import RedisConnection, RedisRoutes
 
     routes, router = RedisRoutes(), NoBackbone()
@@ -216,7 +216,7 @@ def redis_connections():
 
 
 def nats_connections():
-    from fyrehose.gateways.driver import ConnectionDriver
+    from fyrehose.gateways.drivers.driver import ConnectionDriver
     from fyrehose.gateways.liveness import NatsLiveness
     from fyrehose.gateways.nats.connection import NatsConnection, NatsRoutes, server_info
 

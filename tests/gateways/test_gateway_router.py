@@ -13,7 +13,7 @@ import gevent
 
 from fyrehose import Client
 from fyrehose.drivers.link import RangeLink
-from fyrehose.gateways.router import YIELD_EVERY, GatewayRouter
+from fyrehose.gateways.drivers.router import YIELD_EVERY, GatewayRouter
 from fyrehose.protocol.codec import encode_deliver
 from fyrehose.protocol.frame_run import FrameRun
 from fyrehose.protocol.tracker import Message

@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from types import SimpleNamespace
 
-from fyrehose.gateways.http.gateway import HttpGateway
+from fyrehose.gateways.drivers.http.gateway import HttpGateway
 from fyrehose.tools.watch.exposition import parse
 
 from ops_support import DASHBOARD, EVENT_ONLY, metric_names, queries
@@ -36,7 +36,7 @@ def test_every_query_reads_fyrehose_metrics_and_braces_and_parentheses_balance()
 
 def test_the_gateway_names_its_event_counters_as_the_dashboard_and_rules_read_them():
     """A loss and refused or throttled logins appear only once they happened, which the live deployment does not
-    cause: the names the gateway gives those counters (gateways/router.py, gateways/access/login.py) are checked
+    cause: the names the gateway gives those counters (gateways/drivers/router.py, gateways/access/login.py) are checked
     here instead."""
     counts = Counter({"lost": 3, "logins refused": 2, "logins throttled": 1})
     fake = SimpleNamespace(stats=counts, router=None, healthy=lambda: False, clients=None)

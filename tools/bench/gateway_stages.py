@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 from fyrehose.backbone.pushes import confirm_block
 from fyrehose.gateways.channels import channel_to_subject
+from fyrehose.gateways.drivers.http.gateway import HttpGateway
 from fyrehose.gateways.http.connection import HttpConnection
-from fyrehose.gateways.http.gateway import HttpGateway
 from fyrehose.gateways.http.settings import HttpSettings
 from fyrehose.gateways.liveness import NatsLiveness
 from fyrehose.gateways.nats import protocol as nats_protocol

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fyrehose.errors import CommandFailed, InputError
-from fyrehose.gateways.workers import WORKER_KINDS
+from fyrehose.gateways.drivers.workers import WORKER_KINDS
 from fyrehose.runtime.argtypes import positive_duration, positive_int
 from fyrehose.runtime.process import FYREHOSE, ChildProcess, wait_until
 from fyrehose.runtime.readiness import free_port

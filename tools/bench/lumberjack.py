@@ -33,7 +33,7 @@ import orjson
 
 from fyrehose.drivers.client import Client
 from fyrehose.errors import CommandFailed
-from fyrehose.gateways.lumberjack.driver import CHUNK_EVENTS
+from fyrehose.gateways.drivers.lumberjack.driver import CHUNK_EVENTS
 from fyrehose.gateways.lumberjack.events import SubjectRule, to_message
 from fyrehose.gateways.lumberjack.protocol import (
     VERSION_2,

@@ -11,7 +11,7 @@ import argparse
 import importlib
 
 from fyrehose.errors import CommandFailed
-from fyrehose.gateways.workers import WORKER_KINDS
+from fyrehose.gateways.drivers.workers import WORKER_KINDS
 from fyrehose.net.addresses import add_backbone_arguments, add_multicast_argument
 from fyrehose.runtime.argtypes import positive_int
 

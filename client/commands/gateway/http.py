@@ -5,7 +5,7 @@ semantics, one RESP value per binary message), ``POST /v1/publish/<subject>``,
 ``GET /v1/last/<subject>`` (the last-value cache), ``GET /v1/stream/<pattern>``
 (Server-Sent Events), ``/metrics``, ``/healthz`` and ``/``, a live view of the
 stream.  HTTP is h11's state machine and WebSocket wsproto's, driven by the
-gateway's gevent server (:mod:`fyrehose.gateways.tcp`); ``--tls-cert`` and
+gateway's gevent server (:mod:`fyrehose.gateways.drivers.tcp`); ``--tls-cert`` and
 ``--tls-key`` serve https and wss instead, through gevent's own ``SSLContext``
 (cooperative sockets without monkey patching; the process runs no thread).
 """
@@ -41,11 +41,11 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from fyrehose.gateways.access.login import Login
+    from fyrehose.gateways.drivers.http.driver import HttpConnectionDriver
+    from fyrehose.gateways.drivers.http.gateway import HttpGateway
+    from fyrehose.gateways.drivers.runner import run_gateway
     from fyrehose.gateways.http.connection import HttpConnection
-    from fyrehose.gateways.http.driver import HttpConnectionDriver
-    from fyrehose.gateways.http.gateway import HttpGateway
     from fyrehose.gateways.http.settings import HttpSettings
-    from fyrehose.gateways.runner import run_gateway
 
     stats: Counter = Counter()
     settings = HttpSettings(backbone=args.backbone, max_message=args.max_message, max_head=args.max_header,

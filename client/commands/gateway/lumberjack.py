@@ -13,14 +13,14 @@ from __future__ import annotations
 import argparse
 
 from fyrehose.commands.gateway.options import DEFAULT_MAX_CLIENTS_PER_ADDRESS, add_users_argument
-from fyrehose.gateways.lumberjack.driver import (
+from fyrehose.gateways.drivers.lumberjack.driver import (
     DEFAULT_INACTIVITY_TIMEOUT,
     DEFAULT_MAX_PENDING_BYTES,
     DEFAULT_STALL_TIMEOUT,
 )
+from fyrehose.gateways.drivers.tls import add_tls_arguments
 from fyrehose.gateways.lumberjack.events import DEFAULT_SUBJECT, DEFAULT_SUBJECT_FIELD
 from fyrehose.gateways.lumberjack.protocol import DEFAULT_MAX_COMPRESSED_BYTES
-from fyrehose.gateways.tls import add_tls_arguments
 from fyrehose.protocol.publishing import MAX_PUBLISH_TIMEOUT
 from fyrehose.runtime.argtypes import positive_duration, positive_int, publish_timeout
 
@@ -80,11 +80,11 @@ def run(args: argparse.Namespace) -> int:
     import gevent
 
     from fyrehose.drivers.link import BackboneLink
+    from fyrehose.gateways.drivers.lumberjack.server import LumberjackServer
+    from fyrehose.gateways.drivers.metrics import gateway_metrics
+    from fyrehose.gateways.drivers.tls import context_from
+    from fyrehose.gateways.drivers.users_file import access_from, announce
     from fyrehose.gateways.lumberjack.events import SubjectRule
-    from fyrehose.gateways.lumberjack.server import LumberjackServer
-    from fyrehose.gateways.metrics import gateway_metrics
-    from fyrehose.gateways.tls import context_from
-    from fyrehose.gateways.users_file import access_from, announce
     from fyrehose.net.addresses import parse_hostport
     from fyrehose.protocol.recent_messages import RecentMessages
     from fyrehose.runtime.metrics import MetricsServer

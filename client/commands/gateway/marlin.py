@@ -21,8 +21,8 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from fyrehose.gateways.access.login import Login
-    from fyrehose.gateways.driver import ConnectionDriver
-    from fyrehose.gateways.runner import run_gateway
+    from fyrehose.gateways.drivers.driver import ConnectionDriver
+    from fyrehose.gateways.drivers.runner import run_gateway
 
     log = logging.getLogger("fyrehose.gateway")
     stats: Counter = Counter()

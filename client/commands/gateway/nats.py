@@ -42,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
 
     from fyrehose.errors import InputError
     from fyrehose.gateways.access.login import Access, Login
-    from fyrehose.gateways.driver import ConnectionDriver
-    from fyrehose.gateways.runner import run_gateway
-    from fyrehose.gateways.tcp import TcpClient
+    from fyrehose.gateways.drivers.driver import ConnectionDriver
+    from fyrehose.gateways.drivers.runner import run_gateway
+    from fyrehose.gateways.drivers.tcp import TcpClient
     from fyrehose.net.addresses import parse_hostport
 
     if args.tls_handshake_first and not args.tls_cert:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from fyrehose.gateways.tls import add_tls_arguments
+from fyrehose.gateways.drivers.tls import add_tls_arguments
 from fyrehose.runtime.argtypes import positive_int, publish_timeout
 from fyrehose.runtime.credentials import add_auth_arguments
 

@@ -22,10 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fyrehose.gateways.access.login import Access, Login
-    from fyrehose.gateways.driver import ConnectionDriver, log
-    from fyrehose.gateways.router import GatewayRouter
-    from fyrehose.gateways.runner import run_gateway
-    from fyrehose.gateways.tcp import TcpClient
+    from fyrehose.gateways.drivers.driver import ConnectionDriver, log
+    from fyrehose.gateways.drivers.router import GatewayRouter
+    from fyrehose.gateways.drivers.runner import run_gateway
+    from fyrehose.gateways.drivers.tcp import TcpClient
 
     stats: Counter = Counter()
     routes = RedisRoutes()

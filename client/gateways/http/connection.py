@@ -89,7 +89,7 @@ class Note:
 
 
 class Site(Protocol):
-    """What every connection of one HTTP gateway shares (:class:`fyrehose.gateways.http.gateway.HttpGateway`)."""
+    """What every connection of one HTTP gateway shares (:class:`fyrehose.gateways.drivers.http.gateway.HttpGateway`)."""
 
     settings: HttpSettings
     stats: Counter

@@ -13,15 +13,15 @@ from collections import Counter
 
 import gevent
 
+from fyrehose.gateways.drivers.http.gateway import HttpGateway, HttpSettings
+from fyrehose.gateways.drivers.http.stream import EventStream
+from fyrehose.gateways.drivers.router import GatewayRouter
 from fyrehose.gateways.http import sse
-from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
-from fyrehose.gateways.http.stream import EventStream
-from fyrehose.gateways.router import GatewayRouter
 from fyrehose.subjects.envelope import Envelope
 
 
 class MemoryClient:
-    """What an event stream writes to (fyrehose.gateways.tcp.TcpClient's interface), kept in memory."""
+    """What an event stream writes to (fyrehose.gateways.drivers.tcp.TcpClient's interface), kept in memory."""
 
     peer = "memory:0"
     max_pending = 1 << 20

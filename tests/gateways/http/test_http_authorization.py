@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from fyrehose.gateways.access.login import Access, Login
 from fyrehose.gateways.access.users import Password, Token
+from fyrehose.gateways.drivers.http.gateway import HttpGateway, HttpSettings
 from fyrehose.gateways.http.authorization import (
     CHALLENGE,
     MalformedCredentials,
@@ -24,7 +25,6 @@ from fyrehose.gateways.http.authorization import (
     request_credential,
 )
 from fyrehose.gateways.http.connection import HttpConnection, Note, Stream
-from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
 from fyrehose.gateways.requests import Publish, Snapshot, Verify
 from fyrehose.subjects.envelope import peek_subject
 

@@ -16,8 +16,8 @@ from wsproto.events import BytesMessage, Request
 
 from fyrehose.gateways.access.guard import FREE_FAILURES
 from fyrehose.gateways.access.login import Access, Login
+from fyrehose.gateways.drivers.http.gateway import HttpGateway, HttpSettings
 from fyrehose.gateways.http.connection import HttpConnection
-from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
 from fyrehose.gateways.redis import rights
 from fyrehose.gateways.redis.connection import RedisRoutes
 from fyrehose.gateways.requests import Publish, Verify

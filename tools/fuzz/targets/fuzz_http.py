@@ -24,9 +24,9 @@ with instrumented():
     from fyrehose.gateways.access.login import Access, Login
     from fyrehose.gateways.access.permissions import Permissions
     from fyrehose.gateways.access.users import Entry, User, UsersFile
+    from fyrehose.gateways.drivers.http.gateway import HttpGateway, HttpSettings
+    from fyrehose.gateways.drivers.http.stream import EventStream
     from fyrehose.gateways.http.connection import HttpConnection, Note, Stream
-    from fyrehose.gateways.http.gateway import HttpGateway, HttpSettings
-    from fyrehose.gateways.http.stream import EventStream
     from fyrehose.gateways.requests import Publish, Snapshot, Verify
     from fyrehose.subjects.envelope import Envelope, MsgType, Status
     from fyrehose.subjects.interest import LocalInterest
@@ -41,7 +41,7 @@ USERS = UsersFile({"guest": Entry(User("guest", Permissions.of([]), Permissions.
 
 
 class MemoryClient:
-    """What the connection writes to (the interface of fyrehose.gateways.tcp.TcpClient), kept in memory."""
+    """What the connection writes to (the interface of fyrehose.gateways.drivers.tcp.TcpClient), kept in memory."""
 
     peer = "fuzz:0"
     max_pending = MAX_PENDING

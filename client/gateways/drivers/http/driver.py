@@ -4,12 +4,12 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from fyrehose.gateways.driver import ConnectionDriver
+from fyrehose.gateways.drivers.driver import ConnectionDriver
+from fyrehose.gateways.drivers.http.gateway import HttpGateway
+from fyrehose.gateways.drivers.http.stream import EventStream
+from fyrehose.gateways.drivers.router import GatewayRouter
+from fyrehose.gateways.drivers.tcp import TcpClient
 from fyrehose.gateways.http.connection import HttpConnection, Note, Stream
-from fyrehose.gateways.http.gateway import HttpGateway
-from fyrehose.gateways.http.stream import EventStream
-from fyrehose.gateways.router import GatewayRouter
-from fyrehose.gateways.tcp import TcpClient
 
 log = logging.getLogger("fyrehose.gateway")
 

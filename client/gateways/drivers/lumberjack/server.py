@@ -25,15 +25,15 @@ from fyrehose.drivers.link import BackboneLink
 from fyrehose.gateways.access.guard import AddressCounts
 from fyrehose.gateways.access.login import Access, Login
 from fyrehose.gateways.budget import InputBudget
-from fyrehose.gateways.lumberjack.driver import (
+from fyrehose.gateways.drivers.lumberjack.driver import (
     DEFAULT_INACTIVITY_TIMEOUT,
     DEFAULT_MAX_PENDING_BYTES,
     DEFAULT_STALL_TIMEOUT,
     LumberjackClient,
 )
+from fyrehose.gateways.drivers.tcp import certificate_name
 from fyrehose.gateways.lumberjack.events import SubjectRule
 from fyrehose.gateways.lumberjack.window import AckWindow
-from fyrehose.gateways.tcp import certificate_name
 from fyrehose.protocol.codec import Address
 
 HANDSHAKE_TIMEOUT = 10.0

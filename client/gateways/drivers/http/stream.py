@@ -39,8 +39,8 @@ from fyrehose.subjects.session import SubjectSession
 
 if TYPE_CHECKING:
     from fyrehose.gateways.access.login import Login
-    from fyrehose.gateways.http.gateway import HttpGateway
-    from fyrehose.gateways.tcp import TcpClient
+    from fyrehose.gateways.drivers.http.gateway import HttpGateway
+    from fyrehose.gateways.drivers.tcp import TcpClient
 
 log = logging.getLogger("fyrehose.gateway")
 

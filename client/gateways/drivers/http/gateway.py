@@ -14,17 +14,17 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from fyrehose.gateways.channels import channel_to_subject_or_none, subject_to_channel
+from fyrehose.gateways.drivers.metrics import gateway_metrics
 from fyrehose.gateways.http.settings import HttpSettings
 from fyrehose.gateways.http.websocket import StreamMark
-from fyrehose.gateways.metrics import gateway_metrics
 from fyrehose.gateways.redis.connection import RedisRoutes
 from fyrehose.runtime.metrics import render
 from fyrehose.subjects.envelope import Envelope
 from fyrehose.subjects.patterns import SubjectIndex
 
 if TYPE_CHECKING:
-    from fyrehose.gateways.http.stream import EventStream
-    from fyrehose.gateways.router import GatewayRouter
+    from fyrehose.gateways.drivers.http.stream import EventStream
+    from fyrehose.gateways.drivers.router import GatewayRouter
 
 
 class StreamCountingRoutes(RedisRoutes):

@@ -18,12 +18,12 @@ import gevent
 from gevent.event import Event
 
 from fyrehose.gateways.access.login import Access
-from fyrehose.gateways.metrics import gateway_metrics
-from fyrehose.gateways.router import GatewayRouter, Route, Wants
-from fyrehose.gateways.tcp import ClientDriver, GatewayServer, TcpClient
-from fyrehose.gateways.tls import context_from
-from fyrehose.gateways.users_file import access_from, announce
-from fyrehose.gateways.workers import reuse_port_listener, run_workers
+from fyrehose.gateways.drivers.metrics import gateway_metrics
+from fyrehose.gateways.drivers.router import GatewayRouter, Route, Wants
+from fyrehose.gateways.drivers.tcp import ClientDriver, GatewayServer, TcpClient
+from fyrehose.gateways.drivers.tls import context_from
+from fyrehose.gateways.drivers.users_file import access_from, announce
+from fyrehose.gateways.drivers.workers import reuse_port_listener, run_workers
 from fyrehose.net.addresses import parse_hostport
 from fyrehose.protocol.codec import Address
 from fyrehose.runtime.credentials import credentials_from

@@ -16,7 +16,7 @@ that exits on its own stops the others and makes the supervisor exit
 non-zero (a supervisor of the command restarts the whole gateway); SIGTERM
 or SIGINT stops every worker and exits 0 when all stopped cleanly.  A
 worker outliving its supervisor (killed with SIGKILL) stops by itself once it
-sees it was re-parented (:func:`fyrehose.gateways.runner.run_gateway`).
+sees it was re-parented (:func:`fyrehose.gateways.drivers.runner.run_gateway`).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from fyrehose.errors import CommandFailed
-from fyrehose.gateways.users_file import load_users
+from fyrehose.gateways.drivers.users_file import load_users
 from fyrehose.net.addresses import parse_hostport
 from fyrehose.runtime.process import FYREHOSE, ChildProcess
 from fyrehose.runtime.readiness import READY_LINE, announce_ready

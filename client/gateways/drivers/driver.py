@@ -3,7 +3,7 @@
 The Redis, NATS, Marlin and HTTP connections are pure state machines
 (bytes and time in; an :class:`~fyrehose.gateways.outbox.Outbox` and
 :mod:`requests <fyrehose.gateways.requests>` out).  :class:`ConnectionDriver`
-is what the TCP server (:mod:`fyrehose.gateways.tcp`) holds per client: it
+is what the TCP server (:mod:`fyrehose.gateways.drivers.tcp`) holds per client: it
 feeds the connection what the client sent, carries out its requests through
 the gateway's router (publishes join the loop iteration's one batch;
 snapshots ask the cache), feeds the results back, writes what the outbox has
@@ -22,10 +22,10 @@ from typing import Protocol, cast
 import gevent
 
 from fyrehose.gateways.access.users import User
+from fyrehose.gateways.drivers.router import GatewayRouter
+from fyrehose.gateways.drivers.tcp import TcpClient
 from fyrehose.gateways.outbox import Outbox
 from fyrehose.gateways.requests import Publish, Snapshot, Verify
-from fyrehose.gateways.router import GatewayRouter
-from fyrehose.gateways.tcp import TcpClient
 from fyrehose.subjects.envelope import Envelope
 
 log = logging.getLogger("fyrehose.gateway")
@@ -89,7 +89,7 @@ class LogsIn(PureConnection, Protocol):
 
 
 class ConnectionDriver:
-    """A :class:`~fyrehose.gateways.tcp.ClientDriver` for a pure connection, on the gateway's loop."""
+    """A :class:`~fyrehose.gateways.drivers.tcp.ClientDriver` for a pure connection, on the gateway's loop."""
 
     def __init__(self, client: TcpClient, connection: PureConnection, router: GatewayRouter, stats: Counter) -> None:
         self.client = client
