@@ -33,26 +33,19 @@ MAY_IMPORT = {
 # pair's (backbone.pair, driven by backbone.single.pair_member).
 BACKBONE_CORE = {"core", "clients", "confirms", "cookies", "intake", "pushes", "ratelimit", "recent_log", "redelivery",
                  "sequence_counter", "pair"}
-# Pure modules inside the service folders: the state machines and codecs their drivers run.
+# Pure modules inside the service folders: the state machines and codecs their drivers run.  (The gateways' are
+# not listed: their folder is pure but for its drivers, GATEWAY_DRIVERS.)
 PURE_SERVICE_MODULES = {
     "fyrehose.cache.core", "fyrehose.cache.merge",
     "fyrehose.journal.segment", "fyrehose.journal.lag", "fyrehose.journal.summary",
-    "fyrehose.gateways.incremental", "fyrehose.gateways.channels", "fyrehose.gateways.echo",
-    "fyrehose.gateways.nats.pub_scan", "fyrehose.gateways.nats.authorization",
-    "fyrehose.gateways.lumberjack.window",
-    "fyrehose.gateways.lumberjack.events", "fyrehose.gateways.http.sse",
-    "fyrehose.gateways.access", "fyrehose.gateways.access.permissions", "fyrehose.gateways.access.secrets",
-    "fyrehose.gateways.access.users", "fyrehose.gateways.access.guard", "fyrehose.gateways.access.login",
-    "fyrehose.gateways.outbox", "fyrehose.gateways.requests", "fyrehose.gateways.liveness", "fyrehose.gateways.payloads",
-    "fyrehose.gateways.redis.hiredis_parser", "fyrehose.gateways.redis.rights", "fyrehose.gateways.http.websocket",
-    "fyrehose.gateways.http.resp_values", "fyrehose.gateways.http.settings", "fyrehose.gateways.http.authorization",
     "fyrehose.loadtest.measuring_subscriber", "fyrehose.loadtest.account", "fyrehose.loadtest.stamp",
     "fyrehose.loadtest.tally", "fyrehose.loadtest.rates",
     "fyrehose.tools.bench.search", "fyrehose.tools.deploy.keepalived", "fyrehose.backbone.multiprocess.confirm_table",
     "fyrehose.tools.watch.exposition", "fyrehose.tools.watch.endpoints", "fyrehose.tools.watch.screen",
 }
-# Modules of a gateway protocol's folder (gateways/KIND/) that are pure by their name, whoever adds a protocol.
-PURE_GATEWAY_NAMES = {"protocol", "connection"}
+# The gateways: every module under fyrehose.gateways is pure (parsers, connections, access, outboxes, whatever
+# protocol folder is added), but for their I/O, which is in this one folder (a service's).
+GATEWAYS, GATEWAY_DRIVERS = "fyrehose.gateways", "fyrehose.gateways.drivers"
 # What a pure module may not import: I/O, concurrency, processes, the wall clock and its sleep, logging, imports
 # by name at run time.
 IMPURE_STDLIB = {"socket", "select", "selectors", "threading", "_thread", "multiprocessing", "subprocess", "asyncio",
@@ -90,6 +83,10 @@ def _module_files() -> dict[str, Path]:
     return modules
 
 
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 def layer_of(module: str) -> str:
     if module.endswith(".__main__"):
         return COMMANDS  # ``python -m``: an entry point, like the command line
@@ -100,8 +97,8 @@ def layer_of(module: str) -> str:
         if len(parts) == 2 or parts[2] in BACKBONE_CORE:
             return PURE
         return SERVICES
-    if parts[:2] == ["fyrehose", "gateways"] and len(parts) == 4 and parts[3] in PURE_GATEWAY_NAMES:
-        return PURE
+    if _within(module, GATEWAYS):
+        return SERVICES if _within(module, GATEWAY_DRIVERS) else PURE
     if len(parts) == 1:
         return COMMANDS  # the package root re-exports the API
     try:
@@ -204,6 +201,9 @@ def test_layers_import_only_downwards():
     ("fyrehose.protocol.codec", PURE), ("fyrehose.backbone.core", PURE), ("fyrehose.backbone.multiprocess.rings",
                                                                             SERVICES),
     ("fyrehose.drivers.client", DRIVERS), ("fyrehose.commands.main", COMMANDS), ("fyrehose.cache.core", PURE),
+    ("fyrehose.gateways", PURE), ("fyrehose.gateways.outbox", PURE), ("fyrehose.gateways.access.users", PURE),
+    ("fyrehose.gateways.http.websocket", PURE), ("fyrehose.gateways.drivers", SERVICES),
+    ("fyrehose.gateways.drivers.tcp", SERVICES), ("fyrehose.gateways.drivers.http.stream", SERVICES),
 ])
 def test_layer_of_names_the_folder(module, layer):
     assert layer_of(module) == layer
@@ -262,10 +262,21 @@ def test_a_module_in_a_folder_with_no_layer_is_reported(tmp_path, monkeypatch):
     assert len(broken) == 1 and "no layer for the folder 'newfolder'" in broken[0]
 
 
-def test_a_new_gateway_protocols_connection_is_pure_by_its_name(tmp_path, monkeypatch):
+def test_a_gateway_module_outside_the_drivers_folder_is_pure_whatever_its_name(tmp_path, monkeypatch):
     broken = planted(tmp_path, monkeypatch, {"gateways/newproto/connection.py": "import socket\n",
-                                             "gateways/newproto/protocol.py": "import gevent\n"})
-    assert len(broken) == 2 and all("pure module" in line for line in broken), broken
+                                             "gateways/newproto/server.py": "import gevent\n",
+                                             "gateways/helper.py": "from fyrehose.drivers.link import BackboneLink\n",
+                                             "gateways/newproto/uses_a_driver.py":
+                                                 "from fyrehose.gateways.drivers.tcp import TcpClient\n"})
+    assert len(broken) == 4 and all("pure module" in line for line in broken), broken
+    assert "imports fyrehose.gateways.drivers.tcp (services)" in broken[-1]
+
+
+def test_the_gateways_drivers_do_io_and_use_each_other_and_the_pure_gateway_modules(tmp_path, monkeypatch):
+    source = ("import socket\nimport logging\nimport gevent\nfrom fyrehose.drivers.link import BackboneLink\n"
+              "from fyrehose.gateways.drivers.tcp import TcpClient\nfrom fyrehose.gateways.outbox import Outbox\n"
+              "from fyrehose.gateways.redis.connection import RedisConnection\n")
+    assert planted(tmp_path, monkeypatch, {"gateways/drivers/newproto/driver.py": source}) == []
 
 
 def test_a_service_importing_another_service_is_reported(tmp_path, monkeypatch):

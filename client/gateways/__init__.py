@@ -1,6 +1,9 @@
 """Gateways: backbone clients that serve unmodified TCP clients of other systems.
 
-Each kind (Redis, NATS, Marlin, Lumberjack) is one module with ``add_arguments``
-and ``run``; :mod:`fyrehose.commands.gateway` turns them into
-``fyrehose gateway KIND --listen HOST:PORT --backbone HOST:PORT``.
+Pure but for :mod:`fyrehose.gateways.drivers`, their I/O: each protocol's folder
+(``redis``, ``nats``, ``marlin``, ``http``, ``lumberjack``) holds its parser and
+its connections' state machine, and what they share (access, outboxes, requests,
+channels, ...) is here.  :mod:`fyrehose.commands.gateway` has one module per kind
+(``add_arguments`` and ``run``): ``fyrehose gateway KIND --listen HOST:PORT
+--backbone HOST:PORT``.
 """
