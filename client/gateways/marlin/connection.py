@@ -41,6 +41,7 @@ from fyrehose.gateways.marlin import protocol as proto
 from fyrehose.gateways.outbox import Outbox, Slot
 from fyrehose.gateways.payloads import PreparedHeads, fitting
 from fyrehose.gateways.requests import Deployment, Publish
+from fyrehose.gateways.subscribers import ChannelSubscribers
 from fyrehose.protocol.codec import PayloadTooLarge
 from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope
 
@@ -48,32 +49,12 @@ MAX_SUBSCRIPTIONS = 10000  # channels per client
 MAX_FRAME = 1 << 20
 
 
-class MarlinRoutes:
+class MarlinRoutes(ChannelSubscribers["MarlinConnection"]):
     """Which local clients subscribed to which channel."""
 
     def __init__(self) -> None:
-        self.channels: dict[bytes, dict[MarlinConnection, None]] = {}
-        self.subjects: set[str] = set()  # the subjects of the channels in ``channels``, for ``wants``
+        super().__init__()
         self.heads: PreparedHeads[bytes] = PreparedHeads(channel_to_subject)  # every client's MESSAGEs build on them
-
-    def subscribe(self, channel: bytes, connection: MarlinConnection) -> None:
-        subject = channel_to_subject_or_none(channel)
-        if channel not in self.channels and subject is not None:
-            self.subjects.add(subject)
-        self.channels.setdefault(channel, {})[connection] = None
-        if subject is not None:  # announced, so other gateways count this subscriber
-            connection.deployment.interest.add(subject)
-
-    def unsubscribe(self, channel: bytes, connection: MarlinConnection) -> None:
-        connections = self.channels.get(channel)
-        if connections is not None and connection in connections:
-            del connections[connection]
-            subject = channel_to_subject_or_none(channel)
-            if not connections:
-                del self.channels[channel]
-                self.subjects.discard(subject)
-            if subject is not None:
-                connection.deployment.interest.remove(subject)
 
     def wants(self, subject: str) -> bool:
         """Whether a message on ``subject`` may reach a client here (the router opens no other)."""

@@ -45,7 +45,6 @@ from fyrehose.gateways.access.users import User
 from fyrehose.gateways.channels import (
     ChannelError,
     channel_to_subject,
-    channel_to_subject_or_none,
     is_internal,
     pattern_is_internal,
     subject_to_channel,
@@ -57,6 +56,7 @@ from fyrehose.gateways.redis import protocol as resp
 from fyrehose.gateways.redis import rights
 from fyrehose.gateways.redis.hiredis_parser import HiredisCommandParser
 from fyrehose.gateways.requests import Deployment, Publish, Snapshot, Verify
+from fyrehose.gateways.subscribers import ChannelSubscribers
 from fyrehose.protocol.codec import PayloadTooLarge
 from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status, check_subject
 from fyrehose.subjects.redis_glob import MAX_PATTERN, GlobIndex, literal_prefix
@@ -86,33 +86,13 @@ MAX_WAITING = 4096  # PUBLISH replies held for the backbone before the client's 
 _INTEGERS = tuple(resp.integer(count) for count in range(1024))  # receiver counts' replies, made once
 
 
-class RedisRoutes:
+class RedisRoutes(ChannelSubscribers["RedisConnection"]):
     """Which local clients want which channel: exact channels and glob patterns."""
 
     def __init__(self) -> None:
-        self.channels: dict[bytes, dict[RedisConnection, None]] = {}
+        super().__init__()
         self.patterns: GlobIndex[tuple[bytes, dict[RedisConnection, None]]] = GlobIndex()
-        self.subjects: set[str] = set()  # the subjects of the channels in ``channels``, for ``wants``
         self.heads: PreparedHeads[bytes] = PreparedHeads(channel_to_subject)  # every client's PUBLISHes build on them
-
-    def subscribe(self, channel: bytes, connection: RedisConnection) -> None:
-        subject = channel_to_subject_or_none(channel)
-        if channel not in self.channels and subject is not None:
-            self.subjects.add(subject)
-        self.channels.setdefault(channel, {})[connection] = None
-        if subject is not None:  # a channel without a subject receives nothing: no interest to announce
-            connection.deployment.interest.add(subject)
-
-    def unsubscribe(self, channel: bytes, connection: RedisConnection) -> None:
-        connections = self.channels.get(channel)
-        if connections is not None and connection in connections:
-            del connections[connection]
-            subject = channel_to_subject_or_none(channel)
-            if not connections:
-                del self.channels[channel]
-                self.subjects.discard(subject)
-            if subject is not None:
-                connection.deployment.interest.remove(subject)
 
     def psubscribe(self, pattern: bytes, connection: RedisConnection) -> None:
         entry = self.patterns.get(pattern)
