@@ -40,6 +40,7 @@ from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
 from fyrehose.gateways.marlin import protocol as proto
 from fyrehose.gateways.outbox import Outbox, Slot
 from fyrehose.gateways.payloads import PreparedHeads, fitting
+from fyrehose.gateways.receiving import ParsingConnection
 from fyrehose.gateways.requests import Deployment, Publish
 from fyrehose.gateways.subscribers import ChannelSubscribers
 from fyrehose.protocol.codec import PayloadTooLarge
@@ -70,7 +71,7 @@ class MarlinRoutes(ChannelSubscribers["MarlinConnection"]):
             connection.deliver(seq, frame, message.subject)
 
 
-class MarlinConnection:
+class MarlinConnection(ParsingConnection[proto.FrameParser, proto.Frame | proto.FrameError]):
     """One Marlin client: its channels and the publishes it is waiting on; what it is told in :attr:`outbox`."""
 
     headroom = 0  # its farewell replaces what is queued: no room kept for it
@@ -92,13 +93,6 @@ class MarlinConnection:
             self.outbox.close_now(refusal, error_response(refusal))
 
     # ------------------------------------------------------------ the driver's interface
-
-    def receive(self, data: bytes, now: float) -> None:
-        """The client's bytes (``now`` does not matter: Marlin has no deadlines)."""
-        if self.outbox.closing is not None:
-            return
-        self._unread.extend(self.parser.feed(data))
-        self._run()
 
     @property
     def paused(self) -> bool:

@@ -78,6 +78,7 @@ from fyrehose.gateways.nats.authorization import (
 )
 from fyrehose.gateways.outbox import Outbox, Slot
 from fyrehose.gateways.payloads import PreparedHeads, encoded, fitting
+from fyrehose.gateways.receiving import ParsingConnection
 from fyrehose.gateways.requests import Deployment, Publish, Verify
 from fyrehose.protocol.codec import MAX_PAYLOAD, PayloadTooLarge
 from fyrehose.subjects.envelope import MAX_SUBJECT, Envelope, EnvelopeError, MsgType, Status, check_subject
@@ -227,7 +228,7 @@ class MessageFrames:
         return self.message.reply.encode() if self.message.reply else None
 
 
-class NatsConnection:
+class NatsConnection(ParsingConnection[proto.OperationParser, proto.Operation | proto.NatsError]):
     """One NATS client: its CONNECT options and subscriptions; what it is told in :attr:`outbox`."""
 
     headroom = 0  # its farewell replaces what is queued: no room kept for it
@@ -272,14 +273,6 @@ class NatsConnection:
         self.outbox.reply(proto.info(fields))
 
     # ------------------------------------------------------------ the driver's interface
-
-    def receive(self, data: bytes, now: float) -> None:
-        """The client's bytes, received at ``now``."""
-        self.last_input = now
-        if self.outbox.closing is not None:
-            return
-        self._unread.extend(self.parser.feed(data))
-        self._run()
 
     @property
     def paused(self) -> bool:

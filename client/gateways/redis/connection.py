@@ -52,6 +52,7 @@ from fyrehose.gateways.channels import (
 from fyrehose.gateways.liveness import IdleTimeout
 from fyrehose.gateways.outbox import Outbox, Slot
 from fyrehose.gateways.payloads import PreparedHeads, fitting
+from fyrehose.gateways.receiving import ParsingConnection
 from fyrehose.gateways.redis import protocol as resp
 from fyrehose.gateways.redis import rights
 from fyrehose.gateways.redis.hiredis_parser import HiredisCommandParser
@@ -170,7 +171,7 @@ MESSAGE_HEAD = resp.bulk(b"message")
 PMESSAGE_HEAD = resp.bulk(b"pmessage")
 
 
-class RedisConnection:
+class RedisConnection(ParsingConnection[HiredisCommandParser, resp.Command | resp.RespError]):
     """One Redis client: its protocol version, name and subscriptions; its replies in :attr:`outbox`."""
 
     headroom = 0  # its farewell replaces what is queued: no room kept for it
@@ -207,15 +208,9 @@ class RedisConnection:
 
     # ------------------------------------------------------------ the driver's interface
 
-    def receive(self, data: bytes, now: float) -> None:
-        """The client's bytes, received at ``now``."""
-        self.last_input = now
-        if self.outbox.closing is not None:
-            return
+    def _before_parsing(self) -> None:
         if self.checked:  # before a login (and not while one is being checked): redis-server's tighter limits
             self.parser.guarded = self._verifying is None and not self.login.allowed_in
-        self._unread.extend(self.parser.feed(data))
-        self._run()
 
     @property
     def paused(self) -> bool:
