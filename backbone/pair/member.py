@@ -283,7 +283,9 @@ class PairMember:
             for record in follower.on_record(frame, now):
                 self.backbone.hold_replica(record.frames, record.last - record.first + 1, record.source,
                                            record.runs, now)
-            return True
+            # a sync primary holds its output until this ACK; an asynchronous one only needs the heartbeat's
+            # (an ACK per RECORD would wake it once more per flush for nothing)
+            return follower.primary is not None and bool(follower.primary.flags & frames.STATE_SYNC)
         return False
 
     def _follow_epoch(self, epoch: int) -> None:

@@ -114,9 +114,10 @@ class SingleProcessBackbone:
         poller.register(self._stop.fileno(), select.POLLIN)
         if self._metrics:
             self._metrics.start()
+        client_fd = sock.fileno()
         try:
             while not self._stop.requested:
-                poller.poll(self._wait_ms())
+                ready = poller.poll(self._wait_ms())
                 now = time.monotonic()
                 if pair is not None:
                     was_primary = pair.primary
@@ -136,7 +137,9 @@ class SingleProcessBackbone:
                 trace = self.trace
                 if trace is not None:
                     trace.woke()
-                for taken in range(DRAIN_LIMIT):
+                # woken by the pair socket or a timer alone (a standby's ACK, a heartbeat): no read that fails
+                drain = DRAIN_LIMIT if any(fd == client_fd for fd, _ in ready) else 0
+                for taken in range(drain):
                     try:
                         data, source = recvfrom(RECV_SIZE)
                     except BlockingIOError:

@@ -12,6 +12,7 @@ wait in the kernel for its promotion).  keepalived changes the role by signal
 from __future__ import annotations
 
 import os
+import select
 import socket
 
 from fyrehose.backbone.core import Backbone, Flush
@@ -37,6 +38,8 @@ class PairDriver:
         self.peer = peer
         self.counters = backbone.counters
         self.sock = bind_udp(pair)
+        self._readable = select.poll()  # whether the pair socket holds a datagram, without a failing read
+        self._readable.register(self.sock, select.POLLIN)
         self.requested: Role | None = None  # a role asked for by signal, applied by the loop
         self._write("pid", f"{os.getpid()}\n")
         self.member = PairMember(backbone, self.sock.getsockname(), peer, client_sock.getsockname(),
@@ -79,7 +82,10 @@ class PairDriver:
         return self.member.primary
 
     def receive(self, now: float) -> None:
-        """Everything the pair socket holds."""
+        """Everything the pair socket holds (an empty socket, the usual case in a flush, is seen by a poll: a
+        read that fails costs 2.4 us against its 0.7)."""
+        if not self._readable.poll(0):
+            return
         datagrams = []
         for _ in range(RECV_BATCH):
             try:

@@ -67,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="failover: kills of the primary backbone, alternating the hosts (default 20)")
     parser.add_argument("--standby-sync", action="store_true",
                         help="failover: the pair in sync mode (the primary CONFIRMs what the standby holds)")
+    parser.add_argument("--cost", action="store_true",
+                        help="failover: only the standby's cost to the primary (its CPU per message at one rate, "
+                             "throughput, CONFIRM latency, with and without the standby, --rounds alternated)")
     parser.add_argument("--pair-key", action="store_true",
                         help="failover: the members sign every pair datagram (backbone --pair-key)")
     parser.add_argument("--targets", type=_targets, metavar="LIST",
@@ -222,7 +225,8 @@ def _run_failover(args: argparse.Namespace) -> int:
 
     from fyrehose.tools.bench.failover import FailoverSettings, run_failover, write_table
 
-    settings = FailoverSettings(runs=args.runs, rate=args.rate or 1000.0, sync=args.standby_sync, key=args.pair_key)
+    settings = FailoverSettings(runs=args.runs, rate=args.rate or 1000.0, sync=args.standby_sync, key=args.pair_key,
+                                cost_only=args.cost, cost_rounds=args.rounds)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).touch()
@@ -232,7 +236,8 @@ def _run_failover(args: argparse.Namespace) -> int:
         os_workdir = Path(workdir)
         os_workdir.chmod(0o755)
         doc = run_failover(settings, os_workdir, sys.stdout)
-    write_table(doc, sys.stdout)
+    if not args.cost:
+        write_table(doc, sys.stdout)
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     return 0

@@ -4,6 +4,8 @@ Run inside the client namespace as ``python -m fyrehose.tools.bench.failover_cli
 one command per line on stdin and answers each with one JSON line on stdout, so the orchestrator, which kills
 backbones in the other namespaces, decides when each phase begins:
 
+- ``paced SECONDS RATE``: confirmed ``publish_many`` batches of PACED_BATCH offered at RATE msgs/s for
+  SECONDS, so that the backbone's CPU per message is measured at the same load with and without a standby;
 - ``cost SECONDS SAMPLES``: confirmed throughput (``publish_many`` for SECONDS) and CONFIRM latency
   (SAMPLES ``publish`` calls one at a time), for the with/without-standby comparison;
 - ``stream``: from now on publish one message every 1/RATE s with ``publish`` (it waits for the CONFIRM, and
@@ -25,6 +27,7 @@ from fyrehose.errors import FyrehoseError
 from fyrehose.protocol.tracker import Lost, Message
 
 ID_SIZE = 12  # the payload: the publish's index, zero-padded
+PACED_BATCH = 256  # messages per publish_many call of the paced step (one datagram)
 
 
 class Stream:
@@ -78,6 +81,20 @@ class Stream:
         return {"published": self.published, "events": self.events}
 
 
+def paced(backbone: str, seconds: float, rate: float) -> dict:
+    """Confirmed ``publish_many`` batches offered at ``rate`` msgs/s; what was sent and the rate reached."""
+    with Client(backbone, subscribe=False) as publisher:
+        batch = [b"%0*d" % (ID_SIZE, i) for i in range(PACED_BATCH)]
+        sent = 0
+        started = due = time.monotonic()
+        while (now := time.monotonic()) - started < seconds:
+            if due > now:
+                time.sleep(due - now)
+            sent += len(publisher.publish_many(batch))
+            due += PACED_BATCH / rate
+        return {"messages": sent, "rate": sent / (time.monotonic() - started)}
+
+
 def cost(backbone: str, seconds: float, samples: int) -> dict:
     """Confirmed msgs/s through publish_many and the CONFIRM latency of publish, one client."""
     with Client(backbone, subscribe=False) as publisher:
@@ -104,7 +121,9 @@ def main() -> int:
         words = line.split()
         if not words:
             continue
-        if words[0] == "cost":
+        if words[0] == "paced":
+            answer = paced(backbone, float(words[1]), float(words[2]))
+        elif words[0] == "cost":
             answer = cost(backbone, float(words[1]), int(words[2]))
         elif words[0] == "stream":
             stream = Stream(backbone, rate)

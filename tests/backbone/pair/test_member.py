@@ -226,3 +226,22 @@ def test_any_order_of_signals_pushes_cuts_and_time_keeps_numbers_and_roles_apart
     a, b = rig.delivered("a"), rig.delivered("b")
     assert all(a[seq] == b[seq] for seq in a.keys() & b.keys())
     assert all(len(names) == 1 for names in senders.values())
+
+
+def test_a_standby_acks_a_record_at_once_only_for_a_sync_primary():
+    """A sync primary holds its output until the ACK; an asynchronous one is told with the standby's heartbeat,
+    so it is not woken once more per flush for an ACK it does not wait for."""
+    for sync in (False, True):
+        rig = Rig(sync=sync)
+        rig.carry("a", rig.members["a"].promote(rig.now, RESERVE))
+        rig.settle()
+        rig.push("a", b"one", 1)
+        out = rig.flush("a")
+        records = rig.members["a"].replicate().to_peer
+        rig.carry("a", rig.members["a"].gate(out.sends, rig.now))
+        answer = rig.members["b"].receive([(record, A) for record in records], rig.now, rig.durable["b"])
+        acks = [frame for frame in map(frames.decode, answer.to_peer) if isinstance(frame, frames.Ack)]
+        seq = rig.cores["a"].sequence.last_issued
+        assert [ack.held for ack in acks] == ([seq] if sync else [])
+        rig.step()  # the heartbeat's ACK tells the asynchronous primary too
+        assert rig.members["a"].source is not None and rig.members["a"].source.held == seq
