@@ -48,6 +48,7 @@ REPEAT_WINDOW = 2.0  # a REQUEST for the same hole again within this: the FORWAR
 MAX_ASKED = 4096  # requesters whose recent REQUESTs are remembered for that
 ASKS_PER_CLIENT = 32
 _ACK_PREFIX = bytes((codec.KEEPALIVE_ACK,))
+_ZERO_TAG = bytes(codec.FRAME_HEADER - 3)  # the TAG field of an untagged PUSH
 _NOBODY: Address = ("0.0.0.0", 0)  # the publisher of untagged frames, as far as a standby needs to know
 RECOVERY_WINDOW = 0.2  # seconds a promoted standby waits for the journals' copies of the numbers it lacks
 
@@ -329,6 +330,12 @@ class Backbone:
 
     def push(self, datagram: bytes | bytearray | memoryview, source: Address, now: float) -> None:
         """Sequence the well-formed PUSH frames of a datagram (up to the first malformed one)."""
+        size = len(datagram)
+        if size >= codec.FRAME_HEADER and datagram[0] == codec.PUSH \
+                and (datagram[1] << 8 | datagram[2]) == size - codec.FRAME_HEADER \
+                and datagram[3:codec.FRAME_HEADER] == _ZERO_TAG:
+            self._push_one(datagram, size)  # one untagged frame: the latency path at low rates
+            return
         step = uniform_frames(datagram)
         if step:
             if untagged(datagram, step):
@@ -344,6 +351,22 @@ class Backbone:
             self._drop("malformed")
         if spans:
             self._push_spans(datagram, spans, source, now)
+
+    def _push_one(self, datagram: bytes | bytearray | memoryview, size: int) -> None:
+        """One untagged PUSH frame sequenced: what :meth:`_push_uniform` does for it, without its column work."""
+        try:
+            seq = self.sequence.take(1)
+        except SequenceExhausted:
+            self._drop("sequence space exhausted")
+            return
+        buf = bytearray(datagram)
+        buf[0] = codec.DELIVER
+        buf[3:codec.FRAME_HEADER] = seq.to_bytes(6, "big")
+        self.counters["pushes"] += 1
+        entry = LogEntry(memoryview(buf), 1, size)
+        self._log.append(entry)
+        if self.replicas is not None:
+            self.replicas.append((entry, _NOBODY, []))
 
     def _push_uniform(self, datagram: bytes | bytearray | memoryview, step: int, tags: array | range | None = None,
                       source: Address | None = None, now: float = 0.0) -> None:
@@ -510,10 +533,9 @@ class Backbone:
                 self._drop("unvalidated address")
                 continue
             if entry is not None and entry.batches:
-                sends.extend((datagram, source) for datagram in codec.pack_greedy(blocks))
+                sends += [(datagram, source) for datagram in codec.pack_greedy(blocks)]
             else:
-                sends.extend((block[start:start + size], source)
-                             for block in blocks for start in range(0, len(block), size))
+                sends += [(block[start:start + size], source) for block in blocks for start in range(0, len(block), size)]
             self.counters["confirms"] += sum(map(len, blocks)) // size
         self._confirms = {}
         self.counters["datagrams out"] += len(sends)
@@ -538,20 +560,22 @@ class Backbone:
         if plain:
             for entry in log:
                 for frame in entry.frames():
-                    sends.extend((frame, addr) for addr in plain)
+                    sends += [(frame, addr) for addr in plain]
         if batch or group is not None:
             if len(log) == 1 and len(log[0].view) <= self.batch_bytes:  # one datagram in, one out: as it is
                 packed: list[bytes | memoryview] = [log[0].view]
             else:
                 packed = [join_parts(parts) for parts in batch_parts(log, self.batch_bytes)]
             if group is not None:  # one send serves every subscriber that joined the group
-                sends.extend((datagram, group) for datagram in packed)
+                sends += [(datagram, group) for datagram in packed]
                 self.counters["multicast datagrams"] += len(packed)
             for datagram in packed:
-                sends.extend((datagram, addr) for addr in batch)
-        messages = log[0].count if len(log) == 1 else sum(entry.count for entry in log)
-        self.counters["delivered"] += messages * (len(plain) + len(batch) + (group is not None))
-        self.counters["datagrams out"] += len(sends)
-        sends.extend(control)
+                sends += [(datagram, addr) for addr in batch]
+        messages = log[0].count if len(log) == 1 else sum([entry.count for entry in log])
+        counters = self.counters
+        counters["delivered"] += messages * (len(plain) + len(batch) + (group is not None))
+        counters["datagrams out"] += len(sends)
+        if control:
+            sends += control
         out.sends = sends
         return out

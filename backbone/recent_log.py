@@ -25,6 +25,7 @@ from fyrehose.backbone.pushes import LogEntry
 from fyrehose.protocol import codec
 
 DEFAULT_BYTES = 64 << 20
+_HEADER = codec.FRAME_HEADER
 
 
 class HeldDatagram(NamedTuple):
@@ -94,7 +95,7 @@ class RecentLog:
                 oldest += 1
             self._oldest = oldest
             view[offset:offset + size] = data
-            self._firsts.append(int.from_bytes(data[3:codec.FRAME_HEADER], "big"))
+            self._firsts.append(int.from_bytes(data[3:_HEADER], "big"))
             self._starts.append(start)
             self._lengths.append(size)
             self._steps.append(entry.step)
@@ -104,7 +105,7 @@ class RecentLog:
             for index in (self._firsts, starts, self._lengths, self._steps, self._counts):
                 del index[:self._oldest]
             self._oldest = 0
-        self.bytes = self._head - starts[self._oldest] if len(self) else 0
+        self.bytes = self._head - starts[self._oldest] if len(starts) > self._oldest else 0
 
     def frames(self, from_seq: int, to_seq: int) -> list[tuple[int, memoryview]]:
         """(sequence, DELIVER frame) for every held sequence in ``from_seq..to_seq``, ascending.

@@ -41,6 +41,8 @@ COMPILED_MODULES = (
     "fyrehose.cache.core",
     "fyrehose.cache.merge",
     "fyrehose.gateways.nats.pub_scan",
+    "fyrehose.backbone.core",
+    "fyrehose.backbone.recent_log",
 )
 
 # A source saved this long after its extension module was built is newer than the build.  Installing a wheel

@@ -241,6 +241,31 @@ def test_deliver_bytes_are_exact_and_tag_is_replaced_by_sequence():
     assert to(out, A) == [b"\x01\x00\x03" + (1).to_bytes(6, "big") + b"abc"]
 
 
+@settings(max_examples=300, deadline=None)
+@given(payload=st.binary(max_size=40), tag=st.sampled_from([0, 0, 1, 1 << 47]), damage=st.one_of(
+    st.none(), st.tuples(st.integers(0, 8), st.integers(0, 255))), issued=st.integers(0, 1 << 40),
+    kind=st.sampled_from([bytes, bytearray, memoryview]))
+def test_a_lone_push_frame_is_sequenced_as_the_protocol_says(payload, tag, damage, issued, kind):
+    """The one-frame path (the latency path at low rates) against what a frame-by-frame scan of the datagram
+    says: a well-formed frame becomes its DELIVER, numbered next, logged for re-delivery; anything else nothing."""
+    frame = bytearray(codec.encode_push(payload, tag))
+    if damage is not None:
+        frame[damage[0]] = damage[1]
+    bb = Backbone(reserved=issued)
+    ka(bb, A, T0, flags=codec.FLAG_BATCH)
+    bb.flush(T0)
+    bb.receive(kind(bytes(frame)), PUB, T0)
+    delivered = to(sends(bb.flush(T0)), A)
+    spans, _ = codec.scan(bytes(frame), codec.PUSH)
+    if frame[0] != codec.PUSH or not spans:
+        assert delivered == [] and bb.counters["pushes"] == 0
+        return
+    (start, end, _), = spans
+    expected = bytes([codec.DELIVER]) + bytes(frame[1:3]) + (issued + 1).to_bytes(6, "big") + bytes(frame[9:end])
+    assert delivered == [expected] and bb.counters["pushes"] == 1
+    assert [(seq, bytes(data)) for seq, data in bb.recent.frames(0, 1 << 48)] == [(issued + 1, expected)]
+
+
 def test_empty_payload_push_is_sequenced():
     bb = Backbone()
     ka(bb, A, T0)

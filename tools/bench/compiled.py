@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TextIO
 
+from fyrehose.backbone import pushes as pushes_module
 from fyrehose.protocol import codec
 from fyrehose.runtime.compiled import COMPILED_MODULES, is_compiled, load_source
 from fyrehose.subjects import envelope as envelope_module
@@ -152,6 +153,33 @@ def _cache_merge(module: ModuleType) -> list[Case]:
             ("merge_many (10 patches)", lambda: module.merge_many(record, patches), 10)]
 
 
+def _backbone_core(module: ModuleType) -> list[Case]:
+    """The one-message datagram's path through the core: receive, flush, the recent log's copy (4 subscribers)."""
+    backbone = module.Backbone(reserve_block=1 << 40)
+    for index in range(4):
+        keepalive = codec.encode(codec.Keepalive(flags=codec.FLAG_BATCH, token=bytes([index]) * codec.TOKEN_SIZE))
+        backbone.receive(keepalive, ("127.0.0.1", 41000 + index), 1.0)
+    backbone.flush(1.0)
+    one, packed = codec.encode_push(PAYLOAD), b"".join(codec.encode_push(PAYLOAD) for _ in range(FRAMES))
+
+    def through(datagram: bytes) -> object:
+        backbone.receive(datagram, ("127.0.0.1", 40001), 1.0)
+        out = backbone.flush(1.0)
+        backbone.keep_recent()
+        return out
+
+    return [("receive + flush + keep_recent, one frame", lambda: through(one), 1),
+            ("receive + flush + keep_recent, 100 frames", lambda: through(packed), FRAMES)]
+
+
+def _recent_log(module: ModuleType) -> list[Case]:
+    log = module.RecentLog(1 << 20)
+    step = codec.FRAME_HEADER + len(PAYLOAD)
+    one = [pushes_module.LogEntry(memoryview(codec.encode_deliver(1, PAYLOAD)), 1, step)]
+    packed = [pushes_module.LogEntry(memoryview(_deliver_datagram(1)), FRAMES, step)]
+    return [("add, one frame", lambda: log.add(one), 1), ("add, 100 frames", lambda: log.add(packed), FRAMES)]
+
+
 CASES: dict[str, Cases] = {
     "fyrehose.subjects.envelope": _envelope,
     "fyrehose.subjects.selection": _selection,
@@ -161,6 +189,8 @@ CASES: dict[str, Cases] = {
     "fyrehose.cache.core": _cache_core,
     "fyrehose.cache.merge": _cache_merge,
     "fyrehose.gateways.nats.pub_scan": _pub_scan,
+    "fyrehose.backbone.core": _backbone_core,
+    "fyrehose.backbone.recent_log": _recent_log,
 }
 
 
