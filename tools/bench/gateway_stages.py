@@ -12,13 +12,14 @@ the backbone's PUSH/CONFIRM bookkeeping, and the message's way back through
 the stream: a whole datagram's frames skipped when nobody here wants them,
 or decoded and framed for NATS subscribers.  The whole pure connections are
 timed too, from the client's bytes to the reply released after the
-confirmation (Redis, NATS, and an HTTP ``POST /v1/publish`` through h11).
+confirmation (Redis, NATS, and an HTTP ``POST /v1/publish`` read by llhttp, and by h11 alone).
 """
 from __future__ import annotations
 
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 
 from fyrehose.backbone.pushes import confirm_block
 from fyrehose.gateways.channels import channel_to_subject
@@ -150,11 +151,12 @@ def stages(seconds: float = 0.3) -> dict[str, float]:
     nats.receive(b"CONNECT {}\r\n", 0.0)
     out["nats connection: 16 PUBs per read, bytes to the confirmation"] = timed(
         lambda: _confirmed(nats, pub * 16), 16)
-    http = HttpConnection(HttpGateway(HttpSettings(backbone="bench:1")), _Deployment(), 0.0)
     post = b"POST /v1/publish/%s HTTP/1.1\r\nHost: bench\r\nContent-Length: %d\r\n\r\n%s" % (
         SUBJECT.encode(), len(PAYLOAD), PAYLOAD)
-    out["http connection: POST /v1/publish, bytes to the response after the CONFIRM (h11)"] = timed(
-        lambda: _confirmed(http, post), 1)
+    for llhttp, parser in ((True, "llhttp"), (False, "h11 alone")):
+        http = HttpConnection(HttpGateway(HttpSettings(backbone="bench:1")), _Deployment(), 0.0, llhttp=llhttp)
+        out[f"http connection: POST /v1/publish, bytes to the response after the CONFIRM ({parser})"] = timed(
+            partial(_confirmed, http, post), 1)
     return out
 
 

@@ -49,6 +49,7 @@ from fyrehose.gateways.http import sse
 from fyrehose.gateways.http.authorization import CHALLENGE, MalformedCredentials, request_credential
 from fyrehose.gateways.http.settings import HttpSettings
 from fyrehose.gateways.http.websocket import CLOSE_HEADROOM, RespOverWebSocket, StreamMark, WebSocketEndpoint
+from fyrehose.gateways.http.whole_request import WholeRequest, WholeRequestReader
 from fyrehose.gateways.outbox import Outbox, Slot
 from fyrehose.gateways.payloads import encoded
 from fyrehose.gateways.redis.connection import RedisConnection, RedisRoutes
@@ -125,7 +126,8 @@ QUERY_CREDENTIAL = ("/resp", "/v1/stream/")  # where a browser cannot send a hea
 class HttpConnection:
     """One HTTP client's connection; after an upgrade, its WebSocket carrying a Redis connection."""
 
-    def __init__(self, site: Site, deployment: Deployment, now: float, login: Login | None = None) -> None:
+    def __init__(self, site: Site, deployment: Deployment, now: float, login: Login | None = None, *,
+                 llhttp: bool = True) -> None:
         self.site = site
         self.login = login  # the client's identity, which /resp's Redis commands (AUTH, rights) go on with
         self.deployment = deployment
@@ -134,6 +136,8 @@ class HttpConnection:
         self.outbox = Outbox()
         self.requests: list[Publish | Snapshot | Stream | Verify | Note] = []
         self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=self.settings.max_head)
+        # A plain POST /v1/publish that arrives whole is read by llhttp, answered without h11 (h11 reads the rest).
+        self.whole = WholeRequestReader(self.settings.max_head, self.settings.max_message) if llhttp else None
         self.websocket: WebSocketEndpoint | None = None
         self.resp: RedisConnection | None = None
         self.streaming = False
@@ -144,7 +148,8 @@ class HttpConnection:
         self._clock = now  # the latest time heard of
         self._idle_since: float | None = now  # when the wait for the next whole request began
         self._tokens = 0
-        self._waiting: tuple[int, Slot, str, h11.Request] | None = None  # the request whose result is awaited
+        # the request whose result is awaited (None in place of h11's request: one read whole by llhttp)
+        self._waiting: tuple[int, Slot, str, h11.Request | None] | None = None
         self.access = login.access if login is not None else None
         self.address = login.address if login is not None else ""  # logins are throttled per address
         self._guarded = self.access is not None and self.access.required  # once: nothing per request without --users
@@ -161,6 +166,12 @@ class HttpConnection:
             return
         if self.streaming:
             return  # an SSE client has nothing more to say; what it sends is not buffered
+        whole = self.whole
+        if (whole is not None and self._waiting is None and self._verifying is None and not self._guarded
+                and self.http.their_state is h11.IDLE and not self.http.trailing_data[0]):
+            request = whole.read(data)
+            if request is not None and self._publish_whole(request):
+                return
         self.http.receive_data(data)
         self._handle_events()
 
@@ -183,9 +194,12 @@ class HttpConnection:
             return
         waiting = self._take_waiting(token)
         if waiting is not None:
-            _, slot, subject, _ = waiting
+            _, slot, subject, request = waiting
             body = json.dumps({"seq": seqs[0], "receivers": self.site.receivers(subject)}).encode() + b"\n"
-            self._answer(slot, 200, body, content_type="application/json")
+            if request is None:
+                self._answer_whole(slot, 200, body, "application/json")
+            else:
+                self._answer(slot, 200, body, content_type="application/json")
 
     def failed(self, token: int, reason: str) -> None:
         if self.resp is not None:
@@ -194,7 +208,11 @@ class HttpConnection:
         waiting = self._take_waiting(token)
         if waiting is not None:
             self.stats["publish failures"] += 1
-            self._answer(waiting[1], 503, f"publish not confirmed by the backbone: {reason}\n".encode())
+            body = f"publish not confirmed by the backbone: {reason}\n".encode()
+            if waiting[3] is None:
+                self._answer_whole(waiting[1], 503, body, "text/plain; charset=utf-8")
+            else:
+                self._answer(waiting[1], 503, body)
 
     def answered(self, token: int, answer: Envelope | None) -> None:
         if self.resp is not None:
@@ -203,6 +221,7 @@ class HttpConnection:
         waiting = self._take_waiting(token)
         if waiting is not None:
             _, slot, subject, request = waiting
+            assert request is not None  # llhttp reads publishes only
             self._last(slot, subject, request, answer)
 
     def verified(self, token: int, user: User | None) -> None:
@@ -311,7 +330,7 @@ class HttpConnection:
         self.http.start_next_cycle()
         self._idle_since = self._clock
 
-    def _take_waiting(self, token: int) -> tuple[int, Slot, str, h11.Request] | None:
+    def _take_waiting(self, token: int) -> tuple[int, Slot, str, h11.Request | None] | None:
         waiting = self._waiting
         if waiting is None or waiting[0] != token:
             return None
@@ -326,6 +345,31 @@ class HttpConnection:
             response = b""
         self.outbox.fill(slot, response)
         self._next_cycle()
+        self._handle_events()
+
+    def _publish_whole(self, request: WholeRequest) -> bool:
+        """Hand on a plain POST /v1/publish read by llhttp; False for anything h11 must answer (its errors too)."""
+        target = request.target
+        if request.method != b"POST" or not target.startswith(b"/v1/publish/"):
+            return False
+        try:
+            subject = _subject(urlsplit(target.decode("ascii")).path, "/v1/publish/")
+            payload = encoded(Envelope(subject, request.body))
+        except (BadRequest, PayloadTooLarge, EnvelopeError):
+            return False
+        self._request = None  # h11's last request is answered: an error response h11 writes next has a body
+        self._idle_since = None
+        self._tokens += 1
+        self._waiting = (self._tokens, self.outbox.hold(), subject, None)
+        self.requests.append(Publish(self._tokens, [payload]))
+        return True
+
+    def _answer_whole(self, slot: Slot, status: int, body: bytes, content_type: str) -> None:
+        """Fill the response to a request h11 never saw (the bytes h11 would write), then on to what h11 holds."""
+        self.outbox.fill(slot, b"HTTP/1.1 %d %s\r\nserver: fyrehose\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n%s"
+                         % (status, _reason(status), content_type.encode(), len(body), body))
+        self.stats[f"http {status}"] += 1
+        self._idle_since = self._clock
         self._handle_events()
 
     def _fail(self, status: int, message: str) -> None:
