@@ -374,14 +374,14 @@ class PairMember:
 
     # ------------------------------------------------------------ time
 
-    def tick(self, now: float, durable: int) -> Actions:
+    def handle_timers(self, now: float, durable: int) -> Actions:
         """Timers: heartbeats, detaching a silent standby, REPLAY requests, grants persisted, the role."""
         self._clock(now)
         self.durable = max(self.durable, durable)
         if self.primary:
             source = self.source
             assert source is not None
-            if source.tick(now):
+            if source.handle_timers(now):
                 self.counters["pair standby detached"] += 1
                 self._release()
             if now >= self._next_state:
@@ -401,7 +401,7 @@ class PairMember:
         self._note_role()
         return self._take()
 
-    def next_due(self) -> float:
+    def next_deadline(self) -> float:
         """When the next heartbeat (STATE or ACK) is due; the driver wakes for it."""
         return self._next_state
 

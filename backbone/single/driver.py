@@ -130,7 +130,7 @@ class SingleProcessBackbone:
                         else:
                             poller.unregister(sock)
                     if not pair.primary:
-                        pair.tick(now)
+                        pair.handle_timers(now)
                         continue
                 drained = 0
                 trace = self.trace
@@ -159,7 +159,7 @@ class SingleProcessBackbone:
                 if backbone.pending():
                     self._flush(now)
                 if pair is not None:
-                    pair.tick(now)
+                    pair.handle_timers(now)
             if pair is None or pair.primary:
                 self._flush(time.monotonic())
         finally:
@@ -173,7 +173,7 @@ class SingleProcessBackbone:
         now = time.monotonic()
         due = self.backbone.next_deadline(now)
         if self.pair is not None:
-            due = self.pair.next_due() if due is None else min(due, self.pair.next_due())
+            due = self.pair.next_deadline() if due is None else min(due, self.pair.next_deadline())
         return IDLE_POLL_MS if due is None else min(IDLE_POLL_MS, max(0, math.ceil((due - now) * 1000)))
 
     def _flush(self, now: float) -> None:

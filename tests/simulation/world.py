@@ -252,8 +252,8 @@ class Process:
                 self._receive_pair(now)  # a newer epoch waiting: it must not send this
                 self._carry(member.gate(out.sends, now))
                 core.keep_recent()
-        self._carry(member.tick(now, host.disk.durable))
-        due = member.next_due()
+        self._carry(member.handle_timers(now, host.disk.durable))
+        due = member.next_deadline()
         core_due = self.core.next_deadline(now) if member.primary else None
         if core_due is not None:
             due = min(due, core_due)

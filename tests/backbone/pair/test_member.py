@@ -50,7 +50,7 @@ class Rig:
                 self.carry(other, self.members[other].receive([(d, source) for d in sent], self.now,
                                                               self.durable[other]))
         for name, member in self.members.items():
-            self.carry(name, member.tick(self.now, self.durable[name]))
+            self.carry(name, member.handle_timers(self.now, self.durable[name]))
             core = self.cores[name]
             if member.primary:
                 out = self.flush(name)
