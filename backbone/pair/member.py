@@ -94,9 +94,10 @@ class PairMember:
         self._wanted = 0  # the highest grant asked of the reservations (standby) or of the standby (primary)
         self._delivered = 0  # the last sequence whose output left (STATE tells the standby)
         # after a promotion, until what it could not account for has been answered (the GONE left, or the
-        # journals' window ended and its GONE left), the STATEs say nothing above its start was delivered: a
-        # standby promoted meanwhile answers those numbers in turn
+        # journals' window ended and its GONE left, and a subscriber was heard since), the STATEs say nothing
+        # above its start was delivered: a standby promoted meanwhile answers those numbers in turn
         self._answered: tuple[int, float, int] | None = None  # (below, window's end, GONE answers by then)
+        self._told_at: float | None = None  # when its GONE left: a subscriber heard after it was reachable
         self._acked = False  # a standby owes an ACK for what it took
         self._out = Actions()
         self._now = float("-inf")  # the latest time given
@@ -138,11 +139,26 @@ class PairMember:
             self._written = self._out.role = role
 
     def promote(self, now: float, durable: int) -> Actions:
-        """SIGUSR1: take over, unless already primary."""
+        """SIGUSR1: take over, unless already primary, or refused while a primary that does not wait for this
+        member's grants is alive (it goes on issuing numbers until it hears the new epoch: the same numbers)."""
         self._clock(now)
         if not self.primary:
-            self._promote(now, durable)
+            if self._live_ungated_primary(now):
+                self.counters["pair promotions refused"] += 1
+            else:
+                self._promote(now, durable)
         return self._take()
+
+    def _live_ungated_primary(self, now: float) -> bool:
+        """Whether it follows a primary heard within the standby timeout that does not have it attached: that
+        primary issues numbers no grant of this member bounds (a standby restarted or paused meanwhile).  Its
+        role is ``fenced`` then, so keepalived does not elect it; this refuses an operator's (or a late)
+        SIGUSR1 too.  Heard longer ago, that primary is gone, and a promotion answers what it cannot account
+        for as every promotion does."""
+        follower = self.follower
+        primary = follower.primary
+        return primary is not None and not follower.stood_down and not primary.flags & frames.STATE_ATTACHED \
+            and now - follower.heard < self.timeout
 
     def demote(self, now: float) -> Actions:
         """SIGUSR2: stand by, unless already standby."""
@@ -165,6 +181,7 @@ class PairMember:
         if plan.unknown is not None:
             self._answered = (plan.unknown[0] - 1, now + (0.0 if plan.never_sent else RECOVERY_WINDOW),
                               self.counters["gone answers"])
+            self._told_at = None
             self._delivered = plan.unknown[0] - 1
         if plan.resend is not None:
             backbone.send_to_subscribers([bytes(frame) for _, frame in backbone.recent.frames(*plan.resend)], now)
@@ -350,14 +367,25 @@ class PairMember:
     def _sent_through(self, through: int) -> None:
         answered = self._answered
         if answered is not None:
-            # answered once the window ended and a GONE reached a subscriber (told at once, or in answer to its
-            # REQUEST): with no subscriber known yet, the GONE waits for their REQUESTs, and a standby promoted
-            # meanwhile must answer them in turn
+            # answered once the window ended, a GONE left for a subscriber (told at once, or in answer to its
+            # REQUEST), and a subscriber was heard after that (the GONE had a way to it: a cut link loses it).
+            # Until then a standby promoted meanwhile answers those numbers in turn; with no subscriber known
+            # yet, the GONE waits for their REQUESTs
             if self._now < answered[1] or self.counters["gone answers"] <= answered[2]:
+                through = min(through, answered[0])
+            elif self._told_at is None:
+                self._told_at = self._now
+                through = min(through, answered[0])
+            elif not self._subscriber_heard_since(self._told_at):
                 through = min(through, answered[0])
             else:
                 self._answered = None
         self._delivered = through
+
+    def _subscriber_heard_since(self, when: float) -> bool:
+        now = self._now
+        return any(age < now - when for _, flags, age in self.backbone.clients.members(now)
+                   if not flags & codec.FLAG_NOSUBSCRIBE)
 
     def _forget(self, tagged: list[Tagged]) -> None:
         """The numbers of output that never left will never be DELIVERed: forget their tags (a retry gets a new

@@ -120,10 +120,10 @@ class SingleProcessBackbone:
                 now = time.monotonic()
                 if pair is not None:
                     was_primary = pair.primary
+                    pair.receive(now)  # what the peer said meanwhile first: a signal is applied knowing it
                     if pair.requested is not None:
                         self._wake.clear_wakeups()
                         pair.apply_requested(now)
-                    pair.receive(now)
                     if pair.primary != was_primary:  # a standby leaves client datagrams to the kernel
                         if pair.primary:
                             poller.register(sock, select.POLLIN)

@@ -155,11 +155,14 @@ def _start(world: World, fault: Fault) -> None:
 
 
 def _restart(world: World, host: Host, state_kept: bool) -> None:
-    """The backbone starts again; its state directory is lost only while the peer follows the stream, from which
-    it learns what it lost (lost while the peer knows nothing either is beyond any pair: kept then)."""
+    """The backbone starts again; its state directory is lost only while the peer follows the stream and knows
+    every epoch this host led, from which it learns what it lost (lost while the peer knows nothing either, or
+    after this host led an epoch the peer never heard of, is beyond any pair: that epoch was on no other disk;
+    kept then)."""
     if host.process is not None:
         return
-    if not state_kept and world.hosts[host.peer].follows_the_stream:
+    peer = world.hosts[host.peer]
+    if not state_kept and peer.follows_the_stream and peer.knows_epoch(host.disk.epoch):
         host.disk = Disk()
     host.start_process()
 

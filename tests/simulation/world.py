@@ -162,6 +162,10 @@ class Host:
         return process is not None and not self.frozen and not self.stopped and (
             process.member.primary or process.member.follower.primary is not None)
 
+    def knows_epoch(self, epoch: int) -> bool:
+        """Whether its backbone has heard of ``epoch`` (led it, followed it, or a newer one)."""
+        return self.process is not None and self.process.member.epoch >= epoch
+
     def client_datagram(self, datagram: bytes, source: Address) -> None:
         if self.process is not None:
             self.process.client_queue.append((datagram, source))
@@ -233,10 +237,10 @@ class Process:
             return  # it runs again when it resumes
         now = world.now + host.clock_offset
         member = self.member
+        self._receive_pair(now)  # what the peer said meanwhile first: a signal is applied knowing it
         if self.requested is not None:
             wanted, self.requested = self.requested, None
             self._carry(member.promote(now, host.disk.durable) if wanted == Role.PRIMARY else member.demote(now))
-        self._receive_pair(now)
         if member.primary:
             core = self.core
             queue = self.client_queue

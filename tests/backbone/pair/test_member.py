@@ -149,6 +149,8 @@ def test_demote_then_promote_declares_gone_what_it_reserved_and_held_back_and_fo
     a = rig.members["a"]
     rig.carry("a", a.promote(rig.now, RESERVE))
     rig.settle()
+    rig.subscribe()  # its KEEPALIVE after the GONE of the first takeover: that one is answered
+    rig.settle(2)
     rig.cut = True  # the standby's ACKs stop: the output stays held
     rig.push("a", b"held", 1)
     out = rig.flush("a")
@@ -169,6 +171,36 @@ def test_demote_then_promote_declares_gone_what_it_reserved_and_held_back_and_fo
     confirms = [frame for data, addr in out.sends if addr == PUBLISHER for frame in codec.decode(bytes(data))
                 if isinstance(frame, codec.Confirm)]
     assert [confirm.seq for confirm in confirms] == [start]
+
+
+def test_a_standby_refuses_promotion_while_a_primary_that_does_not_wait_for_its_grants_is_alive():
+    rig = Rig()
+    b = rig.members["b"]
+    alone = frames.encode_state(1, frames.ROLE_PRIMARY, 0, 5000, 5000, 0, 0, [])  # a primary, no standby attached
+    b.receive([(state, A) for state in alone], rig.now, RESERVE)
+    assert b.role == Role.FENCED
+    assert b.promote(rig.now + 0.5, RESERVE) == Actions() and not b.primary  # it would issue 5001.. too
+    assert b.counters["pair promotions refused"] == 1
+    b.promote(rig.now + 1.5, RESERVE)  # silent for longer than the standby timeout: that primary is gone
+    assert b.primary and rig.cores["b"].sequence.last_issued == 5000
+
+
+def test_a_promotion_says_its_unanswered_numbers_were_delivered_only_once_a_subscriber_was_heard_after_its_gone():
+    rig = Rig(sync=True)
+    rig.subscribe()
+    a, b = rig.members["a"], rig.members["b"]
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.settle()
+    rig.carry("a", a.demote(rig.now))
+    rig.carry("a", a.promote(rig.now, rig.durable["a"]))  # the numbers it reserved are GONE, sent at once
+    start = rig.cores["a"].sequence.last_issued + 1
+    rig.push("a", b"m1", 1)
+    rig.settle(5)
+    assert b.follower.primary is not None and b.follower.primary.delivered < start  # a cut link loses a GONE
+    rig.cores["a"].clients.refresh(SUBSCRIBER, codec.FLAG_GONE | codec.FLAG_BATCH, rig.now)  # heard again
+    rig.push("a", b"m2", 2)
+    rig.settle(5)
+    assert b.follower.primary.delivered == rig.cores["a"].sequence.last_issued  # a successor follows on above
 
 
 def test_forged_garbage_and_foreign_pair_datagrams_are_counted_and_change_nothing():
