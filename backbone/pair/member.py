@@ -66,6 +66,13 @@ class Actions:
     role: Role | None = None
 
 
+def _outside(span: tuple[int, int], inner: tuple[int, int] | None) -> list[tuple[int, int]]:
+    """The parts of ``span`` outside ``inner``."""
+    if inner is None or inner[1] < span[0] or inner[0] > span[1]:
+        return [span]
+    return [part for part in ((span[0], inner[0] - 1), (inner[1] + 1, span[1])) if part[0] <= part[1]]
+
+
 class PairMember:
     def __init__(self, backbone: Backbone, address: Address, peer: Address, service: Address, *, epoch: int,
                  durable: int, sync: bool, timeout: float = DETACH_AFTER, key: bytes | None = None) -> None:
@@ -188,11 +195,12 @@ class PairMember:
         # a recovery of an earlier promotion still open (it stood down within the window) ends now: what the
         # journals did not answer is GONE (a new recovery would replace it, and its subscribers would wait)
         backbone.end_recovery(now + RECOVERY_WINDOW)
-        if plan.unknown is not None:
+        if plan.unknown is not None:  # (it may span what it holds and sent again just now: those are not GONE)
             if plan.never_sent:
-                backbone.declare_gone(*plan.unknown, codec.GONE_NEVER_SENT, now)
+                for low, high in _outside(plan.unknown, plan.resend):
+                    backbone.declare_gone(low, high, codec.GONE_NEVER_SENT, now)
             else:
-                backbone.recover(*plan.unknown, self.service, now)
+                backbone.recover(*plan.unknown, self.service, now, sent=plan.resend)
         self.source = ReplicationSource(self.epoch, sync=self.sync, timeout=self.timeout)
         backbone.replicas = []
         self.primary = True

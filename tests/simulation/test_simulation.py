@@ -42,6 +42,8 @@ REGRESSIONS = {
     100721: "a member restarted while its peer was down took the epoch its peer had led meanwhile",
     100800: "a member restarted without its state directory, promoted, numbered from 1 again: its peer, alone "
             "too, had not told it its mark",
+    123: "a promoted member that held numbers above its primary's unanswered ones sent them again, then declared "
+         "them GONE with the rest (sync: confirmed messages reported never sent)",
     200163: "(the fault model) the hosts' link cut one way for 3.5 s: VRRP made both hosts master, the pair's "
             "documented limit; the scheduler now bounds one-way cuts of that link as it bounds two-way ones",
     101389: "(the fault model) a state directory lost after its host led an epoch its peer never heard of: no pair "
