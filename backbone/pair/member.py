@@ -41,6 +41,9 @@ MEMBERS_EVERY = 0.25  # the primary's client table goes to the standby this ofte
 # this long: several looks of keepalived's check (0.1 s apart), so that a host still holding the address with a
 # standby behind it gives the address up and keepalived elects a master again, which it then promotes.
 STAND_DOWN_HOLD = 0.5
+# ... and for this many heartbeats too: a forward jump of this host's clock (a VM resumed, say) must not cut the
+# hold short while keepalived, on its own timers, has not looked yet
+STAND_DOWN_BEATS = round(STAND_DOWN_HOLD / STATE_EVERY)
 
 Send = tuple[bytes | memoryview, Address]
 Tagged = tuple[Address, list[Run]]  # a publisher and the (tag, count, sequence) runs of one sequenced datagram
@@ -112,6 +115,7 @@ class PairMember:
         # from its start too, as its primary may have been this very host's backbone, restarted before
         # keepalived's check saw it gone: the address must not stay on a host whose backbone stands by
         self._hold_until = math.inf if epoch else -math.inf
+        self._hold_beats = STAND_DOWN_BEATS if epoch else 0
         self._written = self.role  # the driver writes it first (a role file from an earlier run is stale)
 
     # ------------------------------------------------------------ roles
@@ -124,7 +128,7 @@ class PairMember:
         whose primary stood down, takes it and is promoted)."""
         if self.primary:
             return Role.PRIMARY
-        if self._now < self._hold_until:
+        if self._now < self._hold_until or self._hold_beats:
             return Role.FENCED
         follower = self.follower
         if self._fenced_by:
@@ -139,6 +143,11 @@ class PairMember:
             self._hold_until = now + STAND_DOWN_HOLD
         self._now = max(self._now, now)
 
+    def _hold(self, now: float) -> None:
+        """Say ``fenced`` for STAND_DOWN_HOLD from ``now``, and for STAND_DOWN_BEATS heartbeats."""
+        self._hold_until = max(self._hold_until, now + STAND_DOWN_HOLD)
+        self._hold_beats = STAND_DOWN_BEATS
+
     def _note_role(self) -> None:
         """Ask for the role to be written when it changed (keepalived's check reads it)."""
         role = self.role
@@ -152,6 +161,9 @@ class PairMember:
         if not self.primary:
             if self._live_ungated_primary(now):
                 self.counters["pair promotions refused"] += 1
+                # `fenced` for a while: a keepalived that made this host master gives the address up again
+                self._hold(now)
+                self._note_role()
             else:
                 self._promote(now, durable)
         return self._take()
@@ -210,7 +222,7 @@ class PairMember:
         self._heartbeat(now)
 
     def _demote(self) -> None:
-        self._hold_until = max(self._hold_until, self._now + STAND_DOWN_HOLD)
+        self._hold(self._now)
         self.counters["pair held output dropped"] += sum(len(sends) for _, sends, _ in self._held)
         for _, _, tagged in self._held:  # not CONFIRMed: publishers send again, and get new numbers
             self._forget(tagged)
@@ -301,7 +313,7 @@ class PairMember:
             return True
         if isinstance(frame, frames.Ack):
             if follower.on_peer_ack(frame):
-                self._hold_until = max(self._hold_until, now + STAND_DOWN_HOLD)
+                self._hold(now)
             self._follow_epoch(follower.epoch)
             return False
         if isinstance(frame, frames.Record) and frame.epoch == follower.epoch:
@@ -428,6 +440,8 @@ class PairMember:
             granted = follower.granted
             follower.persisted_up_to(self.durable)
             if now >= self._next_state or follower.granted > granted:  # a grant persisted: tell the primary now
+                if now >= self._next_state and self._hold_beats:
+                    self._hold_beats -= 1
                 self._next_state = now + STATE_EVERY
                 self._out.to_peer.append(self._seal(follower.ack()))
                 if follower.primary is None:  # alone: the peer learns this side's mark (a STATE of a standby)

@@ -81,7 +81,7 @@ class World:
 
     def at(self, when: float, action: Callable[[], None]) -> None:
         self._order += 1
-        heapq.heappush(self._heap, (max(when, self.now), self._order, action))
+        heapq.heappush(self._heap, (when if when > self.now else self.now, self._order, action))
 
     def run_until(self, end: float) -> None:
         heap = self._heap
@@ -218,6 +218,7 @@ class Process:
         self.pair_queue: deque[tuple[bytes, Address]] = deque()
         self.requested: Role | None = None
         self._wake_at: float | None = None
+        self._events: set[float] = set()  # the times of its wake-up events on the heap (one event a time)
         self.wake()
 
     def wake(self, when: float | None = None) -> None:
@@ -226,10 +227,13 @@ class Process:
         if self._wake_at is not None and self._wake_at <= when:
             return
         self._wake_at = when
-        world.at(when, self._run)
+        if when not in self._events:
+            self._events.add(when)
+            world.at(when, self._run)
 
     def _run(self) -> None:
         host, world = self.host, self.world
+        self._events.discard(world.now)
         if host.process is not self or self._wake_at is None or world.now < self._wake_at:
             return
         self._wake_at = None
@@ -266,12 +270,18 @@ class Process:
         self.wake(max(world.now, due - host.clock_offset) + EPSILON)  # (the offset's rounding: never again now)
 
     def _receive_pair(self, now: float) -> None:
+        """What the pair socket holds (nothing to read: nothing to do, as the driver's read that finds none)."""
         queue = self.pair_queue
+        if not queue:
+            return
         datagrams = list(queue)
         queue.clear()
         self._carry(self.member.receive(datagrams, now, self.host.disk.durable))
 
     def _carry(self, actions: Actions) -> None:
+        if not actions.to_peer and not actions.to_clients and actions.grant is None and actions.epoch is None \
+                and actions.role is None:
+            return
         host, world = self.host, self.world
         if actions.grant is not None:
             host.disk.durable = max(host.disk.durable, actions.grant)

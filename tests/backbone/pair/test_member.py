@@ -132,6 +132,19 @@ def test_a_primary_that_meets_a_newer_epoch_stands_down_is_fenced_then_follows()
     assert a.role == Role.STANDBY and a.follower.epoch == 2
 
 
+def test_a_stand_down_stays_fenced_for_its_heartbeats_too_when_the_clock_jumps_forward():
+    rig = Rig()
+    rig.carry("a", rig.members["a"].promote(rig.now, RESERVE))
+    rig.settle()
+    a = rig.members["a"]
+    rig.carry("a", a.demote(rig.now))
+    rig.now += 5.0  # far beyond STAND_DOWN_HOLD: keepalived, on its own timers, has not looked yet
+    rig.step()
+    assert a.role == Role.FENCED
+    rig.settle(30)  # about 0.5 s of heartbeats
+    assert a.role == Role.STANDBY
+
+
 def test_two_members_promoted_apart_take_epochs_of_their_own_parity_and_the_older_stands_down():
     rig = Rig()
     rig.cut = True
@@ -179,8 +192,9 @@ def test_a_standby_refuses_promotion_while_a_primary_that_does_not_wait_for_its_
     alone = frames.encode_state(1, frames.ROLE_PRIMARY, 0, 5000, 5000, 0, 0, [])  # a primary, no standby attached
     b.receive([(state, A) for state in alone], rig.now, RESERVE)
     assert b.role == Role.FENCED
-    assert b.promote(rig.now + 0.5, RESERVE) == Actions() and not b.primary  # it would issue 5001.. too
-    assert b.counters["pair promotions refused"] == 1
+    refused = b.promote(rig.now + 0.5, RESERVE)
+    assert not b.primary and refused.epoch is None and not refused.to_peer  # it would issue 5001.. too
+    assert b.counters["pair promotions refused"] == 1 and b.role == Role.FENCED
     b.promote(rig.now + 1.5, RESERVE)  # silent for longer than the standby timeout: that primary is gone
     assert b.primary and rig.cores["b"].sequence.last_issued == 5000
 
