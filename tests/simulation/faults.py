@@ -125,7 +125,7 @@ def _rules(fault: Fault) -> list[tuple[str, str]]:
 
 
 def _start(world: World, fault: Fault) -> None:
-    world.faults_injected += 1
+    world.faults_injected[fault.kind] += 1
     host = world.hosts.get(fault.host)
     end = fault.at + fault.seconds
     if fault.kind == "kill" and host is not None:

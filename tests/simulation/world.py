@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -75,7 +75,7 @@ class World:
         self.hosts = {name: Host(self, name) for name in HOSTS}
         self.clients: dict[Address, SimClient] = {}
         self.history = History()
-        self.faults_injected = 0
+        self.faults_injected: Counter[str] = Counter()  # by kind
 
     # ------------------------------------------------------------ events
 
