@@ -102,7 +102,9 @@ class PairMember:
         self._next_state = 0.0
         self._next_members = 0.0
         self._wanted = 0  # the highest grant asked of the reservations (standby) or of the standby (primary)
-        self._delivered = 0  # the last sequence whose output left (STATE tells the standby)
+        self._delivered = 0  # the last sequence whose output left, as far as STATEs say (below: answered)
+        self._sent = 0  # the last sequence whose output left
+        self._open: tuple[int, int] | None = None  # the numbers its takeover has not answered yet
         # after a promotion, until what it could not account for has been answered (the GONE left, or the
         # journals' window ended and its GONE left, and a subscriber was heard since), the STATEs say nothing
         # above its start was delivered: a standby promoted meanwhile answers those numbers in turn
@@ -196,23 +198,30 @@ class PairMember:
         self.epoch = epoch + (epoch % 2 != self._parity)  # of its own parity: the two never take the same one
         self._out.epoch = self.epoch
         backbone.sequence = SequenceCounter(plan.start - 1, backbone.sequence.block)
-        self._delivered = plan.start - 1
-        if plan.unknown is not None:
-            self._answered = (plan.unknown[0] - 1, now + (0.0 if plan.never_sent else RECOVERY_WINDOW),
+        self._delivered = self._sent = plan.start - 1
+        unknown, reopen = plan.unknown, plan.reopen
+        first = reopen or unknown
+        if first is not None:
+            self._answered = (first[0] - 1, now + (0.0 if plan.never_sent and reopen is None else RECOVERY_WINDOW),
                               self.counters["gone answers"])
             self._told_at = None
-            self._delivered = plan.unknown[0] - 1
+            self._delivered = first[0] - 1
+            self._open = (first[0], plan.start - 1)
         if plan.resend is not None:
             backbone.send_to_subscribers([bytes(frame) for _, frame in backbone.recent.frames(*plan.resend)], now)
         # a recovery of an earlier promotion still open (it stood down within the window) ends now: what the
         # journals did not answer is GONE (a new recovery would replace it, and its subscribers would wait)
         backbone.end_recovery(now + RECOVERY_WINDOW)
-        if plan.unknown is not None:  # (it may span what it holds and sent again just now: those are not GONE)
-            if plan.never_sent:
-                for low, high in _outside(plan.unknown, plan.resend):
+        # (what it holds and sent again just now, or sent itself, between the two ranges is not GONE)
+        sent = plan.resend if reopen is None or unknown is None else (reopen[1] + 1, unknown[0] - 1)
+        if plan.never_sent:
+            if reopen is not None:
+                backbone.recover(*reopen, self.service, now, sent=sent)
+            if unknown is not None:
+                for low, high in _outside(unknown, sent):
                     backbone.declare_gone(low, high, codec.GONE_NEVER_SENT, now)
-            else:
-                backbone.recover(*plan.unknown, self.service, now, sent=plan.resend)
+        elif first is not None:
+            backbone.recover(first[0], (unknown or first)[1], self.service, now, sent=sent)
         self.source = ReplicationSource(self.epoch, sync=self.sync, timeout=self.timeout)
         backbone.replicas = []
         self.primary = True
@@ -227,11 +236,11 @@ class PairMember:
         for _, _, tagged in self._held:  # not CONFIRMed: publishers send again, and get new numbers
             self._forget(tagged)
         self._held.clear()
-        self._answered = None
         self.source = None
         self.backbone.replicas = None
         self.follower = ReplicaFollower(self.epoch, self.durable, issued=self.backbone.sequence.last_issued,
-                                        delivered=self._delivered)
+                                        delivered=self._sent, reopen=self._open if self._answered else None)
+        self._answered = self._open = None
         self._wanted = 0
         self.primary = False
 
@@ -385,6 +394,7 @@ class PairMember:
             self._sent_through(through)
 
     def _sent_through(self, through: int) -> None:
+        self._sent = max(self._sent, through)
         answered = self._answered
         if answered is not None:
             # answered once the window ended, a GONE left for a subscriber (told at once, or in answer to its
@@ -399,7 +409,7 @@ class PairMember:
             elif not self._subscriber_heard_since(self._told_at):
                 through = min(through, answered[0])
             else:
-                self._answered = None
+                self._answered = self._open = None
         self._delivered = through
 
     def _subscriber_heard_since(self, when: float) -> bool:

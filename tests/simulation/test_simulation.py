@@ -48,6 +48,11 @@ REGRESSIONS = {
          "them GONE with the rest (sync: confirmed messages reported never sent)",
     775: "a fenced primary's host clock jumped 1.3 s forward: its `fenced` hold ended before keepalived's check "
          "looked, and its host kept the address with a standby backbone (the hold counts heartbeats now too)",
+    201095: "a primary promoted again before its takeover was answered declared that takeover's numbers never "
+            "sent with its own (one of them delivered and confirmed); and (the checker) a retry confirmed after the "
+            "faults with a number reported lost then was counted as a stall",
+    201266: "a demoted primary took the capped mark its STATEs gave for what its output had sent: promoted again, "
+            "it declared numbers it had delivered and confirmed never sent (sync)",
     200163: "(the fault model) the hosts' link cut one way for 3.5 s: VRRP made both hosts master, the pair's "
             "documented limit; the scheduler now bounds one-way cuts of that link as it bounds two-way ones",
     101389: "(the fault model) a state directory lost after its host led an epoch its peer never heard of: no pair "
@@ -64,6 +69,8 @@ OPEN = {
          "nothing tells the new process it ran before, so its host keeps the address with a standby backbone",
     200005: "a standby that started following late (its state directory lost) never learnt the tags of what it "
             "holds below its first STATE: a publisher's retry, its CONFIRM lost, got a second number (sync)",
+    200815: "a primary alone (its standby dead) confirmed messages its subscribers never got (a cut link); it was "
+            "demoted, and the new primary, which never held them, asked only the journals (sync)",
     200515: "a promoted member resent held entries its own standby never got as RECORDs: a publisher's retry "
             "reached the next primary, which did not know the tag, and got a second number (sync)",
 }

@@ -209,7 +209,7 @@ def test_a_promotion_says_its_unanswered_numbers_were_delivered_only_once_a_subs
     rig.carry("a", a.promote(rig.now, rig.durable["a"]))  # the numbers it reserved are GONE, sent at once
     start = rig.cores["a"].sequence.last_issued + 1
     rig.push("a", b"m1", 1)
-    rig.settle(5)
+    rig.settle(15)  # (the first takeover's numbers, still open, asked of the journals again: 0.2 s, then GONE)
     assert b.follower.primary is not None and b.follower.primary.delivered < start  # a cut link loses a GONE
     rig.cores["a"].clients.refresh(SUBSCRIBER, codec.FLAG_GONE | codec.FLAG_BATCH, rig.now)  # heard again
     rig.push("a", b"m2", 2)
@@ -224,6 +224,21 @@ def test_a_takeover_declares_gone_only_the_numbers_outside_what_it_sent_again(sp
     expected = set(range(span[0], span[1] + 1)) - (set(range(inner[0], inner[1] + 1)) if inner else set())
     assert {seq for low, high in parts for seq in range(low, high + 1)} == expected
     assert all(low <= high for low, high in parts) and len(parts) <= 2
+
+
+def test_a_member_promoted_again_before_its_takeover_was_answered_asks_the_journals_again_for_those_numbers():
+    rig = Rig()
+    rig.subscribe()
+    a = rig.members["a"]
+    rig.carry("a", a.promote(rig.now, RESERVE))  # holding nothing: 1..1000 are asked of the journals
+    rig.push("a", b"m", 1)
+    rig.step()
+    sent = rig.delivered("a")
+    rig.carry("a", a.demote(rig.now))
+    rig.carry("a", a.promote(rig.now, rig.durable["a"]))
+    never_sent = [(first, last) for first, last, reason in rig.cores["a"].gone if reason == codec.GONE_NEVER_SENT]
+    assert never_sent and all(first > max(sent) for first, _ in never_sent)  # only above what it sent itself
+    assert rig.cores["a"]._recovery is not None and rig.cores["a"]._recovery.from_seq == 1  # 1..1000: asked again
 
 
 def test_forged_garbage_and_foreign_pair_datagrams_are_counted_and_change_nothing():
