@@ -236,14 +236,16 @@ class Backbone:
         return covered == to_seq - from_seq + 1
 
     def recover(self, from_seq: int, to_seq: int, requester: Address, now: float,
-                window: float = RECOVERY_WINDOW) -> None:
+                window: float = RECOVERY_WINDOW, sent: tuple[int, int] | None = None) -> None:
         """After a takeover: ask every journaling client for ``from_seq..to_seq`` on behalf of ``requester`` (this
-        backbone's own address); what arrives within ``window`` goes to every subscriber, the rest is GONE."""
+        backbone's own address); what arrives within ``window`` goes to every subscriber, the rest is GONE.
+        ``sent`` is a range within it that this backbone holds and sent again itself: found already."""
         journalers = self.clients.journalers(now)
         forward = codec.encode(codec.Forward(requester[0], requester[1], from_seq, to_seq))
         self._control.extend((forward, journaler) for journaler in journalers)
         self.counters["forwards"] += len(journalers)
-        self._recovery = Recovery(from_seq, to_seq, now + window, set(journalers))
+        found = set(range(max(from_seq, sent[0]), min(to_seq, sent[1]) + 1)) if sent is not None else set()
+        self._recovery = Recovery(from_seq, to_seq, now + window, set(journalers), found)
 
     def _recovered(self, datagram: bytes | bytearray | memoryview, source: Address, now: float) -> None:
         recovery = self._recovery

@@ -41,6 +41,9 @@ MEMBERS_EVERY = 0.25  # the primary's client table goes to the standby this ofte
 # this long: several looks of keepalived's check (0.1 s apart), so that a host still holding the address with a
 # standby behind it gives the address up and keepalived elects a master again, which it then promotes.
 STAND_DOWN_HOLD = 0.5
+# ... and for this many heartbeats too: a forward jump of this host's clock (a VM resumed, say) must not cut the
+# hold short while keepalived, on its own timers, has not looked yet
+STAND_DOWN_BEATS = round(STAND_DOWN_HOLD / STATE_EVERY)
 
 Send = tuple[bytes | memoryview, Address]
 Tagged = tuple[Address, list[Run]]  # a publisher and the (tag, count, sequence) runs of one sequenced datagram
@@ -64,6 +67,13 @@ class Actions:
     grant: int | None = None
     epoch: int | None = None
     role: Role | None = None
+
+
+def _outside(span: tuple[int, int], inner: tuple[int, int] | None) -> list[tuple[int, int]]:
+    """The parts of ``span`` outside ``inner``."""
+    if inner is None or inner[1] < span[0] or inner[0] > span[1]:
+        return [span]
+    return [part for part in ((span[0], inner[0] - 1), (inner[1] + 1, span[1])) if part[0] <= part[1]]
 
 
 class PairMember:
@@ -92,11 +102,14 @@ class PairMember:
         self._next_state = 0.0
         self._next_members = 0.0
         self._wanted = 0  # the highest grant asked of the reservations (standby) or of the standby (primary)
-        self._delivered = 0  # the last sequence whose output left (STATE tells the standby)
+        self._delivered = 0  # the last sequence whose output left, as far as STATEs say (below: answered)
+        self._sent = 0  # the last sequence whose output left
+        self._open: tuple[int, int] | None = None  # the numbers its takeover has not answered yet
         # after a promotion, until what it could not account for has been answered (the GONE left, or the
-        # journals' window ended and its GONE left), the STATEs say nothing above its start was delivered: a
-        # standby promoted meanwhile answers those numbers in turn
+        # journals' window ended and its GONE left, and a subscriber was heard since), the STATEs say nothing
+        # above its start was delivered: a standby promoted meanwhile answers those numbers in turn
         self._answered: tuple[int, float, int] | None = None  # (below, window's end, GONE answers by then)
+        self._told_at: float | None = None  # when its GONE left: a subscriber heard after it was reachable
         self._acked = False  # a standby owes an ACK for what it took
         self._out = Actions()
         self._now = float("-inf")  # the latest time given
@@ -104,6 +117,7 @@ class PairMember:
         # from its start too, as its primary may have been this very host's backbone, restarted before
         # keepalived's check saw it gone: the address must not stay on a host whose backbone stands by
         self._hold_until = math.inf if epoch else -math.inf
+        self._hold_beats = STAND_DOWN_BEATS if epoch else 0
         self._written = self.role  # the driver writes it first (a role file from an earlier run is stale)
 
     # ------------------------------------------------------------ roles
@@ -116,7 +130,7 @@ class PairMember:
         whose primary stood down, takes it and is promoted)."""
         if self.primary:
             return Role.PRIMARY
-        if self._now < self._hold_until:
+        if self._now < self._hold_until or self._hold_beats:
             return Role.FENCED
         follower = self.follower
         if self._fenced_by:
@@ -131,6 +145,11 @@ class PairMember:
             self._hold_until = now + STAND_DOWN_HOLD
         self._now = max(self._now, now)
 
+    def _hold(self, now: float) -> None:
+        """Say ``fenced`` for STAND_DOWN_HOLD from ``now``, and for STAND_DOWN_BEATS heartbeats."""
+        self._hold_until = max(self._hold_until, now + STAND_DOWN_HOLD)
+        self._hold_beats = STAND_DOWN_BEATS
+
     def _note_role(self) -> None:
         """Ask for the role to be written when it changed (keepalived's check reads it)."""
         role = self.role
@@ -138,11 +157,29 @@ class PairMember:
             self._written = self._out.role = role
 
     def promote(self, now: float, durable: int) -> Actions:
-        """SIGUSR1: take over, unless already primary."""
+        """SIGUSR1: take over, unless already primary, or refused while a primary that does not wait for this
+        member's grants is alive (it goes on issuing numbers until it hears the new epoch: the same numbers)."""
         self._clock(now)
         if not self.primary:
-            self._promote(now, durable)
+            if self._live_ungated_primary(now):
+                self.counters["pair promotions refused"] += 1
+                # `fenced` for a while: a keepalived that made this host master gives the address up again
+                self._hold(now)
+                self._note_role()
+            else:
+                self._promote(now, durable)
         return self._take()
+
+    def _live_ungated_primary(self, now: float) -> bool:
+        """Whether it follows a primary heard within the standby timeout that does not have it attached: that
+        primary issues numbers no grant of this member bounds (a standby restarted or paused meanwhile).  Its
+        role is ``fenced`` then, so keepalived does not elect it; this refuses an operator's (or a late)
+        SIGUSR1 too.  Heard longer ago, that primary is gone, and a promotion answers what it cannot account
+        for as every promotion does."""
+        follower = self.follower
+        primary = follower.primary
+        return primary is not None and not follower.stood_down and not primary.flags & frames.STATE_ATTACHED \
+            and now - follower.heard < self.timeout
 
     def demote(self, now: float) -> Actions:
         """SIGUSR2: stand by, unless already standby."""
@@ -161,21 +198,30 @@ class PairMember:
         self.epoch = epoch + (epoch % 2 != self._parity)  # of its own parity: the two never take the same one
         self._out.epoch = self.epoch
         backbone.sequence = SequenceCounter(plan.start - 1, backbone.sequence.block)
-        self._delivered = plan.start - 1
-        if plan.unknown is not None:
-            self._answered = (plan.unknown[0] - 1, now + (0.0 if plan.never_sent else RECOVERY_WINDOW),
+        self._delivered = self._sent = plan.start - 1
+        unknown, reopen = plan.unknown, plan.reopen
+        first = reopen or unknown
+        if first is not None:
+            self._answered = (first[0] - 1, now + (0.0 if plan.never_sent and reopen is None else RECOVERY_WINDOW),
                               self.counters["gone answers"])
-            self._delivered = plan.unknown[0] - 1
+            self._told_at = None
+            self._delivered = first[0] - 1
+            self._open = (first[0], plan.start - 1)
         if plan.resend is not None:
             backbone.send_to_subscribers([bytes(frame) for _, frame in backbone.recent.frames(*plan.resend)], now)
         # a recovery of an earlier promotion still open (it stood down within the window) ends now: what the
         # journals did not answer is GONE (a new recovery would replace it, and its subscribers would wait)
         backbone.end_recovery(now + RECOVERY_WINDOW)
-        if plan.unknown is not None:
-            if plan.never_sent:
-                backbone.declare_gone(*plan.unknown, codec.GONE_NEVER_SENT, now)
-            else:
-                backbone.recover(*plan.unknown, self.service, now)
+        # (what it holds and sent again just now, or sent itself, between the two ranges is not GONE)
+        sent = plan.resend if reopen is None or unknown is None else (reopen[1] + 1, unknown[0] - 1)
+        if plan.never_sent:
+            if reopen is not None:
+                backbone.recover(*reopen, self.service, now, sent=sent)
+            if unknown is not None:
+                for low, high in _outside(unknown, sent):
+                    backbone.declare_gone(low, high, codec.GONE_NEVER_SENT, now)
+        elif first is not None:
+            backbone.recover(first[0], (unknown or first)[1], self.service, now, sent=sent)
         self.source = ReplicationSource(self.epoch, sync=self.sync, timeout=self.timeout)
         backbone.replicas = []
         self.primary = True
@@ -185,16 +231,16 @@ class PairMember:
         self._heartbeat(now)
 
     def _demote(self) -> None:
-        self._hold_until = max(self._hold_until, self._now + STAND_DOWN_HOLD)
+        self._hold(self._now)
         self.counters["pair held output dropped"] += sum(len(sends) for _, sends, _ in self._held)
         for _, _, tagged in self._held:  # not CONFIRMed: publishers send again, and get new numbers
             self._forget(tagged)
         self._held.clear()
-        self._answered = None
         self.source = None
         self.backbone.replicas = None
         self.follower = ReplicaFollower(self.epoch, self.durable, issued=self.backbone.sequence.last_issued,
-                                        delivered=self._delivered)
+                                        delivered=self._sent, reopen=self._open if self._answered else None)
+        self._answered = self._open = None
         self._wanted = 0
         self.primary = False
 
@@ -276,7 +322,7 @@ class PairMember:
             return True
         if isinstance(frame, frames.Ack):
             if follower.on_peer_ack(frame):
-                self._hold_until = max(self._hold_until, now + STAND_DOWN_HOLD)
+                self._hold(now)
             self._follow_epoch(follower.epoch)
             return False
         if isinstance(frame, frames.Record) and frame.epoch == follower.epoch:
@@ -350,16 +396,28 @@ class PairMember:
             self._sent_through(through)
 
     def _sent_through(self, through: int) -> None:
+        self._sent = max(self._sent, through)
         answered = self._answered
         if answered is not None:
-            # answered once the window ended and a GONE reached a subscriber (told at once, or in answer to its
-            # REQUEST): with no subscriber known yet, the GONE waits for their REQUESTs, and a standby promoted
-            # meanwhile must answer them in turn
+            # answered once the window ended, a GONE left for a subscriber (told at once, or in answer to its
+            # REQUEST), and a subscriber was heard after that (the GONE had a way to it: a cut link loses it).
+            # Until then a standby promoted meanwhile answers those numbers in turn; with no subscriber known
+            # yet, the GONE waits for their REQUESTs
             if self._now < answered[1] or self.counters["gone answers"] <= answered[2]:
                 through = min(through, answered[0])
+            elif self._told_at is None:
+                self._told_at = self._now
+                through = min(through, answered[0])
+            elif not self._subscriber_heard_since(self._told_at):
+                through = min(through, answered[0])
             else:
-                self._answered = None
+                self._answered = self._open = None
         self._delivered = through
+
+    def _subscriber_heard_since(self, when: float) -> bool:
+        now = self._now
+        return any(age < now - when for _, flags, age in self.backbone.clients.members(now)
+                   if not flags & codec.FLAG_NOSUBSCRIBE)
 
     def _forget(self, tagged: list[Tagged]) -> None:
         """The numbers of output that never left will never be DELIVERed: forget their tags (a retry gets a new
@@ -376,14 +434,14 @@ class PairMember:
 
     # ------------------------------------------------------------ time
 
-    def tick(self, now: float, durable: int) -> Actions:
+    def handle_timers(self, now: float, durable: int) -> Actions:
         """Timers: heartbeats, detaching a silent standby, REPLAY requests, grants persisted, the role."""
         self._clock(now)
         self.durable = max(self.durable, durable)
         if self.primary:
             source = self.source
             assert source is not None
-            if source.tick(now):
+            if source.handle_timers(now):
                 self.counters["pair standby detached"] += 1
                 self._release()
             if now >= self._next_state:
@@ -394,6 +452,8 @@ class PairMember:
             granted = follower.granted
             follower.persisted_up_to(self.durable)
             if now >= self._next_state or follower.granted > granted:  # a grant persisted: tell the primary now
+                if now >= self._next_state and self._hold_beats:
+                    self._hold_beats -= 1
                 self._next_state = now + STATE_EVERY
                 self._out.to_peer.append(self._seal(follower.ack()))
                 if follower.primary is None:  # alone: the peer learns this side's mark (a STATE of a standby)
@@ -403,7 +463,7 @@ class PairMember:
         self._note_role()
         return self._take()
 
-    def next_due(self) -> float:
+    def next_deadline(self) -> float:
         """When the next heartbeat (STATE or ACK) is due; the driver wakes for it."""
         return self._next_state
 

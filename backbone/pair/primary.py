@@ -74,7 +74,7 @@ class ReplicationSource:
         return [record for first, last, record in self._records
                 if first <= request.to_seq and last >= request.from_seq]
 
-    def tick(self, now: float) -> bool:
+    def handle_timers(self, now: float) -> bool:
         """Detach a silent standby; True when it was just detached."""
         if self.attached and now - self.last_ack > self.timeout:
             self.attached = False

@@ -29,7 +29,9 @@ class Takeover:
     what it sent) and ``start`` (None when there are none): ``never_sent`` when the old primary was still gated
     by this standby (sync mode) or this member was that primary itself (a
     demoted primary promoted again), else they are looked for at the journals
-    and what nobody has is reported lost.
+    and what nobody has is reported lost.  ``reopen`` the numbers an earlier
+    takeover had not answered yet (below what it holds, or below its own start): whoever issued them, they may
+    have been delivered, so they are looked for at the journals again whatever ``never_sent`` says.
     """
 
     epoch: int
@@ -37,14 +39,17 @@ class Takeover:
     resend: tuple[int, int] | None
     unknown: tuple[int, int] | None
     never_sent: bool
+    reopen: tuple[int, int] | None = None
 
 
 class ReplicaFollower:
     """What a standby knows of the stream; ``issued`` and ``delivered`` describe a member that was primary itself
     until now (a demoted primary): it issued up to ``issued`` and sent the output up to ``delivered`` (what it
-    held back was dropped, and the tags it carried forgotten: those numbers are never sent)."""
+    held back was dropped, and the tags it carried forgotten: those numbers are never sent); ``reopen`` the numbers
+    its own takeover had not answered yet."""
 
-    def __init__(self, epoch: int, persisted: int, *, issued: int = 0, delivered: int = 0) -> None:
+    def __init__(self, epoch: int, persisted: int, *, issued: int = 0, delivered: int = 0,
+                 reopen: tuple[int, int] | None = None) -> None:
         self.epoch = epoch  # the highest epoch seen
         self.persisted = persisted  # its state file's mark: no number above it was issued, as far as it knows
         self.wanted = 0  # the highest grant the current primary asked for
@@ -64,8 +69,10 @@ class ReplicaFollower:
         # its own stream, until it hears another primary: it issued nothing above `issued`, and no primary since
         # it did; the numbers it reserved beyond were never sent
         self._own_delivered: int | None = None
+        self._reopen: tuple[int, int] | None = None
         if issued:
             self.base, self.held, self._own_delivered = 0, issued, min(delivered, issued)
+            self._reopen = reopen
 
     def newer(self, epoch: int) -> bool:
         """Take note of a peer's epoch; True when it is above any seen (the held stream starts over)."""
@@ -76,6 +83,7 @@ class ReplicaFollower:
         self.held = 0
         self.primary = None
         self._own_delivered = None
+        self._reopen = None
         self.caught_up_at = None
         self.stood_down = False
         self.wanted = self.granted = 0
@@ -120,6 +128,7 @@ class ReplicaFollower:
         self.stood_down = False
         if self._own_delivered is not None:  # another primary of this epoch: its stream, not this member's own
             self._own_delivered = None
+            self._reopen = None
             self.base = None
         self.primary = state
         self.heard = now
@@ -211,14 +220,16 @@ class ReplicaFollower:
         primary = self.primary
         if primary is not None and self.held > primary.delivered:
             resend = (max(primary.delivered + 1, (self.base or 0) + 1), self.held)
+        reopen = None
         if self._own_delivered is not None:  # what it held back was dropped, its tags forgotten: never sent
             low = self._own_delivered + 1
+            reopen = self._reopen
         elif self.base is not None:
             low = max(self.held, self.base) + 1
             if primary is not None and primary.delivered < self.base:  # it had not answered below what it
-                low = primary.delivered + 1  # holds (a takeover of its own still open): neither has, so far
+                reopen = (primary.delivered + 1, self.base)  # holds (a takeover of its own still open)
         else:  # it holds nothing (a restarted member): a primary that died issued its last numbers in the window
             low = max(1, start - window)
         unknown = (low, start - 1) if low <= start - 1 else None
         never_sent = now < self.clean_until or (self._own_delivered is not None and self.peer_held <= self.held)
-        return Takeover(self.epoch + 1, start, resend, unknown, never_sent)
+        return Takeover(self.epoch + 1, start, resend, unknown, never_sent, reopen)

@@ -121,17 +121,17 @@ class SingleProcessBackbone:
                 now = time.monotonic()
                 if pair is not None:
                     was_primary = pair.primary
+                    pair.receive(now)  # what the peer said meanwhile first: a signal is applied knowing it
                     if pair.requested is not None:
                         self._wake.clear_wakeups()
                         pair.apply_requested(now)
-                    pair.receive(now)
                     if pair.primary != was_primary:  # a standby leaves client datagrams to the kernel
                         if pair.primary:
                             poller.register(sock, select.POLLIN)
                         else:
                             poller.unregister(sock)
                     if not pair.primary:
-                        pair.tick(now)
+                        pair.handle_timers(now)
                         continue
                 drained = 0
                 trace = self.trace
@@ -162,7 +162,7 @@ class SingleProcessBackbone:
                 if backbone.pending():
                     self._flush(now)
                 if pair is not None:
-                    pair.tick(now)
+                    pair.handle_timers(now)
             if pair is None or pair.primary:
                 self._flush(time.monotonic())
         finally:
@@ -176,7 +176,7 @@ class SingleProcessBackbone:
         now = time.monotonic()
         due = self.backbone.next_deadline(now)
         if self.pair is not None:
-            due = self.pair.next_due() if due is None else min(due, self.pair.next_due())
+            due = self.pair.next_deadline() if due is None else min(due, self.pair.next_deadline())
         return IDLE_POLL_MS if due is None else min(IDLE_POLL_MS, max(0, math.ceil((due - now) * 1000)))
 
     def _flush(self, now: float) -> None:

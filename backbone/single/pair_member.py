@@ -102,11 +102,11 @@ class PairDriver:
         self.receive(now)  # a newer epoch waiting (this process was frozen, say): it must not send this
         self._carry_out(self.member.gate(out.sends, now))
 
-    def tick(self, now: float) -> None:
-        self._carry_out(self.member.tick(now, self.reservations.durable))
+    def handle_timers(self, now: float) -> None:
+        self._carry_out(self.member.handle_timers(now, self.reservations.durable))
 
-    def next_due(self) -> float:
-        return self.member.next_due()
+    def next_deadline(self) -> float:
+        return self.member.next_deadline()
 
     def apply_requested(self, now: float) -> None:
         """Apply a role asked for by signal (a standby asked to stand by, or a primary to lead, stays as it is)."""

@@ -93,6 +93,8 @@ _COUNTERS = {
     "replicated": ("fyrehose_pair_replicated_total", "messages the standby took from its primary"),
     "pair takeovers": ("fyrehose_pair_takeovers_total", "times this backbone was promoted to primary"),
     "pair fenced": ("fyrehose_pair_fenced_total", "times this primary met a newer primary and stood down"),
+    "pair promotions refused": ("fyrehose_pair_promotions_refused_total",
+                                "promotions refused while a primary that does not wait for this standby was alive"),
     "pair standby detached": ("fyrehose_pair_standby_detached_total",
                               "times the primary went on alone after its standby fell silent"),
     "recovered": ("fyrehose_pair_recovered_total", "messages a promoted standby got back from journaling clients"),

@@ -84,9 +84,15 @@ def _stalls(history: History, name: str, events: list, healed: float, end: float
     is given up (a give-up is a wait of the whole give-up time)."""
     problems = []
     arrived = {event.data: when for when, event in events if isinstance(event, Message)}
+    lost = [event for _, event in events if isinstance(event, Lost)]
     for payload, confirmed_at in history.confirm_times.items():
         if confirmed_at < healed or confirmed_at > end - STALL_BOUND:
             continue  # during the faults, or too late to tell
+        seq = history.confirmed[payload]
+        if any(gap.from_seq <= seq <= gap.to_seq for gap in lost):
+            # a retry CONFIRMed from memory with the number it got during the faults, reported lost then: nothing
+            # to wait for (whether that loss was allowed is _confirmed_kept's to say: never in sync mode)
+            continue
         when = arrived.get(payload)
         if when is None or when - confirmed_at > STALL_BOUND:
             problems.append(f"{name}: {payload!r}, confirmed at {confirmed_at:.3f}s, "

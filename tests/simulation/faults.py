@@ -17,10 +17,11 @@ from tests.simulation.world import HOSTS, Disk, Host, LinkRule, World
 KINDS = ("kill", "pause host", "stop backbone", "partition", "degrade", "signal", "demote then promote",
          "clock jump")
 LINKS = (("a", "b"), ("a", "c"), ("b", "c"))  # c: the clients' side
-# Cut both ways for longer, the hosts' link makes both hosts VRRP masters while clients reach both: two members
-# without a third vote cannot keep numbers apart then (docs/operations.md, the failure table), so schedules cut it
-# both ways for less than VRRP's master-down interval (3 adverts and the skew, counted from the last advert
-# heard), and lose at most 5 % on it.
+# Cut for longer, the hosts' link makes both hosts VRRP masters while clients reach both: two members without a
+# third vote cannot keep numbers apart then (docs/operations.md, the failure table).  Cut one way only, it does
+# too: the host that hears no adverts becomes master, and the other, hearing a lower priority, stays master.  So
+# schedules cut it, either way, for less than VRRP's master-down interval (3 adverts and the skew, counted from
+# the last advert heard), and lose at most 5 % on it.
 SPLIT_LIMIT = 0.2
 FAULTS_FROM = 1.5  # seconds: the pair has settled (a primary, its standby attached)
 
@@ -88,13 +89,14 @@ def draw(seed: int) -> Schedule:
             if rng.random() < 0.5:
                 link = (link[1], link[0])
             both = rng.random() < 0.5
-            if both and set(link) == {"a", "b"}:  # VRRP would make both hosts master: the pair's documented limit
+            hosts_link = set(link) == {"a", "b"}
+            if hosts_link:  # VRRP would make both hosts master: the pair's documented limit
                 length = min(length, SPLIT_LIMIT)
             if kind == "partition":
                 faults.append(Fault(at, kind, link=link, both_ways=both, seconds=length))
             else:
                 faults.append(Fault(at, kind, link=link, both_ways=both, seconds=length,
-                                    loss=rng.choice((0.0, 0.05) if both and set(link) == {"a", "b"} else
+                                    loss=rng.choice((0.0, 0.05) if hosts_link else
                                                     (0.0, 0.05, 0.3)), duplicate=rng.choice((0.0, 0.1)),
                                     jitter=rng.choice((0.0, 0.002, 0.02)), delay=rng.choice((0.0, 0.001, 0.05))))
         elif kind == "signal":
@@ -123,7 +125,7 @@ def _rules(fault: Fault) -> list[tuple[str, str]]:
 
 
 def _start(world: World, fault: Fault) -> None:
-    world.faults_injected += 1
+    world.faults_injected[fault.kind] += 1
     host = world.hosts.get(fault.host)
     end = fault.at + fault.seconds
     if fault.kind == "kill" and host is not None:
@@ -155,11 +157,14 @@ def _start(world: World, fault: Fault) -> None:
 
 
 def _restart(world: World, host: Host, state_kept: bool) -> None:
-    """The backbone starts again; its state directory is lost only while the peer follows the stream, from which
-    it learns what it lost (lost while the peer knows nothing either is beyond any pair: kept then)."""
+    """The backbone starts again; its state directory is lost only while the peer follows the stream and knows
+    every epoch this host led, from which it learns what it lost (lost while the peer knows nothing either, or
+    after this host led an epoch the peer never heard of, is beyond any pair: that epoch was on no other disk;
+    kept then)."""
     if host.process is not None:
         return
-    if not state_kept and world.hosts[host.peer].follows_the_stream:
+    peer = world.hosts[host.peer]
+    if not state_kept and peer.follows_the_stream and peer.knows_epoch(host.disk.epoch):
         host.disk = Disk()
     host.start_process()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from tests.simulation import checker, faults
@@ -33,6 +34,7 @@ class Outcome:
     problems: list[str]
     virtual_seconds: float
     faults: int
+    kinds: Counter[str]  # the faults injected, by kind
     messages: int
     worst_stall: float
 
@@ -63,7 +65,8 @@ def run(seed: int) -> Outcome:
             break
         world.run_until(world.now + 0.5)
     problems = checker.check(history, sync=schedule.sync, probe=probe, healed=schedule.heal, end=world.now)
-    return Outcome(schedule, problems, world.now, world.faults_injected, count + 1,
+    injected = world.faults_injected
+    return Outcome(schedule, problems, world.now, injected.total(), injected, count + 1,
                    checker.worst_stall(world.history, schedule.heal))
 
 
@@ -78,7 +81,8 @@ def report(outcome: Outcome) -> str:
 def explore(seeds: range | None, minutes: float | None, first_seed: int, out=sys.stdout) -> int:
     """Run schedules (the given seeds, or fresh ones for ``minutes``); print the failing ones and the figures."""
     started = time.monotonic()
-    failed, runs, virtual, injected, worst = [], 0, 0.0, 0, 0.0
+    failed, runs, virtual, worst = [], 0, 0.0, 0.0
+    injected: Counter[str] = Counter()
     seed = first_seed
     while True:
         if seeds is not None:
@@ -91,15 +95,16 @@ def explore(seeds: range | None, minutes: float | None, first_seed: int, out=sys
         runs += 1
         seed += 1
         virtual += outcome.virtual_seconds
-        injected += outcome.faults
+        injected += outcome.kinds
         if not outcome.problems:
             worst = max(worst, outcome.worst_stall)
         else:
             failed.append(outcome.schedule.seed)
             print(report(outcome), file=out, flush=True)
     elapsed = time.monotonic() - started
+    kinds = ", ".join(f"{kind} {injected[kind]}" for kind in faults.KINDS)
     print(f"{runs} schedules in {elapsed:.1f} s ({runs / elapsed * 60:.0f}/min), {virtual:.0f} s of virtual time, "
-          f"{injected} faults injected, worst stall after the faults (schedules that held) {worst * 1000:.0f} ms, "
+          f"{injected.total()} faults injected ({kinds}), worst stall after the faults (schedules that held) {worst * 1000:.0f} ms, "
           f"{len(failed)} failed{': seeds ' + ' '.join(map(str, failed)) if failed else ''}", file=out, flush=True)
     return 1 if failed else 0
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -75,13 +75,13 @@ class World:
         self.hosts = {name: Host(self, name) for name in HOSTS}
         self.clients: dict[Address, SimClient] = {}
         self.history = History()
-        self.faults_injected = 0
+        self.faults_injected: Counter[str] = Counter()  # by kind
 
     # ------------------------------------------------------------ events
 
     def at(self, when: float, action: Callable[[], None]) -> None:
         self._order += 1
-        heapq.heappush(self._heap, (max(when, self.now), self._order, action))
+        heapq.heappush(self._heap, (when if when > self.now else self.now, self._order, action))
 
     def run_until(self, end: float) -> None:
         heap = self._heap
@@ -162,6 +162,10 @@ class Host:
         return process is not None and not self.frozen and not self.stopped and (
             process.member.primary or process.member.follower.primary is not None)
 
+    def knows_epoch(self, epoch: int) -> bool:
+        """Whether its backbone has heard of ``epoch`` (led it, followed it, or a newer one)."""
+        return self.process is not None and self.process.member.epoch >= epoch
+
     def client_datagram(self, datagram: bytes, source: Address) -> None:
         if self.process is not None:
             self.process.client_queue.append((datagram, source))
@@ -214,6 +218,7 @@ class Process:
         self.pair_queue: deque[tuple[bytes, Address]] = deque()
         self.requested: Role | None = None
         self._wake_at: float | None = None
+        self._events: set[float] = set()  # the times of its wake-up events on the heap (one event a time)
         self.wake()
 
     def wake(self, when: float | None = None) -> None:
@@ -222,10 +227,13 @@ class Process:
         if self._wake_at is not None and self._wake_at <= when:
             return
         self._wake_at = when
-        world.at(when, self._run)
+        if when not in self._events:
+            self._events.add(when)
+            world.at(when, self._run)
 
     def _run(self) -> None:
         host, world = self.host, self.world
+        self._events.discard(world.now)
         if host.process is not self or self._wake_at is None or world.now < self._wake_at:
             return
         self._wake_at = None
@@ -233,10 +241,10 @@ class Process:
             return  # it runs again when it resumes
         now = world.now + host.clock_offset
         member = self.member
+        self._receive_pair(now)  # what the peer said meanwhile first: a signal is applied knowing it
         if self.requested is not None:
             wanted, self.requested = self.requested, None
             self._carry(member.promote(now, host.disk.durable) if wanted == Role.PRIMARY else member.demote(now))
-        self._receive_pair(now)
         if member.primary:
             core = self.core
             queue = self.client_queue
@@ -252,8 +260,8 @@ class Process:
                 self._receive_pair(now)  # a newer epoch waiting: it must not send this
                 self._carry(member.gate(out.sends, now))
                 core.keep_recent()
-        self._carry(member.tick(now, host.disk.durable))
-        due = member.next_due()
+        self._carry(member.handle_timers(now, host.disk.durable))
+        due = member.next_deadline()
         core_due = self.core.next_deadline(now) if member.primary else None
         if core_due is not None:
             due = min(due, core_due)
@@ -262,12 +270,18 @@ class Process:
         self.wake(max(world.now, due - host.clock_offset) + EPSILON)  # (the offset's rounding: never again now)
 
     def _receive_pair(self, now: float) -> None:
+        """What the pair socket holds (nothing to read: nothing to do, as the driver's read that finds none)."""
         queue = self.pair_queue
+        if not queue:
+            return
         datagrams = list(queue)
         queue.clear()
         self._carry(self.member.receive(datagrams, now, self.host.disk.durable))
 
     def _carry(self, actions: Actions) -> None:
+        if not actions.to_peer and not actions.to_clients and actions.grant is None and actions.epoch is None \
+                and actions.role is None:
+            return
         host, world = self.host, self.world
         if actions.grant is not None:
             host.disk.durable = max(host.disk.durable, actions.grant)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.pair import frames
-from fyrehose.backbone.pair.member import Actions, PairMember, Role
+from fyrehose.backbone.pair.member import Actions, PairMember, Role, _outside
 from fyrehose.protocol import codec
 
 A, B = ("10.0.0.1", 2324), ("10.0.0.2", 2324)
@@ -50,7 +50,7 @@ class Rig:
                 self.carry(other, self.members[other].receive([(d, source) for d in sent], self.now,
                                                               self.durable[other]))
         for name, member in self.members.items():
-            self.carry(name, member.tick(self.now, self.durable[name]))
+            self.carry(name, member.handle_timers(self.now, self.durable[name]))
             core = self.cores[name]
             if member.primary:
                 out = self.flush(name)
@@ -132,6 +132,19 @@ def test_a_primary_that_meets_a_newer_epoch_stands_down_is_fenced_then_follows()
     assert a.role == Role.STANDBY and a.follower.epoch == 2
 
 
+def test_a_stand_down_stays_fenced_for_its_heartbeats_too_when_the_clock_jumps_forward():
+    rig = Rig()
+    rig.carry("a", rig.members["a"].promote(rig.now, RESERVE))
+    rig.settle()
+    a = rig.members["a"]
+    rig.carry("a", a.demote(rig.now))
+    rig.now += 5.0  # far beyond STAND_DOWN_HOLD: keepalived, on its own timers, has not looked yet
+    rig.step()
+    assert a.role == Role.FENCED
+    rig.settle(30)  # about 0.5 s of heartbeats
+    assert a.role == Role.STANDBY
+
+
 def test_two_members_promoted_apart_take_epochs_of_their_own_parity_and_the_older_stands_down():
     rig = Rig()
     rig.cut = True
@@ -149,6 +162,8 @@ def test_demote_then_promote_declares_gone_what_it_reserved_and_held_back_and_fo
     a = rig.members["a"]
     rig.carry("a", a.promote(rig.now, RESERVE))
     rig.settle()
+    rig.subscribe()  # its KEEPALIVE after the GONE of the first takeover: that one is answered
+    rig.settle(2)
     rig.cut = True  # the standby's ACKs stop: the output stays held
     rig.push("a", b"held", 1)
     out = rig.flush("a")
@@ -171,6 +186,61 @@ def test_demote_then_promote_declares_gone_what_it_reserved_and_held_back_and_fo
     assert [confirm.seq for confirm in confirms] == [start]
 
 
+def test_a_standby_refuses_promotion_while_a_primary_that_does_not_wait_for_its_grants_is_alive():
+    rig = Rig()
+    b = rig.members["b"]
+    alone = frames.encode_state(1, frames.ROLE_PRIMARY, 0, 5000, 5000, 0, 0, [])  # a primary, no standby attached
+    b.receive([(state, A) for state in alone], rig.now, RESERVE)
+    assert b.role == Role.FENCED
+    refused = b.promote(rig.now + 0.5, RESERVE)
+    assert not b.primary and refused.epoch is None and not refused.to_peer  # it would issue 5001.. too
+    assert b.counters["pair promotions refused"] == 1 and b.role == Role.FENCED
+    b.promote(rig.now + 1.5, RESERVE)  # silent for longer than the standby timeout: that primary is gone
+    assert b.primary and rig.cores["b"].sequence.last_issued == 5000
+
+
+def test_a_promotion_says_its_unanswered_numbers_were_delivered_only_once_a_subscriber_was_heard_after_its_gone():
+    rig = Rig(sync=True)
+    rig.subscribe()
+    a, b = rig.members["a"], rig.members["b"]
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.settle()
+    rig.carry("a", a.demote(rig.now))
+    rig.carry("a", a.promote(rig.now, rig.durable["a"]))  # the numbers it reserved are GONE, sent at once
+    start = rig.cores["a"].sequence.last_issued + 1
+    rig.push("a", b"m1", 1)
+    rig.settle(15)  # (the first takeover's numbers, still open, asked of the journals again: 0.2 s, then GONE)
+    assert b.follower.primary is not None and b.follower.primary.delivered < start  # a cut link loses a GONE
+    rig.cores["a"].clients.refresh(SUBSCRIBER, codec.FLAG_GONE | codec.FLAG_BATCH, rig.now)  # heard again
+    rig.push("a", b"m2", 2)
+    rig.settle(5)
+    assert b.follower.primary.delivered == rig.cores["a"].sequence.last_issued  # a successor follows on above
+
+
+@given(st.tuples(st.integers(1, 60), st.integers(0, 60)).map(sorted).map(tuple),
+       st.none() | st.tuples(st.integers(1, 60), st.integers(0, 60)))
+def test_a_takeover_declares_gone_only_the_numbers_outside_what_it_sent_again(span, inner):
+    parts = _outside(span, inner)
+    expected = set(range(span[0], span[1] + 1)) - (set(range(inner[0], inner[1] + 1)) if inner else set())
+    assert {seq for low, high in parts for seq in range(low, high + 1)} == expected
+    assert all(low <= high for low, high in parts) and len(parts) <= 2
+
+
+def test_a_member_promoted_again_before_its_takeover_was_answered_asks_the_journals_again_for_those_numbers():
+    rig = Rig()
+    rig.subscribe()
+    a = rig.members["a"]
+    rig.carry("a", a.promote(rig.now, RESERVE))  # holding nothing: 1..1000 are asked of the journals
+    rig.push("a", b"m", 1)
+    rig.step()
+    sent = rig.delivered("a")
+    rig.carry("a", a.demote(rig.now))
+    rig.carry("a", a.promote(rig.now, rig.durable["a"]))
+    never_sent = [(first, last) for first, last, reason in rig.cores["a"].gone if reason == codec.GONE_NEVER_SENT]
+    assert never_sent and all(first > max(sent) for first, _ in never_sent)  # only above what it sent itself
+    assert rig.cores["a"]._recovery is not None and rig.cores["a"]._recovery.from_seq == 1  # 1..1000: asked again
+
+
 def test_forged_garbage_and_foreign_pair_datagrams_are_counted_and_change_nothing():
     rig = Rig(key=bytes(range(32)))
     a = rig.members["a"]
@@ -191,16 +261,22 @@ OPS = st.lists(st.tuples(st.sampled_from(["promote", "demote", "push", "cut", "h
 @given(OPS, st.booleans())
 def test_any_order_of_signals_pushes_cuts_and_time_keeps_numbers_and_roles_apart(ops, sync):
     """Whatever happens, a number DELIVERed by both members carries one message (the link is cut only in short
-    spells: a primary alone for longer than the standby timeout is the pair's documented limit), the role
-    reported matches the primary flag, and one primary of an epoch DELIVERed."""
+    spells, and within one spell only one side is promoted: a primary alone for longer than the standby timeout,
+    or a promotion on each side of a cut, is the pair's documented limit), the role reported matches the primary
+    flag, and one primary of an epoch DELIVERed."""
     rig = Rig(sync=sync)
     rig.subscribe()
     tag = 0
     cut_since: float | None = None
+    promoted_in_cut: set[str] = set()
     senders: dict[int, set[str]] = {}
     for op, name in ops:
         member = rig.members[name]
-        if op == "promote":
+        if op == "promote" and rig.cut and promoted_in_cut - {name}:
+            pass  # both sides of one cut promoted: two members without a third vote cannot keep numbers apart
+        elif op == "promote":
+            if rig.cut:
+                promoted_in_cut.add(name)
             rig.carry(name, member.promote(rig.now, rig.durable[name]))
             rig.vip = name
         elif op == "demote":
@@ -210,6 +286,7 @@ def test_any_order_of_signals_pushes_cuts_and_time_keeps_numbers_and_roles_apart
             rig.push(rig.vip, b"m%d" % tag, tag)
         elif op == "cut" and not rig.cut:
             rig.cut, cut_since = True, rig.now
+            promoted_in_cut.clear()
         elif op == "heal":
             rig.cut = False
         before = {n: len(rig.delivered(n)) for n in "ab"}

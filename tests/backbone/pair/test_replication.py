@@ -47,8 +47,8 @@ def test_a_silent_standby_is_detached_after_the_timeout_and_says_how_long_the_pr
     source = ReplicationSource(1, sync=True, timeout=1.0)
     source.on_ack(frames.Ack(1, 0, 10_000), last_issued=0, now=5.0)
     assert source.clean_ms(5.25) == 750 and source.flags() == frames.STATE_SYNC | frames.STATE_ATTACHED
-    assert not source.tick(5.9) and not source.releasable(1)
-    assert source.tick(6.01) and source.releasable(1) and source.clean_ms(6.01) == 0
+    assert not source.handle_timers(5.9) and not source.releasable(1)
+    assert source.handle_timers(6.01) and source.releasable(1) and source.clean_ms(6.01) == 0
     assert source.flags() == frames.STATE_SYNC and source.detachments == 1
     source.on_ack(frames.Ack(1, 0, 10_000), last_issued=20_000, now=7.0)  # alone, it went past the grant
     assert not source.attached  # reattached only once it granted every number issued
