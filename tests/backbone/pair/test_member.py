@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fyrehose.backbone.core import Backbone
@@ -259,6 +259,8 @@ OPS = st.lists(st.tuples(st.sampled_from(["promote", "demote", "push", "cut", "h
 
 @settings(max_examples=150, deadline=None)
 @given(OPS, st.booleans())
+# Once broke it: the cut side promoted after its peer had been, both leading the same numbers.
+@example([("cut", "a"), ("promote", "b"), ("push", "a"), ("promote", "a"), ("push", "a")], False)
 def test_any_order_of_signals_pushes_cuts_and_time_keeps_numbers_and_roles_apart(ops, sync):
     """Whatever happens, a number DELIVERed by both members carries one message (the link is cut only in short
     spells, and within one spell only one side is promoted: a primary alone for longer than the standby timeout,
