@@ -41,6 +41,7 @@ COMPILED_MODULES = (
     "fyrehose.cache.core",
     "fyrehose.cache.merge",
     "fyrehose.gateways.nats.pub_scan",
+    "fyrehose.gateways.nats.msg_frame",
     "fyrehose.backbone.core",
     "fyrehose.backbone.recent_log",
 )
@@ -92,18 +93,21 @@ def newer_than(source: Path, built: Path) -> bool:
 
 
 def stale() -> list[str]:
-    """The listed modules whose build is older than their ``.py`` or ``.pxd``: tools/bootstrap rebuilds then."""
+    """The listed modules whose build is older than their ``.py`` or ``.pxd``, or missing beside the others'
+    builds (listed since): tools/bootstrap rebuilds then."""
     found = []
+    unbuilt = []
     for name in COMPILED_MODULES:
         spec = PathFinder.find_spec(name, _parent_path(name))
         if spec is None or not isinstance(spec.loader, ExtensionFileLoader) or spec.origin is None:
+            unbuilt.append(name)
             continue
         built = Path(spec.origin)
         stem = name.rpartition(".")[2]
         if any(newer_than(source, built) for source in (built.with_name(f"{stem}.py"), built.with_name(f"{stem}.pxd"))
                if source.exists()):
             found.append(name)
-    return found
+    return found + unbuilt if len(unbuilt) < len(COMPILED_MODULES) else found
 
 
 def _parent_path(name: str) -> list[str]:

@@ -25,7 +25,7 @@ blocks = st.one_of(st.none(), st.just(b"NATS/1.0\r\nA: b\r\n\r\n"), st.just(b"NA
 def test_nats_frames_shared_by_subscriptions_equal_frames_built_alone(subject, reply, data, headers, sid_list,
                                                                       with_headers, kind):
     message = Envelope(subject, data, kind[0], kind[1], reply=reply, headers=headers)
-    frames = MessageFrames(message)
+    frames = MessageFrames.of(message)
     block = headers
     if kind != (MsgType.UPDATE, Status.OK):
         fields = f"Fyrehose-Type: {kind[0].name}\r\nFyrehose-Status: {kind[1].name}\r\n\r\n".encode()
@@ -45,7 +45,7 @@ def test_nats_frames_shared_by_subscriptions_equal_frames_built_alone(subject, r
 def test_a_snapshot_answer_with_its_sequence_reaches_nats_clients_with_type_and_status_after_it():
     answer = Envelope("_INBOX.x.1", b"v", MsgType.INITIAL, Status.STALE, headers=b"NATS/1.0\r\nFyrehose-Sequence: 42\r\n\r\n")
     block = b"NATS/1.0\r\nFyrehose-Sequence: 42\r\nFyrehose-Type: INITIAL\r\nFyrehose-Status: STALE\r\n\r\n"
-    assert MessageFrames(answer).frame(b"7", True) == b"HMSG _INBOX.x.1 7 %d %d\r\n%sv\r\n" % (len(block), len(block) + 1, block)
+    assert MessageFrames.of(answer).frame(b"7", True) == b"HMSG _INBOX.x.1 7 %d %d\r\n%sv\r\n" % (len(block), len(block) + 1, block)
 
 
 class _Client:

@@ -82,6 +82,14 @@ def _pub_scan(module: ModuleType) -> list[Case]:
     return [("plain_pub, 16 in a buffer", sixteen, 16)]
 
 
+def _msg_frame(module: ModuleType) -> list[Case]:
+    plain = envelope_module.encode(envelope_module.Envelope("orders.eu.42", PAYLOAD))
+    replied = envelope_module.encode(envelope_module.Envelope("orders.eu.42", PAYLOAD, reply="_INBOX.a.1"))
+    return [("plain_fields", lambda: module.plain_fields(plain), 1),
+            ("plain_fields, with a reply", lambda: module.plain_fields(replied), 1),
+            ("msg_tail", lambda: module.msg_tail(plain, 20, None), 1)]
+
+
 def _codec(module: ModuleType) -> list[Case]:
     uniform = _deliver_datagram(1)
     varied = b"".join(module.encode_deliver(seq, PAYLOAD[:seq % 60 + 4]) for seq in range(1, FRAMES + 1))
@@ -189,6 +197,7 @@ CASES: dict[str, Cases] = {
     "fyrehose.cache.core": _cache_core,
     "fyrehose.cache.merge": _cache_merge,
     "fyrehose.gateways.nats.pub_scan": _pub_scan,
+    "fyrehose.gateways.nats.msg_frame": _msg_frame,
     "fyrehose.backbone.core": _backbone_core,
     "fyrehose.backbone.recent_log": _recent_log,
 }

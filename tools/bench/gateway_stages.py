@@ -10,7 +10,8 @@ Every stage is the code the gateway runs, called as the gateway calls it, on
 64-byte payloads: a Redis PUBLISH from its bytes to its payload and reply,
 the backbone's PUSH/CONFIRM bookkeeping, and the message's way back through
 the stream: a whole datagram's frames skipped when nobody here wants them,
-or decoded and framed for NATS subscribers.  The whole pure connections are
+or decoded and framed for NATS subscribers (or framed from the encoded
+envelope, a plain message's way).  The whole pure connections are
 timed too, from the client's bytes to the reply released after the
 confirmation (Redis, NATS, and an HTTP ``POST /v1/publish`` read by llhttp, and by h11 alone).
 """
@@ -28,7 +29,7 @@ from fyrehose.gateways.http.connection import HttpConnection
 from fyrehose.gateways.http.settings import HttpSettings
 from fyrehose.gateways.liveness import NatsLiveness
 from fyrehose.gateways.nats import protocol as nats_protocol
-from fyrehose.gateways.nats.connection import MessageFrames, NatsConnection, NatsRoutes
+from fyrehose.gateways.nats.connection import MessageFrames, NatsConnection, NatsRoutes, NatsSubscription
 from fyrehose.gateways.payloads import PreparedHeads, encoded, fitting
 from fyrehose.gateways.redis import protocol as resp
 from fyrehose.gateways.redis.connection import RedisConnection, RedisRoutes
@@ -137,10 +138,16 @@ def stages(seconds: float = 0.3) -> dict[str, float]:
     out["nats: parse PUB, 16 per read"] = timed(lambda: nats_parser.feed(pub * 16), 16)
     opened = decode(sealed)
     assert opened is not None
-    out["nats: MSG frame for 1 subscriber"] = timed(lambda: MessageFrames(opened).frame(b"1", False), 1)
+    out["nats: MSG frame for 1 subscriber"] = timed(lambda: MessageFrames.of(opened).frame(b"1", False), 1)
     sids = [str(n).encode() for n in range(100)]
     out["nats: MSG frames for 100 subscribers, per subscriber"] = timed(
-        lambda: [frames.frame(sid, False) for frames in (MessageFrames(opened),) for sid in sids], 100)
+        lambda: [frames.frame(sid, False) for frames in (MessageFrames.of(opened),) for sid in sids], 100)
+    delivering = NatsRoutes(Counter())
+    delivering.add(NatsSubscription(_Framing(), "1", "bench.>", None))  # type: ignore[arg-type]
+    out["nats: a delivered message to its MSG frame for 1 subscriber, decoded (decode, lookup, frame)"] = timed(
+        lambda: delivering.route(1, decode(sealed)), 1)  # type: ignore[arg-type]
+    out["nats: a delivered message to its MSG frame for 1 subscriber, from its encoded envelope"] = timed(
+        lambda: delivering.route_plain(1, sealed), 1)
     for pipeline in (1, 16):
         data, count = _resp(pipeline)
         redis = RedisConnection(RedisRoutes(), _Deployment(), Counter())
@@ -168,6 +175,13 @@ class _Deployment:
 
     def subscribers_elsewhere(self, subject: str) -> int:
         return 0
+
+
+class _Framing:
+    """A NATS client's connection reduced to building its frame (its outbox and echo filter are timed elsewhere)."""
+
+    def deliver(self, seq: int, subscription: NatsSubscription, frames: MessageFrames) -> None:
+        frames.frame(subscription.sid_bytes, False)
 
 
 def _confirmed(connection: RedisConnection | NatsConnection | HttpConnection, data: bytes) -> bytes:

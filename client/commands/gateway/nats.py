@@ -73,4 +73,4 @@ def run(args: argparse.Namespace) -> int:
 
     return run_gateway(args, "nats", stats, routes.route, connection, wants=routes.wants,
                        refusal=proto.info(info) + proto.error("maximum connections exceeded"),
-                       tls_at_accept=args.tls_handshake_first)
+                       tls_at_accept=args.tls_handshake_first, route_plain=routes.route_plain)

@@ -7,7 +7,10 @@ a :class:`~fyrehose.drivers.link.RangeLink` of its own for the range it
 catches up on).  Whatever any gateway or UDP
 client publishes comes back through it in backbone sequence order, and
 :class:`GatewayRouter` hands each enveloped message to the gateway's ``route``
-function, which queues it on the matching TCP clients.  Local subscribers
+function, which queues it on the matching TCP clients (a gateway's
+``route_plain``, when it has one and nothing is verified, first gets the
+encoded envelope of a message not on the deployment's own subjects: the
+NATS gateway frames a plain message from those bytes without decoding it).  Local subscribers
 are served from that stream too, never directly by the publishing
 connection, so every subscriber of every gateway sees one order.  Raw
 payloads (no envelope, hence no subject) reach no gateway client.
@@ -60,7 +63,7 @@ from fyrehose.protocol.codec import Address
 from fyrehose.protocol.frame_run import FrameRun
 from fyrehose.protocol.tracker import Event, Lost
 from fyrehose.subjects.auth import Credentials
-from fyrehose.subjects.envelope import Envelope, peek_subject
+from fyrehose.subjects.envelope import FIXED_SIZE, Envelope, peek_subject
 from fyrehose.subjects.interest import INTEREST_SUBJECT, InterestTable
 from fyrehose.subjects.selection import wanted
 from fyrehose.subjects.session import SubjectSession
@@ -70,6 +73,7 @@ from fyrehose.subjects.snapshots import WITH_SEQUENCE
 log = logging.getLogger("fyrehose.gateway")
 
 Route = Callable[[int, Envelope], None]
+RoutePlain = Callable[[int, bytes], bool]
 Wants = Callable[[str], bool]
 
 # Messages taken from the stream between two chances for the loop to serve the clients
@@ -77,6 +81,7 @@ Wants = Callable[[str], bool]
 YIELD_EVERY = 64
 EXPIRE_EVERY = 1.0  # seconds between sweeps of silent owners out of the interest table
 SESSION_PREFIX = "_SESSION."
+_UNDERSCORE = ord("_")
 MAX_COUNTS_REMEMBERED = 4096  # subjects whose deployment-wide subscriber count is kept between announcements
 
 
@@ -95,7 +100,7 @@ class GatewayRouter:
     def __init__(self, backbone: str, route: Route, *, stats: Counter, publish_timeout: float = 5.0,
                  credentials: Credentials | None = None, session_interval: float = 2.0,
                  bind: Address | None = None, wants: Wants | None = None,
-                 multicast: Address | None = None) -> None:
+                 multicast: Address | None = None, route_plain: RoutePlain | None = None) -> None:
         self.route = route
         self.wants = wants or _everything
         self.stats = stats
@@ -109,6 +114,8 @@ class GatewayRouter:
         self.table = InterestTable(subject_to_channel)  # everyone's, from their announcements
         self._inbox_prefix = self.subjects.inbox_prefix
         self._verifies = self.subjects.auth is not None
+        # a plain message routed from its encoded envelope, when nothing is verified and the gateway can
+        self._route_plain = route_plain if not self._verifies else None
         self._waiters: dict[str, _Snapshot] = {}  # inbox -> the request it answers
         self.ready: list = []  # drivers whose connection's outbox the stream made ready: written after routing
         self._writes_queued = False
@@ -283,6 +290,16 @@ class GatewayRouter:
         self.started.set()
 
     def _open_and_route(self, seq: int, data: bytes) -> None:
+        route_plain = self._route_plain
+        # the deployment's own subjects (an underscore first) always go the decoded way, past _special
+        if route_plain is not None and len(data) > FIXED_SIZE and data[FIXED_SIZE] != _UNDERSCORE:
+            try:
+                if route_plain(seq, data):
+                    return
+            except Exception:  # one bad message must not stop the stream for everyone
+                self.stats["route failures"] += 1
+                log.exception("routing message %d failed", seq)
+                return
         opened, accepted, answers = self.subjects.open(data, wall_us() if self._verifies else 0)  # the clock: for auth
         if answers:
             if self._early_answers is not None:

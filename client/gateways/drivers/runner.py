@@ -19,7 +19,7 @@ from gevent.event import Event
 
 from fyrehose.gateways.access.login import Access
 from fyrehose.gateways.drivers.metrics import gateway_metrics
-from fyrehose.gateways.drivers.router import GatewayRouter, Route, Wants
+from fyrehose.gateways.drivers.router import GatewayRouter, Route, RoutePlain, Wants
 from fyrehose.gateways.drivers.tcp import ClientDriver, GatewayServer, TcpClient
 from fyrehose.gateways.drivers.tls import context_from
 from fyrehose.gateways.drivers.users_file import access_from, announce
@@ -39,12 +39,12 @@ ConnectionMaker = Callable[[TcpClient, GatewayRouter, Access], ClientDriver]
 
 def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Route,
                 make_connection: ConnectionMaker, wants: Wants | None = None, *,
-                refusal: bytes = b"", tls_at_accept: bool = True) -> int:
+                refusal: bytes = b"", tls_at_accept: bool = True, route_plain: RoutePlain | None = None) -> int:
     """Serve until SIGTERM or SIGINT; print the listening address once ready.
 
     ``refusal``: what a client beyond ``--max-clients`` (or ``--max-clients-per-address``) is told before it is
     closed; ``tls_at_accept`` False: TLS starts after the connection's greeting (NATS's INFO) instead of at
-    accept.
+    accept; ``route_plain``: the gateway routes a plain message from its encoded envelope (NATS).
     """
     if getattr(args, "workers", 1) > 1:  # kinds without --workers (workers.WORKER_KINDS) run as one process
         return run_workers(args, kind)
@@ -56,7 +56,8 @@ def run_gateway(args: argparse.Namespace, kind: str, stats: Counter, route: Rout
     listen: Address | socket.socket = reuse_port_listener(host, port) if getattr(args, "reuse_port", False) else (host, port)
     router = GatewayRouter(args.backbone, route, stats=stats, publish_timeout=args.publish_timeout,
                     credentials=credentials_from(args), session_interval=args.session_interval,
-                    bind=args.bind, wants=wants, multicast=args.multicast)
+                    bind=args.bind, wants=wants, multicast=args.multicast,
+                    route_plain=route_plain)
     try:
         server = GatewayServer(listen, lambda client: make_connection(client, router, access),
                                max_pending=args.max_pending, max_clients=args.max_clients, stats=stats,

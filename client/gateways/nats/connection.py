@@ -76,6 +76,7 @@ from fyrehose.gateways.nats.authorization import (
     subscription_violation,
     withdrawn_subscription,
 )
+from fyrehose.gateways.nats.msg_frame import msg_tail, plain_fields
 from fyrehose.gateways.outbox import Outbox, Slot
 from fyrehose.gateways.payloads import PreparedHeads, encoded, fitting
 from fyrehose.gateways.receiving import ParsingConnection
@@ -139,6 +140,7 @@ class NatsRoutes:
         self.stats = stats
         self.heads: PreparedHeads[str] = PreparedHeads(_publish_subject)  # every client's plain PUBs build on them
         self._reached: dict[str, list[NatsSubscription]] = {}  # subject -> its lookup, until the index changes
+        self._subjects: dict[bytes, str] = {}  # a plain message's subject as encoded -> as checked
 
     def add(self, subscription: NatsSubscription) -> None:
         self._reached.clear()
@@ -171,9 +173,41 @@ class NatsRoutes:
         except EnvelopeError:
             self.stats["bad subjects skipped"] += 1
             return
-        if not subscriptions:
-            return
-        frames = MessageFrames(message)
+        if subscriptions:
+            self._fan_out(seq, subscriptions, MessageFrames.of(message))
+
+    def route_plain(self, seq: int, data: bytes) -> bool:
+        """Route a plain message from its encoded envelope, decoding no ``Envelope`` (:mod:`.msg_frame`).
+
+        False, with nothing done, for any other envelope or one whose subject
+        or reply the decoder would refuse: :meth:`route` gets it decoded.
+        """
+        if type(data) is not bytes:
+            data = bytes(data)  # any other buffer as a copy, as the decoder takes it
+        fields = plain_fields(data)
+        if fields is None:
+            return False
+        raw_subject, raw_reply, start = fields
+        subject = self._subjects.get(raw_subject)
+        reply = None
+        try:
+            if subject is None:
+                subject = raw_subject.decode()
+                check_subject(subject)
+                if len(self._subjects) >= MAX_REACHED:
+                    self._subjects.clear()
+                self._subjects[raw_subject] = subject
+            if raw_reply is not None:
+                reply = raw_reply.decode()
+                check_subject(reply)
+        except (UnicodeDecodeError, EnvelopeError):
+            return False
+        subscriptions = self.lookup(subject)  # a checked subject: no EnvelopeError
+        if subscriptions:
+            self._fan_out(seq, subscriptions, MessageFrames(subject, reply, data, start, None))
+        return True
+
+    def _fan_out(self, seq: int, subscriptions: list[NatsSubscription], frames: MessageFrames) -> None:
         groups: dict[str, list[NatsSubscription]] = {}
         for subscription in subscriptions:
             if subscription.queue is None:
@@ -191,12 +225,25 @@ class MessageFrames:
     Everything but the subscription's ``sid`` (prepared once per
     subscription) is the same for all of them: the part before the sid and
     the part after it are built on first use and each frame is one join.
+    The payload is ``data[start:]``: an envelope's data (``start`` 0), or
+    a plain message's encoded envelope as it came (:mod:`.msg_frame`).
     """
 
-    __slots__ = ("message", "_head", "_msg_tail", "_hmsg_tail", "headers")
+    __slots__ = ("subject", "reply", "data", "start", "headers", "_head", "_msg_tail", "_hmsg_tail")
 
-    def __init__(self, message: Envelope) -> None:
-        self.message = message
+    def __init__(self, subject: str, reply: str | None, data: bytes, start: int, headers: bytes | None) -> None:
+        self.subject = subject
+        self.reply = reply
+        self.data = data
+        self.start = start
+        self.headers = headers
+        self._head = b""
+        self._msg_tail = b""
+        self._hmsg_tail = b""
+
+    @classmethod
+    def of(cls, message: Envelope) -> MessageFrames:
+        """The frames of a decoded message: its type and status as headers when they are not the default."""
         headers = message.headers
         if message.type != MsgType.UPDATE or message.status != Status.OK:
             kind = proto.header_block([("Fyrehose-Type", message.type.name), ("Fyrehose-Status", message.status.name)])
@@ -204,28 +251,25 @@ class MessageFrames:
                 headers = kind
             elif headers.startswith(b"NATS/1.0") and headers.endswith(b"\r\n\r\n"):
                 headers = headers[:-2] + kind[len(b"NATS/1.0\r\n"):]
-        self.headers = headers
-        self._head = b""
-        self._msg_tail = b""
-        self._hmsg_tail = b""
+        return cls(message.subject, message.reply, message.data, 0, headers)
 
     def frame(self, sid: bytes, with_headers: bool) -> bytes:
         """The frame for subscription ``sid``: HMSG when the client takes headers and the message has some."""
         if with_headers and self.headers is not None:
             if not self._hmsg_tail:
-                self._hmsg_tail = proto.hmsg_tail(self._reply(), self.headers, self.message.data)
+                self._hmsg_tail = proto.hmsg_tail(self._reply(), self.headers, self.data[self.start:])
             return b"".join((b"H", self._subject_head(), sid, self._hmsg_tail))
         if not self._msg_tail:
-            self._msg_tail = proto.msg_tail(self._reply(), self.message.data)
+            self._msg_tail = msg_tail(self.data, self.start, self._reply())
         return b"".join((self._subject_head(), sid, self._msg_tail))
 
     def _subject_head(self) -> bytes:
         if not self._head:
-            self._head = b"MSG " + self.message.subject.encode() + b" "
+            self._head = b"MSG " + self.subject.encode() + b" "
         return self._head
 
     def _reply(self) -> bytes | None:
-        return self.message.reply.encode() if self.message.reply else None
+        return self.reply.encode() if self.reply else None
 
 
 class NatsConnection(ParsingConnection[proto.OperationParser, proto.Operation | proto.NatsError]):
@@ -329,7 +373,7 @@ class NatsConnection(ParsingConnection[proto.OperationParser, proto.Operation | 
         self._unread.clear()
 
     def deliver(self, seq: int, subscription: NatsSubscription, frames: MessageFrames) -> None:
-        if self.authorization is not None and not self._may_deliver(subscription, frames.message):
+        if self.authorization is not None and not self._may_deliver(subscription, frames):
             return
         frame: bytes | None  # None once the echo filter holds it back (or it is the client's own)
         frame = frames.frame(subscription.sid_bytes, self.headers)
@@ -586,7 +630,7 @@ class NatsConnection(ParsingConnection[proto.OperationParser, proto.Operation | 
         if login.access.refused(counter, login.address, self.last_input) and self.report is not None:
             self.report(f"{self.peer} (user {login.name}) refused a {what}: outside its rights")
 
-    def _may_deliver(self, subscription: NatsSubscription, message: Envelope) -> bool:
+    def _may_deliver(self, subscription: NatsSubscription, message: MessageFrames) -> bool:
         """Whether the user may receive ``message`` on ``subscription`` (then a request it may answer)."""
         authorization = self._authorization
         if authorization.reloaded():

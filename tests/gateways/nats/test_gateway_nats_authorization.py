@@ -229,7 +229,7 @@ def test_a_publish_deny_on_the_inbox_switches_responses_off_and_requests_remembe
     responder.feed(b"SUB svc.time 1\r\n")
     for index in range(MAX_RESPONSES + 10):
         responder.connection.deliver(index, responder.connection.subscriptions["1"],
-                                     MessageFrames(Envelope("svc.time", b"?", reply=f"_INBOX.r.{index}")))
+                                     MessageFrames.of(Envelope("svc.time", b"?", reply=f"_INBOX.r.{index}")))
     assert len(responder.connection.authorization.responses) == MAX_RESPONSES
 
 

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 FUZZ_DIR = Path(__file__).resolve().parents[3] / "tools" / "fuzz" / "targets"
-TARGETS = ["codec", "envelope", "connection", "resp", "redis_auth", "nats", "nats_login", "marlin", "lumberjack", "pair",
-           "users", "exposition", "cookie", "http_authorization", "http_request"]
+TARGETS = ["codec", "envelope", "connection", "resp", "redis_auth", "nats", "nats_login", "nats_msg", "marlin",
+           "lumberjack", "pair", "users", "exposition", "cookie", "http_authorization", "http_request"]
 sys.path.insert(0, str(FUZZ_DIR))
 
 from fyrehose.tools.fuzz.mutation import mutate  # noqa: E402
