@@ -39,7 +39,7 @@ def gateway_factory(tmp_path):
     started: list[GatewayProcess] = []
 
     def start(backbone, *extra: str) -> GatewayProcess:
-        gateway = GatewayProcess("lumberjack", backbone.address, tmp_path, list(extra)).start(15)
+        gateway = GatewayProcess("lumberjack", backbone.address, tmp_path, list(extra)).start()
         started.append(gateway)
         return gateway
 
