@@ -185,7 +185,7 @@ def workers_of(backbone) -> dict[str, psutil.Process]:
     return found
 
 
-def take(stream, count: int, timeout: float = 10.0) -> list:
+def take(stream, count: int, timeout: float = EVENT_WITHIN) -> list:
     """Up to ``count`` events of a subscription within ``timeout`` seconds (fewer when they do not come)."""
     got: list = []
     deadline = time.monotonic() + timeout
@@ -196,7 +196,7 @@ def take(stream, count: int, timeout: float = 10.0) -> list:
     return got
 
 
-def take_until(stream, wanted, timeout=5.0):
+def take_until(stream, wanted, timeout=EVENT_WITHIN):
     """The first event of ``stream`` for which ``wanted`` is true, within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

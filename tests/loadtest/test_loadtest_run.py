@@ -92,8 +92,9 @@ def test_a_short_run_writes_every_result_and_loses_nothing(tmp_path):
     assert all(isinstance(sample["t"], float) for sample in samples)
     assert samples[-1]["metrics"]["fyrehose_pushes_total"] >= summary["requests"] - summary["failures"]
     assert "fyrehose backbone stopped" in (out / "backbone.log").read_text()  # stopped cleanly, by the command
-    # which side ran out of CPU: both sides sampled, the Locust process by the command itself
-    assert samples[-1]["generator_cpu_seconds"]["locust"] > 0
+    # which side ran out of CPU: both sides sampled, the Locust process by the command itself (while it runs: a
+    # sample taken after it exited, which a busy machine can make the last one, leaves it out)
+    assert any(sample["generator_cpu_seconds"].get("locust", 0) > 0 for sample in samples), samples
     loads = [step["load"] for step in steps if step["load"]["saturated"] != "unknown"]
     assert loads, steps  # 2 s phases, sampled every second
     assert all(load["backbone_busiest"] >= 0 and load["generator_busiest"] >= 0 for load in loads)
