@@ -101,7 +101,9 @@ def test_a_short_run_writes_every_result_and_loses_nothing(tmp_path):
     assert all(load["backbone_us_per_message"] > 0 for load in loads)
     assert all(0.0 <= load["host_busy"] <= 1.0 for load in loads)  # and the host's cores, from its CPU times
     assert {"user", "system", "idle"} <= set(samples[-1]["host_cpu_seconds"])
-    assert summary["limit"] is None  # every step sustained
+    # every step sustained, or the one that was not is put down to this host's cores (40 and 80 messages/s: only a
+    # machine busy with other work can fail to sustain them, and the run must say so)
+    assert summary["limit"] is None or summary["limit"]["saturated"] == "host", summary["limit"]
 
 
 def test_batched_publishers_count_requests_and_messages_and_lose_nothing(tmp_path, backbone_factory):
