@@ -26,7 +26,7 @@ from fyrehose.backbone.multiprocess.supervisor import auto_workers, default_size
 from fyrehose.protocol import codec
 from fyrehose.runtime.process import ChildProcess
 
-from support import EVENT_WITHIN, FYREHOSE, LOOPBACK, run_cli, wait_until, workers_of
+from support import EVENT_WITHIN, FYREHOSE, LOOPBACK, READY_WITHIN, run_cli, wait_until, workers_of
 
 # ---------------------------------------------------------------- helpers
 
@@ -352,7 +352,7 @@ def test_workers_auto_picks_one_process_below_four_cpus_and_the_pipeline_above()
 def test_workers_auto_starts_the_layout_it_picks_for_this_host(tmp_path):
     with ChildProcess(FYREHOSE + ["backbone", "--listen", "127.0.0.1:0", "--workers", "auto",
                                   "--state-dir", str(tmp_path / "state")], tmp_path / "backbone.log") as backbone:
-        backbone.wait_ready()
+        backbone.wait_ready(READY_WITHIN)
         single = auto_workers() == 0
         assert ("single process" in backbone.output()) == single
         assert ("receive workers" in backbone.output()) == (not single)
