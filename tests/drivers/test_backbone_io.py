@@ -242,7 +242,7 @@ def test_the_constants_live_here_once():
 
 def test_a_running_backbone_answers(backbone):
     wait_for_backbone(backbone.addr, timeout=EVENT_WITHIN)
-    assert keepalive_answered(backbone.addr, wait=1.0)
+    assert keepalive_answered(backbone.addr, wait=EVENT_WITHIN)
 
 
 def _silent_addr() -> tuple[str, int]:
