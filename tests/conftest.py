@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from fyrehose.runtime.readiness import PORT_RANGE_VARIABLE
 
@@ -13,6 +14,12 @@ from support import BackboneProcess, JournalProcess
 # the kernel's ephemeral ports, so no two workers' tests ever pick the same port.
 _worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 os.environ[PORT_RANGE_VARIABLE] = f"{12000 + 2000 * _worker}-{14000 + 2000 * _worker}"
+
+# Every property test, here and on CI (a busy 2-core machine), is judged by what it finds, never by how fast it ran:
+# no per-example deadline and no "too slow" health check, since a core taken away for half a second says nothing
+# about the code.  A test's own @settings still sets its example count; these two stay unless it says otherwise.
+settings.register_profile("fyrehose", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("fyrehose")
 
 # The gateway fixtures (module_backbone, gateways) for every gateway test module.
 pytest_plugins = ["gateway_support"]

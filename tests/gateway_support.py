@@ -18,7 +18,7 @@ import pytest
 from fyrehose.runtime.process import ChildProcess
 from fyrehose.tools.fuzz.subscribers import raw_subscriber  # noqa: F401 - the gateway tests import it from here
 
-from support import FYREHOSE, LOOPBACK, BackboneProcess
+from support import FYREHOSE, LOOPBACK, READY_WITHIN, BackboneProcess
 
 KINDS = ("redis", "nats", "marlin")
 
@@ -48,11 +48,11 @@ class GatewayProcess:
     child: ChildProcess | None = None
     log: Path | None = None
 
-    def start(self, timeout: float = 20.0) -> GatewayProcess:
+    def start(self) -> GatewayProcess:
         self.log = self.log_dir / f"gateway-{self.kind}-{os.getpid()}-{time.monotonic_ns()}.log"
         self.child = ChildProcess(FYREHOSE + ["gateway", self.kind, "--listen", f"{LOOPBACK}:0",
                                               "--backbone", self.backbone] + self.extra, self.log)
-        _, self.port = self.child.wait_ready(timeout)
+        _, self.port = self.child.wait_ready(READY_WITHIN)
         return self
 
     @property

@@ -8,20 +8,35 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 
 from fyrehose.drivers.backbone_io import wait_for_backbone
 from fyrehose.loadtest.prometheus import parse_samples
 from fyrehose.protocol.pacing import TokenBucket
-from fyrehose.runtime import readiness
-from fyrehose.runtime.process import ChildProcess, wait_until
+from fyrehose.runtime import process, readiness
+from fyrehose.runtime.process import ChildProcess
 from fyrehose.runtime.readiness import READY_LINE
 
 LOOPBACK = "127.0.0.1"
+T = TypeVar("T")
 FYREHOSE = [sys.executable, "-m", "fyrehose.commands.main"]
+
+# Upper bounds, never measurements: CI is a busy 2-core machine where a process can wait seconds for a core, and a
+# bound that passes a test in the normal case costs nothing, so it is set far above any normal run.  A wait that
+# runs out is a failure; what must NOT happen is checked over a short observation window of its own instead.
+READY_WITHIN = 120.0  # seconds a started process gets to print its readiness line
+EVENT_WITHIN = 60.0  # seconds an awaited event (a message arriving, a counter reaching a value) gets to happen
+
+
+def wait_until(condition: Callable[[], T], timeout: float = EVENT_WITHIN, what: str = "the awaited condition",
+               interval: float = process.POLL) -> T:
+    """``fyrehose.runtime.process.wait_until`` with the tests' generous bound for an awaited event as default."""
+    return process.wait_until(condition, timeout, what, interval)
 
 
 def free_port(kind: int = socket.SOCK_DGRAM) -> int:
@@ -74,8 +89,8 @@ class BackboneProcess:
             "--state-dir", str(self.state_dir), "--metrics", f"{LOOPBACK}:{self.metrics_port}",
         ] + self.extra
         self.child = ChildProcess(args, self.log)
-        self.child.wait_ready(10)
-        wait_for_backbone(self.addr)  # and its workers answer (multi-process mode)
+        self.child.wait_ready(READY_WITHIN)
+        wait_for_backbone(self.addr, EVENT_WITHIN)  # and its workers answer (multi-process mode)
         return self
 
     def stop(self, timeout: float = 10.0) -> int | None:
@@ -170,7 +185,7 @@ def workers_of(backbone) -> dict[str, psutil.Process]:
     return found
 
 
-def take(stream, count: int, timeout: float = 10.0) -> list:
+def take(stream, count: int, timeout: float = EVENT_WITHIN) -> list:
     """Up to ``count`` events of a subscription within ``timeout`` seconds (fewer when they do not come)."""
     got: list = []
     deadline = time.monotonic() + timeout
@@ -181,7 +196,7 @@ def take(stream, count: int, timeout: float = 10.0) -> list:
     return got
 
 
-def take_until(stream, wanted, timeout=5.0):
+def take_until(stream, wanted, timeout=EVENT_WITHIN):
     """The first event of ``stream`` for which ``wanted`` is true, within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -242,7 +257,7 @@ class CacheProcess:
 
     def __enter__(self) -> CacheProcess:
         self.child = ChildProcess(self.args, self.log)
-        self.child.wait_ready(15)
+        self.child.wait_ready(READY_WITHIN)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -274,14 +289,14 @@ def last_written(directory: Path) -> int:
 
 def journaling(publisher, *journals: JournalProcess) -> int:
     """Publish probes until every journal has written one (it is subscribed); the last probe's sequence."""
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + EVENT_WITHIN
     seq = publisher.publish(b"probe")
     while not all(last_written(j.directory) >= seq for j in journals):
         assert time.monotonic() < deadline, ["journals did not start journaling"] + [j.log.read_text() for j in journals]
         assert all(j.alive() for j in journals), [j.log.read_text() for j in journals]
         time.sleep(0.1)
         seq = publisher.publish(b"probe")
-    wait_until(lambda: all(last_written(j.directory) >= seq for j in journals), 10, "the last probe")
+    wait_until(lambda: all(last_written(j.directory) >= seq for j in journals), EVENT_WITHIN, "the last probe")
     return seq
 
 

@@ -19,9 +19,8 @@ import pytest
 
 from fyrehose import Client
 from fyrehose.journal.verify import verify_directory
-from fyrehose.runtime.process import wait_until
 
-from support import JournalProcess, run_cli
+from support import EVENT_WITHIN, JournalProcess, run_cli, wait_until
 
 
 def mount_tmpfs(directory: Path, size: str) -> None:
@@ -43,7 +42,7 @@ def test_full_disk_stops_the_journal_loudly_and_a_restart_loses_and_repeats_noth
         with Client(backbone.addr) as keeper, Client(backbone.addr, subscribe=False) as pub:
             keeper.subscribe()  # holds every message in memory: what the restarted journal backfills from
             journal.start()
-            wait_until(lambda: "starting at the live stream" in log.read_text(errors="replace"), 15,
+            wait_until(lambda: "starting at the live stream" in log.read_text(errors="replace"), EVENT_WITHIN,
                        f"the journal's start in {log}")
             first = pub.publish(b"first")
             payload = b"d" * 1000
@@ -58,7 +57,7 @@ def test_full_disk_stops_the_journal_loudly_and_a_restart_loses_and_repeats_noth
 
             subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True, capture_output=True)
             journal.start()
-            wait_until(lambda: "resuming at sequence" in log.read_text(errors="replace"), 15,
+            wait_until(lambda: "resuming at sequence" in log.read_text(errors="replace"), EVENT_WITHIN,
                        f"the restarted journal's resumption in {log}")
             last = pub.publish_many([b"after space returned %d" % i for i in range(100)])[-1]
             deadline = time.monotonic() + 60

@@ -18,9 +18,8 @@ import pytest
 from fyrehose import Client
 from fyrehose.drivers.client import FyrehoseError
 from fyrehose.protocol.tracker import Lost, Message
-from fyrehose.runtime.process import wait_until
 
-from support import workers_of
+from support import EVENT_WITHIN, wait_until, workers_of
 
 ROLES = ["fh-receiver-0", "fh-sequencer", "fh-fanout-0"]
 
@@ -55,7 +54,7 @@ def test_kill_9_under_load_is_recovered_without_reusing_a_sequence(backbone_fact
             victim.kill()
             assert wait_until(lambda: getattr(workers_of(backbone).get(role), "pid", victim.pid) != victim.pid)
             at_restart = len(confirmed)
-            assert wait_until(lambda: len(confirmed) >= at_restart + 500, 20), "publishing did not resume"
+            assert wait_until(lambda: len(confirmed) >= at_restart + 500, EVENT_WITHIN), "publishing did not resume"
         finally:
             stop.set()
             publisher.join(10)

@@ -40,12 +40,14 @@ def test_loss_reordering_and_duplication_both_ways_lose_and_repeat_nothing(backb
             Client(sub_relay.addr, keepalive_interval=0.02) as sub, \
             Client(pub_relay.addr, subscribe=False) as pub:
         keeper.subscribe()
-        stream = sub.subscribe()
+        # from the backbone's first number: its KEEPALIVE too crosses the faulty relay, and the backbone may learn of
+        # the subscriber only after the first publishes; those it gets back through the keeper like any other loss
+        stream = sub.subscribe(from_seq=1)
         payloads = [b"through faults %d" % i for i in range(300)]
         seqs = [pub.publish(p, timeout=20) for p in payloads[:100]]  # one datagram (and CONFIRM) each
         for start in range(100, len(payloads), 20):
             seqs += pub.publish_many(payloads[start:start + 20], timeout=20)
-        events = take(stream, len(payloads), timeout=30)
+        events = take(stream, len(payloads))
     assert len(set(seqs)) == len(seqs) == len(payloads)
     assert all(isinstance(e, Message) for e in events)
     assert [e.seq for e in events] == seqs

@@ -19,10 +19,10 @@ from fyrehose import Client
 from fyrehose.backbone.cookies import SLOT_SECONDS
 from fyrehose.drivers.backbone_io import wait_for_backbone
 from fyrehose.protocol import codec
-from fyrehose.runtime.process import ChildProcess, wait_until
+from fyrehose.runtime.process import ChildProcess
 
 from gateway_support import GatewayProcess
-from support import FYREHOSE, LOOPBACK, CacheProcess, last_written, take
+from support import EVENT_WITHIN, FYREHOSE, LOOPBACK, CacheProcess, last_written, take, wait_until
 
 VALIDATE = ["--validate-addresses"]
 
@@ -52,7 +52,7 @@ def received(sock: socket.socket, seconds: float) -> list[bytes]:
 
 
 def test_clients_publish_subscribe_and_the_probe_needs_no_option(validating):
-    wait_for_backbone(validating.addr, timeout=10)
+    wait_for_backbone(validating.addr, timeout=EVENT_WITHIN)
     with Client(validating.addr, subscribe=False) as publisher, Client(validating.addr) as subscriber:
         stream = subscriber.subscribe()
         sequences = publisher.publish_many([b"m%d" % i for i in range(200)])
@@ -85,10 +85,10 @@ def test_a_base_protocol_client_in_a_trusted_network_is_served(backbone_factory)
 
 def test_journal_and_cache_record_and_answer(validating, journals, tmp_path):
     journal = journals(validating, "journal")
-    assert wait_until(journal.running, 20)
+    assert wait_until(journal.running, EVENT_WITHIN)
     with CacheProcess(validating, tmp_path), Client(validating.addr, subscribe=False) as publisher:
         last = publisher.publish_many([json.dumps({"n": i}).encode() for i in range(50)], subject="q.x")[-1]
-        assert wait_until(lambda: last_written(journal.directory) >= last, 20)
+        assert wait_until(lambda: last_written(journal.directory) >= last, EVENT_WITHIN)
         with Client(validating.addr) as reader:
             snapshot = reader.snapshot("q.x", timeout=10)
             assert json.loads(snapshot.data) == {"n": 49}

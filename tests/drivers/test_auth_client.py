@@ -5,12 +5,11 @@ import json
 
 from fyrehose import Client
 from fyrehose.runtime.credentials import load_auth_database, save_auth_database
-from fyrehose.runtime.process import wait_until
 from fyrehose.subjects.auth import AuthDatabase, Credentials
 from fyrehose.subjects.envelope import MAGIC, Envelope, decode, encode
 
 from auth_support import SERVICE, Attacker, genuine_bytes, users
-from support import CacheProcess, run_cli, take_until
+from support import CacheProcess, run_cli, take_until, wait_until
 
 
 def test_subscriber_drops_forged_tampered_replayed_and_unsigned(backbone):

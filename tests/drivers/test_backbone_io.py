@@ -38,6 +38,8 @@ from fyrehose.protocol.pacing import TokenBucket
 from fyrehose.protocol.recent_messages import RecentMessages
 from fyrehose.runtime.readiness import LOOPBACK, free_port
 
+from support import EVENT_WITHIN
+
 
 @pytest.fixture
 def peer():
@@ -239,8 +241,8 @@ def test_the_constants_live_here_once():
 
 
 def test_a_running_backbone_answers(backbone):
-    wait_for_backbone(backbone.addr, timeout=5.0)
-    assert keepalive_answered(backbone.addr, wait=1.0)
+    wait_for_backbone(backbone.addr, timeout=EVENT_WITHIN)
+    assert keepalive_answered(backbone.addr, wait=EVENT_WITHIN)
 
 
 def _silent_addr() -> tuple[str, int]:

@@ -15,7 +15,7 @@ from fyrehose import BackboneUnreachable, Client, MessagesLost, PayloadTooLarge
 from fyrehose.protocol import codec
 from fyrehose.protocol.tracker import Lost, Message
 
-from support import WatchedBucket, free_port, take
+from support import EVENT_WITHIN, WatchedBucket, free_port, take, wait_until
 
 
 def test_publish_returns_sequence_and_subscribers_get_each_message_once_in_order(backbone):
@@ -94,9 +94,7 @@ def test_late_subscriber_backfills_from_another_clients_journal(backbone):
     with Client(backbone.addr) as keeper, Client(backbone.addr, subscribe=False) as pub:
         keeper.subscribe()
         seqs = pub.publish_many([b"old %d" % i for i in range(500)])
-        deadline = time.monotonic() + 5
-        while len(keeper.held) < 500 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: len(keeper.held) >= 500, what="the keeper holding the 500 messages")
         with Client(backbone.addr) as late:
             stream = late.subscribe(from_seq=seqs[0])
             events = take(stream, 500)
@@ -129,11 +127,11 @@ def test_unrecoverable_messages_are_surfaced_never_skipped(forgetful_backbone):
         with Client(backbone.addr, give_up_after=2.0) as late:  # past the hole's first REQUEST and retries
             stream = late.subscribe(from_seq=first)
             with pytest.raises(MessagesLost) as lost:
-                stream.get(timeout=10)
+                stream.get(timeout=EVENT_WITHIN)
             assert (lost.value.lost.from_seq, lost.value.lost.to_seq) == (first, first + 2)
             asked_and_nobody_answered(late, backbone)
             seq = pub.publish(b"d")  # the stream goes on after the loss
-            event = stream.get(timeout=5)
+            event = stream.get(timeout=EVENT_WITHIN)
             assert (event.seq, event.data) == (seq, b"d")
 
 
@@ -143,7 +141,7 @@ def test_loss_can_be_yielded_as_an_event(forgetful_backbone):
         first = pub.publish(b"gone")
         with Client(backbone.addr, give_up_after=2.0) as late:
             stream = late.subscribe(from_seq=first, on_loss="yield")
-            event = stream.get(timeout=10)
+            event = stream.get(timeout=EVENT_WITHIN)
             assert event == Lost(first, first, "not recovered")
             asked_and_nobody_answered(late, backbone)
 
@@ -155,7 +153,7 @@ def test_nojournal_client_is_never_asked_to_forward(backbone):
         time.sleep(0.2)
         with Client(backbone.addr, give_up_after=1.0) as late:
             stream = late.subscribe(from_seq=first, on_loss="yield")
-            event = stream.get(timeout=5)  # no journaling client: the backbone re-delivers from its recent log
+            event = stream.get(timeout=EVENT_WITHIN)  # no journaling client: the backbone re-delivers from its recent log
             assert isinstance(event, Message) and (event.seq, event.data) == (first, b"x")
             assert late.stats["requests"] >= 1  # it asked: the backbone could have chosen a journaler
         assert quiet.stats["forwards ignored"] == 0  # the backbone never chose it
@@ -170,8 +168,8 @@ def test_duplicate_delivers_are_discarded(backbone):
             for _ in range(5):
                 peer.sendto(codec.encode_deliver(seq, b"once"), ("127.0.0.1", sub.address[1]))
         seq2 = pub.publish(b"next")
-        events = take(stream, 2, timeout=2)
-        assert [e.seq for e in events] == [seq2]
+        (event,) = take(stream, 1)  # the forged copies reached the socket first: one that passed would come first
+        assert event.seq == seq2
         assert sub.stats["DELIVERs from strangers"] == 5  # not a requested hole: never reaches the tracker
 
 
@@ -184,7 +182,7 @@ def test_forwards_are_paced(backbone, monkeypatch):
         seqs = pub.publish_many([b"p%d" % i for i in range(1000)])
         with Client(backbone.addr) as late:
             stream = late.subscribe(from_seq=seqs[0])
-            events = take(stream, 1000, timeout=10)
+            events = take(stream, 1000)
         assert [e.seq for e in events] == seqs
     forwarded = keeper.stats["forwarded"]  # the keeper is closed: its forwarder has stopped
     buckets = [bucket for bucket in WatchedBucket.made if bucket.answers]
@@ -199,11 +197,9 @@ def test_close_stops_deliveries_at_once(backbone):
     sub = Client(backbone.addr)
     sub.subscribe()
     sub.close()
-    time.sleep(0.2)
     with Client(backbone.addr, subscribe=False) as pub:
         pub.publish(b"x")
-    subscribers = backbone.metrics()
-    assert subscribers['fyrehose_subscribers{batch="yes"}'] == 0
+    wait_until(lambda: backbone.metrics()['fyrehose_subscribers{batch="yes"}'] == 0, what="the goodbye counted")
 
 
 def test_iteration_ends_when_the_client_closes(backbone):
@@ -237,9 +233,10 @@ def test_a_reader_that_falls_behind_gets_an_explicit_overrun_not_unbounded_memor
     with Client(backbone.addr) as sub, Client(backbone.addr, subscribe=False) as pub:
         stream = sub.subscribe(on_loss="yield", max_queued_bytes=1000)
         seqs = pub.publish_many([b"x" * 100 for _ in range(30)])
-        time.sleep(0.5)  # everything has arrived; the queue holds at most 1000 bytes of it
-        events = take(stream, 11, timeout=5)
+        # everything has arrived before the reader starts; the queue holds at most 1000 bytes of it
+        wait_until(lambda: sub.stats["delivered frames"] >= len(seqs), what="the 30 messages received")
+        events = take(stream, 11)
         assert [e.seq for e in events[:10]] == seqs[:10]
         assert events[10] == Lost(seqs[10], seqs[-1], "subscriber overrun")  # reported once caught up
         tail = pub.publish(b"after")
-        assert stream.get(timeout=5).seq == tail
+        assert stream.get(timeout=EVENT_WITHIN).seq == tail

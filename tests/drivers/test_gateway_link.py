@@ -23,7 +23,7 @@ from fyrehose.protocol.forwarding import FORWARD_BURST, FORWARD_RATE
 from fyrehose.protocol.recent_messages import RecentMessages
 from fyrehose.subjects.session import SubjectSession
 
-from support import WatchedBucket
+from support import EVENT_WITHIN, WatchedBucket
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ def test_a_forward_is_answered_from_what_the_link_held_and_nothing_else(links):
         sender = ("127.0.0.1", holding.sock.getsockname()[1])
         assert answers == [(sender, seqs[1], b"kept-1"), (sender, seqs[2], b"kept-2")]
         requester.request(elsewhere, elsewhere)  # FORWARDed to the holding link, which does not hold it
-        wait_until(lambda: holding.stats["forwards"] == 2, 10, "the second FORWARD")
+        wait_until(lambda: holding.stats["forwards"] == 2, EVENT_WITHIN, "the second FORWARD")
         assert holding.stats["forwarded"] == 2
         assert not requester.pending()
     finally:

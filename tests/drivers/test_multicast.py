@@ -23,11 +23,11 @@ import pytest
 from fyrehose import Client
 from fyrehose.protocol import codec
 from fyrehose.protocol.tracker import Message
-from fyrehose.runtime.process import ChildProcess, wait_until
+from fyrehose.runtime.process import ChildProcess
 
 from gateway_support import RawNats
 from netns import MulticastNamespace, namespaces_available
-from support import FYREHOSE, BackboneProcess, take, workers_of
+from support import EVENT_WITHIN, FYREHOSE, READY_WITHIN, BackboneProcess, take, wait_until, workers_of
 
 pytestmark = pytest.mark.skipif(namespaces_available() is not None, reason=str(namespaces_available()))
 
@@ -66,7 +66,7 @@ def take_through(stream, last: int, timeout: float) -> list:
 
 def wait_for_joined(backbone: BackboneProcess, count: int) -> None:
     """Until the backbone counts ``count`` subscribers that take the group (their KEEPALIVEs arrived)."""
-    wait_until(lambda: backbone.metric("fyrehose_multicast_subscribers") == count, 5,
+    wait_until(lambda: backbone.metric("fyrehose_multicast_subscribers") == count, EVENT_WITHIN,
                f"the backbone counting {count} multicast subscribers")
 
 
@@ -81,7 +81,7 @@ def test_joined_and_unicast_subscribers_all_get_every_message_in_order(backbone)
         payloads = [b"m%04d" % i for i in range(400)]
         seqs = [publisher.publish(p) for p in payloads[:50]]
         seqs += publisher.publish_many(payloads[50:])
-        events = [take(stream, len(payloads), 20) for stream in streams]
+        events = [take(stream, len(payloads)) for stream in streams]
     for got in events:
         assert [(e.seq, e.data) for e in got] == list(zip(seqs, payloads))
     for joined in (first, second, third):
@@ -90,7 +90,7 @@ def test_joined_and_unicast_subscribers_all_get_every_message_in_order(backbone)
         assert client.stats["multicast datagrams"] == 0
     assert backbone.metric("fyrehose_multicast_datagrams_total") > 0
     # the group's one copy, plus one per unicast subscriber: joined subscribers got no unicast DELIVERs
-    wait_until(lambda: backbone.metric("fyrehose_delivered_total") >= len(payloads) * 3, 5, "the counters settling")
+    wait_until(lambda: backbone.metric("fyrehose_delivered_total") >= len(payloads) * 3, EVENT_WITHIN, "the counters settling")
     assert backbone.metric("fyrehose_delivered_total") == len(payloads) * 3
 
 
@@ -100,11 +100,11 @@ def test_loss_on_the_group_is_repaired_by_request_and_forward(backbone):
         wait_for_joined(backbone, 2)
         stream, _ = lossy.subscribe(), peer.subscribe()
         seqs = publisher.publish_many([b"before %d" % i for i in range(20)])
-        assert len(take(stream, 20, 10)) == 20
+        assert len(take(stream, 20)) == 20
         leave_group_for_a_moment(lossy, backbone, lambda: seqs.extend(
             publisher.publish_many([b"gone %d" % i for i in range(30)])))
         seqs += publisher.publish_many([b"after %d" % i for i in range(20)])
-        got = take(stream, 50, 20)
+        got = take(stream, 50)
     assert [e.seq for e in got] == seqs[20:] and all(isinstance(e, Message) for e in got)
     assert lossy.stats["requests"] > 0
     assert backbone.metric("fyrehose_forwards_total") > 0  # the peer holds what the group brought it
@@ -116,11 +116,11 @@ def test_loss_on_the_group_without_any_journaling_peer_is_redelivered_by_the_bac
         wait_for_joined(backbone, 1)
         stream = lossy.subscribe()
         seqs = publisher.publish_many([b"before %d" % i for i in range(10)])
-        assert len(take(stream, 10, 10)) == 10
+        assert len(take(stream, 10)) == 10
         leave_group_for_a_moment(lossy, backbone, lambda: seqs.extend(
             publisher.publish_many([b"gone %d" % i for i in range(30)])))
         seqs += publisher.publish_many([b"after %d" % i for i in range(10)])
-        got = take(stream, 40, 20)
+        got = take(stream, 40)
     assert [e.seq for e in got] == seqs[10:] and all(isinstance(e, Message) for e in got)
     assert backbone.metric("fyrehose_redelivered_total") >= 30
     assert backbone.metric("fyrehose_forwards_total") == 0
@@ -137,7 +137,7 @@ def leave_group_for_a_moment(client: Client, backbone: BackboneProcess, meanwhil
     sock.setsockopt(socket.IPPROTO_IP, socket.IP_DROP_MEMBERSHIP, membership)
     try:
         meanwhile()
-        wait_until(lambda: backbone.metric("fyrehose_multicast_datagrams_total") > sent, 5,
+        wait_until(lambda: backbone.metric("fyrehose_multicast_datagrams_total") > sent, EVENT_WITHIN,
                    "the backbone sending to the group")
     finally:
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
@@ -161,8 +161,8 @@ def test_a_group_that_never_arrives_falls_back_to_unicast_and_loses_nothing(name
                 time.sleep(0.05)
             assert joined.stats["multicast fallbacks"] == 1, "the client never fell back"
             seqs += publisher.publish_many([b"after the fallback %d" % i for i in range(20)])
-            got = take(stream, len(seqs), 30)
-            wait_until(lambda: backbone.metric("fyrehose_multicast_subscribers") == 0, 5,
+            got = take(stream, len(seqs))
+            wait_until(lambda: backbone.metric("fyrehose_multicast_subscribers") == 0, EVENT_WITHIN,
                        "the backbone no longer counting the client as joined")
     finally:
         backbone.kill()
@@ -181,7 +181,7 @@ def test_a_gateway_whose_group_never_arrives_falls_back_and_lives_on(namespace, 
                                                           backbone.address, "--multicast", MULTICAST],
                            tmp_path / "gateway.log")
     try:
-        _, port = gateway.wait_ready(20)
+        _, port = gateway.wait_ready(READY_WITHIN)
         nats = RawNats(("127.0.0.1", port))
         nats.send(b'CONNECT {"verbose":false}\r\nSUB after.> 1\r\nPING\r\n')
         assert nats.line() == b"PONG"
@@ -215,10 +215,10 @@ def test_datagrams_on_the_group_from_another_address_are_dropped_and_counted(bac
             for datagram in forged:
                 forger.sendto(datagram, (GROUP, GROUP_PORT))
             forger.sendto(codec.pack([codec.Deliver(first + 1, b"forged")] * 2), (GROUP, GROUP_PORT))
-        wait_until(lambda: joined.stats["multicast from strangers"] >= len(forged) + 1, 5,
+        wait_until(lambda: joined.stats["multicast from strangers"] >= len(forged) + 1, EVENT_WITHIN,
                    "the forged datagrams arriving")
         seqs = [first] + publisher.publish_many([b"genuine %d" % i for i in range(2, 7)])
-        got = take(stream, len(seqs), 10)
+        got = take(stream, len(seqs))
     assert [(e.seq, e.data) for e in got] == list(zip(seqs, [b"genuine %d" % i for i in range(1, 7)]))
 
 
@@ -228,12 +228,12 @@ def test_a_backbone_killed_and_restarted_goes_on_with_the_group_and_never_reuses
         wait_for_joined(backbone, 1)
         stream = joined.subscribe(on_loss="yield")
         before = publisher.publish_many([b"before %d" % i for i in range(50)])
-        assert [e.seq for e in take(stream, 50, 10)] == before
+        assert [e.seq for e in take(stream, 50)] == before
         backbone.kill()
         backbone.start()  # same port, same state directory, same group
         wait_for_joined(backbone, 1)
         after = publisher.publish_many([b"after %d" % i for i in range(50)], timeout=10)
-        got = [e for e in take_through(stream, after[-1], 20) if isinstance(e, Message)]
+        got = [e for e in take_through(stream, after[-1], EVENT_WITHIN) if isinstance(e, Message)]
     assert min(after) > max(before)
     assert [e.seq for e in got] == after and [e.data for e in got] == [b"after %d" % i for i in range(50)]
     assert joined.stats["multicast fallbacks"] == 0
@@ -271,7 +271,7 @@ def test_a_gateway_takes_the_group_for_its_clients(backbone, namespace, tmp_path
                                                           backbone.address, "--multicast", MULTICAST],
                            tmp_path / "gateway.log")
     try:
-        _, port = gateway.wait_ready(20)
+        _, port = gateway.wait_ready(READY_WITHIN)
         wait_for_joined(backbone, 1)
         nats = RawNats(("127.0.0.1", port))
         nats.send(b'CONNECT {"verbose":false}\r\nSUB market.> 1\r\nPING\r\n')
@@ -295,13 +295,13 @@ def test_kill_9_of_the_fanout_worker_that_sends_the_group_is_survived(namespace,
             wait_for_joined(backbone, 1)
             stream = joined.subscribe(on_loss="yield")
             seqs = publisher.publish_many([b"before %d" % i for i in range(20)])
-            wait_until(lambda: "fh-fanout-0" in workers_of(backbone), 5, "fan-out worker 0 being named")
+            wait_until(lambda: "fh-fanout-0" in workers_of(backbone), EVENT_WITHIN, "fan-out worker 0 being named")
             sender = workers_of(backbone)["fh-fanout-0"]
             sender.kill()
             wait_until(lambda: (now := workers_of(backbone).get("fh-fanout-0")) is not None and now.pid != sender.pid,
-                       10, "fan-out worker 0 being restarted")
+                       EVENT_WITHIN, "fan-out worker 0 being restarted")
             seqs += publisher.publish_many([b"after %d" % i for i in range(20)])
-            got = take_through(stream, seqs[-1], 20)
+            got = take_through(stream, seqs[-1], EVENT_WITHIN)
         assert [e.seq for e in got] == seqs and all(isinstance(e, Message) for e in got)
         assert backbone.metric('fyrehose_worker_restarts_total{worker="fanout-0"}') == 1
     finally:
@@ -314,12 +314,12 @@ def test_a_journal_keeps_what_the_group_brought(backbone, namespace, tmp_path):
                                                           str(directory), "--multicast", MULTICAST, "--no-parquet"],
                            tmp_path / "journal.log")
     try:
-        journal.wait_ready(20)
+        journal.wait_ready(READY_WITHIN)
         wait_for_joined(backbone, 1)
         with Client(backbone.addr, subscribe=False) as publisher:
             seqs = publisher.publish_many([b"kept %d" % i for i in range(10)])
         inspect = FYREHOSE + ["journal", "inspect", str(directory), "--records", f"{seqs[0]}..{seqs[-1]}"]
-        wait_until(lambda: subprocess.run(inspect, capture_output=True, text=True).stdout.count("kept") == 10, 10,
+        wait_until(lambda: subprocess.run(inspect, capture_output=True, text=True).stdout.count("kept") == 10, EVENT_WITHIN,
                    "the journal holding all ten messages")
         assert backbone.metric("fyrehose_multicast_datagrams_total") > 0
     finally:

@@ -13,13 +13,12 @@ import time
 
 from fyrehose import Client
 from fyrehose.runtime.credentials import save_auth_database
-from fyrehose.runtime.process import wait_until
 from fyrehose.subjects.auth import Credentials
 from fyrehose.subjects.envelope import Envelope, encode
 
 from auth_support import SERVICE, Attacker, genuine_bytes, users
 from gateway_support import KINDS, GatewayProcess, raw_subscriber
-from support import run_cli
+from support import EVENT_WITHIN, run_cli, wait_until
 
 
 def read_until(sock: socket.socket, marker: bytes, timeout: float = 15.0) -> bytes:
@@ -61,7 +60,7 @@ def test_gateway_clients_get_only_verified_messages_and_gateway_publishes_are_si
                 Client(module_backbone.address) as spy:
             # every gateway answered both HELLOs: the trust exchange is done
             wait_until(lambda: len(paul.auth.trusted_sessions()) >= 4 and len(sam.auth.trusted_sessions()) >= 4,
-                       15, "every gateway answering both HELLOs")
+                       EVENT_WITHIN, "every gateway answering both HELLOs")
             listen = spy.subscribe()
             paul.publish(b"genuine 1", subject="q.x")
             genuine = genuine_bytes(listen, b"genuine 1")

@@ -22,11 +22,10 @@ from fyrehose.gateways.channels import (
     subject_to_channel,
 )
 from fyrehose.gateways.echo import EchoFilter, HeldTooMuch
-from fyrehose.runtime.process import wait_until
 from fyrehose.subjects.envelope import check_subject
 
 from gateway_support import GatewayProcess, MarlinClient, raw_subscriber
-from support import LOOPBACK, nats_flushed, run_cli
+from support import EVENT_WITHIN, LOOPBACK, nats_flushed, run_cli, wait_until
 
 # ---------------------------------------------------------------- channels <-> subjects
 
@@ -259,9 +258,9 @@ def test_a_slow_consumer_is_disconnected_and_memory_stays_bounded(kind, module_b
             for start in range(0, messages, window):
                 publisher.publish_many([payload] * window, subject=channel.decode())
                 # the healthy reader keeps up: it is never more than a window behind
-                assert wait_until(lambda start=start: received[0] >= start * len(payload), timeout=10), (received[0], start)
-        assert wait_until(lambda: received[0] >= messages * len(payload), timeout=20)
-        assert wait_until(lambda: "slow consumer" in gateway.log_text(), timeout=15), gateway.log_text()
+                assert wait_until(lambda start=start: received[0] >= start * len(payload), timeout=EVENT_WITHIN), (received[0], start)
+        assert wait_until(lambda: received[0] >= messages * len(payload), timeout=EVENT_WITHIN)
+        assert wait_until(lambda: "slow consumer" in gateway.log_text(), timeout=EVENT_WITHIN), gateway.log_text()
         assert _read_until_closed(stalled, timeout=10)
         assert gateway.rss() - baseline < 24 << 20
         stop.set()

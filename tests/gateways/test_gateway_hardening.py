@@ -18,10 +18,10 @@ import orjson
 import pytest
 
 from fyrehose.gateways.redis import protocol as resp
-from fyrehose.runtime.process import ChildProcess, wait_until
+from fyrehose.runtime.process import ChildProcess
 
 from gateway_support import GatewayProcess, RawNats, gateways, marlin_frame, module_backbone  # noqa: F401
-from support import LOOPBACK, free_port
+from support import EVENT_WITHIN, LOOPBACK, free_port, wait_until
 
 HOSTILE_PATTERN = b"*a*a*a*a*a*a*a*a*a*a*b"
 
@@ -260,7 +260,7 @@ def _redis_server_refusal(tmp_path) -> bytes:
     port = free_port(socket.SOCK_STREAM)
     with ChildProcess(["redis-server", "--port", str(port), "--bind", LOOPBACK, "--save", "", "--appendonly", "no",
                        "--maxclients", "1", "--dir", str(tmp_path)], tmp_path / "redis-server.log"):
-        first = wait_until(lambda: _connect((LOOPBACK, port)), timeout=10, what="redis-server listening")
+        first = wait_until(lambda: _connect((LOOPBACK, port)), timeout=EVENT_WITHIN, what="redis-server listening")
         first.sendall(b"PING\r\n")
         assert first.recv(100) == b"+PONG\r\n"
         refusal = _refused((LOOPBACK, port))
@@ -283,7 +283,7 @@ def test_redis_at_max_clients_refuses_as_redis_server_does(gateway_factory, tmp_
     refusal = _refused(gateway.address)
     assert refusal == b"-ERR max number of clients reached\r\n" == _redis_server_refusal(tmp_path)
     idle[1].close()
-    again = wait_until(lambda: _pinged(gateway.address), timeout=10, what="a freed slot served")
+    again = wait_until(lambda: _pinged(gateway.address), timeout=EVENT_WITHIN, what="a freed slot served")
     again.close()
     idle[0].close()
 

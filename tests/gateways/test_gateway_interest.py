@@ -10,10 +10,9 @@ import pytest
 import redis
 
 from fyrehose import Client
-from fyrehose.runtime.process import wait_until
 
 from gateway_support import MarlinClient, RawNats
-from support import LOOPBACK
+from support import LOOPBACK, wait_until
 
 
 def run(coroutine):

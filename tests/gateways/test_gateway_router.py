@@ -20,6 +20,8 @@ from fyrehose.protocol.tracker import Message
 from fyrehose.subjects.envelope import Envelope, decode, encode
 from fyrehose.subjects.session import SubjectSession
 
+from support import EVENT_WITHIN
+
 
 def wait_until(condition, timeout: float, what: str, interval: float = 0.01) -> None:
     """Poll on the gevent loop (the router runs only while this greenlet waits cooperatively)."""
@@ -53,7 +55,7 @@ def test_publishes_of_many_clients_in_one_loop_turn_share_one_batch_and_keep_eac
             assert seqs == sorted(seqs) and len(seqs) == 5, (number, seqs)
         everything = sorted(seq for seqs in results.values() for seq in seqs)
         assert everything == list(range(everything[0], everything[0] + 100))  # one batch: consecutive numbers
-        wait_until(lambda: len([m for m in routed if m[1].subject.startswith("router.c")]) >= 100, 10,
+        wait_until(lambda: len([m for m in routed if m[1].subject.startswith("router.c")]) >= 100, EVENT_WITHIN,
                    "the batch coming back through the stream")
         by_seq = {seq: message for seq, message in routed}
         for number, seqs in results.items():
@@ -73,7 +75,7 @@ def test_only_wanted_subjects_are_opened_and_routed(module_backbone):
     router, stats = _router(module_backbone, routed, wanted)
     try:
         seqs = router.publish([Envelope("drop.me", b"1"), Envelope("keep.me", b"2"), Envelope("drop.too", b"3")])
-        wait_until(lambda: router.position >= seqs[-1], 10, "the stream reaching the publishes")
+        wait_until(lambda: router.position >= seqs[-1], EVENT_WITHIN, "the stream reaching the publishes")
         mine = [(seq, message.subject) for seq, message in routed if seq in seqs]
         assert mine == [(seqs[1], "keep.me")]
         assert {"drop.me", "keep.me", "drop.too"} <= set(asked)
@@ -94,12 +96,12 @@ def test_a_subject_is_decided_once_until_the_interest_changes_then_decided_again
     router, stats = _router(module_backbone, routed, wanted)
     try:
         seqs = router.publish([Envelope("late.subject", b"%d" % i) for i in range(300)])
-        wait_until(lambda: router.position >= seqs[-1], 10, "the stream passing 300 unwanted messages")
+        wait_until(lambda: router.position >= seqs[-1], EVENT_WITHIN, "the stream passing 300 unwanted messages")
         assert asked.count("late.subject") == 1 and routed == []
         subscribed.add("late.subject")
         router.interest.add("late.subject")  # what every protocol's SUBSCRIBE does
         seqs = router.publish([Envelope("late.subject", b"%d" % i) for i in range(300)])
-        wait_until(lambda: len(routed) == 300, 10, "the 300 messages published after the subscription")
+        wait_until(lambda: len(routed) == 300, EVENT_WITHIN, "the 300 messages published after the subscription")
         assert [seq for seq, _ in routed] == seqs
         assert [message.data for _, message in routed] == [b"%d" % i for i in range(300)]
         assert asked.count("late.subject") == 2
@@ -143,7 +145,7 @@ def test_announcements_and_the_deployments_interest_reach_the_table(module_backb
     try:
         with Client(module_backbone.addr) as other:
             other.subscribe("elsewhere.>")
-            wait_until(lambda: router.subscribers_elsewhere("elsewhere.x") == 1, 10,
+            wait_until(lambda: router.subscribers_elsewhere("elsewhere.x") == 1, EVENT_WITHIN,
                        "the client's announcement counted by the router")
         router.interest.add("here.x")
         assert router.subscribers_elsewhere("here.x") == 0  # its own interest is not counted as elsewhere
@@ -180,7 +182,7 @@ def test_the_router_knows_where_its_stream_began_and_where_it_is_routed_or_not(m
         seqs = router.publish([Envelope("router.unwanted", b"x")])
         assert router.started.wait(10), "the router took nothing within 10 s"
         assert 0 < router.first <= seqs[0]
-        wait_until(lambda: router.position >= seqs[0], 10, "the position passing a message nobody wanted")
+        wait_until(lambda: router.position >= seqs[0], EVENT_WITHIN, "the position passing a message nobody wanted")
         assert routed == []
     finally:
         router.close()
@@ -204,7 +206,7 @@ def test_a_range_link_fetches_from_its_first_sequence_to_the_end_it_is_told_and_
         fetch.stop_at(seqs[3])
         assert fetch.done.wait(10), f"the range {seqs[1]}..{seqs[3]} not fetched within 10 s: {events}"
         later = _publish(module_backbone, "range.x", 1)  # live traffic after the end
-        wait_until(lambda: fetch.link.connection.tracker.next > later[0], 10, "the link taking the later message")
+        wait_until(lambda: fetch.link.connection.tracker.next > later[0], EVENT_WITHIN, "the link taking the later message")
         assert all(type(event) is Message for event in events)
         assert [event.seq for event in events] == seqs[1:4]  # one batch: consecutive numbers
         assert [decode(event.data).data for event in events] == [b"1", b"2", b"3"]
@@ -218,7 +220,7 @@ def test_a_range_link_told_an_end_it_has_passed_is_done_at_once(module_backbone)
     events: list = []
     fetch = RangeLink(module_backbone.address, SubjectSession(), events.extend, first=seqs[0], stats=Counter())
     try:
-        wait_until(lambda: fetch.reached >= seqs[-1], 10, "the fetch reaching the backbone's last message")
+        wait_until(lambda: fetch.reached >= seqs[-1], EVENT_WITHIN, "the fetch reaching the backbone's last message")
         fetch.stop_at(seqs[1])
         assert fetch.done.is_set()
         assert [event.seq for event in events][:3] == seqs

@@ -9,10 +9,8 @@ import time
 
 import pytest
 
-from fyrehose.runtime.process import wait_until
-
 from gateway_support import GatewayProcess
-from support import LOOPBACK
+from support import EVENT_WITHIN, LOOPBACK, wait_until
 
 WORKERS = 2
 
@@ -65,7 +63,7 @@ def test_workers_share_the_port_and_every_subscriber_sees_one_order(workers_gate
         publishers[0].sendall(b"PUBLISH workers.x probe\r\n")
         return _read_until(publishers[0], b"\r\n") == b":8\r\n"
 
-    wait_until(counted, 10, "all eight subscribers counted")
+    wait_until(counted, EVENT_WITHIN, "all eight subscribers counted")
     for round_number in range(5):
         for number, publisher in enumerate(publishers):
             publisher.sendall(b"PUBLISH workers.x m%d.%d\r\n" % (round_number, number))
@@ -102,7 +100,7 @@ def test_receiver_counts_include_the_other_workers_clients(workers_gateway):
         publisher.sendall(b"PUBLISH workers.count6 x\r\n")
         return _read_until(publisher, b"\r\n") == b":6\r\n"
 
-    wait_until(all_counted, 10, "the six subscribers counted from whichever worker the publisher reached")
+    wait_until(all_counted, EVENT_WITHIN, "the six subscribers counted from whichever worker the publisher reached")
     for sock in subscribers + [publisher]:
         sock.close()
 
@@ -118,18 +116,18 @@ def test_a_dead_worker_makes_the_gateway_exit_non_zero(workers_gateway):
     pids = _pids(workers_gateway)
     os.kill(pids[0], signal.SIGKILL)
     assert workers_gateway.child is not None
-    wait_until(lambda: not workers_gateway.alive(), 15, "the supervisor exiting after its worker's death")
+    wait_until(lambda: not workers_gateway.alive(), EVENT_WITHIN, "the supervisor exiting after its worker's death")
     assert workers_gateway.child.proc.returncode == 1
     assert f"gateway worker 0 (pid {pids[0]}) exited" in workers_gateway.output()
     for pid in pids[1:]:
-        wait_until(lambda pid=pid: not _alive(pid), 15, f"worker {pid} stopped")
+        wait_until(lambda pid=pid: not _alive(pid), EVENT_WITHIN, f"worker {pid} stopped")
 
 
 def test_workers_stop_by_themselves_when_their_supervisor_is_killed(workers_gateway):
     pids = _pids(workers_gateway)
     workers_gateway.kill()  # SIGKILL: the supervisor cannot stop anyone
     for pid in pids:
-        wait_until(lambda pid=pid: not _alive(pid), 15, f"orphaned worker {pid} stopping by itself")
+        wait_until(lambda pid=pid: not _alive(pid), EVENT_WITHIN, f"orphaned worker {pid} stopping by itself")
 
 
 def _alive(pid: int) -> bool:

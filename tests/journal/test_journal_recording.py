@@ -19,10 +19,9 @@ from fyrehose.loadtest.prometheus import parse_samples
 from fyrehose.protocol import codec
 from fyrehose.protocol.pacing import TokenBucket
 from fyrehose.protocol.tracker import Message
-from fyrehose.runtime.process import wait_until
 from fyrehose.runtime.readiness import READY_LINE, free_port
 
-from support import LossyRelay, journaling, last_written
+from support import EVENT_WITHIN, LossyRelay, journaling, last_written, wait_until
 
 
 def recover_ten_percent_through_the_journal_only(backbone_factory, journals, messages: int) -> None:
@@ -77,9 +76,9 @@ def test_metrics_show_lag_writes_fsyncs_and_losses(backbone_factory, journals):
     with Client(backbone.addr, subscribe=False) as publisher:
         journaling(publisher, journal)
         last = publisher.publish_many([b"m%d" % i for i in range(20_000)])[-1]
-    wait_until(lambda: last_written(journal.directory) >= last, 20, "the journal")
+    wait_until(lambda: last_written(journal.directory) >= last, EVENT_WITHIN, "the journal")
     values = wait_until(lambda: (v := scrape(address))["fyrehose_journal_lag_messages"] == 0
-                        and v["fyrehose_journal_head"] >= last and v, 10, "a lag of nothing")
+                        and v["fyrehose_journal_head"] >= last and v, EVENT_WITHIN, "a lag of nothing")
     assert values["fyrehose_journal_written_total"] >= 20_000
     assert values["fyrehose_journal_written_datagrams_total"] < values["fyrehose_journal_written_total"]
     assert values["fyrehose_journal_lag_seconds"] == 0
@@ -93,7 +92,7 @@ def test_metrics_show_lag_writes_fsyncs_and_losses(backbone_factory, journals):
 def test_forged_and_malformed_datagrams_on_the_journal_socket_are_dropped(backbone_factory, journals):
     backbone = backbone_factory(workers=0)
     journal = journals(backbone, "journal", "--no-parquet")
-    wait_until(journal.running, 20, f"the journal (log {journal.log})")
+    wait_until(journal.running, EVENT_WITHIN, f"the journal (log {journal.log})")
     host, port = READY_LINE.search(journal.log.read_text()).group("host", "port")
     with Client(backbone.addr, subscribe=False) as publisher:
         first = journaling(publisher, journal)
@@ -104,7 +103,7 @@ def test_forged_and_malformed_datagrams_on_the_journal_socket_are_dropped(backbo
             for datagram in forged * 20:
                 stranger.sendto(datagram, (host, int(port)))
         seqs = publisher.publish_many([b"real %d" % i for i in range(100)])
-    wait_until(lambda: last_written(journal.directory) >= seqs[-1], 20, "the journal")
+    wait_until(lambda: last_written(journal.directory) >= seqs[-1], EVENT_WITHIN, "the journal")
     assert journal.alive()
     held = {record.seq: record.data for record in records_in(journal.directory, first + 1, seqs[-1])}
     assert held == {seq: b"real %d" % i for i, seq in enumerate(seqs)}
@@ -194,7 +193,7 @@ def test_kill_minus_nine_while_recording_keeps_everything_the_metrics_reported_w
         thread.start()
         try:
             reported = wait_until(lambda: (n := scrape(address)["fyrehose_journal_written_total"]) > 50_000 and n,
-                                  30, "50000 messages written")
+                                  EVENT_WITHIN, "50000 messages written")
             journal.kill()  # kill -9 right after the figure was read
         finally:
             done.set()
@@ -237,7 +236,7 @@ def test_forwards_are_answered_with_stored_datagrams_cut_to_the_range_requesters
     thread = threading.Thread(target=forwarder.run, args=(stop,))
     thread.start()
     try:
-        wait_until(lambda: len(done) == 2, 20, "both FORWARDs answered")
+        wait_until(lambda: len(done) == 2, EVENT_WITHIN, "both FORWARDs answered")
     finally:
         stop.set()
         thread.join(5)
@@ -274,14 +273,14 @@ def test_a_forward_for_what_the_writer_has_not_stored_yet_waits_for_it_instead_o
     thread.start()
     try:
         forwarder.offer(codec.Forward("127.0.0.1", 1001, 101, 200))
-        wait_until(lambda: forwarder._requesters, 5, "the FORWARD taken in")
+        wait_until(lambda: forwarder._requesters, EVENT_WITHIN, "the FORWARD taken in")
         time.sleep(0.05)
         assert done == [] and sock.sent == []  # waiting for the writer, not answered with nothing
         frames = b"".join(codec.encode_deliver(seq, b"%08d" % seq) for seq in range(1, 201))
         store.write([FrameRun(1, 200, len(frames) // 200, frames)])
-        wait_until(lambda: done, 5, "the FORWARD answered")
+        wait_until(lambda: done, EVENT_WITHIN, "the FORWARD answered")
         forwarder.offer(codec.Forward("127.0.0.1", 1002, 150, 300))  # 201.. will never come: no waiting for it
-        wait_until(lambda: len(done) == 2, 5, "the second FORWARD answered")
+        wait_until(lambda: len(done) == 2, EVENT_WITHIN, "the second FORWARD answered")
     finally:
         stop.set()
         thread.join(5)

@@ -23,9 +23,8 @@ from fyrehose.journal.gapindex import parse_gaps
 from fyrehose.journal.reader import list_segments
 from fyrehose.journal.report import records_in
 from fyrehose.protocol.tracker import Message
-from fyrehose.runtime.process import wait_until
 
-from support import LossyRelay, journaling, last_written, run_cli
+from support import EVENT_WITHIN, LossyRelay, journaling, last_written, run_cli, wait_until
 
 
 @pytest.fixture
@@ -103,7 +102,7 @@ def test_a_subscriber_recovers_from_whichever_journal_is_alive(single_backbone, 
         start = journaling(publisher, first, second) + 1
         payloads = [b"kept %d" % i for i in range(3000)]
         seqs = publisher.publish_many(payloads)
-        wait_until(lambda: all(last_written(j.directory) >= seqs[-1] for j in (first, second)), 20, "both journals")
+        wait_until(lambda: all(last_written(j.directory) >= seqs[-1] for j in (first, second)), EVENT_WITHIN, "both journals")
         for dead, alive in ((first, second), (second, first)):
             dead.kill()  # the late subscriber and the publisher set NOJOURNAL: only `alive` can answer
             with Client(backbone.addr, journal=False) as late:
@@ -111,7 +110,7 @@ def test_a_subscriber_recovers_from_whichever_journal_is_alive(single_backbone, 
                 events = [stream.get(timeout=20) for _ in range(3000)]
             assert [(e.seq, e.data) for e in events] == list(zip(seqs, payloads)), f"recovering from {alive.directory.name}"
             dead.start()  # back for the next round: it resumes and backfills from the other
-            wait_until(dead.running, 20, "the restarted journal")
+            wait_until(dead.running, EVENT_WITHIN, "the restarted journal")
         assert first.stop() == 0 and second.stop() == 0
 
 
@@ -179,14 +178,14 @@ def test_the_running_journal_exports_sealed_segments_and_applies_retention(singl
         payloads = [b"record %04d " % i + bytes(40) for i in range(600)]  # 600 records of 75 bytes: ~11 segments
         # windows of 40 keep each DELIVER datagram (a block, never split) under the segment size
         seqs = publisher.publish_many(payloads, window=40)
-        wait_until(lambda: last_written(journal.directory) >= seqs[-1], 20, "the journal")
+        wait_until(lambda: last_written(journal.directory) >= seqs[-1], EVENT_WITHIN, "the journal")
 
         def settled():
             segments, _ = list_segments(journal.directory)
             # retention runs after each export: at most 12 KiB plus what the active segment grew since
             size = sum(s.current_size() for s in segments)
             return size <= (12 << 10) + (4 << 10) and all(s.summary.exported for s in segments if s.summary)
-        wait_until(settled, 20, "export and retention")
+        wait_until(settled, EVENT_WITHIN, "export and retention")
     assert journal.stop() == 0
     segments, _ = list_segments(journal.directory)
     assert len(segments) >= 3 and segments[0].first_seq > first  # the oldest went, the newest stayed
@@ -207,13 +206,13 @@ def test_forwards_come_from_disk_and_skip_what_nobody_had(backbone_factory, jour
     with Client(backbone.addr, subscribe=False) as publisher:
         start = journaling(publisher, journal) + 1
         before = publisher.publish_many([b"before %d" % i for i in range(1000)])
-        wait_until(lambda: last_written(journal.directory) >= before[-1], 20, "the journal")
+        wait_until(lambda: last_written(journal.directory) >= before[-1], EVENT_WITHIN, "the journal")
         assert journal.stop() == 0
         unheld = publisher.publish_many([b"unheld %d" % i for i in range(200)])  # no journal or subscriber holds these
         journal.start()  # resumes, REQUESTs the 200 from nobody, records them as lost after --give-up
-        wait_until(journal.running, 20, "the restarted journal")
+        wait_until(journal.running, EVENT_WITHIN, "the restarted journal")
         after = publisher.publish_many([b"after %d" % i for i in range(300)])
-        wait_until(lambda: last_written(journal.directory) >= after[-1], 20, "the journal")
+        wait_until(lambda: last_written(journal.directory) >= after[-1], EVENT_WITHIN, "the journal")
     assert recorded_lost(journal.directory) == set(unheld)
     with Client(backbone.addr, journal=False, give_up_after=3) as late:
         stream = late.subscribe(from_seq=start, on_loss="yield")

@@ -92,15 +92,18 @@ def test_a_short_run_writes_every_result_and_loses_nothing(tmp_path):
     assert all(isinstance(sample["t"], float) for sample in samples)
     assert samples[-1]["metrics"]["fyrehose_pushes_total"] >= summary["requests"] - summary["failures"]
     assert "fyrehose backbone stopped" in (out / "backbone.log").read_text()  # stopped cleanly, by the command
-    # which side ran out of CPU: both sides sampled, the Locust process by the command itself
-    assert samples[-1]["generator_cpu_seconds"]["locust"] > 0
+    # which side ran out of CPU: both sides sampled, the Locust process by the command itself (while it runs: a
+    # sample taken after it exited, which a busy machine can make the last one, leaves it out)
+    assert any(sample["generator_cpu_seconds"].get("locust", 0) > 0 for sample in samples), samples
     loads = [step["load"] for step in steps if step["load"]["saturated"] != "unknown"]
     assert loads, steps  # 2 s phases, sampled every second
     assert all(load["backbone_busiest"] >= 0 and load["generator_busiest"] >= 0 for load in loads)
     assert all(load["backbone_us_per_message"] > 0 for load in loads)
     assert all(0.0 <= load["host_busy"] <= 1.0 for load in loads)  # and the host's cores, from its CPU times
     assert {"user", "system", "idle"} <= set(samples[-1]["host_cpu_seconds"])
-    assert summary["limit"] is None  # every step sustained
+    # every step sustained, or the one that was not is put down to this host's cores (40 and 80 messages/s: only a
+    # machine busy with other work can fail to sustain them, and the run must say so)
+    assert summary["limit"] is None or summary["limit"]["saturated"] == "host", summary["limit"]
 
 
 def test_batched_publishers_count_requests_and_messages_and_lose_nothing(tmp_path, backbone_factory):

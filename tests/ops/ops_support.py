@@ -27,10 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from fyrehose import Client
-from fyrehose.runtime.process import ChildProcess, wait_until
+from fyrehose.runtime.process import ChildProcess
 from fyrehose.tools.watch.exposition import parse
 
-from support import FYREHOSE, LOOPBACK, BackboneProcess, JournalProcess, free_port
+from support import (
+    EVENT_WITHIN,
+    FYREHOSE,
+    LOOPBACK,
+    READY_WITHIN,
+    BackboneProcess,
+    JournalProcess,
+    free_port,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "tools" / "prometheus" / "fyrehose-alerts.yml"
@@ -80,7 +89,7 @@ class MemberProcess:
             "backbone", "--listen", f"{LOOPBACK}:{self.port}", "--state-dir", str(self.state_dir),
             "--pair", f"{LOOPBACK}:{self.pair}", "--peer", f"{LOOPBACK}:{self.peer}",
             "--metrics", f"{LOOPBACK}:{self.metrics_port}"], self.state_dir.parent / f"member-{self.port}.log")
-        self.child.wait_ready(15)
+        self.child.wait_ready(READY_WITHIN)
         return self
 
     @property
@@ -124,8 +133,8 @@ class Deployment:
         self.b = MemberProcess(self.root / "b", ports[1], ports[3], ports[2], metrics[1]).start()
         self.stops.append(self.b.stop)
         self.a.child.proc.send_signal(signal.SIGUSR1)
-        wait_until(lambda: self.a.role() == "primary", 15, "a promoted")
-        wait_until(lambda: self.a.sample("fyrehose_pair_standby_attached") == 1, 15, "b attached to a")
+        wait_until(lambda: self.a.role() == "primary", EVENT_WITHIN, "a promoted")
+        wait_until(lambda: self.a.sample("fyrehose_pair_standby_attached") == 1, EVENT_WITHIN, "b attached to a")
         self.pipeline = BackboneProcess(self.root / "pipeline", workers=1, extra=["--fanout", "1"]).start()
         self.stops.append(self.pipeline.stop)
         self.journal_metrics = f"{LOOPBACK}:{metrics[2]}"
@@ -140,10 +149,10 @@ class Deployment:
             "gateway", "http", "--listen", f"{LOOPBACK}:0", "--backbone", self.a.address,
             "--max-clients", str(GATEWAY_MAX_CLIENTS)], self.root / "gateway.log")
         self.stops.append(lambda: self.gateway.stop(10))
-        _, port = self.gateway.wait_ready(30)
+        _, port = self.gateway.wait_ready(READY_WITHIN)
         self.gateway_address = f"{LOOPBACK}:{port}"
-        self.cache.wait_ready(30)
-        wait_until(self.journal.running, 30, "the journal reaches the backbone")
+        self.cache.wait_ready(READY_WITHIN)
+        wait_until(self.journal.running, EVENT_WITHIN, "the journal reaches the backbone")
         self._count_the_rare_events()
         with Client(self.a.address) as publisher:
             for index in range(50):
@@ -153,7 +162,7 @@ class Deployment:
     def _count_the_rare_events(self) -> None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.sendto(b"\xff not a frame", (LOOPBACK, self.a.port))
-        wait_until(lambda: (self.a.sample("fyrehose_dropped_total") or 0) >= 1, 10, "the malformed datagram counted")
+        wait_until(lambda: (self.a.sample("fyrehose_dropped_total") or 0) >= 1, EVENT_WITHIN, "the malformed datagram counted")
         held = []
         try:
             for _ in range(GATEWAY_MAX_CLIENTS + 20):  # bounded: the gateway refuses once it serves its maximum
@@ -170,7 +179,7 @@ class Deployment:
         finally:
             for sock in held:
                 sock.close()
-        wait_until(self._upgrade_from_elsewhere_refused, 20, "the gateway serves again and refuses the origin")
+        wait_until(self._upgrade_from_elsewhere_refused, EVENT_WITHIN, "the gateway serves again and refuses the origin")
         with urllib.request.urlopen(urllib.request.Request(f"http://{self.gateway_address}/v1/publish/ops.check",
                                                            data=b"through the gateway", method="POST"),
                                     timeout=10) as response:

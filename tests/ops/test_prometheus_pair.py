@@ -9,11 +9,11 @@ import subprocess
 
 import pytest
 
-from fyrehose.runtime.process import wait_until
 from fyrehose.tools.bench.failover import Pair
 from fyrehose.tools.bench.pair_hosts import PAIR, PairHosts, unavailable
 
 from ops_support import PrometheusApi, pending_rules, prometheus_argv, prometheus_config, wait_firing
+from support import EVENT_WITHIN, wait_until
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"a standby pair in namespaces: {unavailable()}")
 
@@ -24,7 +24,7 @@ PROMETHEUS = "127.0.0.1:9090"  # the client host's own loopback
 def test_a_killed_standby_and_a_killed_primary_fire_their_alerts(tmp_path):
     with PairHosts(tmp_path / "net") as net:
         pair = Pair(net, tmp_path, sync=False, key=False, metrics_port=METRICS_PORT)
-        wait_until(lambda: len(net.vip_holders()) == 1, 30, "one host holding the service address", interval=0.05)
+        wait_until(lambda: len(net.vip_holders()) == 1, EVENT_WITHIN, "one host holding the service address", interval=0.05)
         primary = pair.primary_once_promoted(10)
         standby = PAIR[1 - PAIR.index(primary)]
         pair.wait_role(standby, "standby", 10)

@@ -13,10 +13,9 @@ import time
 import pytest
 
 from fyrehose import Client
-from fyrehose.runtime.process import wait_until
 
 from ops_support import Deployment
-from support import run_cli
+from support import EVENT_WITHIN, run_cli, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +151,6 @@ def test_the_live_view_in_a_terminal_follows_the_deployment_sorts_on_a_key_and_q
         tmux.wait_screen(lambda text: "sorted by rate" in text, "the sort key changed by s")
         tmux("send-keys", "-t", "top", "q")
         wait_until(lambda: subprocess.run(["tmux", "-S", tmux.socket, "has-session", "-t", "top"],
-                                          capture_output=True, timeout=20).returncode != 0, 20, "top quit on q")
+                                          capture_output=True, timeout=20).returncode != 0, EVENT_WITHIN, "top quit on q")
     finally:
         tmux.stop()

@@ -19,13 +19,13 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from fyrehose.errors import CommandFailed, InputError
-from fyrehose.runtime.process import ChildProcess, wait_until
+from fyrehose.runtime.process import ChildProcess
 from fyrehose.tools.bench import pair_hosts
 from fyrehose.tools.bench.pair_hosts import PairHosts
 from fyrehose.tools.deploy.files import insecure, write_scripts
 from fyrehose.tools.deploy.keepalived import CHECK, DEMOTE, PROMOTE, KeepalivedHost, render_config
 
-from support import run_cli
+from support import EVENT_WITHIN, run_cli, wait_until
 
 STANDIN = Path(__file__).with_name("standin_backbone.py")
 VIP, SRC, PEER = IPv4Interface("10.77.0.100/24"), IPv4Address("10.77.0.1"), IPv4Address("10.77.0.2")
@@ -204,7 +204,7 @@ def test_the_check_fails_at_its_next_look_once_the_backbone_is_stopped(tmp_path,
     state_files(tmp_path, sleeper.pid, "standby")
     check = subprocess.Popen(["/bin/sh", str(scripts[CHECK])])
     try:
-        wait_until(lambda: pauses(looks), 5, "the check's first pause")
+        wait_until(lambda: pauses(looks), EVENT_WITHIN, "the check's first pause")
         os.kill(sleeper.pid, signal.SIGSTOP)
         assert check.wait(timeout=5) == 1
     finally:
@@ -216,12 +216,12 @@ def test_the_check_fails_at_its_next_look_once_the_backbone_is_stopped(tmp_path,
 
 def test_promote_and_demote_signal_the_backbone_in_the_state_directory(tmp_path, scripts):
     with ChildProcess([sys.executable, str(STANDIN), str(tmp_path / "state")], tmp_path / "standin.log") as standin:
-        wait_until(lambda: (tmp_path / "state" / "pid").exists(), 10, "the stand-in's pid file")
+        wait_until(lambda: (tmp_path / "state" / "pid").exists(), EVENT_WITHIN, "the stand-in's pid file")
         role = tmp_path / "state" / "role"
         assert run_script(scripts[PROMOTE]) == 0
-        wait_until(lambda: role.read_text() == "primary\n", 10, "promotion")
+        wait_until(lambda: role.read_text() == "primary\n", EVENT_WITHIN, "promotion")
         assert run_script(scripts[DEMOTE]) == 0
-        wait_until(lambda: role.read_text() == "standby\n", 10, "demotion")
+        wait_until(lambda: role.read_text() == "standby\n", EVENT_WITHIN, "demotion")
         signals = [line.split()[0] for line in (tmp_path / "state" / "signals").read_text().splitlines()]
         assert signals == ["SIGUSR1", "SIGUSR2"]
         assert standin.alive()

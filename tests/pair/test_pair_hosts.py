@@ -8,9 +8,10 @@ import sys
 import pytest
 
 from fyrehose.errors import CommandFailed
-from fyrehose.runtime.process import wait_until
 from fyrehose.tools.bench import pair_hosts
 from fyrehose.tools.bench.pair_hosts import HOSTS, PairHosts, SplitBrain
+
+from support import EVENT_WITHIN, wait_until
 
 pytestmark = pytest.mark.skipif(pair_hosts.unavailable() is not None, reason=str(pair_hosts.unavailable()))
 
@@ -45,7 +46,7 @@ def arrived(pair: PairHosts, sender: str, receiver: str, count: int) -> int:
 
 
 def reconnected(pair: PairHosts, sender: str, receiver: str) -> None:
-    wait_until(lambda: arrived(pair, sender, receiver, 1), 5, f"{sender} reaching {receiver} again")
+    wait_until(lambda: arrived(pair, sender, receiver, 1), EVENT_WITHIN, f"{sender} reaching {receiver} again")
 
 
 def namespaces() -> str:

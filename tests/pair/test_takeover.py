@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from fyrehose.runtime.process import wait_until
 from fyrehose.tools.bench import pair_hosts
 from fyrehose.tools.bench.pair_hosts import PAIR, PairHosts
+
+from support import wait_until
 
 pytestmark = pytest.mark.skipif(pair_hosts.unavailable() is not None, reason=str(pair_hosts.unavailable()))
 

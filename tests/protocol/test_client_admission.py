@@ -17,12 +17,11 @@ from fyrehose.protocol.admission import admit
 from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions
 from fyrehose.protocol.publishing import Finished
 from fyrehose.protocol.tracker import SequenceTracker, TrackerOptions
-from fyrehose.runtime.process import wait_until
 from fyrehose.subjects.auth import AuthDatabase, Authenticator, Credentials
 from fyrehose.subjects.envelope import Envelope, encode
 from fyrehose.subjects.session_table import LocalSession
 
-from support import run_cli
+from support import EVENT_WITHIN, run_cli, wait_until
 
 BACKBONE = ("127.0.0.1", 2323)
 STRANGER = ("127.0.0.1", 40000)
@@ -201,9 +200,9 @@ def test_sub_listens_where_bind_says(backbone_factory):
              "--bind", f"127.0.0.1:{port}", "--count", "1", "--timeout", "20"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            assert wait_until(lambda: _port_taken(port), 10)
+            assert wait_until(lambda: _port_taken(port), EVENT_WITHIN)
             # bound is not yet subscribed: publish until the subscriber has one (it exits after it)
-            assert wait_until(lambda: publisher.publish(b"hello") and result.poll() is not None, 15, interval=0.2)
+            assert wait_until(lambda: publisher.publish(b"hello") and result.poll() is not None, EVENT_WITHIN, interval=0.2)
             out, err = result.communicate(timeout=20)
         finally:
             if result.poll() is None:

@@ -207,10 +207,10 @@ from fyrehose.protocol.tracker import Lost, Message  # noqa: E402
 from fyrehose.subjects.envelope import decode, peek_subject  # noqa: E402
 from fyrehose.subjects.interest import INTEREST_SUBJECT  # noqa: E402
 
-from support import LossyRelay  # noqa: E402
+from support import EVENT_WITHIN, LossyRelay  # noqa: E402
 
 
-def drain(stream, count, timeout=5.0):
+def drain(stream, count, timeout=EVENT_WITHIN):
     events, deadline = [], time.monotonic() + timeout
     while len(events) < count and time.monotonic() < deadline:
         event = stream.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -272,12 +272,12 @@ def test_loss_events_reach_every_subscription(backbone_factory, workers):
             for index in range(12):
                 pub.publish(b"%d" % index, subject="q.x")
             for stream in streams[:3]:
-                deadline = time.monotonic() + 5
+                deadline = time.monotonic() + EVENT_WITHIN
                 while not isinstance(event := stream.get(timeout=1), Lost):
                     assert time.monotonic() < deadline, "no loss reported"
                     assert event is None or stream is not streams[2]  # nothing else ever matches
             with pytest.raises(MessagesLost):
-                drain(streams[3], 12, timeout=5)
+                drain(streams[3], 12)
     finally:
         relay.close()
 
@@ -289,14 +289,14 @@ def test_request_times_out_without_an_answer_and_unsubscribe_stops(backbone):
         watcher = client.subscribe("_SUB.>")
         gated = client.subscribe("q.x", initial=True, initial_timeout=0.3, initial_retry=0.1)
         client.publish(b"update", subject="q.x")
-        starts = drain(watcher, 2, timeout=2)
+        starts = drain(watcher, 2)
         assert [m.subject for m in starts] == ["_SUB.START.q.x"] * 2  # retried
-        assert gated.get(timeout=2).data == b"update"  # released after the timeout
+        assert gated.get(timeout=EVENT_WITHIN).data == b"update"  # released after the timeout
         assert client.stats["initial timeouts"] == 1
         client.unsubscribe(gated)
         assert gated.get(timeout=0.1) is None
         subjects: list[str] = []
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + EVENT_WITHIN
         while "_SUB.STOP.q.x" not in subjects and time.monotonic() < deadline:
             event = watcher.get(timeout=0.5)
             if event is not None:
@@ -310,12 +310,12 @@ def test_request_reply_between_two_clients(backbone):
         requests = server.subscribe("svc.echo")
 
         def serve():
-            request = requests.get(timeout=5)
+            request = requests.get(timeout=EVENT_WITHIN)
             server.publish(request.data.upper(), subject=request.reply)
 
         import threading
         thread = threading.Thread(target=serve)
         thread.start()
-        answer = caller.request("svc.echo", b"hello", timeout=5)
+        answer = caller.request("svc.echo", b"hello", timeout=EVENT_WITHIN)
         thread.join(5)
         assert answer.data == b"HELLO" and answer.subject.startswith("_INBOX.")

@@ -14,9 +14,8 @@ from fyrehose.backbone.confirms import ConfirmCache
 from fyrehose.backbone.multiprocess.confirm_table import SharedConfirmTable
 from fyrehose.protocol import codec
 from fyrehose.protocol.tracker import Lost, Message
-from fyrehose.runtime.process import wait_until
 
-from support import workers_of
+from support import EVENT_WITHIN, wait_until, workers_of
 
 SOURCES = [("127.0.0.1", 4000), ("127.0.0.1", 4001), ("10.1.2.3", 4000)]
 
@@ -145,7 +144,7 @@ def test_a_retried_push_is_never_sequenced_twice_across_a_sequencer_kill_9(backb
             _confirms(publisher, seen, 0.02)
             if batch == 10:
                 victim.kill()  # mid-stream: some tags sequenced and confirmed, some in flight, some not yet sent
-        wait_until(lambda: getattr(workers_of(backbone).get("fh-sequencer"), "pid", victim.pid) != victim.pid, 20)
+        wait_until(lambda: getattr(workers_of(backbone).get("fh-sequencer"), "pid", victim.pid) != victim.pid, EVENT_WITHIN)
         for _ in range(10):  # every tag retried until confirmed, as a publisher whose CONFIRMs were lost would
             push(range(1, 4001))
             _confirms(publisher, seen, 0.5)

@@ -24,9 +24,9 @@ from fyrehose.backbone.multiprocess.fanout import worker_of
 from fyrehose.backbone.multiprocess.sequencer import in_arrival_order
 from fyrehose.backbone.multiprocess.supervisor import auto_workers, default_sizes
 from fyrehose.protocol import codec
-from fyrehose.runtime.process import ChildProcess, wait_until
+from fyrehose.runtime.process import ChildProcess
 
-from support import FYREHOSE, LOOPBACK, run_cli, workers_of
+from support import EVENT_WITHIN, FYREHOSE, LOOPBACK, READY_WITHIN, run_cli, wait_until, workers_of
 
 # ---------------------------------------------------------------- helpers
 
@@ -175,7 +175,7 @@ def test_kill_9_of_the_supervisor_takes_every_worker_with_it(backbone_factory):
         keepalive(sub, backbone)
         issued = publish(backbone, sub, [b"x%d" % i for i in range(5)])
     backbone.kill()
-    assert wait_until(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children), 5)
+    assert wait_until(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children), EVENT_WITHIN)
     again = backbone_factory(workers=2, state_dir=backbone.state_dir)  # the state lock was released
     with ExitStack() as stack:
         sub = open_socket(stack)
@@ -352,7 +352,7 @@ def test_workers_auto_picks_one_process_below_four_cpus_and_the_pipeline_above()
 def test_workers_auto_starts_the_layout_it_picks_for_this_host(tmp_path):
     with ChildProcess(FYREHOSE + ["backbone", "--listen", "127.0.0.1:0", "--workers", "auto",
                                   "--state-dir", str(tmp_path / "state")], tmp_path / "backbone.log") as backbone:
-        backbone.wait_ready()
+        backbone.wait_ready(READY_WITHIN)
         single = auto_workers() == 0
         assert ("single process" in backbone.output()) == single
         assert ("receive workers" in backbone.output()) == (not single)

@@ -20,7 +20,7 @@ from fyrehose.loadtest.prometheus import parse_samples
 from fyrehose.protocol import codec
 from fyrehose.protocol.tracker import GONE_NEVER_SENT
 from fyrehose.runtime.process import ChildProcess, wait_until
-from tests.support import FYREHOSE, LOOPBACK, free_port
+from tests.support import FYREHOSE, LOOPBACK, READY_WITHIN, free_port
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Member:
                            "--pair", f"{LOOPBACK}:{self.pair}", "--peer", f"{LOOPBACK}:{self.peer}",
                            "--metrics", f"{LOOPBACK}:{self.metrics_port}", *self.extra]
         self.child = ChildProcess(args, self.state_dir.parent / f"member-{self.port}.log")
-        self.child.wait_ready(10)
+        self.child.wait_ready(READY_WITHIN)
         return self
 
     @property

@@ -12,7 +12,7 @@ import pytest
 
 from fyrehose.gateways.access.users import UsersFile
 
-from support import FYREHOSE, wait_until
+from support import EVENT_WITHIN, FYREHOSE, wait_until
 
 NO_USERS = "no --users: every client may publish and subscribe to everything"
 
@@ -75,7 +75,7 @@ def test_list_of_a_broken_file_is_one_line(tmp_path):
 @pytest.mark.parametrize("kind", ["redis", "nats", "marlin", "http"])
 def test_a_gateway_without_users_says_so_in_one_line_at_start(gateway_factory, kind):
     gateway = gateway_factory(kind)
-    wait_until(lambda: NO_USERS in gateway.log_text(), timeout=30, what="the no --users line")
+    wait_until(lambda: NO_USERS in gateway.log_text(), timeout=EVENT_WITHIN, what="the no --users line")
 
 
 def test_a_gateway_with_a_bad_users_file_does_not_start_and_says_why(module_backbone, tmp_path):
@@ -92,14 +92,14 @@ def test_sighup_re_reads_the_file_and_a_bad_one_keeps_the_users(gateway_factory,
     path = tmp_path / "users.json"
     assert users("add", "--file", str(path), "--user", "alice", "--token").returncode == 0
     gateway = gateway_factory("redis", "--users", str(path))
-    wait_until(lambda: "users from" in gateway.log_text(), timeout=30, what="the users line")
+    wait_until(lambda: "users from" in gateway.log_text(), timeout=EVENT_WITHIN, what="the users line")
     assert users("add", "--file", str(path), "--user", "bob", "--token").returncode == 0
     os.kill(gateway.child.pid, signal.SIGHUP)
     wait_until(lambda: "users re-read from" in gateway.log_text() and ": 2 users" in gateway.log_text(),
-               timeout=30, what="the re-read")
+               timeout=EVENT_WITHIN, what="the re-read")
     path.write_text("{")
     os.kill(gateway.child.pid, signal.SIGHUP)
-    wait_until(lambda: "users file not re-read, the previous users stay" in gateway.log_text(), timeout=30,
+    wait_until(lambda: "users file not re-read, the previous users stay" in gateway.log_text(), timeout=EVENT_WITHIN,
                what="the refused re-read")
     assert gateway.alive()
 
@@ -127,7 +127,7 @@ def test_one_address_cannot_take_every_client_place(gateway_factory):
             sock.close()
             return None
 
-        held.append(wait_until(served, timeout=30, what="a freed place served"))
+        held.append(wait_until(served, timeout=EVENT_WITHIN, what="a freed place served"))
         assert "--max-clients-per-address" in gateway.log_text()
     finally:
         for sock in held:

@@ -17,10 +17,8 @@ import pytest
 import websockets
 from node_clients import run_node
 
-from fyrehose.runtime.process import wait_until
-
 from gateway_support import GatewayProcess
-from support import LOOPBACK, CacheProcess
+from support import EVENT_WITHIN, LOOPBACK, CacheProcess, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +95,9 @@ def test_last_value_from_the_cache(http_gateway, module_backbone, tmp_path):
     url = f"{base_url(http_gateway)}/v1/last/http.prices.acme"
     assert status_of(url)[0] == 504  # no cache runs
     with CacheProcess(module_backbone, tmp_path):
-        assert wait_until(lambda: status_of(url)[0] == 404, timeout=15)
+        assert wait_until(lambda: status_of(url)[0] == 404, timeout=EVENT_WITHIN)
         first = publish(http_gateway, "http.prices.acme", b'{"bid":101.5}')["seq"]
-        assert wait_until(lambda: status_of(url) == (200, b'{"bid":101.5}'), timeout=15)
+        assert wait_until(lambda: status_of(url) == (200, b'{"bid":101.5}'), timeout=EVENT_WITHIN)
         publish(http_gateway, "http.prices.other", b"1")  # the stream moves on; the record's sequence does not
         code, fields = last_headers(url)
         assert code == 200 and fields["fyrehose-status"] == "ok"
@@ -110,12 +108,12 @@ def test_last_value_from_the_cache(http_gateway, module_backbone, tmp_path):
         assert status_of("-H", f'If-None-Match: "{first + 1}"', url) == (200, b'{"bid":101.5}')
         second = publish(http_gateway, "http.prices.acme", b'{"ask":102}')["seq"]  # merged into the record
         merged = b'{"bid":101.5,"ask":102}'
-        assert wait_until(lambda: status_of("-H", f'If-None-Match: "{first}"', url) == (200, merged), timeout=15)
+        assert wait_until(lambda: status_of("-H", f'If-None-Match: "{first}"', url) == (200, merged), timeout=EVENT_WITHIN)
         code, fields = last_headers(url, "-H", f'If-None-Match: "{first}"')
         assert (code, fields["fyrehose-sequence"], fields["etag"]) == (200, str(second), f'"{second}"')
         assert status_of("-H", f'If-None-Match: "{second}"', url) == (304, b"")
         publish(http_gateway, "http.prices.acme", b"102")  # not an object: replaces the record
-        assert wait_until(lambda: status_of(url) == (200, b"102"), timeout=15)
+        assert wait_until(lambda: status_of(url) == (200, b"102"), timeout=EVENT_WITHIN)
         async def get_over_websocket() -> list[bytes]:
             async with websockets.connect(f"ws://{LOOPBACK}:{http_gateway.port}/resp") as ws:
                 await ws.send(b"GET http.prices.acme\r\nGET http.prices.none\r\n")
@@ -144,7 +142,7 @@ def test_health_is_503_once_the_backbone_is_gone(tmp_path):
     try:
         assert status_of(f"{base_url(gateway)}/healthz")[0] == 200
         backbone.kill()
-        assert wait_until(lambda: status_of(f"{base_url(gateway)}/healthz")[0] == 503, timeout=20), \
+        assert wait_until(lambda: status_of(f"{base_url(gateway)}/healthz")[0] == 503, timeout=EVENT_WITHIN), \
             "healthz did not turn 503 after the backbone died"
     finally:
         gateway.kill()

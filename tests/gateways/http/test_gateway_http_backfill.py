@@ -19,6 +19,8 @@ from fyrehose.gateways.drivers.router import GatewayRouter
 from fyrehose.gateways.http import sse
 from fyrehose.subjects.envelope import Envelope
 
+from support import EVENT_WITHIN
+
 
 class MemoryClient:
     """What an event stream writes to (fyrehose.gateways.drivers.tcp.TcpClient's interface), kept in memory."""
@@ -62,11 +64,11 @@ def test_the_backfill_keeps_the_newest_within_its_limit_then_hands_over_to_the_l
     threads = threading.active_count()
     try:
         seqs = router.publish([Envelope("backfill.x", b"%d" % i) for i in range(5)])
-        wait_until(lambda: router.position >= seqs[-1], 10, "the gateway taking its publishes")
+        wait_until(lambda: router.position >= seqs[-1], EVENT_WITHIN, "the gateway taking its publishes")
         position = router.position
         stream.start(seqs[0])  # wants seqs[1]..position; the limit leaves the last two
         live = router.publish([Envelope("backfill.x", b"live")])
-        wait_until(lambda: b"data: live\n" in client.output, 15, "the live message after the backfill")
+        wait_until(lambda: b"data: live\n" in client.output, EVENT_WITHIN, "the live message after the backfill")
         assert threading.active_count() == threads
     finally:
         stream.stop()
@@ -85,11 +87,11 @@ def test_what_no_node_holds_is_reported_lost_and_the_live_stream_follows(backbon
     stream = EventStream(client, gateway, "backfill.>", lambda data: data)
     try:
         seqs = router.publish([Envelope("backfill.x", b"%d" % i) for i in range(3)])
-        wait_until(lambda: router.position >= seqs[-1], 10, "the gateway taking its publishes")
+        wait_until(lambda: router.position >= seqs[-1], EVENT_WITHIN, "the gateway taking its publishes")
         position = router.position
         stream.start(seqs[0])
         live = router.publish([Envelope("backfill.x", b"live")])
-        wait_until(lambda: b"data: live\n" in client.output, 15, "the live message after the backfill")
+        wait_until(lambda: b"data: live\n" in client.output, EVENT_WITHIN, "the live message after the backfill")
     finally:
         stream.stop()
         router.close()

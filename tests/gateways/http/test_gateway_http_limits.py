@@ -16,10 +16,9 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Request
 
 from fyrehose import Client
-from fyrehose.runtime.process import wait_until
 
 from gateway_support import GatewayProcess
-from support import FYREHOSE, LOOPBACK
+from support import EVENT_WITHIN, FYREHOSE, LOOPBACK, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +187,7 @@ def test_a_slow_reader_is_closed_with_1008(small_gateway, module_backbone):
                     assert healthy.recv(timeout=10).endswith(payload + b"\r\n")
                 if "slow consumer" in small_gateway.log_text():
                     break
-    assert wait_until(lambda: "slow consumer" in small_gateway.log_text(), timeout=15), small_gateway.log_text()
+    assert wait_until(lambda: "slow consumer" in small_gateway.log_text(), timeout=EVENT_WITHIN), small_gateway.log_text()
     assert stalled.close_code() == 1008  # reading again: everything queued before the close, then the close
     stalled.sock.close()
     still_serving(small_gateway)
@@ -211,7 +210,7 @@ def test_a_slow_sse_reader_is_disconnected_and_the_others_keep_receiving(small_g
                 publisher.publish_many([payload] * 10, subject="slow.sse")
                 for _ in range(10):
                     assert healthy.recv(timeout=10).endswith(payload + b"\r\n")
-    assert wait_until(lambda: small_gateway.log_text().count("slow consumer") > before, timeout=15)
+    assert wait_until(lambda: small_gateway.log_text().count("slow consumer") > before, timeout=EVENT_WITHIN)
     assert "Traceback" not in small_gateway.log_text() and "route" not in small_gateway.log_text()
     stalled.close()
     still_serving(small_gateway)

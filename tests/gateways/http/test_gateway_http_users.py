@@ -26,12 +26,11 @@ from fyrehose.gateways.access.permissions import Permissions
 from fyrehose.gateways.access.secrets import hash_secret
 from fyrehose.gateways.access.users import Entry, User
 from fyrehose.gateways.http.authorization import CHALLENGE
-from fyrehose.runtime.process import wait_until
 from fyrehose.subjects.envelope import Envelope, decode
 
 from gateway_support import GatewayProcess
 from http_users_support import PASSWORD, Users, users
-from support import LOOPBACK
+from support import EVENT_WITHIN, LOOPBACK, wait_until
 
 HELLO3 = b"*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"
 
@@ -108,7 +107,7 @@ def test_wrong_credentials_are_401_then_the_address_is_slowed_with_429(module_ba
         assert answers[4] == (401, CHALLENGE, None)  # the fourth failure: checked, then the window opens
         status, fields, _ = curl("-u", f"alice:{PASSWORD}", url(process, "/metrics"))
         assert status == 429 and int(fields["retry-after"]) >= 1  # slowed: not even the right password is looked at
-        assert wait_until(lambda: "login refused" in process.log_text(), 10)
+        assert wait_until(lambda: "login refused" in process.log_text(), EVENT_WITHIN)
     finally:
         process.kill()
 
@@ -270,11 +269,11 @@ def test_sighup_rereads_the_users_file(module_backbone, tmp_path):
                                       password=hash_secret("carol's password"))
         Path(keys.path).write_bytes(file.to_json())  # type: ignore[arg-type]
         os.kill(process.child.pid, signal.SIGHUP)  # type: ignore[union-attr]
-        assert wait_until(lambda: curl(*carol, url(process, "/metrics"))[0] == 200, 20)
+        assert wait_until(lambda: curl(*carol, url(process, "/metrics"))[0] == 200, EVENT_WITHIN)
         assert curl("-H", bearer(keys.token), url(process, "/metrics"))[0] == 401  # alice is gone, token and all
         Path(keys.path).write_bytes(b"{ not json")
         os.kill(process.child.pid, signal.SIGHUP)  # type: ignore[union-attr]
-        assert wait_until(lambda: "users file not re-read" in process.log_text(), 20)
+        assert wait_until(lambda: "users file not re-read" in process.log_text(), EVENT_WITHIN)
         assert curl(*carol, url(process, "/metrics"))[0] == 200  # the previous users stay
         assert process.alive()
     finally:

@@ -22,12 +22,11 @@ from fyrehose import Client
 from fyrehose.gateways.access.permissions import Permissions
 from fyrehose.gateways.access.users import User
 from fyrehose.gateways.lumberjack.protocol import decode_acks, encode_json, encode_window
-from fyrehose.runtime.process import wait_until
 from fyrehose.subjects.envelope import decode
 
 from gateway_support import GatewayProcess
 from http_users_support import certificates, users
-from support import LOOPBACK
+from support import EVENT_WITHIN, LOOPBACK, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +39,7 @@ def gateway(module_backbone, tmp_path, certs):
     keys = users(path=tmp_path / "users.json")
     process = GatewayProcess("lumberjack", module_backbone.address, tmp_path,
                              ["--users", str(keys.path), "--subject-field", "subject", "--tls-cert", certs["server.pem"],
-                              "--tls-key", certs["server.key"], "--tls-ca", certs["ca.pem"]]).start(15)
+                              "--tls-key", certs["server.key"], "--tls-ca", certs["ca.pem"]]).start()
     yield process
     process.kill()
 
@@ -116,7 +115,7 @@ def tls_exchange(gateway: GatewayProcess, certs: dict[str, str], name: str, data
 def test_the_certificate_names_the_user_who_publishes(gateway, certs, recorder):
     with beats(gateway, certs, "alice") as client:
         client.send([{"subject": "prices.acme", "n": n} for n in range(3)])
-    assert wait_until(lambda: len(recorder.documents()) == 3, 15)
+    assert wait_until(lambda: len(recorder.documents()) == 3, EVENT_WITHIN)
     assert [envelope.subject for envelope in recorder.envelopes] == ["prices.acme"] * 3
 
 
@@ -124,10 +123,10 @@ def test_a_certificate_naming_no_user_publishes_nothing(gateway, certs, recorder
     with pytest.raises((OSError, pylogbeat.ConnectionException)):
         with beats(gateway, certs, "mallory") as client:
             client.send([{"subject": "prices.acme", "from": "mallory"}])
-    assert wait_until(lambda: "names no user (mallory)" in gateway.output(), 10)
+    assert wait_until(lambda: "names no user (mallory)" in gateway.output(), EVENT_WITHIN)
     with beats(gateway, certs, "alice") as client:  # a marker after: what mallory sent would have come before it
         client.send([{"subject": "prices.acme", "from": "alice"}])
-    assert wait_until(lambda: {"subject": "prices.acme", "from": "alice"} in recorder.documents(), 15)
+    assert wait_until(lambda: {"subject": "prices.acme", "from": "alice"} in recorder.documents(), EVENT_WITHIN)
     assert all(document.get("from") != "mallory" for document in recorder.documents())
 
 
@@ -143,22 +142,22 @@ def test_an_event_outside_the_rights_is_not_acked_and_ends_the_connection(gatewa
               + encode_json(3, orjson.dumps({"subject": "prices.b", "n": 3})))
     acks, closed = tls_exchange(gateway, certs, "alice", frames)
     assert closed and acks == [1]  # the event before the refused one is published and acked; nothing after
-    assert wait_until(lambda: {"subject": "prices.a", "n": 1} in recorder.documents(), 15)
-    assert wait_until(lambda: "no permission to publish to prices.secret" in gateway.output(), 10)
+    assert wait_until(lambda: {"subject": "prices.a", "n": 1} in recorder.documents(), EVENT_WITHIN)
+    assert wait_until(lambda: "no permission to publish to prices.secret" in gateway.output(), EVENT_WITHIN)
     with beats(gateway, certs, "alice") as client:  # a marker: anything of the refused connection came before it
         client.send([{"subject": "prices.c", "n": 4}])
-    assert wait_until(lambda: {"subject": "prices.c", "n": 4} in recorder.documents(), 15)
+    assert wait_until(lambda: {"subject": "prices.c", "n": 4} in recorder.documents(), EVENT_WITHIN)
     assert [document["n"] for document in recorder.documents()] == [1, 4]
 
 
 def test_max_clients_per_address(module_backbone, tmp_path, certs):
     process = GatewayProcess("lumberjack", module_backbone.address, tmp_path,
-                             ["--max-clients-per-address", "1"]).start(15)
+                             ["--max-clients-per-address", "1"]).start()
     try:
         first = socket.create_connection(process.address, timeout=10)
         second = socket.create_connection(process.address, timeout=10)
         assert second.recv(1) == b""  # closed at once
-        assert wait_until(lambda: "--max-clients-per-address" in process.output(), 10)
+        assert wait_until(lambda: "--max-clients-per-address" in process.output(), EVENT_WITHIN)
         first.close()
         second.close()
     finally:
@@ -166,10 +165,10 @@ def test_max_clients_per_address(module_backbone, tmp_path, certs):
 
 
 def test_without_users_it_says_so(module_backbone, tmp_path):
-    process = GatewayProcess("lumberjack", module_backbone.address, tmp_path).start(15)
+    process = GatewayProcess("lumberjack", module_backbone.address, tmp_path).start()
     try:
         assert wait_until(lambda: "no --users: every client may publish and subscribe to everything"
-                          in process.output(), 10)
+                          in process.output(), EVENT_WITHIN)
     finally:
         process.kill()
 
@@ -178,7 +177,7 @@ def test_sighup_rereads_the_rights(module_backbone, tmp_path, certs, recorder):
     keys = users(path=tmp_path / "users.json")
     process = GatewayProcess("lumberjack", module_backbone.address, tmp_path,
                              ["--users", str(keys.path), "--subject-field", "subject", "--tls-cert", certs["server.pem"],
-                              "--tls-key", certs["server.key"], "--tls-ca", certs["ca.pem"]]).start(15)
+                              "--tls-key", certs["server.key"], "--tls-ca", certs["ca.pem"]]).start()
     try:
         assert tls_exchange(process, certs, "alice", encode_window(1) + encode_json(
             1, orjson.dumps({"subject": "prices.before", "n": 1})), timeout=15, until_ack=1) == ([1], False)
@@ -186,11 +185,11 @@ def test_sighup_rereads_the_rights(module_backbone, tmp_path, certs, recorder):
         alice.user = User("alice", Permissions.of(["other.>"]), alice.user.subscribe)
         keys.path.write_bytes(keys.file.to_json())  # type: ignore[union-attr]
         os.kill(process.child.pid, signal.SIGHUP)  # type: ignore[union-attr]
-        assert wait_until(lambda: "users re-read" in process.output(), 10)
+        assert wait_until(lambda: "users re-read" in process.output(), EVENT_WITHIN)
         acks, closed = tls_exchange(process, certs, "alice", encode_window(1) + encode_json(
             1, orjson.dumps({"subject": "prices.after", "n": 2})))
         assert closed and acks == []
-        assert wait_until(lambda: {"subject": "prices.before", "n": 1} in recorder.documents(), 15)
+        assert wait_until(lambda: {"subject": "prices.before", "n": 1} in recorder.documents(), EVENT_WITHIN)
         assert all(document["n"] != 2 for document in recorder.documents())
     finally:
         process.kill()

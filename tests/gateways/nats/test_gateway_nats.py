@@ -13,10 +13,10 @@ from node_clients import run_node
 
 from fyrehose.drivers.client import Client
 from fyrehose.gateways.nats.connection import ANNOUNCED_MAX_PAYLOAD
-from fyrehose.runtime.process import ChildProcess, wait_until
+from fyrehose.runtime.process import ChildProcess
 
 from gateway_support import MarlinClient, RawNats, raw_subscriber
-from support import FYREHOSE, LOOPBACK, free_port, nats_flushed
+from support import EVENT_WITHIN, FYREHOSE, LOOPBACK, READY_WITHIN, free_port, nats_flushed, wait_until
 
 
 @pytest.fixture
@@ -249,7 +249,7 @@ def test_malformed_input_gets_an_error_and_the_gateway_stays_up(gateways, garbag
 def test_snapshot_requests_are_answered_by_the_cache(url, module_backbone, tmp_path):
     cache = ChildProcess(FYREHOSE + ["cache", "--backbone", module_backbone.address], tmp_path / "cache.log")
     try:
-        cache.wait_ready(15)
+        cache.wait_ready(READY_WITHIN)
 
         async def scenario():
             client = await nats.connect(url)
@@ -341,7 +341,7 @@ def nats_server(tmp_path):
     config = tmp_path / "nats-server.conf"
     config.write_text(f"listen: {LOOPBACK}:{port}\nmax_payload: {ANNOUNCED_MAX_PAYLOAD}\n")
     with ChildProcess([binary, "-c", str(config)], tmp_path / "nats-server.log") as server:
-        wait_until(lambda: _serves(port, server), 15, "nats-server")
+        wait_until(lambda: _serves(port, server), EVENT_WITHIN, "nats-server")
         yield port
 
 

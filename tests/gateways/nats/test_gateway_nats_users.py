@@ -19,10 +19,10 @@ from nats_users_support import RIGHTS, nats_server_authorization, write_users
 from node_clients import run_node
 
 from fyrehose.drivers.client import Client
-from fyrehose.runtime.process import ChildProcess, wait_until
+from fyrehose.runtime.process import ChildProcess
 
 from gateway_support import GatewayProcess
-from support import LOOPBACK, free_port, make_certificates, take
+from support import EVENT_WITHIN, LOOPBACK, free_port, make_certificates, take, wait_until
 
 PASSWORDS = {name: password for name, (password, _, _) in RIGHTS.items()}
 
@@ -192,7 +192,7 @@ def test_sighup_reload_applies_new_rights_to_connected_clients(module_backbone, 
         narrowed = dict(RIGHTS, alice=("secret", (["svc.>"], []), (["svc.>"], [])))
         write_users(path, rights=narrowed)
         os.kill(process.child.pid, signal.SIGHUP)
-        wait_until(lambda: "users re-read" in process.log_text(), 15, "the reload")
+        wait_until(lambda: "users re-read" in process.log_text(), EVENT_WITHIN, "the reload")
         await alice.publish("orders.eu", b"after")
         await alice.flush()
         for _ in range(200):
@@ -255,7 +255,7 @@ def test_a_client_that_does_not_start_tls_gets_nothing(gateway_factory, users, c
         except ConnectionResetError:
             pass
     assert b"PONG" not in rest
-    wait_until(lambda: "TLS handshake failed" in process.log_text(), 15, "the failed handshake logged")
+    wait_until(lambda: "TLS handshake failed" in process.log_text(), EVENT_WITHIN, "the failed handshake logged")
 
 
 def test_the_client_certificate_names_the_user(gateway_factory, users, certificates):
@@ -366,7 +366,7 @@ def nats_server(tmp_path_factory):
             except OSError:
                 return False
 
-        wait_until(serves, 15, "nats-server")
+        wait_until(serves, EVENT_WITHIN, "nats-server")
         yield port
 
 

@@ -12,9 +12,7 @@ import pytest
 import redis
 from node_clients import run_node
 
-from fyrehose.runtime.process import wait_until
-
-from support import LOOPBACK, CacheProcess
+from support import EVENT_WITHIN, LOOPBACK, CacheProcess, wait_until
 
 
 def messages(pubsub, count: int, timeout: float = 10.0) -> list[dict]:
@@ -198,11 +196,11 @@ def test_get_is_answered_by_the_cache(gateways, module_backbone, tmp_path):
     with pytest.raises(redis.ResponseError, match="no cache answered"):
         client.get("prices.none")
     with CacheProcess(module_backbone, tmp_path):
-        assert wait_until(lambda: _get_or_error(client, "prices.none") is None, timeout=10)
+        assert wait_until(lambda: _get_or_error(client, "prices.none") is None, timeout=EVENT_WITHIN)
         client.publish("prices.acme", b"101.5")
-        assert wait_until(lambda: _get_or_error(client, "prices.acme") == b"101.5", timeout=10)
+        assert wait_until(lambda: _get_or_error(client, "prices.acme") == b"101.5", timeout=EVENT_WITHIN)
         client.publish("prices.acme", b"102")
-        assert wait_until(lambda: _get_or_error(client, "prices.acme") == b"102", timeout=10)
+        assert wait_until(lambda: _get_or_error(client, "prices.acme") == b"102", timeout=EVENT_WITHIN)
     client.close()
 
 

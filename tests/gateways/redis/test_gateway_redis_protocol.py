@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from fyrehose.gateways.incremental import Malformed
 from fyrehose.gateways.redis import protocol as resp
-from fyrehose.runtime.process import ChildProcess, wait_until
+from fyrehose.runtime.process import ChildProcess
 from fyrehose.subjects.redis_glob import match, translate
 
-from support import LOOPBACK, free_port
+from support import EVENT_WITHIN, LOOPBACK, free_port, wait_until
 
 args = st.lists(st.binary(max_size=40), min_size=1, max_size=5)
 
@@ -176,13 +176,13 @@ def test_glob_agrees_with_a_real_redis_server(tmp_path):
     with ChildProcess(["redis-server", "--port", str(port), "--bind", LOOPBACK, "--save", "", "--appendonly", "no",
                        "--dir", str(tmp_path)], tmp_path / "redis-server.log"):
         client = redis.Redis(host=LOOPBACK, port=port, socket_timeout=5)
-        assert wait_until(lambda: _pings(client), timeout=10)
+        assert wait_until(lambda: _pings(client), timeout=EVENT_WITHIN)
         rng = random.Random(8)
         patterns = sorted({bytes(rng.choice(b"ab*?[]^-\\") for _ in range(rng.randint(1, 6))) for _ in range(60)})
         channels = sorted({bytes(rng.choice(b"ab]-^\\[") for _ in range(rng.randint(1, 5))) for _ in range(40)})
         pubsub = client.pubsub()
         pubsub.psubscribe(*patterns)
-        assert wait_until(lambda: client.pubsub_numpat() == len(patterns), timeout=5)
+        assert wait_until(lambda: client.pubsub_numpat() == len(patterns), timeout=EVENT_WITHIN)
         for channel in channels:
             expected = sum(match(pattern, channel) for pattern in patterns)
             assert client.publish(channel, b"x") == expected, channel

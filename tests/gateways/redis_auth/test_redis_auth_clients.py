@@ -24,10 +24,10 @@ from redis.retry import Retry
 from redis_users_support import command, write_users
 
 from fyrehose.drivers.client import Client
-from fyrehose.runtime.process import ChildProcess, wait_until
+from fyrehose.runtime.process import ChildProcess
 
 from gateway_support import GatewayProcess, module_backbone  # noqa: F401 - the module's backbone fixture
-from support import LOOPBACK, free_port, make_certificates
+from support import EVENT_WITHIN, LOOPBACK, free_port, make_certificates, wait_until
 
 SPEC = {
     "alice": {"password": "secret", "publish": {"allow": ["news.sports", "weather"]},
@@ -207,7 +207,7 @@ def redis_server(tmp_path_factory):
     port = free_port(socket.SOCK_STREAM)
     with ChildProcess(["redis-server", "--port", str(port), "--bind", LOOPBACK, "--save", "", "--appendonly", "no",
                        "--dir", str(directory), "--aclfile", str(acl)], directory / "redis-server.log"):
-        assert wait_until(lambda: _listening(port), timeout=10)
+        assert wait_until(lambda: _listening(port), timeout=EVENT_WITHIN)
         yield port
 
 
@@ -302,7 +302,7 @@ def test_sighup_changes_a_password_and_a_right_while_clients_stay_connected(modu
         write_users(path, {**SPEC, "alice": {"password": "new", "publish": {"allow": ["weather"]},
                                              "subscribe": {"allow": ["weather"]}}})
         os.kill(gateway.child.pid, signal.SIGHUP)
-        assert wait_until(lambda: "users re-read" in gateway.output(), timeout=20)
+        assert wait_until(lambda: "users re-read" in gateway.output(), timeout=EVENT_WITHIN)
         bob.publish("news.sports", b"after")  # no longer alice's to read
         bob.publish("weather", b"marker")
         assert _next_data(reader) == b"marker"

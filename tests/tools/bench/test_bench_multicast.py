@@ -90,7 +90,9 @@ def test_a_short_run_measures_both_modes_in_its_own_namespace_and_removes_it(tmp
     assert doc["settings"]["namespace"] not in namespaces
     for row in doc["rows"]:
         for mode in MODES:
-            assert row[mode]["delivered_per_sub_per_s"] > 0 and row[mode]["backbone_us_per_message"] > 0
+            # the backbone's CPU is read over the 0.5 s window in clock ticks: on a busy machine it can get no tick
+            # of a core in it, so the figure is checked to be a measurement (a number, never negative), not its size
+            assert row[mode]["delivered_per_sub_per_s"] > 0 and row[mode]["backbone_us_per_message"] >= 0
     assert {(s["mode"], s["subscribers"]) for s in doc["steps"]} == {(m, n) for m in MODES for n in SUBSCRIBER_COUNTS}
     assert all(s["anomalies"].get("datagrams from strangers", 0) == 0 for s in doc["steps"])
     assert doc["scaling"] is not None and "multicast msgs/s" in done.stdout.decode()

@@ -33,6 +33,8 @@ from fyrehose.tools.pipeline.spark import spark_session
 from fyrehose.tools.pipeline.subject_regex import pattern_regex
 from fyrehose.tools.pipeline.timerange import TimeRange
 
+from support import EVENT_WITHIN
+
 START = datetime(2024, 5, 1, 22, 30, tzinfo=UTC)  # the journal crosses midnight: two dates, five hours
 MISSING = ((10, 12), (999, 1001), (1999, 1999), (2990, 4010), (5000, 5001))  # bucket edges at multiples of 1000
 DUPLICATES = (5, 998, 7000)
@@ -404,10 +406,10 @@ def test_a_journal_stopped_by_sigterm_is_readable_by_the_report(spark, backbone_
     backbone = backbone_factory()
     journal = JournalProcess(backbone.address, tmp_path / "journal", "--from", "1").start()
     try:
-        wait_until(journal.running, 30, "the journal's readiness line")
+        wait_until(journal.running, EVENT_WITHIN, "the journal's readiness line")
         with Client(backbone.addr, subscribe=False) as publisher:
             last = publisher.publish_many([b"message %d" % n for n in range(200)])[-1]
-        wait_until(lambda: last_written(journal.directory) >= last, 20, "the journal writing every message")
+        wait_until(lambda: last_written(journal.directory) >= last, EVENT_WITHIN, "the journal writing every message")
     finally:
         assert journal.stop() == 0
     out = tmp_path / "report"
