@@ -324,3 +324,75 @@ def test_a_standby_acks_a_record_at_once_only_for_a_sync_primary():
         assert [ack.held for ack in acks] == ([seq] if sync else [])
         rig.step()  # the heartbeat's ACK tells the asynchronous primary too
         assert rig.members["a"].source is not None and rig.members["a"].source.held == seq
+
+
+def _restart(rig: Rig, name: str) -> None:
+    """Member ``name`` runs again with its state directory lost: a fresh core, epoch 0, nothing remembered."""
+    core = rig.cores[name] = Backbone(reserved=0, rng=random.Random(2))
+    address, peer = (A, B) if name == "a" else (B, A)
+    rig.members[name] = PairMember(core, address, peer, SERVICE, epoch=0, durable=0, sync=True)
+    rig.durable[name] = 0
+
+
+def _confirmed(rig: Rig, name: str) -> int:
+    """The one number member ``name``'s primary CONFIRMed to the publisher."""
+    for data, addr in rig.to_clients[name]:
+        if addr == PUBLISHER and data[0] == codec.CONFIRM:
+            return next(frame.seq for frame in codec.decode(data) if isinstance(frame, codec.Confirm))
+    raise AssertionError("no CONFIRM")
+
+
+def test_a_standby_that_starts_following_late_learns_the_tags_its_primary_confirmed_before():
+    rig = Rig(sync=True)
+    rig.cut = True  # the standby is away: the primary CONFIRMs alone
+    rig.carry("a", rig.members["a"].promote(rig.now, RESERVE))
+    rig.push("a", b"one", 7)
+    rig.settle(3)
+    seq = _confirmed(rig, "a")
+    _restart(rig, "b")
+    rig.cut = False
+    rig.settle()
+    assert rig.members["b"].follower.base == seq  # it follows on from above it ...
+    assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) == seq  # ... and a retry promoted gets its number
+
+
+def test_a_promoted_member_gives_its_new_standby_the_tags_of_what_it_held():
+    rig = Rig(sync=True)
+    rig.carry("a", rig.members["a"].promote(rig.now, RESERVE))
+    rig.settle()
+    rig.push("a", b"one", 7)
+    rig.settle(5)
+    seq = _confirmed(rig, "a")
+    assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) == seq
+    rig.cut = True
+    rig.settle(60)  # the primary is gone (its host down): the standby is promoted, and sends what it held again
+    rig.carry("b", rig.members["b"].promote(rig.now, rig.durable["b"]))
+    _restart(rig, "a")  # back with its state directory lost: it follows above what the new primary held
+    rig.cut = False
+    rig.settle()
+    assert rig.members["a"].follower.base is not None and rig.members["a"].follower.base > seq
+    assert rig.cores["a"].confirmed.lookup(PUBLISHER, 7) == seq
+
+
+def test_a_standby_forgets_the_tags_its_primary_dropped_and_declared_never_sent_when_promoted_again():
+    rig = Rig(sync=True)
+    rig.subscribe()
+    a, b = rig.members["a"], rig.members["b"]
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.settle()
+    rig.subscribe()  # its first takeover answered: the next one declares all it cannot account for never sent
+    rig.settle(2)
+    rig.push("a", b"one", 7)
+    out = rig.flush("a")
+    records = a.replicate().to_peer
+    assert a.gate(out.sends, rig.now).to_clients == [] and a.holding == 1  # held for the standby's ACK ...
+    b.receive([(record, A) for record in records], rig.now, rig.durable["b"])  # ... which is lost
+    seq = rig.cores["a"].sequence.last_issued
+    assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) == seq
+    rig.to_peer["a"].clear()
+    rig.carry("a", a.demote(rig.now))  # the output dropped, its tag forgotten ...
+    rig.carry("a", a.promote(rig.now, RESERVE))  # ... and its number declared never sent
+    assert rig.cores["a"].confirmed.lookup(PUBLISHER, 7) is None
+    rig.settle()
+    assert b.follower.epoch == a.epoch
+    assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) is None  # promoted, it numbers a retry anew
