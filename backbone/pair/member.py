@@ -232,7 +232,7 @@ class PairMember:
         self.source = ReplicationSource(self.epoch, sync=self.sync, timeout=self.timeout)
         for record in self._tagged:
             self.source.keep(record.first, record.last, [frames.encode_record(
-                self.epoch, record.first, record.last, record.source, record.runs, record.frames)])
+                record.epoch, record.first, record.last, record.source, record.runs, record.frames)])
         backbone.replicas = []
         self.primary = True
         self._fenced_by = 0
@@ -245,6 +245,8 @@ class PairMember:
         self.counters["pair held output dropped"] += sum(len(sends) for _, sends, _ in self._held)
         for _, _, tagged in self._held:  # not CONFIRMed: publishers send again, and get new numbers
             self._forget(tagged)
+        # ... so neither they nor a flush sequenced but not gated yet are ever DELIVERed from its recent log
+        self.backbone.recent.drop_after(self._sent)
         self._held.clear()
         self.source = None
         self.backbone.replicas = None
@@ -318,6 +320,11 @@ class PairMember:
         if isinstance(frame, frames.State) and frame.role == frames.ROLE_STANDBY:
             follower.on_peer_mark(frame.last_issued)  # whatever its epoch: numbers are numbers
             return False
+        if isinstance(frame, frames.Record) and follower.tags_only(frame):
+            # CONFIRMed before this standby followed: a retry promoted gets its number
+            self.backbone.confirmed.remember_runs(frame.source, frame.runs, now)
+            self._keep_tagged(frame)
+            return False
         if frame.epoch < follower.epoch:
             self.counters["drop:pair old epoch"] += 1
             return False
@@ -338,10 +345,6 @@ class PairMember:
             self._follow_epoch(follower.epoch)
             return False
         if isinstance(frame, frames.Record) and frame.epoch == follower.epoch:
-            if follower.tags_only(frame):  # CONFIRMed before this standby followed: a retry gets its number
-                self.backbone.confirmed.remember_runs(frame.source, frame.runs, now)
-                self._keep_tagged(frame)
-                return False
             for record in follower.on_record(frame, now):
                 self.backbone.hold_replica(record.frames, record.last - record.first + 1, record.source,
                                            record.runs, now)

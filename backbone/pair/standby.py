@@ -157,9 +157,10 @@ class ReplicaFollower:
 
     def tags_only(self, record: frames.Record) -> bool:
         """Whether ``record`` lies below the held stream, asked for its tags only (the first stops the asking:
-        the primary sent all it had)."""
+        the primary sent all it had).  Those a primary took as standby keep their earlier epoch: a process that
+        did not ask (restarted meanwhile) does not take them for the stream, which they are below."""
         wanted = self._tags_wanted
-        if wanted is None or record.last > wanted[1] or record.last < wanted[0]:
+        if wanted is None or record.epoch > self.epoch or not wanted[0] <= record.last <= wanted[1]:
             return False
         self._next_tags = math.inf
         return True

@@ -396,3 +396,25 @@ def test_a_standby_forgets_the_tags_its_primary_dropped_and_declared_never_sent_
     rig.settle()
     assert b.follower.epoch == a.epoch
     assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) is None  # promoted, it numbers a retry anew
+
+
+def test_a_demoted_primary_never_delivers_the_output_it_dropped_from_its_recent_log():
+    rig = Rig(sync=True)
+    a = rig.members["a"]
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.settle()
+    rig.push("a", b"sent", 1)
+    rig.settle(3)
+    sent = rig.cores["a"].sequence.last_issued
+    rig.cut = True  # the standby's ACKs stop: the next output stays held
+    rig.push("a", b"held", 2)
+    out = rig.flush("a")
+    rig.carry("a", a.replicate())
+    rig.carry("a", a.gate(out.sends, rig.now))
+    rig.push("a", b"sequenced, not gated yet", 3)
+    rig.flush("a")
+    rig.carry("a", a.replicate())
+    issued = rig.cores["a"].sequence.last_issued
+    assert a.holding == 1 and issued == sent + 2
+    rig.carry("a", a.demote(rig.now))  # their tags forgotten: a retry gets a new number, so the old ones must
+    assert [seq for seq, _ in rig.cores["a"].recent.frames(1, issued)] == [sent]  # never be DELIVERed either
