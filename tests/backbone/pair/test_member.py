@@ -238,7 +238,10 @@ def test_a_member_promoted_again_before_its_takeover_was_answered_asks_the_journ
     rig.carry("a", a.promote(rig.now, rig.durable["a"]))
     never_sent = [(first, last) for first, last, reason in rig.cores["a"].gone if reason == codec.GONE_NEVER_SENT]
     assert never_sent and all(first > max(sent) for first, _ in never_sent)  # only above what it sent itself
-    assert rig.cores["a"]._recovery is not None and rig.cores["a"]._recovery.from_seq == 1  # 1..1000: asked again
+    sends = rig.cores["a"].flush(rig.now).sends
+    forwards = [frame for data, addr in sends if addr == SUBSCRIBER and data[0] == codec.FORWARD
+                for frame in codec.decode(bytes(data)) if isinstance(frame, codec.Forward)]
+    assert [forward.from_seq for forward in forwards] == [1]  # 1..1000: asked of the journals again
 
 
 def test_forged_garbage_and_foreign_pair_datagrams_are_counted_and_change_nothing():
