@@ -107,6 +107,21 @@ class RecentLog:
             self._oldest = 0
         self.bytes = self._head - starts[self._oldest] if len(starts) > self._oldest else 0
 
+    def drop_after(self, seq: int) -> None:
+        """Forget the newest entries that begin above ``seq``: a pair member that stood down dropped their
+        output, and their numbers must never be DELIVERed from here (their tags were forgotten: a retry gets
+        another number)."""
+        firsts = self._firsts
+        while len(self) and firsts[-1] > seq:
+            for index in (firsts, self._starts, self._lengths, self._steps, self._counts):
+                index.pop()
+        starts = self._starts
+        if len(self):
+            self._head = starts[-1] + self._lengths[-1]
+            self.bytes = self._head - starts[self._oldest]
+        else:
+            self.bytes = 0
+
     def frames(self, from_seq: int, to_seq: int) -> list[tuple[int, memoryview]]:
         """(sequence, DELIVER frame) for every held sequence in ``from_seq..to_seq``, ascending.
 

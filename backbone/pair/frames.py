@@ -33,6 +33,9 @@ ROLE_STANDBY = 0
 ROLE_PRIMARY = 1
 STATE_SYNC = 0x1  # the primary CONFIRMs and DELIVERs only what the standby holds (--standby-sync)
 STATE_ATTACHED = 0x2  # the primary counts its standby as attached: it issues nothing the standby did not grant
+# its takeover is still open and declared every number above `delivered` up to its start never sent (it forgot
+# their tags): a standby that learnt tags for them from an earlier epoch forgets them too
+STATE_NEVER_SENT = 0x4
 
 MAX_EPOCH = (1 << 32) - 1
 DIGEST_SIZE = 16  # with a pair key (--pair-key), every datagram ends in an HMAC-SHA256 of the rest, cut to 16 bytes

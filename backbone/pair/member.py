@@ -35,6 +35,7 @@ from fyrehose.backbone.sequence_counter import SequenceCounter
 from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address, Run
 
+TAGGED_BYTES = 16 << 20  # RECORDs with tags a standby keeps, for its own standby once it is promoted
 STATE_EVERY = 0.02  # heartbeat of both members (STATE from the primary, ACK from the standby)
 MEMBERS_EVERY = 0.25  # the primary's client table goes to the standby this often
 # After a primary stands down (demoted, fenced, or the peer it followed), its member and its peer's say `fenced`
@@ -105,12 +106,17 @@ class PairMember:
         self._delivered = 0  # the last sequence whose output left, as far as STATEs say (below: answered)
         self._sent = 0  # the last sequence whose output left
         self._open: tuple[int, int] | None = None  # the numbers its takeover has not answered yet
+        self._open_never_sent = False  # ... and they were all declared never sent (the STATEs say so)
         # after a promotion, until what it could not account for has been answered (the GONE left, or the
         # journals' window ended and its GONE left, and a subscriber was heard since), the STATEs say nothing
         # above its start was delivered: a standby promoted meanwhile answers those numbers in turn
         self._answered: tuple[int, float, int] | None = None  # (below, window's end, GONE answers by then)
         self._told_at: float | None = None  # when its GONE left: a subscriber heard after it was reachable
         self._acked = False  # a standby owes an ACK for what it took
+        # the tagged RECORDs it took as standby, newest last: promoted, it keeps them for its standby's REPLAY of
+        # the tags below that standby's first STATE (the held entries it sends again among them)
+        self._tagged: deque[frames.Record] = deque()
+        self._tagged_bytes = 0
         self._out = Actions()
         self._now = float("-inf")  # the latest time given
         # `fenced` until then: a primary stood down (STAND_DOWN_HOLD); a restarted member (it has an epoch) holds
@@ -207,6 +213,7 @@ class PairMember:
             self._told_at = None
             self._delivered = first[0] - 1
             self._open = (first[0], plan.start - 1)
+            self._open_never_sent = plan.never_sent and reopen is None
         if plan.resend is not None:
             backbone.send_to_subscribers([bytes(frame) for _, frame in backbone.recent.frames(*plan.resend)], now)
         # a recovery of an earlier promotion still open (it stood down within the window) ends now: what the
@@ -223,6 +230,9 @@ class PairMember:
         elif first is not None:
             backbone.recover(first[0], (unknown or first)[1], self.service, now, sent=sent)
         self.source = ReplicationSource(self.epoch, sync=self.sync, timeout=self.timeout)
+        for record in self._tagged:
+            self.source.keep(record.first, record.last, [frames.encode_record(
+                record.epoch, record.first, record.last, record.source, record.runs, record.frames)])
         backbone.replicas = []
         self.primary = True
         self._fenced_by = 0
@@ -235,6 +245,8 @@ class PairMember:
         self.counters["pair held output dropped"] += sum(len(sends) for _, sends, _ in self._held)
         for _, _, tagged in self._held:  # not CONFIRMed: publishers send again, and get new numbers
             self._forget(tagged)
+        # ... so neither they nor a flush sequenced but not gated yet are ever DELIVERed from its recent log
+        self.backbone.recent.drop_after(self._sent)
         self._held.clear()
         self.source = None
         self.backbone.replicas = None
@@ -308,12 +320,19 @@ class PairMember:
         if isinstance(frame, frames.State) and frame.role == frames.ROLE_STANDBY:
             follower.on_peer_mark(frame.last_issued)  # whatever its epoch: numbers are numbers
             return False
+        if isinstance(frame, frames.Record) and follower.tags_only(frame):
+            # CONFIRMed before this standby followed: a retry promoted gets its number
+            self.backbone.confirmed.remember_runs(frame.source, frame.runs, now)
+            self._keep_tagged(frame)
+            return False
         if frame.epoch < follower.epoch:
             self.counters["drop:pair old epoch"] += 1
             return False
         if isinstance(frame, frames.State) and frame.role == frames.ROLE_PRIMARY:
             if follower.newer(frame.epoch):
                 self._follow_epoch(frame.epoch)
+                if frame.flags & frames.STATE_NEVER_SENT:
+                    self._forget_tagged_above(frame.delivered)
             follower.on_state(frame, now)
             self._adopt(frame, now)
             if frame.want > self._wanted:
@@ -329,10 +348,34 @@ class PairMember:
             for record in follower.on_record(frame, now):
                 self.backbone.hold_replica(record.frames, record.last - record.first + 1, record.source,
                                            record.runs, now)
+                self._keep_tagged(record)
             # a sync primary holds its output until this ACK; an asynchronous one only needs the heartbeat's
             # (an ACK per RECORD would wake it once more per flush for nothing)
             return follower.primary is not None and bool(follower.primary.flags & frames.STATE_SYNC)
         return False
+
+    def _keep_tagged(self, record: frames.Record) -> None:
+        """Keep a RECORD whose tags it took, within TAGGED_BYTES and UNACCOUNTED numbers of the newest."""
+        if not record.runs:
+            return
+        tagged = self._tagged
+        tagged.append(record)
+        self._tagged_bytes += len(record.frames)
+        while tagged and (self._tagged_bytes > TAGGED_BYTES or tagged[0].last <= record.last - UNACCOUNTED):
+            self._tagged_bytes -= len(tagged.popleft().frames)
+
+    def _forget_tagged_above(self, delivered: int) -> None:
+        """A newer primary declared every number above ``delivered`` never sent: the tags this member took for
+        them from an earlier epoch's RECORDs would CONFIRM a retry with a number nobody has."""
+        kept: deque[frames.Record] = deque()
+        for record in self._tagged:
+            if record.last > delivered:
+                self._forget([(record.source, frames.clip_runs(record.runs, delivered + 1, record.last))])
+            if record.first > delivered:
+                self._tagged_bytes -= len(record.frames)
+            else:
+                kept.append(record)
+        self._tagged = kept
 
     def _follow_epoch(self, epoch: int) -> None:
         """A standby that follows a newer primary writes its epoch too: restarted without the primary's state
@@ -478,7 +521,8 @@ class PairMember:
         if now >= self._next_members:
             self._next_members = now + MEMBERS_EVERY
             members = [frames.Member(addr, flags, int(age * 1000)) for addr, flags, age in backbone.clients.members(now)]
-        states = frames.encode_state(self.epoch, frames.ROLE_PRIMARY, source.flags(), last, self._delivered, want,
+        flags = source.flags() | (frames.STATE_NEVER_SENT if self._open is not None and self._open_never_sent else 0)
+        states = frames.encode_state(self.epoch, frames.ROLE_PRIMARY, flags, last, self._delivered, want,
                                      source.clean_ms(now), members)
         self._out.to_peer += [self._seal(state) for state in states]
         self._next_state = now + STATE_EVERY

@@ -5,10 +5,15 @@ The standby holds an unbroken run of sequences from the first RECORD it saw
 the primary to REPLAY what went missing on the way, and learns the
 primary's subscribers and CONFIRM memory from STATE and RECORD datagrams, so
 that once promoted it delivers at once and answers a retried PUSH with its
-original number.
+original number.  A standby that starts following a primary that already
+issued numbers (started late, or a new epoch) asks it once for the RECORDs
+just below its first STATE and keeps only their tags: a publisher whose
+CONFIRM was lost before then retries with the same tag, and after a takeover
+must get its original number, not a second one.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fyrehose.backbone.pair import frames
@@ -70,6 +75,10 @@ class ReplicaFollower:
         # it did; the numbers it reserved beyond were never sent
         self._own_delivered: int | None = None
         self._reopen: tuple[int, int] | None = None
+        # the numbers below the held stream whose tags it takes from its primary, and until when it asks for them
+        self._tags_wanted: tuple[int, int] | None = None
+        self._tags_until = 0.0
+        self._next_tags = 0.0
         if issued:
             self.base, self.held, self._own_delivered = 0, issued, min(delivered, issued)
             self._reopen = reopen
@@ -87,6 +96,7 @@ class ReplicaFollower:
         self.caught_up_at = None
         self.stood_down = False
         self.wanted = self.granted = 0
+        self._tags_wanted = None
         self._ahead.clear()
         self._missing_since = None
         return True
@@ -141,6 +151,19 @@ class ReplicaFollower:
             self.caught_up_at = state.last_issued
             if self.base is None:
                 self.base = self.held = state.last_issued  # follows on from here; history is the journals'
+                if state.last_issued:  # ... but the tags of what it CONFIRMed just before are asked for
+                    self._tags_wanted = (max(1, state.last_issued - UNACCOUNTED + 1), state.last_issued)
+                    self._next_tags, self._tags_until = now, now + REBASE_AFTER
+
+    def tags_only(self, record: frames.Record) -> bool:
+        """Whether ``record`` lies below the held stream, asked for its tags only (the first stops the asking:
+        the primary sent all it had).  Those a primary took as standby keep their earlier epoch: a process that
+        did not ask (restarted meanwhile) does not take them for the stream, which they are below."""
+        wanted = self._tags_wanted
+        if wanted is None or record.epoch > self.epoch or not wanted[0] <= record.last <= wanted[1]:
+            return False
+        self._next_tags = math.inf
+        return True
 
     def on_record(self, record: frames.Record, now: float) -> list[frames.Record]:
         """The RECORDs now held in order (none when this one is old, a duplicate, or beyond a hole)."""
@@ -177,7 +200,16 @@ class ReplicaFollower:
         return self.primary is not None and self.primary.last_issued > self.held
 
     def replays(self, now: float) -> list[bytes]:
-        """REPLAY requests for the hole above what is held, when it has waited long enough."""
+        """REPLAY requests for the hole above what is held, when it has waited long enough, and for the tags
+        below it (until some arrive, for REBASE_AFTER at most: the primary may not have them)."""
+        asked = []
+        wanted = self._tags_wanted
+        if wanted is not None and now >= self._next_tags and now <= self._tags_until:
+            self._next_tags = now + REPLAY_AFTER * 4
+            asked.append(frames.encode_replay(self.epoch, *wanted))
+        return asked + self._hole_replays(now)
+
+    def _hole_replays(self, now: float) -> list[bytes]:
         if self.base is None or not (self._ahead or self._behind()):
             self._missing_since = None
             return []

@@ -49,6 +49,27 @@ def test_it_holds_a_suffix_of_whole_datagrams_within_its_size_and_returns_them_e
     assert [s for s, _ in log.frames(lo, hi)] == [s for s in sorted(held) if lo <= s <= hi]
 
 
+@given(datagrams, st.integers(1, 600), st.integers(0, 120), datagrams)
+def test_what_is_dropped_after_a_number_is_gone_and_the_ring_goes_on_from_there(batches, capacity, keep, more):
+    log = RecentLog(capacity)
+    seq = 1
+    for payloads in batches:
+        log.add([entry(seq, payloads)])
+        seq += len(payloads)
+    before = {s: bytes(frame) for s, frame in log.frames(1, seq)}
+    log.drop_after(keep)  # the entries that begin above `keep` go; one that straddles it stays whole
+    after = {s: bytes(frame) for s, frame in log.frames(1, seq)}
+    assert after.items() <= before.items() and log.bytes <= capacity
+    assert all(s <= keep for s in after) or min(s for s in after if s > keep) - 1 <= keep
+    assert not after or all(s in after for s in before if min(after) <= s <= keep)
+    seq = max(after, default=0) + 1
+    for payloads in more:  # numbered on from what it still holds
+        log.add([entry(seq, payloads)])
+        seq += len(payloads)
+    again = {s: bytes(frame) for s, frame in log.frames(1, seq)}
+    assert log.bytes <= capacity and (not again or sorted(again) == list(range(min(again), seq)))
+
+
 def test_nothing_is_kept_with_no_room():
     log = RecentLog(0)
     log.add([entry(1, [b"x"])])

@@ -238,7 +238,10 @@ def test_a_member_promoted_again_before_its_takeover_was_answered_asks_the_journ
     rig.carry("a", a.promote(rig.now, rig.durable["a"]))
     never_sent = [(first, last) for first, last, reason in rig.cores["a"].gone if reason == codec.GONE_NEVER_SENT]
     assert never_sent and all(first > max(sent) for first, _ in never_sent)  # only above what it sent itself
-    assert rig.cores["a"]._recovery is not None and rig.cores["a"]._recovery.from_seq == 1  # 1..1000: asked again
+    sends = rig.cores["a"].flush(rig.now).sends
+    forwards = [frame for data, addr in sends if addr == SUBSCRIBER and data[0] == codec.FORWARD
+                for frame in codec.decode(bytes(data)) if isinstance(frame, codec.Forward)]
+    assert [forward.from_seq for forward in forwards] == [1]  # 1..1000: asked of the journals again
 
 
 def test_forged_garbage_and_foreign_pair_datagrams_are_counted_and_change_nothing():
@@ -324,3 +327,97 @@ def test_a_standby_acks_a_record_at_once_only_for_a_sync_primary():
         assert [ack.held for ack in acks] == ([seq] if sync else [])
         rig.step()  # the heartbeat's ACK tells the asynchronous primary too
         assert rig.members["a"].source is not None and rig.members["a"].source.held == seq
+
+
+def _restart(rig: Rig, name: str) -> None:
+    """Member ``name`` runs again with its state directory lost: a fresh core, epoch 0, nothing remembered."""
+    core = rig.cores[name] = Backbone(reserved=0, rng=random.Random(2))
+    address, peer = (A, B) if name == "a" else (B, A)
+    rig.members[name] = PairMember(core, address, peer, SERVICE, epoch=0, durable=0, sync=True)
+    rig.durable[name] = 0
+
+
+def _confirmed(rig: Rig, name: str) -> int:
+    """The one number member ``name``'s primary CONFIRMed to the publisher."""
+    for data, addr in rig.to_clients[name]:
+        if addr == PUBLISHER and data[0] == codec.CONFIRM:
+            return next(frame.seq for frame in codec.decode(data) if isinstance(frame, codec.Confirm))
+    raise AssertionError("no CONFIRM")
+
+
+def test_a_standby_that_starts_following_late_learns_the_tags_its_primary_confirmed_before():
+    rig = Rig(sync=True)
+    rig.cut = True  # the standby is away: the primary CONFIRMs alone
+    rig.carry("a", rig.members["a"].promote(rig.now, RESERVE))
+    rig.push("a", b"one", 7)
+    rig.settle(3)
+    seq = _confirmed(rig, "a")
+    _restart(rig, "b")
+    rig.cut = False
+    rig.settle()
+    assert rig.members["b"].follower.base == seq  # it follows on from above it ...
+    assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) == seq  # ... and a retry promoted gets its number
+
+
+def test_a_promoted_member_gives_its_new_standby_the_tags_of_what_it_held():
+    rig = Rig(sync=True)
+    rig.carry("a", rig.members["a"].promote(rig.now, RESERVE))
+    rig.settle()
+    rig.push("a", b"one", 7)
+    rig.settle(5)
+    seq = _confirmed(rig, "a")
+    assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) == seq
+    rig.cut = True
+    rig.settle(60)  # the primary is gone (its host down): the standby is promoted, and sends what it held again
+    rig.carry("b", rig.members["b"].promote(rig.now, rig.durable["b"]))
+    _restart(rig, "a")  # back with its state directory lost: it follows above what the new primary held
+    rig.cut = False
+    rig.settle()
+    assert rig.members["a"].follower.base is not None and rig.members["a"].follower.base > seq
+    assert rig.cores["a"].confirmed.lookup(PUBLISHER, 7) == seq
+
+
+def test_a_standby_forgets_the_tags_its_primary_dropped_and_declared_never_sent_when_promoted_again():
+    rig = Rig(sync=True)
+    rig.subscribe()
+    a, b = rig.members["a"], rig.members["b"]
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.settle()
+    rig.subscribe()  # its first takeover answered: the next one declares all it cannot account for never sent
+    rig.settle(2)
+    rig.push("a", b"one", 7)
+    out = rig.flush("a")
+    records = a.replicate().to_peer
+    assert a.gate(out.sends, rig.now).to_clients == [] and a.holding == 1  # held for the standby's ACK ...
+    b.receive([(record, A) for record in records], rig.now, rig.durable["b"])  # ... which is lost
+    seq = rig.cores["a"].sequence.last_issued
+    assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) == seq
+    rig.to_peer["a"].clear()
+    rig.carry("a", a.demote(rig.now))  # the output dropped, its tag forgotten ...
+    rig.carry("a", a.promote(rig.now, RESERVE))  # ... and its number declared never sent
+    assert rig.cores["a"].confirmed.lookup(PUBLISHER, 7) is None
+    rig.settle()
+    assert b.follower.epoch == a.epoch
+    assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) is None  # promoted, it numbers a retry anew
+
+
+def test_a_demoted_primary_never_delivers_the_output_it_dropped_from_its_recent_log():
+    rig = Rig(sync=True)
+    a = rig.members["a"]
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.settle()
+    rig.push("a", b"sent", 1)
+    rig.settle(3)
+    sent = rig.cores["a"].sequence.last_issued
+    rig.cut = True  # the standby's ACKs stop: the next output stays held
+    rig.push("a", b"held", 2)
+    out = rig.flush("a")
+    rig.carry("a", a.replicate())
+    rig.carry("a", a.gate(out.sends, rig.now))
+    rig.push("a", b"sequenced, not gated yet", 3)
+    rig.flush("a")
+    rig.carry("a", a.replicate())
+    issued = rig.cores["a"].sequence.last_issued
+    assert a.holding == 1 and issued == sent + 2
+    rig.carry("a", a.demote(rig.now))  # their tags forgotten: a retry gets a new number, so the old ones must
+    assert [seq for seq, _ in rig.cores["a"].recent.frames(1, issued)] == [sent]  # never be DELIVERed either
