@@ -17,6 +17,7 @@ from fyrehose.protocol.tracker import NOT_RECOVERED
 from fyrehose.runtime.process import wait_until
 from fyrehose.tools.bench.failover import FailoverSettings, Pair, kill_backbone, pair_rig, summarize, take_over
 from fyrehose.tools.bench.pair_hosts import PAIR, unavailable
+from tests.support import EVENT_WITHIN
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"a standby pair in namespaces: {unavailable()}")
 
@@ -126,13 +127,16 @@ def resume_frozen_master(pair: Pair, host: str) -> None:
     for pid in frozen:
         pair.net.pause(pid)
     other = PAIR[1 - PAIR.index(host)]
-    pair.net.wait_for_holder(other, 20)
-    pair.wait_role(other, "primary", 20)
+    pair.net.wait_for_holder(other, EVENT_WITHIN)
+    pair.wait_role(other, "primary", EVENT_WITHIN)
     for pid in frozen:
         pair.net.resume(pid)
 
 
-STALL_BOUND = 2.0  # seconds: the longest a subscriber waits for the stream after a fault (its give-up time: 10 s)
+# Seconds: a stall this long is a subscriber waiting its give-up time (10 s) on numbers nobody answers, the defect
+# these tests guard against. How short the stall is (well under 2 s on a quiet host) is a figure of
+# `fyrehose bench failover`, printed here, not asserted: a busy host's scheduler stretches it.
+STALL_BOUND = 10.0
 
 
 @pytest.mark.parametrize(("fault", "sync"), [(demote_then_promote, True), (demote_then_promote, False),
@@ -152,15 +156,16 @@ def test_after_a_double_transition_no_subscriber_waits_its_give_up_time(tmp_path
     with pair_rig(tmp_path / "pair", sync, RATE) as (pair, client):
         client.ask("stream")
         time.sleep(1.0)
-        primary = pair.primary_once_promoted(30)  # (the pair settled: one host serves, the other stands by)
-        wait_until(lambda: pair.role(PAIR[1 - PAIR.index(primary)]) == "standby", 30, "the standby fit")
+        primary = pair.primary_once_promoted(EVENT_WITHIN)  # (the pair settled: one host serves, the other stands by)
+        wait_until(lambda: pair.role(PAIR[1 - PAIR.index(primary)]) == "standby", EVENT_WITHIN, "the standby fit")
         if fault is resume_frozen_master and primary != PAIR[0]:  # the frozen master must be the higher priority
             take_over(pair, _Report(), 0)
             primary = pair.primary()
         fault_at = time.monotonic()  # (the client's clock too: one monotonic clock in every namespace)
         fault(pair, primary)
-        serving = pair.primary_once_promoted(30)
-        wait_until(lambda: pair.role(PAIR[1 - PAIR.index(serving)]) == "standby", 30, "the other host standing by")
+        serving = pair.primary_once_promoted(EVENT_WITHIN)
+        wait_until(lambda: pair.role(PAIR[1 - PAIR.index(serving)]) == "standby", EVENT_WITHIN,
+                   "the other host standing by")
         time.sleep(1.0)
         record = client.ask("finish 3.0", timeout=90)
     messages = {index: seq for kind, seq, index, _ in record["events"] if kind == "m"}
@@ -172,7 +177,8 @@ def test_after_a_double_transition_no_subscriber_waits_its_give_up_time(tmp_path
     assert not [loss for loss in losses if loss[0] == NOT_RECOVERED]  # no give-up time waited
     assert stall < STALL_BOUND, f"the subscriber waited {stall:.1f} s for the stream"
     confirmed = [(index, seq) for index, _, seq in record["published"] if seq > 0]
-    assert len(confirmed) > RATE  # the stream ran through the fault
+    sent_confirmed = [sent for _, sent, seq in record["published"] if seq > 0]
+    assert min(sent_confirmed) < fault_at < max(sent_confirmed)  # the stream ran through the fault, however fast
     numbers = {seq: index for index, seq in messages.items()}
     assert all(numbers.get(seq, index) == index for index, seq in confirmed)  # no number issued twice
     unaccounted = [seq for index, seq in confirmed

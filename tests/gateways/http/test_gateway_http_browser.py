@@ -18,7 +18,7 @@ from fyrehose import Client
 from fyrehose.subjects.envelope import Envelope
 
 from gateway_support import GatewayProcess
-from support import LOOPBACK
+from support import EVENT_WITHIN, LOOPBACK
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROMIUM = "/usr/bin/chromium"
@@ -54,7 +54,7 @@ def publish(gateway: GatewayProcess, subject: str, data: bytes) -> None:
 
 
 def test_live_view_shows_published_messages_and_draws_the_rate(browser, http_gateway):
-    wait = WebDriverWait(browser, 20)
+    wait = WebDriverWait(browser, EVENT_WITHIN)
     browser.get(f"http://{LOOPBACK}:{http_gateway.port}/")
     assert browser.title == "fyrehose live view"
     wait.until(lambda d: d.find_element(By.ID, "status").get_attribute("data-state") == "open",
@@ -85,7 +85,7 @@ def test_live_view_shows_published_messages_and_draws_the_rate(browser, http_gat
 
 
 def test_live_view_filters_by_the_typed_pattern(browser, http_gateway):
-    wait = WebDriverWait(browser, 20)
+    wait = WebDriverWait(browser, EVENT_WITHIN)
     browser.get(f"http://{LOOPBACK}:{http_gateway.port}/")
     pattern = browser.find_element(By.ID, "pattern")
     pattern.clear()
@@ -102,7 +102,7 @@ def test_live_view_filters_by_the_typed_pattern(browser, http_gateway):
 
 def test_live_view_counts_a_burst_exactly(browser, http_gateway, module_backbone):
     """A burst much faster than the page redraws: every message is counted, per subject too."""
-    wait = WebDriverWait(browser, 60)
+    wait = WebDriverWait(browser, EVENT_WITHIN)
     browser.get(f"http://{LOOPBACK}:{http_gateway.port}/")
     pattern = browser.find_element(By.ID, "pattern")
     pattern.clear()
@@ -122,7 +122,7 @@ def test_live_view_counts_a_burst_exactly(browser, http_gateway, module_backbone
 
 def test_the_browsers_event_source_reads_the_stream(browser, http_gateway):
     """Chromium's own EventSource on /v1/stream: text as it is, binary as base64 said in the event type."""
-    wait = WebDriverWait(browser, 20)
+    wait = WebDriverWait(browser, EVENT_WITHIN)
     browser.get(f"http://{LOOPBACK}:{http_gateway.port}/healthz")
     browser.execute_script("""
         window.got = [];
@@ -179,7 +179,7 @@ def publish_as(gateway: GatewayProcess, subject: str, data: bytes) -> None:
 
 
 def test_live_view_asks_for_a_token_and_keeps_it_for_the_tab(browser, users_gateway):
-    wait = WebDriverWait(browser, 20)
+    wait = WebDriverWait(browser, EVENT_WITHIN)
     browser.get(f"http://{LOOPBACK}:{users_gateway.port}/")
     browser.execute_script("sessionStorage.clear()")
     browser.refresh()
@@ -207,7 +207,7 @@ def test_live_view_asks_for_a_token_and_keeps_it_for_the_tab(browser, users_gate
 
 
 def test_the_browsers_event_source_reads_the_stream_with_a_token(browser, users_gateway):
-    wait = WebDriverWait(browser, 20)
+    wait = WebDriverWait(browser, EVENT_WITHIN)
     browser.get(f"http://{LOOPBACK}:{users_gateway.port}/healthz")
     browser.execute_script("""
         window.got = [];
