@@ -120,10 +120,12 @@ class Pair:
         wait_until(lambda: self.role(host) == role, timeout, f"the backbone on {host} to be {role}", interval=0.01)
 
     def primary_once_promoted(self, timeout: float) -> str:
-        """The host holding the address, once its backbone is primary."""
-        wait_until(lambda: any(self.role(host) == "primary" for host in self.net.vip_holders()), timeout,
-                   "the address holder's backbone to be primary", interval=0.01)
-        return self.primary()
+        """The host holding the address, once its backbone is primary (read together: keepalived may move the
+        address between two separate reads)."""
+        def serving() -> str:
+            holders = self.net.vip_holders()
+            return holders[0] if len(holders) == 1 and self.role(holders[0]) == "primary" else ""
+        return wait_until(serving, timeout, "the address holder's backbone to be primary", interval=0.01)
 
     def primary(self) -> str:
         holder = self.net.vip_holder()
