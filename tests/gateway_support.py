@@ -6,8 +6,10 @@ import from it.
 from __future__ import annotations
 
 import os
+import selectors
 import socket
 import struct
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,3 +223,32 @@ class RawNats:
                 break
             self.data += chunk
         return self.data
+
+
+class SseReader:
+    """``curl -N`` on a stream URL, its output read as it arrives."""
+
+    def __init__(self, url: str, *headers: str) -> None:
+        args = ["curl", "-s", "-N", "--max-time", "60"]
+        for header in headers:
+            args += ["-H", header]
+        self.proc = subprocess.Popen(args + [url], stdout=subprocess.PIPE)
+        self.data = b""
+
+    def read_until(self, needle: bytes, timeout: float = 15.0) -> bytes:
+        selector = selectors.DefaultSelector()
+        selector.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while needle not in self.data and time.monotonic() < deadline:
+            if selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                chunk = self.proc.stdout.read1(65536)
+                if not chunk:
+                    break
+                self.data += chunk
+        selector.close()
+        assert needle in self.data, f"{needle!r} not in the stream: {self.data!r}"
+        return self.data
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)

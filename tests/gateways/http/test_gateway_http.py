@@ -10,14 +10,13 @@ import base64
 import json
 import socket
 import subprocess
-import time
 
 import psutil
 import pytest
 import websockets
 from node_clients import run_node
 
-from gateway_support import GatewayProcess
+from gateway_support import GatewayProcess, SseReader
 from support import EVENT_WITHIN, LOOPBACK, CacheProcess, wait_until
 
 
@@ -150,37 +149,6 @@ def test_health_is_503_once_the_backbone_is_gone(tmp_path):
 
 
 # ---------------------------------------------------------------- Server-Sent Events with curl -N
-
-class SseReader:
-    """``curl -N`` on a stream URL, its output read as it arrives."""
-
-    def __init__(self, url: str, *headers: str) -> None:
-        args = ["curl", "-s", "-N", "--max-time", "60"]
-        for header in headers:
-            args += ["-H", header]
-        self.proc = subprocess.Popen(args + [url], stdout=subprocess.PIPE)
-        self.data = b""
-
-    def read_until(self, needle: bytes, timeout: float = 15.0) -> bytes:
-        import selectors
-
-        selector = selectors.DefaultSelector()
-        selector.register(self.proc.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + timeout
-        while needle not in self.data and time.monotonic() < deadline:
-            if selector.select(timeout=max(0.0, deadline - time.monotonic())):
-                chunk = self.proc.stdout.read1(65536)
-                if not chunk:
-                    break
-                self.data += chunk
-        selector.close()
-        assert needle in self.data, f"{needle!r} not in the stream: {self.data!r}"
-        return self.data
-
-    def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
-
 
 def test_sse_events_are_byte_exact(http_gateway):
     reader = SseReader(f"{base_url(http_gateway)}/v1/stream/http.sse.%3E")

@@ -28,7 +28,7 @@ from fyrehose.gateways.access.users import Entry, User
 from fyrehose.gateways.http.authorization import CHALLENGE
 from fyrehose.subjects.envelope import Envelope, decode
 
-from gateway_support import GatewayProcess
+from gateway_support import GatewayProcess, SseReader
 from http_users_support import PASSWORD, Users, users
 from support import EVENT_WITHIN, LOOPBACK, wait_until
 
@@ -148,37 +148,6 @@ def test_urllib_with_a_bearer_header_and_with_its_basic_auth_handler(gateway, al
     with pytest.raises(urllib.error.HTTPError) as forbidden:
         opener.open(urllib.request.Request(url(gateway, "/v1/publish/bob.x"), data=b"c"), timeout=20)
     assert forbidden.value.code == 403
-
-
-class SseReader:
-    """``curl -N`` on a stream URL, its output read as it arrives."""
-
-    def __init__(self, target: str, *headers: str) -> None:
-        args = ["curl", "-s", "-N", "--max-time", "60"]
-        for header in headers:
-            args += ["-H", header]
-        self.proc = subprocess.Popen(args + [target], stdout=subprocess.PIPE)
-        self.data = b""
-
-    def read_until(self, needle: bytes, timeout: float = 15.0) -> bytes:
-        import selectors
-
-        selector = selectors.DefaultSelector()
-        selector.register(self.proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
-        deadline = time.monotonic() + timeout
-        while needle not in self.data and time.monotonic() < deadline:
-            if selector.select(timeout=max(0.0, deadline - time.monotonic())):
-                chunk = self.proc.stdout.read1(65536)  # type: ignore[union-attr]
-                if not chunk:
-                    break
-                self.data += chunk
-        selector.close()
-        assert needle in self.data, f"{needle!r} not in the stream: {self.data!r}"
-        return self.data
-
-    def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
 
 
 @pytest.mark.parametrize("how", ["header", "query"])

@@ -27,6 +27,15 @@ from support import EVENT_WITHIN, LOOPBACK, free_port, make_certificates, take, 
 PASSWORDS = {name: password for name, (password, _, _) in RIGHTS.items()}
 
 
+async def error_texts(errors: list, count: int) -> list[str]:
+    """The server's errors nats-py reported, lowercased as nats-py gives them, once ``count`` came (at most 10 s)."""
+    for _ in range(200):
+        if len(errors) >= count:
+            break
+        await asyncio.sleep(0.05)
+    return [str(error).lower() for error in errors]
+
+
 def run(coroutine):
     return asyncio.run(asyncio.wait_for(coroutine, 60))
 
@@ -120,11 +129,7 @@ def test_a_permissions_violation_reaches_nats_py_error_cb_and_the_connection_sta
         await alice.subscribe("other.subject")
         await alice.publish("orders.marker", b"allowed")
         await alice.flush()
-        for _ in range(200):
-            if len(errors) >= 2:
-                break
-            await asyncio.sleep(0.05)
-        texts = [str(error).lower() for error in errors]  # nats-py lowercases the server's text
+        texts = await error_texts(errors, 2)
         assert any('permissions violation for publish to "other.subject"' in text for text in texts), texts
         assert any('permissions violation for subscription to "other.subject"' in text for text in texts), texts
         assert alice.is_connected
@@ -195,11 +200,7 @@ def test_sighup_reload_applies_new_rights_to_connected_clients(module_backbone, 
         wait_until(lambda: "users re-read" in process.log_text(), EVENT_WITHIN, "the reload")
         await alice.publish("orders.eu", b"after")
         await alice.flush()
-        for _ in range(200):
-            if len(errors) >= 2:
-                break
-            await asyncio.sleep(0.05)
-        texts = [str(error).lower() for error in errors]  # nats-py lowercases the server's text
+        texts = await error_texts(errors, 2)
         assert any('permissions violation for publish to "orders.eu"' in text for text in texts), texts
         assert alice.is_connected  # the connection stayed open through the reload
         await alice.close()
