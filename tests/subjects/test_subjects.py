@@ -276,8 +276,10 @@ def test_loss_events_reach_every_subscription(backbone_factory, workers):
                 while not isinstance(event := stream.get(timeout=1), Lost):
                     assert time.monotonic() < deadline, "no loss reported"
                     assert event is None or stream is not streams[2]  # nothing else ever matches
+            # the loss reaches this stream too; a dropped datagram need not have carried a q.x
+            # message (an ACK or an interest announcement), so the Lost may come after all 12
             with pytest.raises(MessagesLost):
-                drain(streams[3], 12)
+                drain(streams[3], 13)
     finally:
         relay.close()
 
