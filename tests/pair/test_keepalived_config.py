@@ -196,6 +196,21 @@ def test_the_check_fails_at_the_first_look_on_a_fenced_missing_or_dead_backbone(
     assert pauses(looks) == []
 
 
+def test_the_check_fails_one_look_on_a_backbone_other_than_the_one_it_saw_last(tmp_path, scripts, sleeper, looks):
+    """A backbone restarted between two looks, its state directory lost: only the check's own record outside that
+    directory tells it ran before; one failed look makes keepalived move the address."""
+    state_files(tmp_path, sleeper.pid, "standby")
+    assert run_script(scripts[CHECK]) == 0
+    assert (tmp_path / "scripts" / "seen").read_text() == f"{sleeper.pid}\n"
+    with ChildProcess(["/bin/sleep", "60"], tmp_path / "restarted.log") as restarted:
+        state_files(tmp_path, restarted.pid, "primary")
+        done = len(pauses(looks))
+        assert run_script(scripts[CHECK]) == 1
+        assert len(pauses(looks)) == done  # at the first look
+        assert run_script(scripts[CHECK]) == 0  # the new process is the one seen last now
+        assert (tmp_path / "scripts" / "seen").read_text() == f"{restarted.pid}\n"
+
+
 def test_the_check_fails_without_any_state_files(scripts):
     assert run_script(scripts[CHECK]) == 1
 

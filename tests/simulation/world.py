@@ -10,8 +10,9 @@ and :class:`~fyrehose.backbone.pair.member.PairMember` on each host, driven as
 :class:`~fyrehose.protocol.connection.BackboneConnection` for every client.
 keepalived is modelled as the kit configures it (``tools/deploy/keepalived.py``:
 ``state BACKUP``, ``nopreempt``, unicast adverts every 0.1 s on the hosts' link,
-a check that looks at the role file and the process every 0.1 s, fall 1,
-rise 2, SIGUSR1 on MASTER, SIGUSR2 on BACKUP and FAULT).
+a check that looks at the role file and the process every 0.1 s and fails a
+look that finds another process than the last one, fall 1, rise 2, SIGUSR1 on
+MASTER, SIGUSR2 on BACKUP and FAULT).
 """
 from __future__ import annotations
 
@@ -312,6 +313,7 @@ class Keepalived:
         self.state = "BACKUP"
         self.running = True
         self.healthy_since: float | None = 0.0
+        self.seen: int | None = None  # the check's record outside the state directory: the process it saw last
         self._down = 0  # the generation of the master-down timer: an advert re-arms it
         self._timers = 0  # the generation of the check and advert timers: a pause stops them, resume() restarts
         self.resume()
@@ -338,7 +340,14 @@ class Keepalived:
 
     def _healthy(self) -> bool:
         host = self.host
-        return host.process is not None and not host.stopped and host.disk.role in (Role.PRIMARY, Role.STANDBY)
+        process = host.process
+        if process is None:
+            return False
+        if process.incarnation != self.seen:  # another backbone process than the last look saw: one bad look
+            restarted, self.seen = self.seen is not None, process.incarnation
+            if restarted:
+                return False
+        return not host.stopped and host.disk.role in (Role.PRIMARY, Role.STANDBY)
 
     def _check(self, generation: int) -> None:
         world = self.world

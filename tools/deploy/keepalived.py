@@ -12,7 +12,10 @@ BACKUP or FAULT, or keepalived stops.
 The backbone tells its health through files in its ``--state-dir``: ``pid``
 (its pid) and ``role`` (``primary``, ``standby`` or ``fenced``), each replaced
 atomically.  Healthy means the pid is alive, not stopped (``T`` in
-``/proc/PID/status``) and the role is ``primary`` or ``standby``.
+``/proc/PID/status``) and the role is ``primary`` or ``standby``, and it is the
+pid the check's previous look saw (its file ``seen`` in the scripts directory):
+a backbone restarted between two looks with its state directory lost has
+nothing that tells it it ran before, so one failed look moves the address.
 
 Why scripts in files rather than commands inline in keepalived.conf:
 
@@ -44,6 +47,7 @@ from pathlib import PurePosixPath
 from fyrehose.errors import InputError
 
 CHECK, PROMOTE, DEMOTE = "check", "promote", "demote"  # the scripts' file names in the scripts directory
+SEEN = "seen"  # the check's own record in the scripts directory: the backbone pid its last look saw
 INSTANCE = "fyrehose"  # the vrrp_instance
 HEALTH = "fyrehose_backbone"  # the vrrp_script
 LOOK_EVERY = 0.1  # seconds between two looks of the check at the backbone
@@ -180,22 +184,34 @@ def render_config(member: KeepalivedHost) -> str:
 def render_scripts(member: KeepalivedHost) -> dict[str, str]:
     """The scripts the configuration names, by file name: the health check, promote and demote."""
     state_dir = shlex.quote(str(member.state_dir))
-    return {CHECK: _check(state_dir), PROMOTE: _signal(state_dir, "USR1", "notify_master", "promote to primary"),
+    seen = shlex.quote(str(member.script(SEEN)))
+    return {CHECK: _check(state_dir, seen), PROMOTE: _signal(state_dir, "USR1", "notify_master", "promote to primary"),
             DEMOTE: _signal(state_dir, "USR2", "notify_backup, notify_fault and notify_stop", "demote to standby")}
 
 
-def _check(state_dir: str) -> str:
+def _check(state_dir: str, seen: str) -> str:
     run_cs = round(CHECK_RUN * 100)
     return f"""#!/bin/sh
 # keepalived's health check of the fyrehose backbone in {state_dir} (`fyrehose keepalived`).
 # Healthy: the pid in pid is alive and not stopped, and role says primary or standby.
 # keepalived runs this once a second (its shortest interval); it looks every
 # {LOOK_EVERY:g} s for {CHECK_RUN:g} s and exits 1 at the first bad look, 0 after the last good one.
+# A pid other than the one the last look saw (kept in {seen}, outside the state
+# directory) fails one look: the backbone restarted, perhaps between two looks and
+# with its state directory lost, and must not keep this host's address as a standby.
 state_dir={state_dir}
+seen={seen}
+{{ read -r last < "$seen"; }} 2>/dev/null || last=
 
 healthy() {{
     {{ read -r pid < "$state_dir/pid" && read -r role < "$state_dir/role"; }} 2>/dev/null || return 1
     case $pid in ''|*[!0-9]*) return 1 ;; esac
+    if [ "$pid" != "$last" ]; then
+        echo "$pid" > "$seen" || return 1
+        restarted=$last
+        last=$pid
+        [ -z "$restarted" ] || return 1
+    fi
     case $role in primary|standby) ;; *) return 1 ;; esac
     state=
     {{ while read -r key state _; do
