@@ -68,6 +68,11 @@ class ReplicaFollower:
         self.stood_down = False  # the primary it followed is a standby now (its ACKs say so): none to wait for
         self.known = 0  # the highest number a peer that stands by says it issued or granted
         self.peer_held = 0  # the highest it says it holds (a demoted primary: what it issued)
+        # the numbers a primary it followed had not answered yet (its takeover open, below the stream this member
+        # holds of that epoch), kept once that primary's STATEs say them answered: its GONE may have reached no
+        # subscriber (a link cut one way, from that primary to the clients, lets their KEEPALIVEs in), so a
+        # promotion asks for them again
+        self.declared: tuple[int, int] | None = None
         self._ahead: dict[int, frames.Record] = {}  # RECORDs beyond a hole, by first sequence
         self._missing_since: float | None = None
         self._next_replay = 0.0
@@ -154,6 +159,8 @@ class ReplicaFollower:
                 if state.last_issued:  # ... but the tags of what it CONFIRMed just before are asked for
                     self._tags_wanted = (max(1, state.last_issued - UNACCOUNTED + 1), state.last_issued)
                     self._next_tags, self._tags_until = now, now + REBASE_AFTER
+        if self.base is not None and state.delivered < self.base:
+            self.declared = (state.delivered + 1, self.base)
 
     def tags_only(self, record: frames.Record) -> bool:
         """Whether ``record`` lies below the held stream, asked for its tags only (the first stops the asking:
@@ -260,6 +267,8 @@ class ReplicaFollower:
             low = max(self.held, self.base) + 1
             if primary is not None and primary.delivered < self.base:  # it had not answered below what it
                 reopen = (primary.delivered + 1, self.base)  # holds (a takeover of its own still open)
+            elif self.declared is not None and self.declared[1] <= self.base:  # ... or said so, maybe wrongly
+                reopen = self.declared
         else:  # it holds nothing (a restarted member): a primary that died issued its last numbers in the window
             low = max(1, start - window)
         unknown = (low, start - 1) if low <= start - 1 else None

@@ -215,3 +215,18 @@ def test_a_demoted_primary_that_hears_a_newer_primary_follows_that_stream_instea
     follower.persisted_up_to(70100)
     plan = follower.takeover(2.0)
     assert plan.start == 70101 and plan.unknown == (70001, 70100) and not plan.never_sent and plan.resend is None
+
+
+def test_a_takeover_its_primary_said_answered_is_asked_for_again_when_the_follower_is_promoted():
+    # the primary's takeover left 29..4097 open (STATEs: DELIVERED 28, the stream held from 4098), then said them
+    # answered (a subscriber heard after its GONE); over a link cut one way, primary to clients, the GONE never
+    # arrived: the promoted follower looks for them at the journals again, and what nobody has is GONE once more
+    follower = ReplicaFollower(0, persisted=0)
+    follower.newer(3)
+    follower.on_state(state(4097, epoch=3, delivered=28, flags=frames.STATE_NEVER_SENT, want=8194), 1.0)
+    follower.on_record(record(4098, 11, epoch=3), 1.01)
+    follower.on_state(state(4108, epoch=3, want=8194), 1.5)
+    follower.persisted_up_to(8194)
+    plan = follower.takeover(2.0)
+    assert (plan.start, plan.unknown, plan.reopen, plan.resend) == (8195, (4109, 8194), (29, 4097), None)
+    assert ReplicaFollower(0, persisted=0).takeover(2.0).reopen is None  # nothing heard, nothing to ask again
