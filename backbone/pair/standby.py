@@ -68,10 +68,11 @@ class ReplicaFollower:
         self.stood_down = False  # the primary it followed is a standby now (its ACKs say so): none to wait for
         self.known = 0  # the highest number a peer that stands by says it issued or granted
         self.peer_held = 0  # the highest it says it holds (a demoted primary: what it issued)
-        # the numbers a primary it followed had not answered yet (its takeover open, below the stream this member
+        # the numbers a primary it followed declared never sent (its STATEs' flag, below the stream this member
         # holds of that epoch), kept once that primary's STATEs say them answered: its GONE may have reached no
         # subscriber (a link cut one way, from that primary to the clients, lets their KEEPALIVEs in), so a
-        # promotion asks for them again
+        # promotion asks for them again.  (Only the flag says a takeover left them open: DELIVERED below the
+        # stream held is also a primary's output not sent yet, which a promotion must not reopen later.)
         self.declared: tuple[int, int] | None = None
         self._ahead: dict[int, frames.Record] = {}  # RECORDs beyond a hole, by first sequence
         self._missing_since: float | None = None
@@ -159,7 +160,7 @@ class ReplicaFollower:
                 if state.last_issued:  # ... but the tags of what it CONFIRMed just before are asked for
                     self._tags_wanted = (max(1, state.last_issued - UNACCOUNTED + 1), state.last_issued)
                     self._next_tags, self._tags_until = now, now + REBASE_AFTER
-        if self.base is not None and state.delivered < self.base:
+        if state.flags & frames.STATE_NEVER_SENT and self.base is not None and state.delivered < self.base:
             self.declared = (state.delivered + 1, self.base)
 
     def tags_only(self, record: frames.Record) -> bool:

@@ -230,3 +230,10 @@ def test_a_takeover_its_primary_said_answered_is_asked_for_again_when_the_follow
     plan = follower.takeover(2.0)
     assert (plan.start, plan.unknown, plan.reopen, plan.resend) == (8195, (4109, 8194), (29, 4097), None)
     assert ReplicaFollower(0, persisted=0).takeover(2.0).reopen is None  # nothing heard, nothing to ask again
+    # DELIVERED below the stream without the flag is output not sent yet (a late standby): sent since, not reopened
+    late = ReplicaFollower(0, persisted=0)
+    late.on_state(state(27, delivered=25, want=1024), 1.0)
+    late.on_record(record(28, 8), 1.01)
+    late.on_state(state(35, want=1024), 1.5)
+    late.persisted_up_to(1024)
+    assert late.takeover(2.0).reopen is None
