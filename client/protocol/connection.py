@@ -21,6 +21,7 @@ from fyrehose.protocol import codec
 from fyrehose.protocol.admission import admit
 from fyrehose.protocol.codec import Address
 from fyrehose.protocol.frame_run import FrameRun
+from fyrehose.protocol.in_order import continuing_step
 from fyrehose.protocol.multicast import FALLBACK_INTERVALS, GroupWatch
 from fyrehose.protocol.publishing import CONFIRM_RETRY, Finished, PendingPublishes
 from fyrehose.protocol.tracker import DEFAULT_TRACKER_OPTIONS, Event, SequenceTracker, TrackerOptions
@@ -247,6 +248,15 @@ class BackboneConnection:
 
     def receive(self, data: bytes, source: Address, now: float) -> Incoming:
         """One datagram, whatever its bytes or sender: what it asks for, or nothing (dropped and counted)."""
+        tracker = self.tracker
+        if tracker is not None and source == self.backbone:
+            expected = tracker.next
+            if expected is not None:
+                step = continuing_step(data, expected)
+                if step:
+                    continued = self._continue(data, step, expected, tracker)
+                    if continued is not None:
+                        return continued
         incoming = Incoming()
         kind, from_backbone, drop = admit(data, source, self.backbone)
         incoming.from_backbone = from_backbone
@@ -310,6 +320,26 @@ class BackboneConnection:
             else:
                 self._queued_forwards.add(forward)
                 incoming.forwards.append(forward)
+        return incoming
+
+    def _continue(self, data: bytes, step: int, first: int, tracker: SequenceTracker) -> Incoming | None:
+        """The commonest datagram of all (:func:`~fyrehose.protocol.in_order.continuing_step` recognised it): the
+        backbone's frames of one size that continue the stream, taken in one step; None when the tracker has a
+        hole open or messages buffered (the general path takes it then)."""
+        count = len(data) // step
+        if self.whole_datagrams:
+            if not tracker.advance(first, count):
+                return None
+            incoming = Incoming(runs=[FrameRun(first, count, step, data)], from_backbone=True)
+        else:
+            header = codec.FRAME_HEADER
+            payloads = [data[start + header:start + step] for start in range(0, len(data), step)]
+            messages = tracker.deliver_run(first, payloads)
+            if messages is None:
+                return None
+            incoming = Incoming(stored=list(zip(range(first, first + count), payloads)), events=messages,
+                                from_backbone=True)
+        self.stats["delivered frames"] += count
         return incoming
 
     def _take_cookie(self, cookie: bytes, now: float) -> None:
