@@ -10,7 +10,10 @@ with a reason, so that an operator sees who is probing the port and nothing a
 stranger sends reaches a journal or a subscription.
 
 Pure: bytes, addresses in; a verdict out.  The receive loop of every client
-driver calls :func:`admit` before decoding anything.
+driver calls :func:`admit` before decoding anything, but for the backbone's
+DELIVERs that continue the stream, which
+:meth:`~fyrehose.protocol.connection.BackboneConnection.receive` recognises
+first from the sender and the bytes (:func:`admit` would let them all pass).
 """
 from __future__ import annotations
 

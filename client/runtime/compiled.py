@@ -44,6 +44,7 @@ COMPILED_MODULES = (
     "fyrehose.gateways.nats.msg_frame",
     "fyrehose.backbone.core",
     "fyrehose.backbone.recent_log",
+    "fyrehose.protocol.in_order",
 )
 
 # A source saved this long after its extension module was built is newer than the build.  Installing a wheel

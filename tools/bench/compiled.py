@@ -120,6 +120,12 @@ def _frame_run(module: ModuleType) -> list[Case]:
     ]
 
 
+def _in_order(module: ModuleType) -> list[Case]:
+    one, packed = _deliver_datagram(7, 1), _deliver_datagram(7)
+    return [("continuing_step, one frame", lambda: module.continuing_step(one, 7), 1),
+            ("continuing_step, 100 frames", lambda: module.continuing_step(packed, 7), FRAMES)]
+
+
 def _pushes(module: ModuleType) -> list[Case]:
     uniform = b"".join(codec.encode_push(PAYLOAD, tag) for tag in range(1, FRAMES + 1))
     step = codec.FRAME_HEADER + len(PAYLOAD)
@@ -193,6 +199,7 @@ CASES: dict[str, Cases] = {
     "fyrehose.subjects.selection": _selection,
     "fyrehose.protocol.codec": _codec,
     "fyrehose.protocol.frame_run": _frame_run,
+    "fyrehose.protocol.in_order": _in_order,
     "fyrehose.backbone.pushes": _pushes,
     "fyrehose.cache.core": _cache_core,
     "fyrehose.cache.merge": _cache_merge,
