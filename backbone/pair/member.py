@@ -61,7 +61,8 @@ class Role(enum.Enum):
 @dataclass(slots=True)
 class Actions:
     """What the driver does for one call, in this order: reserve, write the epoch, send to the peer, send to the
-    clients, write the role.  ``grant`` is a reservation mark to persist (a grant the primary asked for)."""
+    clients, write the role.  ``grant`` is a reservation mark to persist: a grant the primary asked for, or the
+    number below a promoted member's start when only the peer knew of the numbers it starts above."""
 
     to_peer: list[bytes] = field(default_factory=list)
     to_clients: list[Send] = field(default_factory=list)
@@ -204,6 +205,11 @@ class PairMember:
         self.epoch = epoch + (epoch % 2 != self._parity)  # of its own parity: the two never take the same one
         self._out.epoch = self.epoch
         backbone.sequence = SequenceCounter(plan.start - 1, backbone.sequence.block)
+        if plan.start - 1 > self.durable:
+            # a start above this member's own mark (it came from the peer's grants or reservation): the counter's
+            # last issued is start - 1 from now on, and the driver sends nothing its state file does not cover
+            # (the backbone stops with an error instead), so that file gets it first
+            self._out.grant = plan.start - 1
         self._delivered = self._sent = plan.start - 1
         unknown, reopen = plan.unknown, plan.reopen
         first = reopen or unknown

@@ -60,10 +60,13 @@ class Rig:
                 core.flush_control(self.now)
 
     def flush(self, name: str):
-        """The core's flush, its reservation persisted at once (the driver's state file)."""
+        """The core's flush, its reservation persisted at once (the driver's state file); as the driver, it refuses
+        to send a number the state file does not cover (the backbone would stop with that error)."""
         out = self.cores[name].flush(self.now)
         if out.reserve is not None:
             self.durable[name] = max(self.durable[name], out.reserve)
+        last = self.cores[name].sequence.last_issued
+        assert last <= self.durable[name], f"{name} issued {last} beyond its reservation {self.durable[name]}"
         return out
 
     def settle(self, steps: int = 20) -> None:
@@ -186,6 +189,48 @@ def test_demote_then_promote_declares_gone_what_it_reserved_and_held_back_and_fo
     assert [confirm.seq for confirm in confirms] == [start]
 
 
+def test_a_member_promoted_again_above_the_grants_of_its_standby_reserves_its_start_before_it_sends():
+    """Its standby granted it numbers it never issued, and a promotion starts above them: above its own state
+    file's mark, which the driver's file must cover before anything leaves (the backbone stopped with "issued
+    beyond the reservation" after a demote and a promote, and its peer stayed fenced behind a dead primary)."""
+    rig = Rig(sync=True)
+    rig.subscribe()
+    a = rig.members["a"]
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.settle()
+    assert rig.members["b"].follower.granted > rig.durable["a"] == RESERVE  # granted, never issued
+    rig.carry("a", a.demote(rig.now))
+    rig.settle(2)  # the standby's ACKs tell the demoted member what it granted
+    actions = a.promote(rig.now, rig.durable["a"])
+    start = rig.cores["a"].sequence.last_issued + 1
+    assert start > RESERVE + 1 and actions.grant == start - 1
+    rig.carry("a", actions)
+    rig.push("a", b"m", 1)
+    rig.settle()  # (the rig's flush asserts what the driver's state file enforces)
+    assert b"m" in rig.delivered("a").values()
+
+
+def test_a_standby_promoted_above_the_mark_its_stood_down_peer_told_reserves_its_start_before_it_sends():
+    rig = Rig(sync=True)
+    rig.subscribe()
+    a, b = rig.members["a"], rig.members["b"]
+    rig.carry("b", b.promote(rig.now, RESERVE))
+    rig.vip = "b"
+    rig.settle()
+    rig.push("b", b"m1", 1)
+    rig.settle()  # b's state file now reserves a block ahead
+    rig.carry("b", b.demote(rig.now))
+    rig.settle(3)  # b stands by alone: its STATEs tell its mark, far above a's own
+    actions = a.promote(rig.now, rig.durable["a"])
+    start = rig.cores["a"].sequence.last_issued + 1
+    assert start - 1 >= rig.durable["b"] > rig.durable["a"] and actions.grant == start - 1
+    rig.carry("a", actions)
+    rig.vip = "a"
+    rig.push("a", b"m2", 2)
+    rig.settle()
+    assert b"m2" in rig.delivered("a").values()
+
+
 def test_a_standby_refuses_promotion_while_a_primary_that_does_not_wait_for_its_grants_is_alive():
     rig = Rig()
     b = rig.members["b"]
@@ -264,6 +309,8 @@ OPS = st.lists(st.tuples(st.sampled_from(["promote", "demote", "push", "cut", "h
 @given(OPS, st.booleans())
 # Once broke it: the cut side promoted after its peer had been, both leading the same numbers.
 @example([("cut", "a"), ("promote", "b"), ("push", "a"), ("promote", "a"), ("push", "a")], False)
+# ... and a demote and a promote above the grants of its standby: it issued beyond its own reservation
+@example([("promote", "a"), ("step", "a"), ("step", "a"), ("demote", "a"), ("promote", "a"), ("step", "a")], True)
 def test_any_order_of_signals_pushes_cuts_and_time_keeps_numbers_and_roles_apart(ops, sync):
     """Whatever happens, a number DELIVERed by both members carries one message (the link is cut only in short
     spells, and within one spell only one side is promoted: a primary alone for longer than the standby timeout,

@@ -20,7 +20,7 @@ from fyrehose.loadtest.prometheus import parse_samples
 from fyrehose.protocol import codec
 from fyrehose.protocol.tracker import GONE_NEVER_SENT
 from fyrehose.runtime.process import ChildProcess, wait_until
-from tests.support import FYREHOSE, LOOPBACK, READY_WITHIN, free_port
+from tests.support import EVENT_WITHIN, FYREHOSE, LOOPBACK, READY_WITHIN, free_port
 
 
 @dataclass
@@ -89,23 +89,23 @@ def test_the_standby_follows_and_a_promotion_carries_on_with_the_confirmed_numbe
     assert a.role == b.role == "standby"
     assert int((a.state_dir / "pid").read_text()) == a.child.proc.pid
     a.signal(signal.SIGUSR1)
-    wait_until(lambda: a.role == "primary", 5, "a promoted")
-    wait_until(lambda: a.metric("fyrehose_pair_standby_attached") == 1, 5, "b attached")
+    wait_until(lambda: a.role == "primary", EVENT_WITHIN, "a promoted")
+    wait_until(lambda: a.metric("fyrehose_pair_standby_attached") == 1, EVENT_WITHIN, "b attached")
     with Client(f"{LOOPBACK}:{a.port}") as publisher:
         numbers = [publisher.publish(b"m%d" % i) for i in range(300)]
     assert numbers == list(range(1, 301))
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind((LOOPBACK, 0))
-    sock.settimeout(5)
+    sock.settimeout(EVENT_WITHIN)
     confirmed = push(sock, a.port, 77, b"tagged")
-    wait_until(lambda: b.metric("fyrehose_pair_replicated_total") >= 301, 5, "b holds everything")
+    wait_until(lambda: b.metric("fyrehose_pair_replicated_total") >= 301, EVENT_WITHIN, "b holds everything")
     epoch = a.metric("fyrehose_pair_epoch")  # 1 or 2: the lower pair address takes odd epochs, the higher even
     assert epoch in (1, 2)
     # (what b holds reaches a by b's next ACK: a heartbeat away in async mode)
-    wait_until(lambda: a.metric("fyrehose_pair_replication_lag_messages") == 0, 5, "a heard b holds everything")
+    wait_until(lambda: a.metric("fyrehose_pair_replication_lag_messages") == 0, EVENT_WITHIN, "a heard b holds everything")
     a.child.kill()
     b.signal(signal.SIGUSR1)
-    wait_until(lambda: b.role == "primary", 5, "b promoted")
+    wait_until(lambda: b.role == "primary", EVENT_WITHIN, "b promoted")
     assert int((b.state_dir / "epoch").read_text()) == epoch + 1
     assert push(sock, b.port, 77, b"tagged") == confirmed  # the retry after the takeover: its original number
     fresh = push(sock, b.port, 78, b"new")
@@ -120,12 +120,14 @@ def test_the_standby_follows_and_a_promotion_carries_on_with_the_confirmed_numbe
 def test_a_primary_that_meets_a_newer_primary_stands_down_and_follows(pair):
     a, b = pair()
     a.signal(signal.SIGUSR1)
-    wait_until(lambda: a.role == "primary", 5, "a promoted")
+    wait_until(lambda: a.role == "primary", EVENT_WITHIN, "a promoted")
+    # (b refuses a promotion while a, alive, has not attached it yet: a issues numbers no grant of b bounds)
+    wait_until(lambda: a.metric("fyrehose_pair_standby_attached") == 1, EVENT_WITHIN, "b attached")
     b.signal(signal.SIGUSR1)  # split brain on purpose: b believes it must take over
-    wait_until(lambda: b.role == "primary", 5, "b promoted")
-    wait_until(lambda: a.role in ("standby", "fenced") and a.metric("fyrehose_pair_fenced_total") == 1, 5,
+    wait_until(lambda: b.role == "primary", EVENT_WITHIN, "b promoted")
+    wait_until(lambda: a.role in ("standby", "fenced") and a.metric("fyrehose_pair_fenced_total") == 1, EVENT_WITHIN,
                "a fenced by b's newer epoch")
-    wait_until(lambda: a.role == "standby", 5, "a caught up")
+    wait_until(lambda: a.role == "standby", EVENT_WITHIN, "a caught up")
     assert b.metric("fyrehose_pair_role_primary") == 1 and a.metric("fyrehose_pair_role_primary") == 0
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind((LOOPBACK, 0))
@@ -134,7 +136,7 @@ def test_a_primary_that_meets_a_newer_primary_stands_down_and_follows(pair):
     with pytest.raises(TimeoutError):  # a standby does not sequence
         sock.recv(100)
     b.signal(signal.SIGUSR2)
-    wait_until(lambda: b.role == "standby", 5, "b demoted")
+    wait_until(lambda: b.role == "standby", EVENT_WITHIN, "b demoted")
     sock.close()
 
 
@@ -142,17 +144,17 @@ def test_a_primary_that_meets_a_newer_primary_stands_down_and_follows(pair):
 def test_a_primary_demoted_and_promoted_again_says_gone_for_what_it_skipped_and_no_subscriber_waits(pair, sync):
     a, b = pair(*(["--standby-sync"] if sync else []))
     a.signal(signal.SIGUSR1)
-    wait_until(lambda: a.role == "primary", 5, "a promoted")
-    wait_until(lambda: a.metric("fyrehose_pair_standby_attached") == 1, 5, "b attached")
+    wait_until(lambda: a.role == "primary", EVENT_WITHIN, "a promoted")
+    wait_until(lambda: a.metric("fyrehose_pair_standby_attached") == 1, EVENT_WITHIN, "b attached")
     with Client(f"{LOOPBACK}:{a.port}", give_up_after=120.0) as subscriber, \
             Client(f"{LOOPBACK}:{a.port}", subscribe=False) as publisher:
         stream = subscriber.subscribe(on_loss="yield")
         before = publisher.publish(b"before")
-        assert stream.get(10).seq == before
+        assert stream.get(EVENT_WITHIN).seq == before
         a.signal(signal.SIGUSR2)  # what keepalived does to a resumed master: BACKUP, then MASTER again
-        wait_until(lambda: a.role != "primary", 5, "a demoted")
+        wait_until(lambda: a.role != "primary", EVENT_WITHIN, "a demoted")
         a.signal(signal.SIGUSR1)
-        wait_until(lambda: a.role == "primary", 5, "a promoted again")
+        wait_until(lambda: a.role == "primary", EVENT_WITHIN, "a promoted again")
         after = publisher.publish(b"after")
         assert after > before + 1  # above its reservation: the numbers between were never issued
         gone = stream.get(60)  # long before the give-up time (120 s): the backbone said so at once
@@ -168,7 +170,7 @@ def test_garbage_and_forged_pair_datagrams_are_counted_and_the_members_stay_up(p
     key.write_bytes(random.Random(3).randbytes(32))
     a, b = pair("--pair-key", str(key))
     a.signal(signal.SIGUSR1)
-    wait_until(lambda: a.role == "primary", 5, "a promoted")
+    wait_until(lambda: a.role == "primary", EVENT_WITHIN, "a promoted")
     rng = random.Random(7)
     stranger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     stranger.bind((LOOPBACK, 0))
@@ -176,8 +178,8 @@ def test_garbage_and_forged_pair_datagrams_are_counted_and_the_members_stay_up(p
         kind = rng.choice([0x81, 0x82, 0x83, 0x84, rng.randrange(256)])
         stranger.sendto(bytes([kind]) + rng.randbytes(rng.randrange(60)), (LOOPBACK, a.pair))
         stranger.sendto(bytes([kind]) + rng.randbytes(rng.randrange(60)), (LOOPBACK, b.pair))
-    wait_until(lambda: a.metric('fyrehose_dropped_total{reason="pair foreign source"}') >= 300, 5, "a counted")
-    wait_until(lambda: b.metric('fyrehose_dropped_total{reason="pair foreign source"}') >= 300, 5, "b counted")
+    wait_until(lambda: a.metric('fyrehose_dropped_total{reason="pair foreign source"}') >= 300, EVENT_WITHIN, "a counted")
+    wait_until(lambda: b.metric('fyrehose_dropped_total{reason="pair foreign source"}') >= 300, EVENT_WITHIN, "b counted")
     # from the peer's own address (spoofed, or the peer gone mad): without the key nothing is taken, not even
     # a well-formed ACK of a newer epoch that would make the primary stand down
     peer_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -187,7 +189,7 @@ def test_garbage_and_forged_pair_datagrams_are_counted_and_the_members_stay_up(p
     forged += [frames.encode_ack(99, 10**6, 10**9), frames.seal(frames.encode_ack(99, 1, 2), bytes(32))]
     for datagram in forged:
         peer_sock.sendto(datagram, (LOOPBACK, a.pair))
-    wait_until(lambda: a.metric('fyrehose_dropped_total{reason="pair bad digest"}') >= len(forged), 5,
+    wait_until(lambda: a.metric('fyrehose_dropped_total{reason="pair bad digest"}') >= len(forged), EVENT_WITHIN,
                "a counted the forgeries")
     assert a.child.proc.poll() is None and a.role == "primary" and a.metric("fyrehose_pair_fenced_total") == 0
     with Client(f"{LOOPBACK}:{a.port}") as publisher:

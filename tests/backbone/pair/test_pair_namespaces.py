@@ -93,7 +93,9 @@ def test_a_takeover_loses_nothing_confirmed_silently_and_issues_no_number_twice(
     print(fault.__name__, "sync" if sync else "async", "served by", serving,
           {key: doc[key] for key in ("takeover_ms", "confirmed", "reported_lost", "never_sent")})
     assert doc["completed"] == runs
-    assert doc["confirmed"] > RATE  # the stream ran through the fault
+    arrivals = [at for kind, _, _, at in record["events"] if kind == "m"]
+    assert doc["confirmed"] and max(arrivals) > takeovers[-1].killed_at  # the stream ran through the fault,
+    # however fast the host was (a busy one may confirm fewer than RATE messages)
     assert doc["wrong_numbers"] == 0 and doc["duplicates"] == 0
     assert doc["unreported_lost"] == 0
     if sync:
