@@ -45,6 +45,7 @@ COMPILED_MODULES = (
     "fyrehose.backbone.core",
     "fyrehose.backbone.recent_log",
     "fyrehose.protocol.in_order",
+    "fyrehose.gateways.redis.array_scan",
 )
 
 # A source saved this long after its extension module was built is newer than the build.  Installing a wheel

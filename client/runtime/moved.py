@@ -58,7 +58,6 @@ MOVED = {
     "fyrehose.gateways.streamparser": "fyrehose.gateways.incremental",
     "fyrehose.gateways.redis_glob": "fyrehose.subjects.redis_glob",
     "fyrehose.gateways.resp": "fyrehose.gateways.redis.protocol",
-    "fyrehose.gateways.resp_hiredis": "fyrehose.gateways.redis.hiredis_parser",
     "fyrehose.gateways.nats_protocol": "fyrehose.gateways.nats.protocol",
     "fyrehose.gateways.marlin_protocol": "fyrehose.gateways.marlin.protocol",
 }

@@ -82,6 +82,14 @@ def _pub_scan(module: ModuleType) -> list[Case]:
     return [("plain_pub, 16 in a buffer", sixteen, 16)]
 
 
+def _array_scan(module: ModuleType) -> list[Case]:
+    publish = b"*3\r\n$7\r\nPUBLISH\r\n$21\r\nbench.redis-benchmark\r\n$64\r\n" + PAYLOAD + b"\r\n"
+    sixteen = publish * 16
+    return [("whole_commands, one PUBLISH", lambda: module.whole_commands(publish, 1 << 20, 1 << 20, 2 << 20), 1),
+            ("whole_commands, 16 PUBLISH in a read", lambda: module.whole_commands(sixteen, 1 << 20, 1 << 20, 2 << 20),
+             16)]
+
+
 def _msg_frame(module: ModuleType) -> list[Case]:
     plain = envelope_module.encode(envelope_module.Envelope("orders.eu.42", PAYLOAD))
     replied = envelope_module.encode(envelope_module.Envelope("orders.eu.42", PAYLOAD, reply="_INBOX.a.1"))
@@ -207,6 +215,7 @@ CASES: dict[str, Cases] = {
     "fyrehose.gateways.nats.msg_frame": _msg_frame,
     "fyrehose.backbone.core": _backbone_core,
     "fyrehose.backbone.recent_log": _recent_log,
+    "fyrehose.gateways.redis.array_scan": _array_scan,
 }
 
 

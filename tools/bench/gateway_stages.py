@@ -27,13 +27,13 @@ from fyrehose.gateways.channels import channel_to_subject
 from fyrehose.gateways.drivers.http.gateway import HttpGateway
 from fyrehose.gateways.http.connection import HttpConnection
 from fyrehose.gateways.http.settings import HttpSettings
+from fyrehose.gateways.incremental import IncrementalParser
 from fyrehose.gateways.liveness import NatsLiveness
 from fyrehose.gateways.nats import protocol as nats_protocol
 from fyrehose.gateways.nats.connection import MessageFrames, NatsConnection, NatsRoutes, NatsSubscription
 from fyrehose.gateways.payloads import PreparedHeads, encoded, fitting
 from fyrehose.gateways.redis import protocol as resp
 from fyrehose.gateways.redis.connection import RedisConnection, RedisRoutes
-from fyrehose.gateways.redis.hiredis_parser import HiredisCommandParser
 from fyrehose.gateways.requests import Publish
 from fyrehose.protocol import codec
 from fyrehose.protocol.connection import BackboneConnection, ConnectionOptions, DeliverForm
@@ -84,16 +84,16 @@ def stages(seconds: float = 0.3) -> dict[str, float]:
 
     for pipeline in (1, 16):
         data, count = _resp(pipeline)
-        pure, fast = resp.CommandParser(max_bulk=1 << 20), HiredisCommandParser(max_bulk=1 << 20)
+        parser = resp.CommandParser(max_bulk=1 << 20)
 
-        def parse_pure(parser: resp.CommandParser = pure, data: bytes = data) -> object:
+        def parse(parser: resp.CommandParser = parser, data: bytes = data) -> object:
             return parser.feed(data)
 
-        def parse_hiredis(parser: HiredisCommandParser = fast, data: bytes = data) -> object:
-            return parser.feed(data)
+        def parse_general(parser: resp.CommandParser = parser, data: bytes = data) -> object:
+            return IncrementalParser.feed(parser, data)
 
-        out[f"redis: parse, {pipeline} per read, pure parser"] = timed(parse_pure, count)
-        out[f"redis: parse, {pipeline} per read, hiredis"] = timed(parse_hiredis, count)
+        out[f"redis: parse, {pipeline} per read (the compiled pass over whole arrays)"] = timed(parse, count)
+        out[f"redis: parse, {pipeline} per read, the general loop alone"] = timed(parse_general, count)
     heads: PreparedHeads[bytes] = PreparedHeads(channel_to_subject)
     out["redis: PUBLISH to its payload (the channel's prepared head, size check)"] = timed(
         lambda: fitting(heads.get(CHANNEL)[1] + PAYLOAD), 1)

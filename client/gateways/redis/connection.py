@@ -55,7 +55,6 @@ from fyrehose.gateways.payloads import PreparedHeads, fitting
 from fyrehose.gateways.receiving import ParsingConnection
 from fyrehose.gateways.redis import protocol as resp
 from fyrehose.gateways.redis import rights
-from fyrehose.gateways.redis.hiredis_parser import HiredisCommandParser
 from fyrehose.gateways.requests import Deployment, Publish, Snapshot, Verify
 from fyrehose.gateways.subscribers import ChannelSubscribers
 from fyrehose.protocol.codec import PayloadTooLarge
@@ -171,7 +170,7 @@ MESSAGE_HEAD = resp.bulk(b"message")
 PMESSAGE_HEAD = resp.bulk(b"pmessage")
 
 
-class RedisConnection(ParsingConnection[HiredisCommandParser, resp.Command | resp.RespError]):
+class RedisConnection(ParsingConnection[resp.CommandParser, resp.Command | resp.RespError]):
     """One Redis client: its protocol version, name and subscriptions; its replies in :attr:`outbox`."""
 
     headroom = 0  # its farewell replaces what is queued: no room kept for it
@@ -193,7 +192,7 @@ class RedisConnection(ParsingConnection[HiredisCommandParser, resp.Command | res
         self.stats = stats
         self.request_timeout = request_timeout
         self.id = next(self._ids)
-        self.parser = HiredisCommandParser(max_bulk=MAX_COMMAND_BULK, max_command=MAX_COMMAND)
+        self.parser = resp.CommandParser(max_bulk=MAX_COMMAND_BULK, max_command=MAX_COMMAND)
         self.resp3 = False
         self.name: bytes | None = None
         self.channels: dict[bytes, None] = {}

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import cast
 
 from fyrehose.gateways.incremental import IncrementalParser, Malformed
+from fyrehose.gateways.redis.array_scan import whole_commands
 
 Command = list[bytes]
 
@@ -73,6 +75,18 @@ class CommandParser(IncrementalParser[Command, RespError]):
     def held(self) -> int:
         """Bytes buffered, plus the arguments already read of an incomplete command."""
         return len(self._buffer) + (self._size if self._args is not None else 0)
+
+    def feed(self, data: bytes) -> list[Command | RespError]:
+        """The commands completed so far: a fresh read's arrays of bulk strings in one compiled pass
+        (:mod:`~fyrehose.gateways.redis.array_scan`), the rest one item at a time."""
+        if self._buffer or self._args is not None or self.guarded or self.failed is not None:
+            return super().feed(data)
+        scanned, end = whole_commands(data, self.max_bulk, self.max_args, self.max_command)
+        commands = cast("list[Command | RespError]", scanned)
+        if end == len(data):
+            return commands
+        rest = super().feed(data[end:] if end else data)
+        return commands + rest if commands else rest
 
     def _fatal(self, reason: str) -> RespError:
         return RespError(reason)

@@ -90,6 +90,7 @@ def test_a_run_with_subjects_that_are_not_utf8_is_checked_as_readers_decide():
     target("connection").check(bytes.fromhex(data.strip()))
 
 
-def test_a_resp3_map_keyed_by_an_array_falls_back_to_the_pure_parser():
-    """Found by hypothesis: hiredis raised TypeError (an unhashable map key) for a client's ``%1`` after an array."""
+def test_a_resp3_map_keyed_by_an_array_is_the_general_loops_to_refuse():
+    """Found by hypothesis when hiredis read whole arrays: it raised TypeError (an unhashable map key) for a
+    client's ``%1`` after an array; the compiled pass stops there and the general loop refuses it."""
     target("resp").check(b"*2\r\n$7\r\n" + bytes(9) + b"$3\r\n" + bytes(5) + b"%1\r\n")
