@@ -84,13 +84,13 @@ def stages(seconds: float = 0.3) -> dict[str, float]:
 
     for pipeline in (1, 16):
         data, count = _resp(pipeline)
-        parser = resp.CommandParser(max_bulk=1 << 20)
+        reader = resp.CommandParser(max_bulk=1 << 20)
 
-        def parse(parser: resp.CommandParser = parser, data: bytes = data) -> object:
-            return parser.feed(data)
+        def parse(reader: resp.CommandParser = reader, data: bytes = data) -> object:
+            return reader.feed(data)
 
-        def parse_general(parser: resp.CommandParser = parser, data: bytes = data) -> object:
-            return IncrementalParser.feed(parser, data)
+        def parse_general(reader: resp.CommandParser = reader, data: bytes = data) -> object:
+            return IncrementalParser.feed(reader, data)
 
         out[f"redis: parse, {pipeline} per read (the compiled pass over whole arrays)"] = timed(parse, count)
         out[f"redis: parse, {pipeline} per read, the general loop alone"] = timed(parse_general, count)
