@@ -46,6 +46,7 @@ COMPILED_MODULES = (
     "fyrehose.backbone.recent_log",
     "fyrehose.protocol.in_order",
     "fyrehose.gateways.redis.array_scan",
+    "fyrehose.gateways.outbox",
 )
 
 # A source saved this long after its extension module was built is newer than the build.  Installing a wheel

@@ -90,6 +90,20 @@ def _array_scan(module: ModuleType) -> list[Case]:
              16)]
 
 
+def _outbox(module: ModuleType) -> list[Case]:
+    outbox = module.Outbox()
+
+    def held_reply() -> object:
+        outbox.fill(outbox.hold(), b":1\r\n")
+        return outbox.take()
+
+    def pushed() -> object:
+        outbox.push(b"*3\r\n$7\r\nmessage\r\n$1\r\na\r\n$64\r\n" + PAYLOAD + b"\r\n")
+        return outbox.take()
+
+    return [("a held reply: hold, fill, take", held_reply, 1), ("a pushed message: push, take", pushed, 1)]
+
+
 def _msg_frame(module: ModuleType) -> list[Case]:
     plain = envelope_module.encode(envelope_module.Envelope("orders.eu.42", PAYLOAD))
     replied = envelope_module.encode(envelope_module.Envelope("orders.eu.42", PAYLOAD, reply="_INBOX.a.1"))
@@ -216,6 +230,7 @@ CASES: dict[str, Cases] = {
     "fyrehose.backbone.core": _backbone_core,
     "fyrehose.backbone.recent_log": _recent_log,
     "fyrehose.gateways.redis.array_scan": _array_scan,
+    "fyrehose.gateways.outbox": _outbox,
 }
 
 
