@@ -34,6 +34,8 @@ def test_samples_labels_and_special_values_are_read():
     ("a 1_000", "line 1: expected NAME"),
     ("a infinity", "line 1: expected NAME"),
     ("a 1 1.5", "line 1: expected NAME"),
+    ("_ \x0b", "line 1: expected NAME"),  # a blank to str.split, not to the format: no value at all
+    ("a 1\x0b2", "line 1: expected NAME"),
     ("{b=\"c\"} 1", "a metric name was expected"),
     ("a{b=c} 1", "label b needs"),
     ("a{b=\"c} 1", "is not closed"),

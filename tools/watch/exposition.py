@@ -19,6 +19,7 @@ _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 # Go's ParseFloat as Prometheus applies it to sample values, without Python's extras (underscores, "infinity").
 _VALUE = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|Inf|inf|NaN|nan)")
 _TIMESTAMP = re.compile(r"-?\d+")
+_BLANKS = re.compile(r"[ \t]+")  # the format's only separators (str.split would also split at \v, \f, \x1c...)
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 
 Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs
@@ -118,7 +119,7 @@ def parse(text: str) -> Scrape:
         at = name.end()
         if line.startswith("{", at):
             labels, at = _labels(line, at, number)
-        rest = line[at:].split()
+        rest = _BLANKS.split(line[at:].lstrip(" \t"))
         if (line[at:at + 1] not in (" ", "\t") or len(rest) > 2 or not _VALUE.fullmatch(rest[0])
                 or (len(rest) == 2 and not _TIMESTAMP.fullmatch(rest[1]))):
             raise ExpositionError(f"line {number}: expected NAME[{{LABELS}}] VALUE [TIMESTAMP], got {line[:40]!r}")
