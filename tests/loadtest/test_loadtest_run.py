@@ -178,7 +178,9 @@ def test_the_documented_master_and_worker_commands_add_the_workers_up(tmp_path, 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] and summary["workers"] == 2
     assert summary["requests"] > 0 and summary["messages"] == 20 * summary["requests"]
-    assert summary["messages_expected"] >= 2 * summary["messages"]  # both subscribers, wherever they ran
+    # both subscribers, wherever they ran (one that subscribed after the first phase began, on a loaded host,
+    # expects only what was sequenced from its first message on)
+    assert summary["messages"] < summary["messages_expected"] <= 2 * summary["messages"]
     assert summary["loss_after_recovery"] == 0
     steps = read_jsonl(out / "steps.jsonl")
     assert [step["offered_rate"] for step in steps] == [400, 800]
