@@ -100,6 +100,7 @@ OPEN = {
     401611: "an async primary sent its last messages over a link cut to the clients, then took over again and "
             "said them delivered; the next primary never held them, and only its standby (that primary) has them: "
             "the subscriber's REQUEST goes to the journals only",
+    501049: "as 401611, in sync mode: the one message sent over the cut link lives only at the standby",
     400940: "a confirmed message arrived 3.1 s after the faults (above the 2 s bound): three takeovers (async)",
     301267: "two masters elected in the same instant over a 20 ms one-way cut of the hosts' link issued one "
             "number twice (the two-member limit docs/operations.md describes; the checker does not exempt it)",
