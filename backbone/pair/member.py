@@ -31,6 +31,7 @@ from fyrehose.backbone.core import RECOVERY_WINDOW, Backbone
 from fyrehose.backbone.pair import frames
 from fyrehose.backbone.pair.primary import DETACH_AFTER, MAX_GRANT, ReplicationSource
 from fyrehose.backbone.pair.standby import UNACCOUNTED, ReplicaFollower
+from fyrehose.backbone.pushes import LogEntry
 from fyrehose.backbone.sequence_counter import SequenceCounter
 from fyrehose.protocol import codec
 from fyrehose.protocol.codec import Address, Run
@@ -220,6 +221,7 @@ class PairMember:
             self._delivered = first[0] - 1
             self._open = (first[0], plan.start - 1)
             self._open_never_sent = plan.never_sent and reopen is None
+        self._hold_tagged(plan.start)
         if plan.resend is not None:
             backbone.send_to_subscribers([bytes(frame) for _, frame in backbone.recent.frames(*plan.resend)], now)
         # a recovery of an earlier promotion still open (it stood down within the window) ends now: what the
@@ -245,6 +247,21 @@ class PairMember:
         self.counters["pair takeovers"] += 1
         self._note_role()
         self._heartbeat(now)
+
+    def _hold_tagged(self, start: int) -> None:
+        """Put the messages of the tagged RECORDs it took that its recent log lacks (above all it holds, below
+        ``start``) into it: promoted, it CONFIRMs a retry of one with its number, so it must answer a REQUEST
+        for that number too (the member that sequenced them may have dropped them, demoted, or died)."""
+        recent = self.backbone.recent
+        lacking: list[frames.Record] = []
+        for record in reversed(self._tagged):
+            if record.last >= start or (lacking and record.last >= lacking[-1].first):
+                continue
+            if recent.frames(record.first, start - 1):
+                break  # it holds this one, or numbers above it: the rest it holds or cannot add in order
+            lacking.append(record)
+        recent.add([LogEntry(memoryview(record.frames), record.last - record.first + 1)
+                    for record in reversed(lacking)])
 
     def _demote(self) -> None:
         self._hold(self._now)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from fyrehose.backbone.core import Backbone
 from fyrehose.backbone.pair import frames
 from fyrehose.backbone.pair.member import Actions, PairMember, Role, _outside
+from fyrehose.backbone.sequence_counter import DEFAULT_BLOCK
 from fyrehose.protocol import codec
 
 A, B = ("10.0.0.1", 2324), ("10.0.0.2", 2324)
@@ -23,10 +24,10 @@ RESERVE = 1000  # each member's state file mark, far enough ahead
 class Rig:
     """Two members and their cores; each one's pair datagrams reach the other unless ``cut``."""
 
-    def __init__(self, sync: bool = False, key: bytes | None = None) -> None:
+    def __init__(self, sync: bool = False, key: bytes | None = None, block: int = DEFAULT_BLOCK) -> None:
         self.now = 100.0
         self.cut = False
-        self.cores = {name: Backbone(reserved=0, rng=random.Random(1)) for name in "ab"}
+        self.cores = {name: Backbone(reserved=0, reserve_block=block, rng=random.Random(1)) for name in "ab"}
         self.members = {
             "a": PairMember(self.cores["a"], A, B, SERVICE, epoch=0, durable=RESERVE, sync=sync, key=key),
             "b": PairMember(self.cores["b"], B, A, SERVICE, epoch=0, durable=RESERVE, sync=sync, key=key)}
@@ -468,3 +469,46 @@ def test_a_demoted_primary_never_delivers_the_output_it_dropped_from_its_recent_
     assert a.holding == 1 and issued == sent + 2
     rig.carry("a", a.demote(rig.now))  # their tags forgotten: a retry gets a new number, so the old ones must
     assert [seq for seq, _ in rig.cores["a"].recent.frames(1, issued)] == [sent]  # never be DELIVERed either
+
+
+def test_a_member_promoted_again_holds_the_messages_whose_tags_it_took_after_dropping_them_demoted():
+    rig = Rig(sync=True, block=4096)  # small blocks: the new primary's tags below its first STATE reach that far
+    rig.subscribe()
+    a, b = rig.members["a"], rig.members["b"]
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.settle()
+    rig.push("a", b"held", 7)
+    out = rig.flush("a")
+    records = a.replicate().to_peer
+    assert a.gate(out.sends, rig.now).to_clients == []  # held for the standby's ACK ...
+    b.receive([(record, A) for record in records], rig.now, rig.durable["b"])  # ... which is lost
+    seq = rig.cores["a"].sequence.last_issued
+    rig.to_peer["a"].clear()
+    rig.carry("a", a.demote(rig.now))  # its output dropped, out of its recent log too
+    rig.settle()
+    rig.carry("b", b.promote(rig.now, rig.durable["b"]))  # it holds the message and sends it again
+    rig.settle()
+    assert a.follower.epoch == b.epoch and rig.cores["a"].confirmed.lookup(PUBLISHER, 7) == seq  # the tags only
+    rig.carry("b", b.demote(rig.now))
+    rig.settle()
+    rig.carry("a", a.promote(rig.now, rig.durable["a"]))
+    assert rig.cores["a"].confirmed.lookup(PUBLISHER, 7) == seq  # a retry gets this number: a REQUEST gets it too
+    assert [number for number, _ in rig.cores["a"].recent.frames(seq, seq)] == [seq]
+
+
+def test_a_standby_that_started_following_late_holds_once_promoted_the_messages_whose_tags_it_took():
+    rig = Rig(sync=True, block=4096)
+    rig.cut = True  # the standby is away: the primary CONFIRMs alone
+    rig.carry("a", rig.members["a"].promote(rig.now, RESERVE))
+    rig.push("a", b"one", 7)
+    rig.settle(3)
+    seq = _confirmed(rig, "a")
+    _restart(rig, "b")
+    rig.cut = False
+    rig.settle()
+    assert rig.members["b"].follower.base == seq  # it holds nothing up to it: the tags only
+    rig.cut = True
+    rig.settle(60)  # the primary is gone: the standby is promoted
+    rig.carry("b", rig.members["b"].promote(rig.now, rig.durable["b"]))
+    assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) == seq
+    assert [number for number, _ in rig.cores["b"].recent.frames(seq, seq)] == [seq]
