@@ -2,8 +2,10 @@
 
 It reads only the :class:`~tests.simulation.world.History`: the number each
 CONFIRM gave, every event each subscriber's tracker released (messages in
-order, ranges reported lost), and which backbone process sent client output
-in which epoch; never the backbones' own view of themselves.
+order, ranges reported lost), which backbone process sent client output
+in which epoch, and a number a driver would have refused to send (issued beyond
+its state file: the real backbone stops); never the backbones' own view of
+themselves.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ STALL_BOUND = 2.0  # seconds: after the faults end, a confirmed message reaches 
 
 def check(history: History, *, sync: bool, probe: bytes, healed: float, end: float) -> list[str]:
     """Every promise broken, one line each (an empty list: the run holds)."""
-    problems: list[str] = []
+    problems: list[str] = [f"{host}: sequence {seq} issued at {when:.3f}s beyond the reservation {covered} (the "
+                           f"backbone stops there)" for when, host, seq, covered in history.uncovered]
     numbers: dict[int, bytes] = {}
 
     def issued(seq: int, payload: bytes, where: str) -> None:

@@ -19,6 +19,8 @@ REGRESSIONS = {
     1: "both hosts VRRP masters at once: one fenced by the other's tie-break, the other demoted; each waited for "
        "the other's stale primary, fenced forever",
     2: "a resumed master fenced by the new primary, which keepalived then demoted: a MASTER with a standby backbone",
+    12: "a member promoted above numbers only its peer knew of (its grants, a stood-down STATE's mark) issued from "
+        "a start its own state file did not cover: the real driver refused the send and the backbone stopped",
     17: "a restarted member promoted started above its mark without a word: subscribers waited their give-up time",
     28: "a demoted primary's dropped output was sent again when it was promoted (sync): one message, two numbers",
     54: "a state directory lost after its host led an epoch: the peer promoted into the same epoch again",

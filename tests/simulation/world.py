@@ -256,7 +256,10 @@ class Process:
                 out = core.flush(now)
                 if out.reserve is not None:
                     host.disk.durable = max(host.disk.durable, out.reserve)
-                host.disk.durable = max(host.disk.durable, core.sequence.last_issued)
+                if core.sequence.last_issued > host.disk.durable:  # the driver refuses to send it, and stops
+                    world.history.uncovered.append((world.now, host.name, core.sequence.last_issued,
+                                                    host.disk.durable))
+                    host.disk.durable = core.sequence.last_issued  # (told once: the run goes on as if written)
                 self._carry(member.replicate())
                 self._receive_pair(now)  # a newer epoch waiting: it must not send this
                 self._carry(member.gate(out.sends, now))
@@ -418,6 +421,8 @@ class History:
     acting_epochs: dict[int, set[tuple[str, int]]] = field(default_factory=dict)  # epoch -> (host, incarnation)
     transitions: list[tuple[float, str, str]] = field(default_factory=list)
     confirm_times: dict[bytes, float] = field(default_factory=dict)
+    # a number issued beyond what the state file covers: (when, host, number, covered); the real driver stops there
+    uncovered: list[tuple[float, str, int, int]] = field(default_factory=list)
 
     def acting(self, epoch: int, process: tuple[str, int], now: float) -> None:
         self.acting_epochs.setdefault(epoch, set()).add(process)
