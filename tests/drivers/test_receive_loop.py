@@ -318,12 +318,14 @@ def test_a_handler_that_ends_the_round_lets_the_others_run_before_the_next_datag
             gevent.sleep(0)
 
     recorded.on_datagram = handed
-    for n in range(6):
-        sender.sendto(b"%d" % n, sock.getsockname())
     running = True
     loop.follow(lambda: running, "test receive")
     try:
         with gevent.Timeout(TIMEOUT):
+            while not recorded.timers:  # the first round (its timer) is over: the rounds now come from the socket
+                gevent.sleep(0.001)
+            for n in range(6):
+                sender.sendto(b"%d" % n, sock.getsockname())
             gevent.spawn(ticker).join()
     finally:
         running = False
