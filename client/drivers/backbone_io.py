@@ -13,7 +13,8 @@ asks a backbone for one ACK.  What differs between them is how they wait,
 their :class:`IoStyle`: :data:`THREADS` (``time.sleep``, ``threading.Event``,
 stdlib sockets; cooperative under gevent's monkey patching, since they are
 looked up when called) or :func:`gevent_style` (``gevent.sleep``, gevent's
-events, sockets and select, with nothing patched).  The rest is here, once;
+events, sockets and select, with nothing patched; and :class:`LoopWatch`, the
+loop's own watchers that run a receive loop's rounds without a greenlet).  The rest is here, once;
 the receive-and-timer loop itself is :mod:`fyrehose.drivers.receive_loop`.
 
 The constants of the client side live where they are decided: the
@@ -64,7 +65,9 @@ class Waitable(Protocol):
 class IoStyle:
     """How a driver waits: its sleep, its events, the UDP sockets it blocks on, its wait for sockets to read
     (``readable(sockets, timeout)``: those of them with a datagram waiting) and what it does between two busy
-    rounds of reading (``pause``: let the loop's other greenlets run, or nothing for a thread)."""
+    rounds of reading (``pause``: let the loop's other greenlets run, or nothing for a thread); a style with an
+    event loop also has ``watch(sockets, ready)``, which has the loop call ``ready()`` itself (a
+    :class:`LoopWatch`), with no thread or greenlet waiting."""
 
     name: str
     sleep: Callable[[float], object]
@@ -72,6 +75,7 @@ class IoStyle:
     udp_socket: Callable[[], socket.socket]
     readable: Callable[[list[socket.socket], float], list[socket.socket]]
     pause: Callable[[], object]
+    watch: Callable[[list[socket.socket], Callable[[], None]], LoopWatch] | None = None
 
     def until(self, condition: Callable[[], bool], every: float = 0.01) -> Callable[[float], bool]:
         """A wait for ``condition`` (asked every ``every`` s) of at most the seconds it is given; whether it held."""
@@ -141,8 +145,61 @@ def gevent_style() -> IoStyle:
                 watcher.stop()
         return [] if ready is None else [ready]
 
+    def watch(sockets: list[socket.socket], ready: Callable[[], None]) -> LoopWatch:
+        return LoopWatch(gevent.get_hub().loop, sockets, ready)
+
     return IoStyle("gevent", gevent.sleep, gevent.event.Event,
-                   lambda: gevent.socket.socket(socket.AF_INET, socket.SOCK_DGRAM), readable, gevent.sleep)
+                   lambda: gevent.socket.socket(socket.AF_INET, socket.SOCK_DGRAM), readable, gevent.sleep, watch)
+
+
+class LoopWatch:
+    """An event loop (gevent's hub's) calling ``ready()`` from its own iteration whenever one of ``sockets`` is
+    readable, and once more at the time :meth:`wake_in` last asked for.
+
+    What a waiting client's reply costs through a gateway is mostly wake-ups: a greenlet blocked in
+    ``readable`` is switched to from the hub and back for every datagram, and makes a waiter and a timer for
+    every wait.  Watched, the datagram is read in the hub's callback, and the timer is only re-armed when the
+    time asked for comes sooner than the armed one.  ``ready`` must not wait (it runs in the hub).
+    """
+
+    def __init__(self, loop: Any, sockets: list[socket.socket], ready: Callable[[], None]) -> None:
+        self.loop = loop
+        self.ready = ready
+        self.watchers: dict[socket.socket, Any] = {}
+        for sock in sockets:
+            watcher = self.watchers[sock] = loop.io(sock.fileno(), 1)
+            watcher.start(ready)
+        self.timer: Any = None
+        self.due = float("inf")  # when the armed timer fires (monotonic)
+
+    def wake_in(self, seconds: float) -> None:
+        """Have ``ready()`` called after ``seconds`` at the latest (an earlier time already armed stands)."""
+        due = time.monotonic() + seconds
+        timer = self.timer
+        if timer is not None:
+            if timer.active and self.due <= due:
+                return
+            timer.stop()
+            timer.close()
+        self.timer = timer = self.loop.timer(seconds)
+        self.due = due
+        timer.start(self.ready)
+
+    def drop(self, sock: socket.socket) -> None:
+        """Watch ``sock`` no more (before it is closed)."""
+        watcher = self.watchers.pop(sock, None)
+        if watcher is not None:
+            watcher.stop()
+            watcher.close()
+
+    def stop(self) -> None:
+        """Call ``ready()`` no more: every watcher stopped and closed (idempotent)."""
+        for sock in list(self.watchers):
+            self.drop(sock)
+        timer, self.timer = self.timer, None
+        if timer is not None:
+            timer.stop()
+            timer.close()
 
 
 # ---------------------------------------------------------------- the socket

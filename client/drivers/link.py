@@ -1,13 +1,17 @@
-"""A gateway's gevent driver of the pure backbone connection: one UDP socket, one receive greenlet, no threads.
+"""A gateway's gevent driver of the pure backbone connection: one UDP socket read by the loop itself, no threads.
 
 :class:`~fyrehose.protocol.connection.BackboneConnection` (keepalives, ordering, gap
 REQUESTs, confirmed publishes) and :class:`~fyrehose.subjects.session.SubjectSession`
 (session, signing, trust exchange, interest announcements) decide
 everything; this module only moves their datagrams through a gevent socket
 and runs their timers (one :class:`~fyrehose.subjects.client_core.ClientCore`),
-in the gevent style of :class:`~fyrehose.drivers.receive_loop.ReceiveLoop`, as
-the load test's users do.  Nothing is monkey-patched: waits are gevent
-waits on the gateway's one loop.
+in the gevent style of :class:`~fyrehose.drivers.receive_loop.ReceiveLoop`,
+whose rounds the gateway's one loop runs in its own callbacks
+(:meth:`~fyrehose.drivers.receive_loop.ReceiveLoop.follow`): a CONFIRM is read
+and its waiters' replies queued in the turn the socket turned readable, with
+no greenlet switched to and back.  The datagrams go out from the loop's
+non-blocking socket: a send never waits in the loop (a full send buffer loses
+the datagram, sent again on a timer).  Nothing is monkey-patched.
 
 Publishes from every TCP client of the gateway share datagrams.  A
 connection's :meth:`BackboneLink.submit_with` queues its messages with a
@@ -139,12 +143,13 @@ class BackboneLink:
         self._batches: dict[int, list[_Waiter]] = {}  # batch number -> its waiters, in payload order
         self.core = ClientCore(self.connection, subjects)
         self.group = multicast
-        self._loop = ReceiveLoop(  # the socket and the group's, read by one greenlet
+        self._loop = ReceiveLoop(  # the socket and the group's, read in the loop's callbacks
             self.sock, next_deadline=self.core.next_deadline, handle_timers=self._handle_timers,
             datagram=self._datagram, stats=stats, backbone=self.backbone,
             group=join_group(multicast, self.backbone, RECEIVE_BUFFER) if multicast is not None else None,
             group_address=multicast, style=gevent_style(), limit=YIELD_EVERY, longest=TIMER_PERIOD)
-        self._receiver = gevent.spawn(guarded(self._receive_loop, "gateway backbone receive"))
+        self._sendto = self._loop.sock.sendto  # non-blocking: the rounds and the publishes' flush run in the hub
+        self._loop.follow(lambda: not self._closed, "gateway backbone receive")
         self._forwards: Queue[codec.Forward | None] = Queue(FORWARDS_QUEUED)  # None: the link closed
         if held is not None:
             gevent.spawn(guarded(self._forward_loop, "gateway forwarder"))
@@ -162,8 +167,6 @@ class BackboneLink:
             self.send_unconfirmed(self.subjects.leave())
         self._closed = True
         say_goodbye(self.sock, self.connection)
-        if self._receiver is not gevent.getcurrent():
-            self._receiver.join(2 * TIMER_PERIOD + 0.2)  # it sees _closed within its longest wait
         try:  # wakes the forwarder if it waits for one; a busy one sees _closed before its next datagram
             self._forwards.put_nowait(None)
         except Full:
@@ -184,7 +187,7 @@ class BackboneLink:
 
     def _send(self, datagram: bytes) -> None:
         try:
-            self.sock.sendto(datagram, self.backbone)
+            self._sendto(datagram, self.backbone)
         except OSError:  # a send buffer that stayed full: lost like a dropped datagram, sent again on a timer
             self.stats["send errors"] += 1
 
@@ -276,9 +279,6 @@ class BackboneLink:
 
     # ------------------------------------------------------------ receiving
 
-    def _receive_loop(self) -> None:
-        self._loop.run(lambda: not self._closed)
-
     def _datagram(self, data: bytes, source: Address, now: float, from_group: bool) -> None:
         connection = self.connection
         self._apply(connection.receive_group(data, source, now) if from_group else connection.receive(data, source, now))
@@ -296,6 +296,11 @@ class BackboneLink:
             self._queue_forwards(incoming.forwards)
         if incoming.fell_back:
             self._loop.leave_group()
+
+    def end_round(self) -> None:
+        """The stream's handler did a long piece of work in the loop's callback, where it cannot pause: the clients
+        get the loop before the next datagram is read (:meth:`~fyrehose.drivers.receive_loop.ReceiveLoop.end_round`)."""
+        self._loop.end_round()
 
     def _handle_timers(self, now: float) -> None:
         due = self.core.handle_timers(now, wall_us())

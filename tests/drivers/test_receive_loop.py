@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import gevent
+import gevent.event
 import pytest
 
 from fyrehose.drivers.backbone_io import gevent_style
@@ -188,3 +189,148 @@ def test_a_greenlet_takes_every_datagram_and_lets_the_others_run_between_busy_ro
     assert [data for data, _ in recorded.datagrams] == [b"%d" % n for n in range(100)]
     assert reader.dead and len(recorded.timers) == 1
     assert any(0 < seen < 100 for seen in others)  # the ticker ran while the datagrams were being taken
+
+
+@pytest.mark.parametrize("limit", [1, 16])
+def test_the_loop_followed_takes_every_datagram_in_its_own_callbacks_and_lets_the_others_run(limit):
+    sock, sender = udp(), udp()
+    recorded, stats = Recorded(deadline=0.0), Counter()
+    recorded.expect = 100
+    ticks = 0
+    handlers: set[object] = set()
+    seen: list[int] = []  # the ticks counted when each datagram was handed over
+
+    def handed(data: bytes) -> None:
+        handlers.add(gevent.getcurrent())
+        seen.append(ticks)
+
+    def ticker() -> None:
+        nonlocal ticks
+        while not recorded.arrived.is_set():
+            ticks += 1
+            gevent.sleep(0)
+
+    recorded.on_datagram = handed
+    for n in range(100):
+        sender.sendto(b"%d" % n, sock.getsockname())
+    loop = loop_for(sock, recorded, stats, style=gevent_style(), limit=limit)
+    running = True
+    loop.follow(lambda: running, "test receive")
+    try:
+        with gevent.Timeout(TIMEOUT):
+            gevent.spawn(ticker).join()
+    finally:
+        running = False
+        loop.close()
+        sock.close()
+        sender.close()
+    assert [data for data, _ in recorded.datagrams] == [b"%d" % n for n in range(100)]
+    assert handlers == {gevent.get_hub()}  # read by the loop itself: no greenlet switched to for a datagram
+    assert len(recorded.timers) == 1 and stats == Counter()
+    assert seen[-1] > seen[0]  # the ticker ran between the rounds: a full round reads on after the others
+
+
+def test_the_loop_followed_runs_the_timers_at_their_deadline_without_a_datagram_and_stops_when_told():
+    sock = udp()
+    recorded = Recorded(deadline=0.0)
+    fired = gevent.event.Event()
+
+    def handle_timers(now: float) -> None:
+        recorded.timers.append(now)
+        recorded.deadline = now + 0.05 if len(recorded.timers) < 3 else float("inf")
+        if len(recorded.timers) == 3:
+            fired.set()
+
+    recorded.handle_timers = handle_timers  # type: ignore[method-assign]
+    loop = loop_for(sock, recorded, Counter(), style=gevent_style(), longest=0.01)
+    running = True
+    loop.follow(lambda: running, "test receive")
+    try:
+        assert fired.wait(TIMEOUT)
+        assert all(later - earlier >= 0.05 for earlier, later in zip(recorded.timers, recorded.timers[1:]))
+        running = False
+        sender = udp()
+        sender.sendto(b"after", sock.getsockname())  # wakes the loop, which finds it is to stop
+        sender.close()
+        with gevent.Timeout(TIMEOUT):
+            while loop._watching is not None:
+                gevent.sleep(0.001)
+        assert recorded.datagrams == []  # nothing read once running() said no
+    finally:
+        loop.close()
+        sock.close()
+
+
+def test_the_group_is_left_while_followed_and_read_no_more(capfd):
+    sock, group, sender = udp(), udp(), udp()
+    recorded, stats = Recorded(), Counter()
+    loop = loop_for(sock, recorded, stats, group=group, group_address=GROUP, style=gevent_style())
+    recorded.on_datagram = lambda data: loop.leave_group() if data == b"silent" else None
+    sender.sendto(b"grouped", group.getsockname())
+    sender.sendto(b"silent", group.getsockname())
+    sender.sendto(b"never read", group.getsockname())
+    recorded.expect = 3
+    running = True
+    loop.follow(lambda: running, "test receive")
+    try:
+        with gevent.Timeout(TIMEOUT):
+            while len(recorded.datagrams) < 2:
+                gevent.sleep(0.001)
+        sender.sendto(b"unicast", sock.getsockname())
+        with gevent.Timeout(TIMEOUT):
+            while not recorded.arrived.is_set():
+                gevent.sleep(0.001)
+    finally:
+        running = False
+        loop.close()
+        sock.close()
+        sender.close()
+    assert recorded.datagrams == [(b"grouped", True), (b"silent", True), (b"unicast", False)]
+    assert group.fileno() == -1 and stats == Counter()
+    assert capfd.readouterr().err.splitlines() == [fallback_notice(GROUP, BACKBONE)]
+
+
+def test_a_style_without_an_event_loop_cannot_be_followed():
+    sock = udp()
+    loop = loop_for(sock, Recorded(), Counter())
+    with pytest.raises(ValueError, match="threads style has no event loop"):
+        loop.follow(lambda: True, "test receive")
+    loop.close()
+    sock.close()
+
+
+def test_a_handler_that_ends_the_round_lets_the_others_run_before_the_next_datagram():
+    sock, sender = udp(), udp()
+    recorded, stats = Recorded(), Counter()
+    recorded.expect = 6
+    ticks = 0
+    seen: list[int] = []
+    loop = loop_for(sock, recorded, stats, style=gevent_style(), limit=64)
+
+    def handed(data: bytes) -> None:
+        seen.append(ticks)
+        loop.end_round()  # a long piece of work done in the loop's callback
+
+    def ticker() -> None:
+        nonlocal ticks
+        while not recorded.arrived.is_set():
+            ticks += 1
+            gevent.sleep(0)
+
+    recorded.on_datagram = handed
+    running = True
+    loop.follow(lambda: running, "test receive")
+    try:
+        with gevent.Timeout(TIMEOUT):
+            while not recorded.timers:  # the first round (its timer) is over: the rounds now come from the socket
+                gevent.sleep(0.001)
+            for n in range(6):
+                sender.sendto(b"%d" % n, sock.getsockname())
+            gevent.spawn(ticker).join()
+    finally:
+        running = False
+        loop.close()
+        sock.close()
+        sender.close()
+    assert [data for data, _ in recorded.datagrams] == [b"%d" % n for n in range(6)]
+    assert all(later > earlier for earlier, later in zip(seen, seen[1:]))  # one datagram per round, then the ticker

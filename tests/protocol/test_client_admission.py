@@ -256,7 +256,7 @@ def test_a_repeated_forward_is_served_once_until_the_driver_is_done_with_it():
 
 
 @pytest.mark.parametrize(("module", "target", "argv", "worker"), [
-    ("fyrehose.drivers.link", "BackboneLink._receive_loop", ["gateway", "redis", "--listen", "127.0.0.1:0"],
+    ("fyrehose.drivers.link", "BackboneLink._handle_timers", ["gateway", "redis", "--listen", "127.0.0.1:0"],
      "gateway backbone receive"),
     ("fyrehose.journal.service", "JournalService._maintain", ["journal", "--dir", "{tmp}"], "journal maintenance"),
 ])

@@ -77,7 +77,8 @@ RoutePlain = Callable[[int, bytes], bool]
 Wants = Callable[[str], bool]
 
 # Messages taken from the stream between two chances for the loop to serve the clients
-# (never between a route's ``wants`` and the route itself).
+# (never between a route's ``wants`` and the route itself; from the link's round, which runs in the
+# loop's own callback, the chance comes once the datagram being routed is done).
 YIELD_EVERY = 64
 EXPIRE_EVERY = 1.0  # seconds between sweeps of silent owners out of the interest table
 SESSION_PREFIX = "_SESSION."
@@ -220,7 +221,7 @@ class GatewayRouter:
             self._taken += 1
             if self._taken % YIELD_EVERY == 0:  # let the loop write what is queued, and read the clients
                 self._queue_writes()
-                gevent.sleep(0)
+                self._serve_clients()
             seq, data = event  # type: ignore[misc]  # a Message
             subject = peek_subject(data)
             if subject and self._may_want(subject):
@@ -252,12 +253,21 @@ class GatewayRouter:
             if self._taken % YIELD_EVERY == 0:  # let the loop write what is queued, and read the clients
                 self.position = seq - 1  # a subscription made now gets everything after it
                 self._queue_writes()
-                gevent.sleep(0)
-                if self.interest.version != version:
+                if self._serve_clients() and self.interest.version != version:
                     return seq
             self._open_and_route(seq, data)
             self.position = seq
         return run.last + 1
+
+    def _serve_clients(self) -> bool:
+        """Let the loop serve the clients: at once from a greenlet (True), or, from the loop's own callback (the
+        link's receive round, which cannot pause), once the datagram being routed is done (False)."""
+        hub = gevent.get_hub()
+        if gevent.getcurrent() is hub:
+            self.link.end_round()
+            return False
+        gevent.sleep(0)
+        return True
 
     def _queue_writes(self) -> None:
         """Write the connections the stream gave something, once, in this loop iteration (all of them together)."""
