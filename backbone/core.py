@@ -281,12 +281,23 @@ class Backbone:
                 fresh.append(frame)
                 if not kept or seq > kept[-1][0]:
                     kept.append((seq, frame))
-        if kept and not self.recent.frames(kept[0][0], codec.MAX_SEQUENCE):
-            # kept too, when they extend what it holds in order: a subscriber that missed them asks this backbone
-            # for them later, and a number found is not declared GONE, so nothing else would answer it
-            self._recent.add([LogEntry(memoryview(frame), 1) for _, frame in kept])
+        if kept:
+            self._keep_recovered(kept)
         self.counters["recovered"] += len(fresh)
         self.send_to_subscribers(fresh, now)
+
+    def _keep_recovered(self, kept: list[tuple[int, bytes]]) -> None:
+        """Recovered frames (ascending) kept in the recent log too: a subscriber that missed them asks this
+        backbone for them later, and a number found is not declared GONE, so nothing else would answer it.  The
+        log holds its numbers in order, so what it took since the takeover above them is taken out and added
+        again behind them (a recovery ends within RECOVERY_WINDOW of the takeover: a few entries)."""
+        recent = self.recent
+        above = [(seq, bytes(frame)) for seq, frame in recent.frames(kept[0][0], codec.MAX_SEQUENCE)]
+        recent.drop_after(kept[0][0] - 1)
+        below = recent.frames(kept[0][0], codec.MAX_SEQUENCE)  # an entry that began below and reaches here
+        floor = below[-1][0] if below else 0
+        merged = sorted({seq: frame for seq, frame in above + kept if seq > floor}.items())
+        recent.add([LogEntry(memoryview(frame), 1) for _, frame in merged])
 
     def hold_replica(self, frames: bytes, count: int, source: Address, runs: list[Run], now: float) -> None:
         """A standby keeps what its primary sequenced: the frames in its recent log (for REQUESTs after a

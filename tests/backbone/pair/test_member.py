@@ -549,3 +549,23 @@ def test_delivers_and_records_on_the_pair_link_are_taken_only_by_a_primary_whose
     a.receive([(frames.seal(record, bytes(range(32))), B)], rig.now, RESERVE)  # a RECORD of its own epoch, unasked
     assert a.counters["drop:pair unasked record"] == 1 and rig.cores["a"].confirmed.lookup(PUBLISHER, 9) is None
 
+
+
+def test_a_recovered_message_is_kept_in_order_below_what_the_new_primary_sequenced_since():
+    rig = Rig(key=bytes(range(32)))
+    a, b = rig.members["a"], rig.members["b"]
+    rig.cut = True  # the standby is away: the primary sends alone
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.push("a", b"only at a", 7)
+    rig.settle(3)
+    seq = rig.cores["a"].sequence.last_issued
+    rig.carry("a", a.demote(rig.now))
+    rig.cut = False
+    rig.settle(3)
+    rig.carry("b", b.promote(rig.now, rig.durable["b"]))
+    rig.push("b", b"after the takeover", 8)  # sequenced before the peer's answer arrives
+    rig.flush("b")
+    rig.settle(15)
+    held = [number for number, _ in rig.cores["b"].recent.frames(1, codec.MAX_SEQUENCE)]
+    assert b.counters["recovered"] == 1, dict(b.counters)
+    assert seq in held and held == sorted(held) and len(held) == len(set(held))  # a REQUEST for it is answered
