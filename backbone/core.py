@@ -55,13 +55,15 @@ RECOVERY_WINDOW = 0.2  # seconds a promoted standby waits for the journals' copi
 
 @dataclass(slots=True)
 class Recovery:
-    """Numbers a promoted standby lacks, asked of every journaling client (docs/protocol.md, "Hot standby pair")."""
+    """Numbers a promoted standby lacks, asked of every journaling client and of its pair peer (docs/protocol.md,
+    "Hot standby pair")."""
 
     from_seq: int
     to_seq: int
     deadline: float
     journalers: set[Address]
     found: set[int] = field(default_factory=set)
+    peer: bool = False  # its pair peer was asked too: its DELIVERs come through the pair member, not the clients' socket
 
 
 def _notice(from_seq: int, to_seq: int) -> bytes:
@@ -236,16 +238,17 @@ class Backbone:
         return covered == to_seq - from_seq + 1
 
     def recover(self, from_seq: int, to_seq: int, requester: Address, now: float,
-                window: float = RECOVERY_WINDOW, sent: tuple[int, int] | None = None) -> None:
+                window: float = RECOVERY_WINDOW, sent: tuple[int, int] | None = None, peer: bool = False) -> None:
         """After a takeover: ask every journaling client for ``from_seq..to_seq`` on behalf of ``requester`` (this
         backbone's own address); what arrives within ``window`` goes to every subscriber, the rest is GONE.
-        ``sent`` is a range within it that this backbone holds and sent again itself: found already."""
+        ``sent`` is a range within it that this backbone holds and sent again itself: found already.  With
+        ``peer`` the pair member asks its peer too, and hands its answer to :meth:`recovered_from_peer`."""
         journalers = self.clients.journalers(now)
         forward = codec.encode(codec.Forward(requester[0], requester[1], from_seq, to_seq))
         self._control.extend((forward, journaler) for journaler in journalers)
         self.counters["forwards"] += len(journalers)
         found = set(range(max(from_seq, sent[0]), min(to_seq, sent[1]) + 1)) if sent is not None else set()
-        self._recovery = Recovery(from_seq, to_seq, now + window, set(journalers), found)
+        self._recovery = Recovery(from_seq, to_seq, now + window, set(journalers), found, peer)
 
     def _recovered(self, datagram: bytes | bytearray | memoryview, source: Address, now: float) -> None:
         recovery = self._recovery
@@ -253,16 +256,48 @@ class Backbone:
         if source not in recovery.journalers:
             self._drop("unasked deliver")
             return
+        self._take_recovered(recovery, datagram, now)
+
+    def recovered_from_peer(self, datagram: bytes | bytearray | memoryview, now: float) -> bool:
+        """The pair peer's DELIVERs in answer to a recovery that asked it; False when none asked it.  They arrive on the pair socket, which
+        takes only the peer's datagrams (sealed, with a pair key), never on the clients' socket."""
+        recovery = self._recovery
+        if recovery is None or not recovery.peer:
+            self._drop("unasked deliver")
+            return False
+        self._take_recovered(recovery, datagram, now)
+        return True
+
+    def _take_recovered(self, recovery: Recovery, datagram: bytes | bytearray | memoryview, now: float) -> None:
         spans, error = codec.scan(datagram, codec.DELIVER)
         if error is not None:
             self._drop("malformed")
         fresh = []
+        kept: list[tuple[int, bytes]] = []
         for start, end, seq in spans:
             if recovery.from_seq <= seq <= recovery.to_seq and seq not in recovery.found:
                 recovery.found.add(seq)
-                fresh.append(bytes(datagram[start:end]))
+                frame = bytes(datagram[start:end])
+                fresh.append(frame)
+                if not kept or seq > kept[-1][0]:
+                    kept.append((seq, frame))
+        if kept:
+            self._keep_recovered(kept)
         self.counters["recovered"] += len(fresh)
         self.send_to_subscribers(fresh, now)
+
+    def _keep_recovered(self, kept: list[tuple[int, bytes]]) -> None:
+        """Recovered frames (ascending) kept in the recent log too: a subscriber that missed them asks this
+        backbone for them later, and a number found is not declared GONE, so nothing else would answer it.  The
+        log holds its numbers in order, so what it took since the takeover above them is taken out and added
+        again behind them (a recovery ends within RECOVERY_WINDOW of the takeover: a few entries)."""
+        recent = self.recent
+        above = [(seq, bytes(frame)) for seq, frame in recent.frames(kept[0][0], codec.MAX_SEQUENCE)]
+        recent.drop_after(kept[0][0] - 1)
+        below = recent.frames(kept[0][0], codec.MAX_SEQUENCE)  # an entry that began below and reaches here
+        floor = below[-1][0] if below else 0
+        merged = sorted({seq: frame for seq, frame in above + kept if seq > floor}.items())
+        recent.add([LogEntry(memoryview(frame), 1) for _, frame in merged])
 
     def hold_replica(self, frames: bytes, count: int, source: Address, runs: list[Run], now: float) -> None:
         """A standby keeps what its primary sequenced: the frames in its recent log (for REQUESTs after a

@@ -8,10 +8,15 @@ is recognised by its lower epoch wherever its datagrams arrive.
     STATE   0x82 EPOCH(4) ROLE(1) FLAGS(1) LAST_ISSUED(6) DELIVERED(6) WANT(6) CLEAN_MS(2) MEMBERS(2) {ADDR(4) PORT(2) FLAGS(6) AGE_MS(2)}*
     ACK     0x83 EPOCH(4) HELD(6) GRANTED(6)
     REPLAY  0x84 EPOCH(4) FROM(6) TO(6)
+    RECOVER 0x85 EPOCH(4) FROM(6) TO(6)
 
 A RECORD is one sequenced datagram as the subscribers get it, with its
 publisher's address and the (tag, count, first sequence) runs of its tagged
 frames, so the standby holds the message and its CONFIRM memory alike.
+A RECOVER is a promoted member asking its peer for the numbers its takeover
+cannot account for; the peer answers with the DELIVER frames it holds of
+them, as a journaling client answers a FORWARD (sealed as every pair
+datagram is).
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ RECORD = 0x81
 STATE = 0x82
 ACK = 0x83
 REPLAY = 0x84
+RECOVER = 0x85
 
 ROLE_STANDBY = 0
 ROLE_PRIMARY = 1
@@ -46,7 +52,7 @@ _RUN = struct.Struct(">HIHHI")  # tag (16+32), count, seq (16+32)
 _STATE = struct.Struct(">BIBBHIHIHIHH")  # type, epoch, role, flags, last, delivered, want (16+32 each), clean ms, members
 _MEMBER = struct.Struct(">4sHHIH")  # addr, port, flags (16+32), age in ms
 _ACK = struct.Struct(">BIHIHI")  # type, epoch, held, granted
-_REPLAY = struct.Struct(">BIHIHI")  # type, epoch, from, to
+_REPLAY = struct.Struct(">BIHIHI")  # type, epoch, from, to (REPLAY and RECOVER)
 RUN_SIZE = _RUN.size
 MAX_BODY = codec.MAX_DATAGRAM - DIGEST_SIZE  # what a datagram holds besides its digest
 MEMBER_SIZE = _MEMBER.size
@@ -96,7 +102,14 @@ class Replay:
     to_seq: int
 
 
-PairFrame = Record | State | Ack | Replay
+@dataclass(frozen=True, slots=True)
+class Recover:
+    epoch: int
+    from_seq: int
+    to_seq: int
+
+
+PairFrame = Record | State | Ack | Replay | Recover
 
 
 def _u48(value: int) -> tuple[int, int]:
@@ -177,6 +190,10 @@ def encode_replay(epoch: int, from_seq: int, to_seq: int) -> bytes:
     return _REPLAY.pack(REPLAY, epoch, *_u48(from_seq), *_u48(to_seq))
 
 
+def encode_recover(epoch: int, from_seq: int, to_seq: int) -> bytes:
+    return _REPLAY.pack(RECOVER, epoch, *_u48(from_seq), *_u48(to_seq))
+
+
 def seal(datagram: bytes, key: bytes) -> bytes:
     """The datagram with its digest appended, so that only a holder of the key can have sent it.
 
@@ -204,7 +221,7 @@ def decode(datagram: bytes | bytearray | memoryview) -> PairFrame | str:
         return _decode_record(datagram)
     if kind == STATE:
         return _decode_state(datagram)
-    if kind in (ACK, REPLAY):
+    if kind in (ACK, REPLAY, RECOVER):
         if size != _ACK.size:
             return "bad size"
         _, epoch, a_high, a_low, b_high, b_low = _ACK.unpack_from(datagram)
@@ -213,7 +230,7 @@ def decode(datagram: bytes | bytearray | memoryview) -> PairFrame | str:
             return Ack(epoch, a, b)
         if a < 1 or b < a:
             return "bad range"
-        return Replay(epoch, a, b)
+        return Replay(epoch, a, b) if kind == REPLAY else Recover(epoch, a, b)
     return "unknown type"
 
 

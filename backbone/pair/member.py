@@ -119,6 +119,9 @@ class PairMember:
         # the tags below that standby's first STATE (the held entries it sends again among them)
         self._tagged: deque[frames.Record] = deque()
         self._tagged_bytes = 0
+        # the RECORDs of the output it sent as primary, kept once demoted: a promoted peer's RECOVER gets them
+        self._sent_records: list[bytes] = []
+        self._asking: tuple[int, int] | None = None  # the range its recovery asked its peer for
         self._out = Actions()
         self._now = float("-inf")  # the latest time given
         # `fenced` until then: a primary stood down (STAND_DOWN_HOLD); a restarted member (it has an epoch) holds
@@ -229,14 +232,22 @@ class PairMember:
         backbone.end_recovery(now + RECOVERY_WINDOW)
         # (what it holds and sent again just now, or sent itself, between the two ranges is not GONE)
         sent = plan.resend if reopen is None or unknown is None else (reopen[1] + 1, unknown[0] - 1)
+        asked = None
         if plan.never_sent:
             if reopen is not None:
-                backbone.recover(*reopen, self.service, now, sent=sent)
+                asked = reopen
             if unknown is not None:
                 for low, high in _outside(unknown, sent):
                     backbone.declare_gone(low, high, codec.GONE_NEVER_SENT, now)
         elif first is not None:
-            backbone.recover(first[0], (unknown or first)[1], self.service, now, sent=sent)
+            asked = (first[0], (unknown or first)[1])
+        if asked is not None:
+            # the journals and the peer: an earlier primary (demoted, fenced) may hold its last messages alone,
+            # sent over a link cut to the clients or to nobody before it stood down
+            backbone.recover(*asked, self.service, now, sent=sent, peer=True)
+        self._asking = asked
+        if asked is not None:
+            self._out.to_peer.append(self._seal(frames.encode_recover(self.epoch, *asked)))
         self.source = ReplicationSource(self.epoch, sync=self.sync, timeout=self.timeout)
         for record in self._tagged:
             self.source.keep(record.first, record.last, [frames.encode_record(
@@ -271,11 +282,13 @@ class PairMember:
         # ... so neither they nor a flush sequenced but not gated yet are ever DELIVERed from its recent log
         self.backbone.recent.drop_after(self._sent)
         self._held.clear()
+        if self.source is not None:
+            self._sent_records = self.source.records_through(self._sent)
         self.source = None
         self.backbone.replicas = None
         self.follower = ReplicaFollower(self.epoch, self.durable, issued=self.backbone.sequence.last_issued,
                                         delivered=self._sent, reopen=self._open if self._answered else None)
-        self._answered = self._open = None
+        self._answered = self._open = self._asking = None
         self._wanted = 0
         self.primary = False
 
@@ -314,6 +327,12 @@ class PairMember:
                 self.counters["drop:pair bad digest"] += 1
                 return
             data = opened
+        if data and data[0] == codec.DELIVER:  # the peer's answer to this member's RECOVER
+            if self.primary:
+                self.backbone.recovered_from_peer(data, now)
+            else:
+                self.counters["drop:pair unasked deliver"] += 1
+            return
         frame = frames.decode(data)
         if isinstance(frame, str):
             self.counters["drop:pair " + frame] += 1
@@ -334,12 +353,17 @@ class PairMember:
             elif isinstance(frame, frames.Ack):
                 source.on_ack(frame, self.backbone.sequence.last_issued, now)
                 self._release()
+            elif isinstance(frame, frames.Record):
+                self._recovered_record(frame, now)
             elif isinstance(frame, frames.Replay):
                 records = source.replay(frame)
                 self.counters["pair replayed"] += len(records)
                 self._out.to_peer += [self._seal(record) for record in records]
             return False
         follower = self.follower
+        if isinstance(frame, frames.Recover):
+            self._answer_recover(frame)
+            return False
         if isinstance(frame, frames.State) and frame.role == frames.ROLE_STANDBY:
             follower.on_peer_mark(frame.last_issued)  # whatever its epoch: numbers are numbers
             return False
@@ -376,6 +400,39 @@ class PairMember:
             # (an ACK per RECORD would wake it once more per flush for nothing)
             return follower.primary is not None and bool(follower.primary.flags & frames.STATE_SYNC)
         return False
+
+    def _answer_recover(self, frame: frames.Recover) -> None:
+        """A promoted peer asks for numbers its takeover cannot account for; this member may hold them alone (the
+        earlier primary, whose last messages went over a link cut to the clients).  It answers with RECORDs of
+        the peer's epoch where it has them (what it sent as primary, what it took with tags as standby), so the
+        peer learns their tags with the messages (a retry gets the same number), and with DELIVER frames, as a
+        journal answers, for the other numbers it holds."""
+        low, high = frame.from_seq, frame.to_seq
+        records = [record for record in map(frames.decode, self._sent_records)
+                   if isinstance(record, frames.Record) and record.first <= high and record.last >= low]
+        records += [record for record in self._tagged if record.first <= high and record.last >= low]
+        covered: set[int] = set()
+        answer = []
+        for record in records:
+            covered.update(range(record.first, record.last + 1))
+            answer.append(frames.encode_record(frame.epoch, record.first, record.last, record.source, record.runs,
+                                               record.frames))
+        held = [bytes(data) for seq, data in self.backbone.recent.frames(low, high) if seq not in covered]
+        limit = frames.MAX_BODY if self.key is not None else codec.MAX_DATAGRAM
+        answer += codec.pack_greedy(held, limit) if held else []
+        self.counters["pair recovered answers"] += len(held) + len(covered)
+        self._out.to_peer += [self._seal(datagram) for datagram in answer]
+
+    def _recovered_record(self, record: frames.Record, now: float) -> None:
+        """A RECORD of its own epoch from the standby: its answer to this member's RECOVER.  The messages go to the
+        recovery, their tags into the CONFIRM memory (a publisher's retry gets the number they were given)."""
+        asking = self._asking
+        if asking is None or not self.backbone.recovered_from_peer(record.frames, now):
+            self.counters["drop:pair unasked record"] += 1
+            return
+        runs = frames.clip_runs(record.runs, *asking)
+        if runs:
+            self.backbone.confirmed.remember_runs(record.source, runs, now)
 
     def _keep_tagged(self, record: frames.Record) -> None:
         """Keep a RECORD whose tags it took, within TAGGED_BYTES and UNACCOUNTED numbers of the newest."""

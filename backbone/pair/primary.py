@@ -61,6 +61,10 @@ class ReplicationSource:
         while self._record_bytes > self._replay_bytes and self._records:
             self._record_bytes -= len(self._records.popleft()[2])
 
+    def records_through(self, last: int) -> list[bytes]:
+        """The kept RECORDs of numbers up to ``last`` (a demoted primary's: of the output it sent)."""
+        return [record for _, end, record in self._records if end <= last]
+
     def on_ack(self, ack: frames.Ack, last_issued: int, now: float) -> None:
         """An ACK of this epoch from the peer; it attaches the standby once it granted every number issued."""
         self.held = max(self.held, ack.held)

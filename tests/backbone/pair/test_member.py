@@ -512,3 +512,60 @@ def test_a_standby_that_started_following_late_holds_once_promoted_the_messages_
     rig.carry("b", rig.members["b"].promote(rig.now, rig.durable["b"]))
     assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) == seq
     assert [number for number, _ in rig.cores["b"].recent.frames(seq, seq)] == [seq]
+
+
+def test_a_promoted_member_recovers_from_its_peer_what_only_that_earlier_primary_holds():
+    rig = Rig(sync=True, key=bytes(range(32)))
+    rig.subscribe()
+    a, b = rig.members["a"], rig.members["b"]
+    rig.cut = True  # the standby is away: the primary CONFIRMs alone
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.push("a", b"only at a", 7)
+    rig.settle(3)
+    seq = _confirmed(rig, "a")
+    rig.to_clients["a"].clear()  # its link to the clients was cut: nobody got the message
+    rig.carry("a", a.demote(rig.now))
+    rig.cut = False
+    rig.settle(3)
+    rig.carry("b", b.promote(rig.now, rig.durable["b"]))  # it never held the message; the journals neither
+    rig.settle(15)  # the recovery's window ends
+    assert rig.delivered("b").get(seq) == b"only at a"  # its peer answered the RECOVER with its DELIVER
+    assert b.counters["recovered"] == 1 and a.counters["pair recovered answers"] >= 1
+    assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) == seq  # its RECORD's tags: a retry gets this number
+    assert all(first > seq or last < seq for first, last, _ in rig.cores["b"].gone)  # not declared lost
+
+
+def test_delivers_and_records_on_the_pair_link_are_taken_only_by_a_primary_whose_recovery_asked_its_peer():
+    rig = Rig(key=bytes(range(32)))
+    a, b = rig.members["a"], rig.members["b"]
+    deliver = frames.seal(codec.encode_deliver(5, b"forged"), bytes(range(32)))
+    b.receive([(deliver, A)], rig.now, RESERVE)  # a standby asked nobody
+    assert b.counters["drop:pair unasked deliver"] == 1
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.settle(15)  # its recovery (if any) is over
+    a.receive([(deliver, B), (frames.seal(b"\x01junk", bytes(range(32))), B)], rig.now, RESERVE)
+    assert a.counters["drop:unasked deliver"] == 2 and a.counters["recovered"] == 0
+    record = frames.encode_record(a.epoch, 5, 5, PUBLISHER, [(9, 1, 5)], codec.encode_deliver(5, b"forged"))
+    a.receive([(frames.seal(record, bytes(range(32))), B)], rig.now, RESERVE)  # a RECORD of its own epoch, unasked
+    assert a.counters["drop:pair unasked record"] == 1 and rig.cores["a"].confirmed.lookup(PUBLISHER, 9) is None
+
+
+
+def test_a_recovered_message_is_kept_in_order_below_what_the_new_primary_sequenced_since():
+    rig = Rig(key=bytes(range(32)))
+    a, b = rig.members["a"], rig.members["b"]
+    rig.cut = True  # the standby is away: the primary sends alone
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.push("a", b"only at a", 7)
+    rig.settle(3)
+    seq = rig.cores["a"].sequence.last_issued
+    rig.carry("a", a.demote(rig.now))
+    rig.cut = False
+    rig.settle(3)
+    rig.carry("b", b.promote(rig.now, rig.durable["b"]))
+    rig.push("b", b"after the takeover", 8)  # sequenced before the peer's answer arrives
+    rig.flush("b")
+    rig.settle(15)
+    held = [number for number, _ in rig.cores["b"].recent.frames(1, codec.MAX_SEQUENCE)]
+    assert b.counters["recovered"] == 1, dict(b.counters)
+    assert seq in held and held == sorted(held) and len(held) == len(set(held))  # a REQUEST for it is answered

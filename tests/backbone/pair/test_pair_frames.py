@@ -74,6 +74,13 @@ def test_ack_and_replay_round_trip_and_a_replay_must_name_a_range():
     assert frames.decode(frames.encode_replay(4, 0, 11)) == "bad range"
 
 
+def test_a_recover_round_trips_and_must_name_a_range_of_its_size():
+    assert frames.decode(frames.encode_recover(3, 21, 40)) == frames.Recover(3, 21, 40)
+    assert frames.decode(frames.encode_recover(3, 40, 21)) == "bad range"
+    assert frames.decode(frames.encode_recover(3, 0, 2)) == "bad range"
+    assert frames.decode(frames.encode_recover(3, 1, 2)[:-1]) == "bad size"
+
+
 def test_forged_records_are_refused_with_a_reason():
     data, entry = delivers(5, [b"x", b"y"])
     good, = frames.records_for(1, entry, 5, SOURCE, [(1, 2, 5)])
@@ -93,10 +100,11 @@ def test_forged_records_are_refused_with_a_reason():
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.binary(max_size=400), st.sampled_from([frames.RECORD, frames.STATE, frames.ACK, frames.REPLAY, 0x7F]))
+@given(st.binary(max_size=400),
+       st.sampled_from([frames.RECORD, frames.STATE, frames.ACK, frames.REPLAY, frames.RECOVER, 0x7F]))
 def test_any_bytes_decode_to_a_frame_or_a_reason(body, kind):
     result = frames.decode(bytes([kind]) + body)
-    assert isinstance(result, str | frames.Record | frames.State | frames.Ack | frames.Replay)
+    assert isinstance(result, str | frames.Record | frames.State | frames.Ack | frames.Replay | frames.Recover)
 
 
 @settings(max_examples=200, deadline=None)

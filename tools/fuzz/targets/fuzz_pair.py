@@ -23,6 +23,7 @@ SEEDS = [
                          [frames.Member(("10.0.0.2", 5000), codec.FLAG_BATCH, 12)]),
     frames.encode_ack(1, 7, 4096),
     frames.encode_replay(1, 3, 4),
+    frames.encode_recover(2, 3, 4),
     frames.seal(frames.encode_ack(2, 1, 2), KEY),
 ]
 
@@ -35,7 +36,8 @@ def check(data: bytes) -> None:
         if datagram is None:
             continue
         frame = frames.decode(datagram)
-        assert isinstance(frame, str | frames.Record | frames.State | frames.Ack | frames.Replay)
+        assert isinstance(frame, str | frames.Record | frames.State | frames.Ack | frames.Replay
+                          | frames.Recover)
         if isinstance(frame, frames.Record):
             held = follower.held
             for record in follower.on_record(frame, 0.0):
