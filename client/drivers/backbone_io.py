@@ -168,9 +168,20 @@ class LoopWatch:
         self.watchers: dict[socket.socket, Any] = {}
         for sock in sockets:
             watcher = self.watchers[sock] = loop.io(sock.fileno(), 1)
-            watcher.start(ready)
+            watcher.start(self._once)
         self.timer: Any = None
         self.due = float("inf")  # when the armed timer fires (monotonic)
+        self._iteration: int | None = None  # the loop iteration that called ready() last
+
+    def _once(self) -> None:
+        """``ready()``, at most once per loop iteration: the timer and a socket (or two sockets) may fire in the
+        same one, and a round that ended early (a full round, an ended one) must let the loop's other callbacks
+        run before the next.  A socket still readable fires again in the next iteration (level-triggered)."""
+        iteration = self.loop.iteration
+        if iteration == self._iteration:
+            return
+        self._iteration = iteration
+        self.ready()
 
     def wake_in(self, seconds: float) -> None:
         """Have ``ready()`` called after ``seconds`` at the latest (an earlier time already armed stands)."""
@@ -183,7 +194,7 @@ class LoopWatch:
             timer.close()
         self.timer = timer = self.loop.timer(seconds)
         self.due = due
-        timer.start(self.ready)
+        timer.start(self._once)
 
     def drop(self, sock: socket.socket) -> None:
         """Watch ``sock`` no more (before it is closed)."""

@@ -191,24 +191,31 @@ def test_a_greenlet_takes_every_datagram_and_lets_the_others_run_between_busy_ro
     assert any(0 < seen < 100 for seen in others)  # the ticker ran while the datagrams were being taken
 
 
+class Ticker:
+    """Another greenlet: counts its turns until every expected datagram arrived (when did the others run?)."""
+
+    def __init__(self, recorded: Recorded) -> None:
+        self.recorded = recorded
+        self.ticks = 0
+
+    def run(self) -> None:
+        while not self.recorded.arrived.is_set():
+            self.ticks += 1
+            gevent.sleep(0)
+
+
 @pytest.mark.parametrize("limit", [1, 16])
 def test_the_loop_followed_takes_every_datagram_in_its_own_callbacks_and_lets_the_others_run(limit):
     sock, sender = udp(), udp()
     recorded, stats = Recorded(deadline=0.0), Counter()
     recorded.expect = 100
-    ticks = 0
+    ticker = Ticker(recorded)
     handlers: set[object] = set()
     seen: list[int] = []  # the ticks counted when each datagram was handed over
 
     def handed(data: bytes) -> None:
         handlers.add(gevent.getcurrent())
-        seen.append(ticks)
-
-    def ticker() -> None:
-        nonlocal ticks
-        while not recorded.arrived.is_set():
-            ticks += 1
-            gevent.sleep(0)
+        seen.append(ticker.ticks)
 
     recorded.on_datagram = handed
     for n in range(100):
@@ -218,7 +225,7 @@ def test_the_loop_followed_takes_every_datagram_in_its_own_callbacks_and_lets_th
     loop.follow(lambda: running, "test receive")
     try:
         with gevent.Timeout(TIMEOUT):
-            gevent.spawn(ticker).join()
+            gevent.spawn(ticker.run).join()
     finally:
         running = False
         loop.close()
@@ -303,19 +310,13 @@ def test_a_handler_that_ends_the_round_lets_the_others_run_before_the_next_datag
     sock, sender = udp(), udp()
     recorded, stats = Recorded(), Counter()
     recorded.expect = 6
-    ticks = 0
+    ticker = Ticker(recorded)
     seen: list[int] = []
     loop = loop_for(sock, recorded, stats, style=gevent_style(), limit=64)
 
     def handed(data: bytes) -> None:
-        seen.append(ticks)
+        seen.append(ticker.ticks)
         loop.end_round()  # a long piece of work done in the loop's callback
-
-    def ticker() -> None:
-        nonlocal ticks
-        while not recorded.arrived.is_set():
-            ticks += 1
-            gevent.sleep(0)
 
     recorded.on_datagram = handed
     running = True
@@ -326,7 +327,7 @@ def test_a_handler_that_ends_the_round_lets_the_others_run_before_the_next_datag
                 gevent.sleep(0.001)
             for n in range(6):
                 sender.sendto(b"%d" % n, sock.getsockname())
-            gevent.spawn(ticker).join()
+            gevent.spawn(ticker.run).join()
     finally:
         running = False
         loop.close()

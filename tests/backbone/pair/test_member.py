@@ -393,8 +393,8 @@ def _confirmed(rig: Rig, name: str) -> int:
     raise AssertionError("no CONFIRM")
 
 
-def test_a_standby_that_starts_following_late_learns_the_tags_its_primary_confirmed_before():
-    rig = Rig(sync=True)
+def _a_standby_following_late(rig: Rig) -> int:
+    """a CONFIRMs one message alone (its standby away), then b restarts and follows: the message's number."""
     rig.cut = True  # the standby is away: the primary CONFIRMs alone
     rig.carry("a", rig.members["a"].promote(rig.now, RESERVE))
     rig.push("a", b"one", 7)
@@ -403,6 +403,12 @@ def test_a_standby_that_starts_following_late_learns_the_tags_its_primary_confir
     _restart(rig, "b")
     rig.cut = False
     rig.settle()
+    return seq
+
+
+def test_a_standby_that_starts_following_late_learns_the_tags_its_primary_confirmed_before():
+    rig = Rig(sync=True)
+    seq = _a_standby_following_late(rig)
     assert rig.members["b"].follower.base == seq  # it follows on from above it ...
     assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) == seq  # ... and a retry promoted gets its number
 
@@ -498,14 +504,7 @@ def test_a_member_promoted_again_holds_the_messages_whose_tags_it_took_after_dro
 
 def test_a_standby_that_started_following_late_holds_once_promoted_the_messages_whose_tags_it_took():
     rig = Rig(sync=True, block=4096)
-    rig.cut = True  # the standby is away: the primary CONFIRMs alone
-    rig.carry("a", rig.members["a"].promote(rig.now, RESERVE))
-    rig.push("a", b"one", 7)
-    rig.settle(3)
-    seq = _confirmed(rig, "a")
-    _restart(rig, "b")
-    rig.cut = False
-    rig.settle()
+    seq = _a_standby_following_late(rig)
     assert rig.members["b"].follower.base == seq  # it holds nothing up to it: the tags only
     rig.cut = True
     rig.settle(60)  # the primary is gone: the standby is promoted
