@@ -145,16 +145,19 @@ def test_a_retried_push_is_never_sequenced_twice_across_a_sequencer_kill_9(backb
             if batch == 10:
                 victim.kill()  # mid-stream: some tags sequenced and confirmed, some in flight, some not yet sent
         wait_until(lambda: getattr(workers_of(backbone).get("fh-sequencer"), "pid", victim.pid) != victim.pid, EVENT_WITHIN)
-        for _ in range(10):  # every tag retried until confirmed, as a publisher whose CONFIRMs were lost would
+        # every tag retried until confirmed, as a publisher whose CONFIRMs were lost would (a loaded host may take
+        # many rounds to bring the new sequencer up: bounded by the event bound, and by a count)
+        retrying_until = time.monotonic() + EVENT_WITHIN
+        for _ in range(int(EVENT_WITHIN / 0.5)):
             push(range(1, 4001))
             _confirms(publisher, seen, 0.5)
-            if len(seen) == 4000:
+            if len(seen) == 4000 or time.monotonic() > retrying_until:
                 break
         last = max((seq for seqs in seen.values() for seq in seqs), default=0)
         delivered: dict[bytes, list[int]] = defaultdict(list)
         lost: list[Lost] = []
         position = 0
-        deadline = time.monotonic() + 20  # a hole nobody holds is reported after give_up_after
+        deadline = time.monotonic() + EVENT_WITHIN  # a hole nobody holds is reported after give_up_after
         while position < last and time.monotonic() < deadline:
             event = stream.get(timeout=0.2)
             if isinstance(event, Message):
