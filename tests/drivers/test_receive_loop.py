@@ -6,7 +6,8 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import gevent
 import gevent.event
@@ -191,6 +192,20 @@ def test_a_greenlet_takes_every_datagram_and_lets_the_others_run_between_busy_ro
     assert any(0 < seen < 100 for seen in others)  # the ticker ran while the datagrams were being taken
 
 
+@contextmanager
+def followed(loop: ReceiveLoop, *sockets: socket.socket) -> Iterator[None]:
+    """``loop`` followed by gevent's own loop for the block; then stopped, closed, and ``sockets`` closed."""
+    running = True
+    loop.follow(lambda: running, "test receive")
+    try:
+        yield
+    finally:
+        running = False
+        loop.close()
+        for sock in sockets:
+            sock.close()
+
+
 class Ticker:
     """Another greenlet: counts its turns until every expected datagram arrived (when did the others run?)."""
 
@@ -221,16 +236,8 @@ def test_the_loop_followed_takes_every_datagram_in_its_own_callbacks_and_lets_th
     for n in range(100):
         sender.sendto(b"%d" % n, sock.getsockname())
     loop = loop_for(sock, recorded, stats, style=gevent_style(), limit=limit)
-    running = True
-    loop.follow(lambda: running, "test receive")
-    try:
-        with gevent.Timeout(TIMEOUT):
-            gevent.spawn(ticker.run).join()
-    finally:
-        running = False
-        loop.close()
-        sock.close()
-        sender.close()
+    with followed(loop, sock, sender), gevent.Timeout(TIMEOUT):
+        gevent.spawn(ticker.run).join()
     assert [data for data, _ in recorded.datagrams] == [b"%d" % n for n in range(100)]
     assert handlers == {gevent.get_hub()}  # read by the loop itself: no greenlet switched to for a datagram
     assert len(recorded.timers) == 1 and stats == Counter()
@@ -277,9 +284,7 @@ def test_the_group_is_left_while_followed_and_read_no_more(capfd):
     sender.sendto(b"silent", group.getsockname())
     sender.sendto(b"never read", group.getsockname())
     recorded.expect = 3
-    running = True
-    loop.follow(lambda: running, "test receive")
-    try:
+    with followed(loop, sock, sender):
         with gevent.Timeout(TIMEOUT):
             while len(recorded.datagrams) < 2:
                 gevent.sleep(0.001)
@@ -287,11 +292,6 @@ def test_the_group_is_left_while_followed_and_read_no_more(capfd):
         with gevent.Timeout(TIMEOUT):
             while not recorded.arrived.is_set():
                 gevent.sleep(0.001)
-    finally:
-        running = False
-        loop.close()
-        sock.close()
-        sender.close()
     assert recorded.datagrams == [(b"grouped", True), (b"silent", True), (b"unicast", False)]
     assert group.fileno() == -1 and stats == Counter()
     assert capfd.readouterr().err.splitlines() == [fallback_notice(GROUP, BACKBONE)]
@@ -319,19 +319,11 @@ def test_a_handler_that_ends_the_round_lets_the_others_run_before_the_next_datag
         loop.end_round()  # a long piece of work done in the loop's callback
 
     recorded.on_datagram = handed
-    running = True
-    loop.follow(lambda: running, "test receive")
-    try:
-        with gevent.Timeout(TIMEOUT):
-            while not recorded.timers:  # the first round (its timer) is over: the rounds now come from the socket
-                gevent.sleep(0.001)
-            for n in range(6):
-                sender.sendto(b"%d" % n, sock.getsockname())
-            gevent.spawn(ticker.run).join()
-    finally:
-        running = False
-        loop.close()
-        sock.close()
-        sender.close()
+    with followed(loop, sock, sender), gevent.Timeout(TIMEOUT):
+        while not recorded.timers:  # the first round (its timer) is over: the rounds now come from the socket
+            gevent.sleep(0.001)
+        for n in range(6):
+            sender.sendto(b"%d" % n, sock.getsockname())
+        gevent.spawn(ticker.run).join()
     assert [data for data, _ in recorded.datagrams] == [b"%d" % n for n in range(6)]
     assert all(later > earlier for earlier, later in zip(seen, seen[1:]))  # one datagram per round, then the ticker
