@@ -141,6 +141,8 @@ class BackboneLink:
         self._outbox: list[_Waiter] = []  # publishes queued in this turn of the loop
         self._flush_scheduled = False
         self._batches: dict[int, list[_Waiter]] = {}  # batch number -> its waiters, in payload order
+        self._answer_due = False  # a batch went out since the backbone last answered every one (:meth:`_datagram`)
+        self._confirmed_to = 0  # the highest sequence number the backbone confirmed to this link
         self.core = ClientCore(self.connection, subjects)
         self.group = multicast
         self._loop = ReceiveLoop(  # the socket and the group's, read in the loop's callbacks
@@ -250,6 +252,7 @@ class BackboneLink:
                 _call(waiter.done, None, exc)
             return
         self._batches[number] = waiters
+        self._answer_due = True
         self.stats["publish batches"] += 1
         for datagram in datagrams:
             self._send(datagram)
@@ -260,6 +263,9 @@ class BackboneLink:
             if waiters is None:
                 continue
             if batch.seqs is not None:
+                last = batch.seqs[-1] if batch.seqs.__class__ is range else max(batch.seqs)
+                if last > self._confirmed_to:
+                    self._confirmed_to = last
                 if self.held is not None:  # kept before any waiter hears of it: a FORWARD may follow at once
                     payloads = waiters[0].payloads if len(waiters) == 1 else chain.from_iterable(
                         waiter.payloads for waiter in waiters)
@@ -280,8 +286,21 @@ class BackboneLink:
     # ------------------------------------------------------------ receiving
 
     def _datagram(self, data: bytes, source: Address, now: float, from_group: bool) -> None:
+        """One datagram through the connection; the datagram that brings the last answer due ends the round.
+
+        A waiting client's request costs the link one CONFIRM and (subscribed) the DELIVER of its own message;
+        read on, the round would end on a read that finds the socket empty, a system call per request for
+        nothing.  Once every batch sent is confirmed and the stream has reached the last of them, the round
+        ends instead: the loop watches the socket level-triggered, so whatever came meanwhile (another
+        publisher's DELIVER) is read in the next iteration.
+        """
         connection = self.connection
         self._apply(connection.receive_group(data, source, now) if from_group else connection.receive(data, source, now))
+        if self._answer_due and not self._batches:
+            tracker = connection.tracker
+            if tracker is None or (tracker.next is not None and tracker.next > self._confirmed_to):
+                self._answer_due = False
+                self._loop.end_round()
 
     def _apply(self, incoming: Incoming) -> None:
         if incoming.published:

@@ -148,3 +148,54 @@ def test_answers_wait_for_the_bucket_after_a_burst(links, monkeypatch):
     assert bucket.answers.count(0.0) == holding.stats["forwarded"] == count  # one token per re-DELIVER
     assert bucket.answers[:FORWARD_BURST] == [0.0] * FORWARD_BURST  # the burst at once...
     assert any(wait > 0 for wait in bucket.answers[FORWARD_BURST:])  # ...then it waited for tokens
+
+
+class _ReadsWritten:
+    """The link's receive socket with every read written down: ``read``, or ``empty`` for one that found nothing."""
+
+    def __init__(self, sock, log: list) -> None:
+        self.sock = sock
+        self.log = log
+
+    def recvfrom(self, size: int):
+        try:
+            received = self.sock.recvfrom(size)
+        except BlockingIOError:
+            self.log.append("empty")
+            raise
+        self.log.append("read")
+        return received
+
+    def __getattr__(self, name: str):
+        return getattr(self.sock, name)
+
+
+def test_the_datagram_that_brings_the_last_answer_ends_the_round(backbone_factory):
+    """A waiting client's publish: once its CONFIRM and its own DELIVER are in, the round reads no more (no read that
+    finds the socket empty); whatever else is waiting is read in the loop's next iteration."""
+    backbone = backbone_factory()
+    log: list = []
+    link = BackboneLink(backbone.address, SubjectSession(), lambda events: log.extend(("event", event.data)
+                                                                                    for event in events),
+                        stats=Counter())
+    try:
+        loop = link._loop
+        loop.sock = _ReadsWritten(loop.sock, log)
+        rounds = loop.round
+
+        def round_written() -> bool:
+            log.append("round")
+            return rounds()
+
+        loop.round = round_written
+        payloads = [b"waited-%d" % n for n in range(20)]
+        for payload in payloads:
+            link.submit_with([payload], lambda seqs, error, payload=payload: log.append(("confirmed", payload)))
+            wait_until(lambda payload=payload: ("confirmed", payload) in log and ("event", payload) in log, EVENT_WITHIN,
+                       f"{payload!r} confirmed and delivered")
+        for payload in payloads:
+            answered = max(log.index(("confirmed", payload)), log.index(("event", payload)))
+            after = next((entry for entry in log[answered + 1:] if entry in ("round", "read", "empty")), "round")
+            assert after == "round", f"{payload!r}: the round read on after its last answer"
+    finally:
+        link.close()
