@@ -26,6 +26,9 @@ from fyrehose.protocol.codec import MAX_SEQUENCE
 GRANT_TIME = 0.05  # seconds of numbers, at the rate they are issued, granted ahead
 MIN_GRANT = 1024  # the unknown range after an asynchronous takeover is about a grant: small at a low rate
 MAX_GRANT = 1 << 16
+# the shortest span the issue rate is measured over: a flush held back asks again microseconds after the heartbeat,
+# and a few numbers over such a span looked like millions a second (the largest grant, for no load)
+RATE_SPAN = 0.0005
 DETACH_AFTER = 1.0  # seconds without an ACK before the primary goes on alone
 REPLAY_BYTES = 64 << 20
 
@@ -93,10 +96,11 @@ class ReplicationSource:
         if self.granted - last_issued >= self.grant_block // 2:
             return self.granted
         mark = self._rate_mark
-        if mark is not None and now > mark[1]:
-            rate = (last_issued - mark[0]) / (now - mark[1])
-            self.grant_block = max(self.min_grant, min(self.max_grant, int(rate * GRANT_TIME)))
-        self._rate_mark = (last_issued, now)
+        if mark is None or now - mark[1] >= RATE_SPAN:
+            if mark is not None:
+                rate = (last_issued - mark[0]) / (now - mark[1])
+                self.grant_block = max(self.min_grant, min(self.max_grant, int(rate * GRANT_TIME)))
+            self._rate_mark = (last_issued, now)
         return min(MAX_SEQUENCE, last_issued + self.grant_block)
 
     def releasable(self, through: int) -> bool:

@@ -39,6 +39,8 @@ def test_an_attached_primary_releases_only_what_is_granted_and_in_sync_mode_only
     sync = ReplicationSource(1, sync=True, min_grant=100, max_grant=1000)
     sync.on_ack(frames.Ack(1, 0, 100), last_issued=0, now=0.0)
     assert not sync.releasable(1)
+    held = ReplicationSource(1, sync=True, min_grant=100, max_grant=1000)
+    assert held.want(0, 0.0) == 100 and held.want(60, 1e-6) == 160  # 60 numbers in 1 µs: too short to tell a rate
     sync.on_ack(frames.Ack(1, 5, 100), last_issued=5, now=0.1)
     assert sync.releasable(5) and not sync.releasable(6)
 
