@@ -380,6 +380,9 @@ class PairMember:
                 self._follow_epoch(frame.epoch)
                 if frame.flags & frames.STATE_NEVER_SENT:
                     self._forget_tagged_above(frame.delivered)
+                    # ... and the messages of an earlier epoch's RECORDs there: promoted, it must not DELIVER them
+                    # (the publishers' retries got other numbers)
+                    self.backbone.recent.drop_after(frame.delivered)
             follower.on_state(frame, now)
             self._adopt(frame, now)
             if frame.want > self._wanted:

@@ -102,6 +102,9 @@ REGRESSIONS = {
     803: "(a first version of the fix for 301267) a primary holding its output asked for grants twice within "
          "microseconds: a few numbers over that span measured as millions a second, the largest grant, and the "
          "next takeover's range to answer grew to 65,536 numbers (a wait above 2 s)",
+    870: "(a first version of the fix for 301267) a standby that took RECORDs its primary then dropped, demoted, "
+         "and declared never sent kept their messages in its recent log: promoted, it DELIVERed them under those "
+         "numbers while the publishers' retries had new ones (sync: one message, two numbers)",
 }
 
 # Seeds that still break a promise (in the window or found by campaigns), each a strict expected failure: the

@@ -453,6 +453,7 @@ def test_a_standby_forgets_the_tags_its_primary_dropped_and_declared_never_sent_
     rig.settle()
     assert b.follower.epoch == a.epoch
     assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) is None  # promoted, it numbers a retry anew
+    assert rig.cores["b"].recent.frames(seq, seq) == []  # ... and never DELIVERs the message under the old one
 
 
 def test_a_demoted_primary_never_delivers_the_output_it_dropped_from_its_recent_log():
