@@ -76,6 +76,15 @@ class ReplicationSource:
         if not self.attached and self.granted >= last_issued:
             self.attached = True
 
+    def expect(self, heard: float) -> None:
+        """Start attached, as if the peer had ACKed at ``heard`` (when it was last heard) and granted nothing: a
+        member promoted while its peer stood by, heard within the timeout, may have been promoted in the same
+        instant over a link cut one way (both hosts elected together); its output waits for the peer's grants
+        (and, sync, its ACKs) of this epoch, which a peer promoted too never gives (it stands down first, as the
+        lower epoch or on hearing this one), or for the timeout from ``heard`` if the peer stays silent."""
+        self.attached = True
+        self.last_ack = heard
+
     def replay(self, request: frames.Replay) -> list[bytes]:
         """The kept RECORDs overlapping the requested range."""
         return [record for first, last, record in self._records

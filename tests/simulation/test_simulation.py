@@ -99,6 +99,9 @@ REGRESSIONS = {
     200815: "a primary alone (its standby dead) confirmed messages its subscribers never got (a cut link); the "
             "next primary asked only the journals for them, not its peer that held them (sync); then, as 600585, "
             "what the peer answered was not kept for a subscriber's later REQUEST",
+    301267: "two standbys elected in the same instant over a 20 ms one-way cut of the hosts' link: each promoted "
+            "member sent its output at once, alone, and both issued one number (sync); a member promoted while its "
+            "peer stood by now waits for that peer's grants of its epoch, or for the standby timeout",
     803: "(a first version of the fix for 301267) a primary holding its output asked for grants twice within "
          "microseconds: a few numbers over that span measured as millions a second, the largest grant, and the "
          "next takeover's range to answer grew to 65,536 numbers (a wait above 2 s)",
@@ -116,16 +119,15 @@ OPEN = {
     401660: "as 401754, with the numbers a takeover asked the journals for and declared never sent: its STATEs "
             "do not flag them, so the standby does not keep the range (sync)",
     500174: "confirmed messages lost in sync mode after eight faults (unanalysed)",
-    401390: "a confirmed message declared never sent by a takeover after two demote-then-promotes within 20 ms "
-            "(sync)",
+    401390: "a standby promoted by an operator (its link to the live primary cut one way, then its host paused) "
+            "declared never sent the numbers its sync primary held back; that primary, never told of the new epoch, "
+            "went on alone after the standby timeout and released them: confirmed messages reported never sent",
     501049: "a primary sent its last message over a link cut to the clients and stood down; it lives only in that "
             "member's recent log, below the range the next primary's recovery asks for (its STATEs said it "
             "delivered): a subscriber's REQUEST reaches the journals and the new primary's own log only (sync)",
     401611: "(async) a subscriber waits for confirmed messages after the faults, as 501049 before the peer answered "
             "recoveries (unanalysed since)",
     400940: "a confirmed message arrived 3.1 s after the faults (above the 2 s bound): three takeovers (async)",
-    301267: "two masters elected in the same instant over a 20 ms one-way cut of the hosts' link issued one "
-            "number twice (the two-member limit docs/operations.md describes; the checker does not exempt it)",
 }
 
 
