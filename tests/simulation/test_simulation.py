@@ -118,7 +118,9 @@ OPEN = {
             "range, and the subscriber waits for the earlier one",
     401660: "as 401754, with the numbers a takeover asked the journals for and declared never sent: its STATEs "
             "do not flag them, so the standby does not keep the range (sync)",
-    500174: "confirmed messages lost in sync mode after eight faults (unanalysed)",
+    500174: "a member promoted while its peer's backbone was dead CONFIRMed a message alone (sync), then was killed "
+            "with its state directory lost before its lossy link carried the message to the journal: a double "
+            "failure sync mode does not cover, reported lost (GONE lost); the checker counts it as a sync loss",
     401390: "a standby promoted by an operator (its link to the live primary cut one way, then its host paused) "
             "declared never sent the numbers its sync primary held back; that primary, never told of the new epoch, "
             "went on alone after the standby timeout and released them: confirmed messages reported never sent",
