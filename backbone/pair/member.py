@@ -122,6 +122,7 @@ class PairMember:
         # the RECORDs of the output it sent as primary, kept once demoted: a promoted peer's RECOVER gets them
         self._sent_records: list[bytes] = []
         self._asking: tuple[int, int] | None = None  # the range its recovery asked its peer for
+        self._peer_heard = float("-inf")  # when a valid pair datagram from the peer last arrived
         self._out = Actions()
         self._now = float("-inf")  # the latest time given
         # `fenced` until then: a primary stood down (STAND_DOWN_HOLD); a restarted member (it has an epoch) holds
@@ -192,6 +193,13 @@ class PairMember:
         return primary is not None and not follower.stood_down and not primary.flags & frames.STATE_ATTACHED \
             and now - follower.heard < self.timeout
 
+    def _peer_primary(self) -> bool:
+        """Whether the peer was, when last heard, a primary that had not stood down.  A member promoted over it
+        does not wait for its grants: that primary's own grants bound what it issues, and it stands down at this
+        member's first STATE."""
+        follower = self.follower
+        return follower.primary is not None and not follower.stood_down
+
     def demote(self, now: float) -> Actions:
         """SIGUSR2: stand by, unless already standby."""
         self._clock(now)
@@ -249,6 +257,9 @@ class PairMember:
         if asked is not None:
             self._out.to_peer.append(self._seal(frames.encode_recover(self.epoch, *asked)))
         self.source = ReplicationSource(self.epoch, sync=self.sync, timeout=self.timeout)
+        if now - self._peer_heard < self.timeout and not self._peer_primary():
+            # the peer stood by: it may be promoted in this same instant, its adverts and pair datagrams cut
+            self.source.expect(self._peer_heard)
         for record in self._tagged:
             self.source.keep(record.first, record.last, [frames.encode_record(
                 record.epoch, record.first, record.last, record.source, record.runs, record.frames)])
@@ -337,6 +348,7 @@ class PairMember:
         if isinstance(frame, str):
             self.counters["drop:pair " + frame] += 1
             return
+        self._peer_heard = now
         self._acked |= self._take_frame(frame, now)
 
     def _take_frame(self, frame: frames.PairFrame, now: float) -> bool:
@@ -380,6 +392,9 @@ class PairMember:
                 self._follow_epoch(frame.epoch)
                 if frame.flags & frames.STATE_NEVER_SENT:
                     self._forget_tagged_above(frame.delivered)
+                    # ... and the messages of an earlier epoch's RECORDs there: promoted, it must not DELIVER them
+                    # (the publishers' retries got other numbers)
+                    self.backbone.recent.drop_after(frame.delivered)
             follower.on_state(frame, now)
             self._adopt(frame, now)
             if frame.want > self._wanted:

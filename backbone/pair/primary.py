@@ -26,6 +26,9 @@ from fyrehose.protocol.codec import MAX_SEQUENCE
 GRANT_TIME = 0.05  # seconds of numbers, at the rate they are issued, granted ahead
 MIN_GRANT = 1024  # the unknown range after an asynchronous takeover is about a grant: small at a low rate
 MAX_GRANT = 1 << 16
+# the shortest span the issue rate is measured over: a flush held back asks again microseconds after the heartbeat,
+# and a few numbers over such a span looked like millions a second (the largest grant, for no load)
+RATE_SPAN = 0.0005
 DETACH_AFTER = 1.0  # seconds without an ACK before the primary goes on alone
 REPLAY_BYTES = 64 << 20
 
@@ -73,6 +76,15 @@ class ReplicationSource:
         if not self.attached and self.granted >= last_issued:
             self.attached = True
 
+    def expect(self, heard: float) -> None:
+        """Start attached, as if the peer had ACKed at ``heard`` (when it was last heard) and granted nothing: a
+        member promoted while its peer stood by, heard within the timeout, may have been promoted in the same
+        instant over a link cut one way (both hosts elected together); its output waits for the peer's grants
+        (and, sync, its ACKs) of this epoch, which a peer promoted too never gives (it stands down first, as the
+        lower epoch or on hearing this one), or for the timeout from ``heard`` if the peer stays silent."""
+        self.attached = True
+        self.last_ack = heard
+
     def replay(self, request: frames.Replay) -> list[bytes]:
         """The kept RECORDs overlapping the requested range."""
         return [record for first, last, record in self._records
@@ -93,10 +105,11 @@ class ReplicationSource:
         if self.granted - last_issued >= self.grant_block // 2:
             return self.granted
         mark = self._rate_mark
-        if mark is not None and now > mark[1]:
-            rate = (last_issued - mark[0]) / (now - mark[1])
-            self.grant_block = max(self.min_grant, min(self.max_grant, int(rate * GRANT_TIME)))
-        self._rate_mark = (last_issued, now)
+        if mark is None or now - mark[1] >= RATE_SPAN:
+            if mark is not None:
+                rate = (last_issued - mark[0]) / (now - mark[1])
+                self.grant_block = max(self.min_grant, min(self.max_grant, int(rate * GRANT_TIME)))
+            self._rate_mark = (last_issued, now)
         return min(MAX_SEQUENCE, last_issued + self.grant_block)
 
     def releasable(self, through: int) -> bool:

@@ -152,6 +152,8 @@ class Host:
         self.process = Process(self, self.incarnation)
 
     def kill(self) -> None:
+        if self.process is not None:
+            self.world.history.killed.add((self.name, self.process.incarnation))
         self.process = None
         self.stopped = False
 
@@ -296,9 +298,13 @@ class Process:
         for datagram in actions.to_peer:
             world.send(host.name, host.peer, lambda d=datagram: peer.pair_datagram(d, source))
         acting = False
+        alone = peer.process is None  # the other host's backbone is dead: what this one CONFIRMs is on one host
         for datagram, destination in actions.to_clients:
             data = bytes(datagram)
             acting = acting or data[0] in (codec.DELIVER, codec.CONFIRM)
+            if alone and data[0] == codec.CONFIRM:
+                for _, seq in codec.decode_confirms(data):
+                    world.history.confirmed_alone[seq] = (host.name, self.incarnation)
             world.to_client(host.name, data, destination)
         if acting:
             world.history.acting(self.member.epoch, (host.name, self.incarnation), world.now)
@@ -423,6 +429,9 @@ class History:
     confirm_times: dict[bytes, float] = field(default_factory=dict)
     # a number issued beyond what the state file covers: (when, host, number, covered); the real driver stops there
     uncovered: list[tuple[float, str, int, int]] = field(default_factory=list)
+    # number -> the backbone process (host, incarnation) that CONFIRMed it while the other host's backbone was dead
+    confirmed_alone: dict[int, tuple[str, int]] = field(default_factory=dict)
+    killed: set[tuple[str, int]] = field(default_factory=set)  # backbone processes killed (kill -9)
 
     def acting(self, epoch: int, process: tuple[str, int], now: float) -> None:
         self.acting_epochs.setdefault(epoch, set()).add(process)

@@ -160,6 +160,41 @@ def test_two_members_promoted_apart_take_epochs_of_their_own_parity_and_the_olde
     assert not rig.members["a"].primary and rig.members["b"].primary
 
 
+@given(sync=st.booleans())
+@settings(max_examples=4, deadline=None)
+def test_two_standbys_promoted_in_the_same_instant_over_a_cut_never_send_one_number_twice(sync):
+    """Both hosts elected together, their link cut: neither sends output before its peer grants its epoch, so the
+    lower epoch stands down at the first datagram through and its numbers never reach a client."""
+    rig = Rig(sync=sync)
+    rig.subscribe()
+    rig.settle()  # two standbys, each heard its peer
+    rig.cut = True
+    for name in "ab":
+        rig.carry(name, rig.members[name].promote(rig.now, rig.durable[name]))
+        rig.push(name, b"to " + name.encode(), 1)
+    rig.settle(10)
+    assert rig.delivered("a") == rig.delivered("b") == {}  # each waits for its peer's grants
+    rig.cut = False
+    rig.settle(10)
+    a, b = rig.members["a"], rig.members["b"]
+    assert not a.primary and b.primary and b.source is not None and b.source.attached
+    assert rig.delivered("a") == {} and list(rig.delivered("b").values()) == [b"to b"]
+
+
+def test_a_promoted_member_whose_peer_stands_by_but_stays_silent_goes_on_alone_after_the_timeout():
+    rig = Rig(sync=True)
+    rig.subscribe()
+    rig.settle()
+    rig.cut = True
+    a = rig.members["a"]
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.push("a", b"one", 1)
+    rig.settle(int(a.timeout / 0.02) - 2)
+    assert rig.delivered("a") == {}
+    rig.settle(5)
+    assert list(rig.delivered("a").values()) == [b"one"]
+
+
 def test_demote_then_promote_declares_gone_what_it_reserved_and_held_back_and_forgets_the_held_tags():
     rig = Rig(sync=True)
     rig.subscribe()
@@ -453,6 +488,7 @@ def test_a_standby_forgets_the_tags_its_primary_dropped_and_declared_never_sent_
     rig.settle()
     assert b.follower.epoch == a.epoch
     assert rig.cores["b"].confirmed.lookup(PUBLISHER, 7) is None  # promoted, it numbers a retry anew
+    assert rig.cores["b"].recent.frames(seq, seq) == []  # ... and never DELIVERs the message under the old one
 
 
 def test_a_demoted_primary_never_delivers_the_output_it_dropped_from_its_recent_log():

@@ -27,6 +27,18 @@ def record(first: int, count: int, epoch: int = 1, runs: list | None = None) -> 
     return frames.Record(epoch, first, first + count - 1, PUBLISHER, runs or [], data)
 
 
+def test_a_primary_expecting_its_peer_holds_output_until_it_grants_this_epoch_or_stays_silent_the_timeout():
+    source = ReplicationSource(3, sync=True, min_grant=100, max_grant=1000, timeout=1.0)
+    source.expect(heard=10.0)
+    assert source.attached and not source.releasable(1)
+    assert not source.handle_timers(10.9) and source.handle_timers(11.1)  # silent since it was heard: alone
+    assert source.releasable(10**9)
+    answered = ReplicationSource(3, sync=True, min_grant=100, max_grant=1000, timeout=1.0)
+    answered.expect(heard=10.0)
+    answered.on_ack(frames.Ack(3, 1, 100), last_issued=1, now=10.5)
+    assert answered.releasable(1) and not answered.handle_timers(11.1)
+
+
 def test_an_attached_primary_releases_only_what_is_granted_and_in_sync_mode_only_what_is_held():
     source = ReplicationSource(1, sync=False, min_grant=100, max_grant=1000)
     assert source.releasable(10**9)  # no standby yet: alone
@@ -39,6 +51,8 @@ def test_an_attached_primary_releases_only_what_is_granted_and_in_sync_mode_only
     sync = ReplicationSource(1, sync=True, min_grant=100, max_grant=1000)
     sync.on_ack(frames.Ack(1, 0, 100), last_issued=0, now=0.0)
     assert not sync.releasable(1)
+    held = ReplicationSource(1, sync=True, min_grant=100, max_grant=1000)
+    assert held.want(0, 0.0) == 100 and held.want(60, 1e-6) == 160  # 60 numbers in 1 µs: too short to tell a rate
     sync.on_ack(frames.Ack(1, 5, 100), last_issued=5, now=0.1)
     assert sync.releasable(5) and not sync.releasable(6)
 
