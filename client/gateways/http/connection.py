@@ -31,7 +31,7 @@ refused request reaches the backbone.
 """
 from __future__ import annotations
 
-import json
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -119,6 +119,7 @@ class BadRequest(Exception):
         self.status = status
 
 
+PUBLISHED = b'{"seq": %d, "receivers": %d}\n'  # a publish's JSON answer, as json.dumps writes it
 GUARDED = ("/resp", "/metrics", "/v1/")  # with --users, these paths (and those under /v1/) ask who the client is
 QUERY_CREDENTIAL = ("/resp", "/v1/stream/")  # where a browser cannot send a header: ?access_token= too
 
@@ -195,7 +196,7 @@ class HttpConnection:
         waiting = self._take_waiting(token)
         if waiting is not None:
             _, slot, subject, request = waiting
-            body = json.dumps({"seq": seqs[0], "receivers": self.site.receivers(subject)}).encode() + b"\n"
+            body = PUBLISHED % (seqs[0], self.site.receivers(subject))
             if request is None:
                 self._answer_whole(slot, 200, body, "application/json")
             else:
@@ -366,8 +367,7 @@ class HttpConnection:
 
     def _answer_whole(self, slot: Slot, status: int, body: bytes, content_type: str) -> None:
         """Fill the response to a request h11 never saw (the bytes h11 would write), then on to what h11 holds."""
-        self.outbox.fill(slot, b"HTTP/1.1 %d %s\r\nserver: fyrehose\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n%s"
-                         % (status, _reason(status), content_type.encode(), len(body), body))
+        self.outbox.fill(slot, _whole_head(status, content_type) % (len(body), body))
         self.stats[f"http {status}"] += 1
         self._idle_since = self._clock
         self._handle_events()
@@ -629,6 +629,13 @@ def _head_size(request: h11.Request) -> int:
 
 def _reason(status: int) -> bytes:
     return REASONS.get(status, "").encode()
+
+
+@functools.cache
+def _whole_head(status: int, content_type: str) -> bytes:
+    """The format of a response to a request h11 never saw, as h11 writes it: the length and body go in."""
+    return (b"HTTP/1.1 %d %s\r\nserver: fyrehose\r\ncontent-type: %s\r\ncontent-length: "
+            % (status, _reason(status), content_type.encode())) + b"%d\r\n\r\n%s"
 
 
 def _header(request: h11.Request, name: bytes) -> bytes | None:
