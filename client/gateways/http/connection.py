@@ -148,6 +148,7 @@ class HttpConnection:
         self._body_size = 0
         self._clock = now  # the latest time heard of
         self._idle_since: float | None = now  # when the wait for the next whole request began
+        self._lapsed_deadline = 0.0  # the idle deadline of the wait that ended with the request served now
         self._tokens = 0
         # the request whose result is awaited (None in place of h11's request: one read whole by llhttp)
         self._waiting: tuple[int, Slot, str, h11.Request | None] | None = None
@@ -256,9 +257,15 @@ class HttpConnection:
         return self._body_size + len(self.http.trailing_data[0])
 
     def next_deadline(self) -> float | None:
-        """The idle deadline: a request must arrive whole within the idle timeout."""
-        if self._idle_since is None or self.websocket is not None or self.streaming:
+        """The idle deadline: a request must arrive whole within the idle timeout.
+
+        While a request is served there is none, but the last one is given until it passes: the driver's
+        timer, armed at it, then stays as it is instead of being stopped for each request and made again
+        for the next (it fires at most once per idle timeout and finds nothing to do)."""
+        if self.websocket is not None or self.streaming:
             return None
+        if self._idle_since is None:
+            return self._lapsed_deadline if self._lapsed_deadline > self._clock else None
         return self._idle_since + self.settings.idle_timeout
 
     def handle_timers(self, now: float) -> None:
@@ -313,7 +320,7 @@ class HttpConnection:
                     return
                 self._body.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
-                self._idle_since = None
+                self._serving()
                 self._dispatch()
                 if self._waiting is None and self._verifying is None:
                     self._next_cycle()
@@ -330,6 +337,12 @@ class HttpConnection:
             return
         self.http.start_next_cycle()
         self._idle_since = self._clock
+
+    def _serving(self) -> None:
+        """A whole request arrived: no idle deadline until its response is out."""
+        if self._idle_since is not None:
+            self._lapsed_deadline = self._idle_since + self.settings.idle_timeout
+            self._idle_since = None
 
     def _take_waiting(self, token: int) -> tuple[int, Slot, str, h11.Request | None] | None:
         waiting = self._waiting
@@ -359,7 +372,7 @@ class HttpConnection:
         except (BadRequest, PayloadTooLarge, EnvelopeError):
             return False
         self._request = None  # h11's last request is answered: an error response h11 writes next has a body
-        self._idle_since = None
+        self._serving()
         self._tokens += 1
         self._waiting = (self._tokens, self.outbox.hold(), subject, None)
         self.requests.append(Publish(self._tokens, [payload]))
