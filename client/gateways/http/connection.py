@@ -367,7 +367,10 @@ class HttpConnection:
         if request.method != b"POST" or not target.startswith(b"/v1/publish/"):
             return False
         try:
-            subject = _subject(urlsplit(target.decode("ascii")).path, "/v1/publish/")
+            path = target.decode("ascii")
+            if "?" in path or "#" in path:  # else the target is the path (it starts with /v1/: no authority)
+                path = urlsplit(path).path
+            subject = _subject(path, "/v1/publish/")
             payload = encoded(Envelope(subject, request.body))
         except (BadRequest, PayloadTooLarge, EnvelopeError):
             return False
@@ -383,7 +386,8 @@ class HttpConnection:
         self.outbox.fill(slot, _whole_head(status, content_type) % (len(body), body))
         self.stats[f"http {status}"] += 1
         self._idle_since = self._clock
-        self._handle_events()
+        if self.http.their_state is not h11.IDLE or self.http.trailing_data[0]:  # else h11 would say NEED_DATA
+            self._handle_events()
 
     def _fail(self, status: int, message: str) -> None:
         """Answer a request that cannot be served (or followed) with ``status``, then hang up."""
