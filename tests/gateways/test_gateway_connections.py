@@ -345,8 +345,11 @@ def test_a_payload_from_a_prepared_head_is_the_encoded_envelope_and_fits_one_bac
 def test_the_idle_deadline_waits_while_a_response_is_held_and_starts_again_after_it():
     driver = Driver(http())
     driver.feed(HTTP_REQUESTS[0], now=5.0)
-    assert driver.connection.next_deadline() is None  # the response waits for the backbone, not the client
-    driver.connection.handle_timers(7.0)  # time passes (the driver tells it with each call); nothing is due
+    # the response waits for the backbone, not the client: the wait before it keeps its deadline only so that
+    # the driver's timer stays armed, and at it nothing is due
+    assert driver.connection.next_deadline() == 30.0
+    driver.connection.handle_timers(31.0)  # time passes (the driver tells it with each call)
+    assert driver.connection.outbox.closing is None and driver.connection.next_deadline() is None
     driver.answer()
     assert driver.out.startswith(b"HTTP/1.1 200 OK\r\n")
-    assert driver.connection.next_deadline() == 7.0 + 30.0
+    assert driver.connection.next_deadline() == 31.0 + 30.0

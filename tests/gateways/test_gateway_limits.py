@@ -339,3 +339,38 @@ def test_all_clients_unfinished_input_shares_one_budget():
         settle(lambda: server.input_budget.used == 0, "the budget released")
     finally:
         server.stop()
+
+
+class Pauser(Blaster):
+    """A connection that pauses its client after every input it takes (a request waiting for its CONFIRM)."""
+
+    def __init__(self, client, size: int) -> None:
+        super().__init__(client, size)
+        self.taken: list[bytes] = []
+
+    def receive(self, data: bytes) -> None:
+        self.taken.append(data)
+        self.client.pause()
+
+
+def test_a_paused_client_is_read_again_on_resume_and_its_watcher_stops_only_if_input_comes_meanwhile():
+    connections: list[Pauser] = []
+    server = serve(lambda client: connections.append(Pauser(client, 0)) or connections[-1])
+    try:
+        sock = gevent.socket.create_connection(server.address)
+        sock.sendall(b"a")
+        settle(lambda: connections and connections[0].taken == [b"a"], "the first input taken")
+        pauser = connections[0]
+        client = pauser.client
+        assert client.paused and client._read_watcher.active  # the pause alone costs the loop nothing
+        client.resume()
+        sock.sendall(b"b")
+        settle(lambda: pauser.taken == [b"a", b"b"], "the input after the resume taken")
+        sock.sendall(b"c")  # arrives while paused: it stops the watcher and stays in the kernel
+        settle(lambda: not client._read_watcher.active, "the watcher stopped by input during the pause")
+        assert pauser.taken == [b"a", b"b"]
+        client.resume()
+        settle(lambda: pauser.taken == [b"a", b"b", b"c"], "the input of the pause taken on resume")
+        sock.close()
+    finally:
+        server.stop()

@@ -177,7 +177,7 @@ class TcpClient:
             return
         self.closing = reason
         self._farewell = farewell
-        self._stop_reading()
+        self.stop_reading()
         self._grace = gevent.spawn_later(CLOSE_GRACE, self.release)
         self._queue_flush()
 
@@ -198,16 +198,19 @@ class TcpClient:
         self.close(reason, self.connection.farewell(reason) if self.connection else b"")
 
     def pause(self) -> None:
-        """Read no more input until :meth:`resume`."""
-        if not self.paused:
-            self.paused = True
-            self._read_watcher.stop()
+        """Read no more input until :meth:`resume`.
+
+        The read watcher stays on until input actually arrives meanwhile (the server's turn stops it then):
+        a pause that ends before the client sends more, a request waiting for its CONFIRM, costs no
+        ``epoll_ctl`` to stop and restart it."""
+        self.paused = True
 
     def resume(self) -> None:
         if self.paused:
             self.paused = False
             if self.closing is None and not self.input_over and self.server is not None:
-                self._read_watcher.start(self.server.readable, self)
+                if not self._read_watcher.active:
+                    self._read_watcher.start(self.server.readable, self)
                 if self.tls_pending():
                     self.server.readable(self)
 
@@ -245,7 +248,8 @@ class TcpClient:
         if self.server is not None and self.closing is None and not self.paused:
             self._read_watcher.start(self.server.readable, self)
 
-    def _stop_reading(self) -> None:
+    def stop_reading(self) -> None:
+        """Leave the input in the kernel (closing, or paused and more arrived): resume starts reading again."""
         self._read_watcher.stop()
 
     def _queue_flush(self) -> None:
@@ -500,7 +504,9 @@ class GatewayServer:
         clients, self._to_read = self._to_read, []
         for client in clients:
             client.in_turn = False
-            if client.closing is None and not client.paused and not client.input_over:
+            if client.paused or client.input_over:
+                client.stop_reading()  # input while paused waits in the kernel until resume
+            elif client.closing is None:
                 self._read(client)
 
     def _read(self, client: TcpClient) -> None:

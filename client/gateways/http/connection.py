@@ -31,7 +31,7 @@ refused request reaches the backbone.
 """
 from __future__ import annotations
 
-import json
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -119,6 +119,7 @@ class BadRequest(Exception):
         self.status = status
 
 
+PUBLISHED = b'{"seq": %d, "receivers": %d}\n'  # a publish's JSON answer, as json.dumps writes it
 GUARDED = ("/resp", "/metrics", "/v1/")  # with --users, these paths (and those under /v1/) ask who the client is
 QUERY_CREDENTIAL = ("/resp", "/v1/stream/")  # where a browser cannot send a header: ?access_token= too
 
@@ -147,6 +148,7 @@ class HttpConnection:
         self._body_size = 0
         self._clock = now  # the latest time heard of
         self._idle_since: float | None = now  # when the wait for the next whole request began
+        self._lapsed_deadline = 0.0  # the idle deadline of the wait that ended with the request served now
         self._tokens = 0
         # the request whose result is awaited (None in place of h11's request: one read whole by llhttp)
         self._waiting: tuple[int, Slot, str, h11.Request | None] | None = None
@@ -195,7 +197,7 @@ class HttpConnection:
         waiting = self._take_waiting(token)
         if waiting is not None:
             _, slot, subject, request = waiting
-            body = json.dumps({"seq": seqs[0], "receivers": self.site.receivers(subject)}).encode() + b"\n"
+            body = PUBLISHED % (seqs[0], self.site.receivers(subject))
             if request is None:
                 self._answer_whole(slot, 200, body, "application/json")
             else:
@@ -255,9 +257,15 @@ class HttpConnection:
         return self._body_size + len(self.http.trailing_data[0])
 
     def next_deadline(self) -> float | None:
-        """The idle deadline: a request must arrive whole within the idle timeout."""
-        if self._idle_since is None or self.websocket is not None or self.streaming:
+        """The idle deadline: a request must arrive whole within the idle timeout.
+
+        While a request is served there is none, but the last one is given until it passes: the driver's
+        timer, armed at it, then stays as it is instead of being stopped for each request and made again
+        for the next (it fires at most once per idle timeout and finds nothing to do)."""
+        if self.websocket is not None or self.streaming:
             return None
+        if self._idle_since is None:
+            return self._lapsed_deadline if self._lapsed_deadline > self._clock else None
         return self._idle_since + self.settings.idle_timeout
 
     def handle_timers(self, now: float) -> None:
@@ -312,7 +320,7 @@ class HttpConnection:
                     return
                 self._body.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
-                self._idle_since = None
+                self._serving()
                 self._dispatch()
                 if self._waiting is None and self._verifying is None:
                     self._next_cycle()
@@ -329,6 +337,12 @@ class HttpConnection:
             return
         self.http.start_next_cycle()
         self._idle_since = self._clock
+
+    def _serving(self) -> None:
+        """A whole request arrived: no idle deadline until its response is out."""
+        if self._idle_since is not None:
+            self._lapsed_deadline = self._idle_since + self.settings.idle_timeout
+            self._idle_since = None
 
     def _take_waiting(self, token: int) -> tuple[int, Slot, str, h11.Request | None] | None:
         waiting = self._waiting
@@ -353,12 +367,15 @@ class HttpConnection:
         if request.method != b"POST" or not target.startswith(b"/v1/publish/"):
             return False
         try:
-            subject = _subject(urlsplit(target.decode("ascii")).path, "/v1/publish/")
+            path = target.decode("ascii")
+            if "?" in path or "#" in path:  # else the target is the path (it starts with /v1/: no authority)
+                path = urlsplit(path).path
+            subject = _subject(path, "/v1/publish/")
             payload = encoded(Envelope(subject, request.body))
         except (BadRequest, PayloadTooLarge, EnvelopeError):
             return False
         self._request = None  # h11's last request is answered: an error response h11 writes next has a body
-        self._idle_since = None
+        self._serving()
         self._tokens += 1
         self._waiting = (self._tokens, self.outbox.hold(), subject, None)
         self.requests.append(Publish(self._tokens, [payload]))
@@ -366,11 +383,11 @@ class HttpConnection:
 
     def _answer_whole(self, slot: Slot, status: int, body: bytes, content_type: str) -> None:
         """Fill the response to a request h11 never saw (the bytes h11 would write), then on to what h11 holds."""
-        self.outbox.fill(slot, b"HTTP/1.1 %d %s\r\nserver: fyrehose\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n%s"
-                         % (status, _reason(status), content_type.encode(), len(body), body))
+        self.outbox.fill(slot, _whole_head(status, content_type) % (len(body), body))
         self.stats[f"http {status}"] += 1
         self._idle_since = self._clock
-        self._handle_events()
+        if self.http.their_state is not h11.IDLE or self.http.trailing_data[0]:  # else h11 would say NEED_DATA
+            self._handle_events()
 
     def _fail(self, status: int, message: str) -> None:
         """Answer a request that cannot be served (or followed) with ``status``, then hang up."""
@@ -629,6 +646,13 @@ def _head_size(request: h11.Request) -> int:
 
 def _reason(status: int) -> bytes:
     return REASONS.get(status, "").encode()
+
+
+@functools.cache
+def _whole_head(status: int, content_type: str) -> bytes:
+    """The format of a response to a request h11 never saw, as h11 writes it: the length and body go in."""
+    return (b"HTTP/1.1 %d %s\r\nserver: fyrehose\r\ncontent-type: %s\r\ncontent-length: "
+            % (status, _reason(status), content_type.encode())) + b"%d\r\n\r\n%s"
 
 
 def _header(request: h11.Request, name: bytes) -> bytes | None:
