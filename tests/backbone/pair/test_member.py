@@ -534,6 +534,68 @@ def test_a_promoted_member_recovers_from_its_peer_what_only_that_earlier_primary
     assert all(first > seq or last < seq for first, last, _ in rig.cores["b"].gone)  # not declared lost
 
 
+def test_a_request_for_what_only_the_peer_holds_below_the_recovered_range_is_answered_from_the_peer():
+    rig = Rig(sync=True, key=bytes(range(32)))
+    rig.subscribe()
+    a, b = rig.members["a"], rig.members["b"]
+    rig.cut = True  # the standby is away: the primary sends alone
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.settle(15)  # its takeover's GONE left ...
+    rig.push("a", b"first", 6)
+    rig.settle(3)
+    rig.subscribe()  # ... and the subscriber was heard since: answered
+    rig.settle(1)
+    rig.push("a", b"only at a", 7)
+    rig.settle(3)
+    seq = rig.cores["a"].sequence.last_issued
+    rig.to_clients["a"].clear()  # its link to the clients was cut: nobody got the message
+    rig.cut = False
+    rig.carry("a", a.demote(rig.now))  # an operator's demote-then-promote: its STATEs say it delivered `seq`
+    rig.carry("a", a.promote(rig.now, rig.durable["a"]))
+    rig.settle(40)
+    rig.carry("a", a.demote(rig.now))
+    rig.settle(3)
+    rig.carry("b", b.promote(rig.now, rig.durable["b"]))
+    rig.settle(15)  # b's recovery asked its peer for the numbers above `seq` only, and is over
+    assert seq not in rig.delivered("b") and not rig.cores["b"].recent.frames(seq, seq)
+    request = codec.encode(codec.Request("0.0.0.0", 0, seq, seq))
+    for _ in range(2):  # asked, then asked again: neither a journaling client nor b's recent log answers
+        rig.subscribe()
+        rig.cores["b"].receive(request, SUBSCRIBER, rig.now)
+        rig.settle(3)
+    assert rig.delivered("b").get(seq) == b"only at a"  # its peer answered the RECOVER b sent it for the REQUEST
+    assert rig.cores["b"].counters["peer asks"] == 1
+    assert all(first > seq or last < seq for first, last, _ in rig.cores["b"].gone)
+
+
+def test_a_pair_primary_asks_its_peer_once_a_window_for_what_a_subscriber_requests_again_and_answers_only_it():
+    rig = Rig()
+    other = ("10.0.0.10", 4000)
+    rig.carry("a", rig.members["a"].promote(rig.now, RESERVE))
+    rig.settle(15)  # its takeover's recovery is over
+    core = rig.cores["a"]
+    core.clients.refresh(SUBSCRIBER, codec.FLAG_BATCH | codec.FLAG_NOJOURNAL, rig.now)  # no journaling client
+    core.clients.refresh(other, codec.FLAG_NOJOURNAL, rig.now)
+    rig.push("a", b"held", 1)
+    rig.flush("a")
+    held = core.sequence.last_issued
+    for _ in range(3):  # below what it holds, and again within the window: one ask of the peer
+        core.receive(codec.encode(codec.Request("0.0.0.0", 0, 1, held)), SUBSCRIBER, rig.now)
+    core.receive(codec.encode(codec.Request("0.0.0.0", 0, 1, held)), other, rig.now)  # the same range: no new ask
+    assert core.peer_asks == [(1, held - 1)] and core.counters["peer asks"] == 1
+    core.receive(codec.encode(codec.Request("0.0.0.0", 0, 1, 2)), ("10.0.0.11", 4000), rig.now)  # no subscriber
+    answer = codec.encode_deliver(2, b"from the peer") + codec.encode_deliver(held + 5, b"not asked")
+    assert core.recovered_from_peer(answer, rig.now)
+    sends = [(codec.decode(data), addr) for data, addr in core.flush(rig.now).sends]
+    answered = [addr for decoded, addr in sends if codec.Deliver(2, b"from the peer") in decoded]
+    assert sorted(answered) == sorted([SUBSCRIBER, other])  # once each, to the subscribers that asked
+    assert not any(codec.Deliver(held + 5, b"not asked") in decoded for decoded, _ in sends)
+    rig.now += 1.5  # the window is over: the same answer again is unasked
+    assert not core.recovered_from_peer(answer, rig.now) and core.counters["drop:unasked deliver"] == 1
+    core.receive(codec.encode(codec.Request("0.0.0.0", 0, 1, held)), SUBSCRIBER, rig.now)
+    assert core.counters["peer asks"] == 2  # asked again: the first answer may have been lost
+
+
 def test_delivers_and_records_on_the_pair_link_are_taken_only_by_a_primary_whose_recovery_asked_its_peer():
     rig = Rig(key=bytes(range(32)))
     a, b = rig.members["a"], rig.members["b"]
