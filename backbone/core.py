@@ -242,13 +242,18 @@ class Backbone:
                 self._drop("no journaling client")
 
     def _unheld(self, from_seq: int, to_seq: int) -> list[tuple[int, int]]:
-        """The ranges within ``from_seq..to_seq`` that the recent log does not hold."""
+        """The ranges within ``from_seq..to_seq`` that the recent log does not hold and that are not GONE: a number
+        declared never sent may still be in the peer's log (output its primary dropped), under a message whose
+        retry got another number."""
+        held = [seq for seq, _ in self.recent.frames(from_seq, to_seq)]
+        skip = sorted([(max(first, from_seq), min(last, to_seq)) for first, last, _ in self.gone
+                       if first <= to_seq and last >= from_seq] + [(seq, seq) for seq in held])
         gaps = []
         expected = from_seq
-        for seq, _ in self.recent.frames(from_seq, to_seq):
-            if seq > expected:
-                gaps.append((expected, seq - 1))
-            expected = seq + 1
+        for first, last in skip:
+            if first > expected:
+                gaps.append((expected, first - 1))
+            expected = max(expected, last + 1)
         if expected <= to_seq:
             gaps.append((expected, to_seq))
         return gaps

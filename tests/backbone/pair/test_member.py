@@ -569,31 +569,43 @@ def test_a_request_for_what_only_the_peer_holds_below_the_recovered_range_is_ans
 
 
 def test_a_pair_primary_asks_its_peer_once_a_window_for_what_a_subscriber_requests_again_and_answers_only_it():
-    rig = Rig()
+    now = 100.0
+    core = Backbone(reserved=0, recent_bytes=200, rng=random.Random(1))  # room for a dozen of the messages below
+    member = PairMember(core, A, B, SERVICE, epoch=0, durable=RESERVE, sync=False)
+    member.promote(now, RESERVE)  # it holds nothing: 1..RESERVE asked of the journals, then GONE
+    core.flush(now + 1)
     other = ("10.0.0.10", 4000)
-    rig.carry("a", rig.members["a"].promote(rig.now, RESERVE))
-    rig.settle(15)  # its takeover's recovery is over
-    core = rig.cores["a"]
-    core.clients.refresh(SUBSCRIBER, codec.FLAG_BATCH | codec.FLAG_NOJOURNAL, rig.now)  # no journaling client
-    core.clients.refresh(other, codec.FLAG_NOJOURNAL, rig.now)
-    rig.push("a", b"held", 1)
-    rig.flush("a")
-    held = core.sequence.last_issued
-    for _ in range(3):  # below what it holds, and again within the window: one ask of the peer
-        core.receive(codec.encode(codec.Request("0.0.0.0", 0, 1, held)), SUBSCRIBER, rig.now)
-    core.receive(codec.encode(codec.Request("0.0.0.0", 0, 1, held)), other, rig.now)  # the same range: no new ask
-    assert core.peer_asks == [(1, held - 1)] and core.counters["peer asks"] == 1
-    core.receive(codec.encode(codec.Request("0.0.0.0", 0, 1, 2)), ("10.0.0.11", 4000), rig.now)  # no subscriber
-    answer = codec.encode_deliver(2, b"from the peer") + codec.encode_deliver(held + 5, b"not asked")
-    assert core.recovered_from_peer(answer, rig.now)
-    sends = [(codec.decode(data), addr) for data, addr in core.flush(rig.now).sends]
-    answered = [addr for decoded, addr in sends if codec.Deliver(2, b"from the peer") in decoded]
+    core.clients.refresh(SUBSCRIBER, codec.FLAG_BATCH | codec.FLAG_NOJOURNAL, now)  # no journaling client
+    core.clients.refresh(other, codec.FLAG_NOJOURNAL, now)
+    for n in range(30):
+        core.receive(codec.encode(codec.Push(b"m%02d" % n, 0)), PUBLISHER, now)
+        core.flush(now)
+    last, held = core.sequence.last_issued, core.recent.first
+    assert held is not None and RESERVE + 1 < held <= last  # the oldest messages fell out of its recent log
+
+    def ask(requester: tuple[str, int], from_seq: int = 1) -> None:
+        core.receive(codec.encode(codec.Request("0.0.0.0", 0, from_seq, last)), requester, now)
+
+    for _ in range(3):  # asked, and again within the window: one ask of the peer, for neither GONE nor held ones
+        ask(SUBSCRIBER)
+    ask(other)  # the same range: no new ask
+    assert core.peer_asks == [(RESERVE + 1, held - 1)] and core.counters["peer asks"] == 1
+    ask(("10.0.0.11", 4000))  # no subscriber: no ask
+    answer = codec.encode_deliver(RESERVE + 1, b"from the peer") + codec.encode_deliver(last, b"not asked")
+    assert core.recovered_from_peer(answer, now)
+    sends = [(codec.decode(data), addr) for data, addr in core.flush(now).sends]
+    answered = [addr for decoded, addr in sends if codec.Deliver(RESERVE + 1, b"from the peer") in decoded]
     assert sorted(answered) == sorted([SUBSCRIBER, other])  # once each, to the subscribers that asked
-    assert not any(codec.Deliver(held + 5, b"not asked") in decoded for decoded, _ in sends)
-    rig.now += 1.5  # the window is over: the same answer again is unasked
-    assert not core.recovered_from_peer(answer, rig.now) and core.counters["drop:unasked deliver"] == 1
-    core.receive(codec.encode(codec.Request("0.0.0.0", 0, 1, held)), SUBSCRIBER, rig.now)
+    assert not any(codec.Deliver(last, b"not asked") in decoded for decoded, _ in sends)
+    now += 1.5  # the window is over: the same answer again is unasked
+    assert not core.recovered_from_peer(answer, now) and core.counters["drop:unasked deliver"] == 1
+    core.clients.refresh(SUBSCRIBER, codec.FLAG_BATCH | codec.FLAG_NOJOURNAL, now)
+    ask(SUBSCRIBER)
     assert core.counters["peer asks"] == 2  # asked again: the first answer may have been lost
+    ask(SUBSCRIBER, RESERVE + 1)  # (the same hole within the window)
+    core.clients.refresh(other, codec.FLAG_NOJOURNAL, now)
+    core.receive(codec.encode(codec.Request("0.0.0.0", 0, 1, RESERVE)), other, now)
+    assert core.counters["peer asks"] == 2  # numbers GONE (lost or never sent) are not asked for
 
 
 def test_delivers_and_records_on_the_pair_link_are_taken_only_by_a_primary_whose_recovery_asked_its_peer():
