@@ -7,12 +7,12 @@ from fyrehose.backbone.recent_log cimport RecentLog
 
 cdef class Backbone:
     cdef public object sequence, clients, confirmed, cookies, policy, multicast, rng, rate_limiter, counters
-    cdef public object replicas, gone
+    cdef public object replicas, gone, peer_asks
     cdef public Py_ssize_t batch_bytes, max_request_range
     cdef list _log, _control, _unkept
     cdef dict _confirms
     cdef RecentLog _recent
-    cdef object _asked, _redeliveries, _recovery
+    cdef object _asked, _redeliveries, _recovery, _peer_asks
 
     cpdef receive(self, datagram, source, now)
     cpdef _drop(self, reason)

@@ -51,6 +51,10 @@ _ACK_PREFIX = bytes((codec.KEEPALIVE_ACK,))
 _ZERO_TAG = bytes(codec.FRAME_HEADER - 3)  # the TAG field of an untagged PUSH
 _NOBODY: Address = ("0.0.0.0", 0)  # the publisher of untagged frames, as far as a standby needs to know
 RECOVERY_WINDOW = 0.2  # seconds a promoted standby waits for the journals' copies of the numbers it lacks
+# a REQUEST's numbers a pair primary's recent log does not hold, asked of its peer: the peer's answer goes to the
+# requester for this long, and the peer is not asked for them again meanwhile (its answer may carry 65,536 messages)
+PEER_ASK_WINDOW = 1.0
+MAX_PEER_ASKS = 64  # requesters whose asks of the peer are remembered at once
 
 
 @dataclass(slots=True)
@@ -64,6 +68,17 @@ class Recovery:
     journalers: set[Address]
     found: set[int] = field(default_factory=set)
     peer: bool = False  # its pair peer was asked too: its DELIVERs come through the pair member, not the clients' socket
+
+
+@dataclass(slots=True)
+class PeerAsk:
+    """A subscriber's REQUEST for numbers a pair primary's recent log does not hold, which its peer was asked for:
+    the earlier primary may be the only one holding them (its last messages, sent over a link cut to the clients)."""
+
+    from_seq: int
+    to_seq: int
+    requester: Address
+    until: float
 
 
 def _notice(from_seq: int, to_seq: int) -> bytes:
@@ -129,6 +144,10 @@ class Backbone:
         self.replicas: list[tuple[LogEntry, Address, list[Run]]] | None = None
         self.gone: list[tuple[int, int, int]] = []  # (from, to, reason): numbers no one will ever deliver
         self._recovery: Recovery | None = None
+        # a pair primary's member sets `peer_asks` to a list, and sends its peer a RECOVER for every range that
+        # appears in it: the numbers of REQUESTs that neither a journaling client nor the recent log answered
+        self.peer_asks: list[tuple[int, int]] | None = None
+        self._peer_asks: list[PeerAsk] = []
 
     # ------------------------------------------------------------ input
 
@@ -204,9 +223,14 @@ class Backbone:
             # only to a live subscriber: it gets these messages anyway, so a spoofed REQUEST from
             # anyone else cannot make the backbone send more than it was sent (tests/backbone/test_abuse.py)
             member = self.clients.get(requester)
+            live = member is not None and member.subscribes and member.expires > now
             held = self.recent.first
-            if member is not None and member.subscribes and member.expires > now and held is not None \
-                    and to_seq >= held:
+            asked = False
+            if live and self.peer_asks is not None:
+                for low, high in self._unheld(frame.from_seq, to_seq):
+                    self._ask_peer(requester, low, high, now)
+                    asked = True
+            if member is not None and live and held is not None and to_seq >= held:
                 from_seq = max(frame.from_seq, held)
                 if not self._redeliveries.add(requester, from_seq, to_seq, now):
                     self._drop("redelivery queue full")
@@ -214,8 +238,42 @@ class Backbone:
                     self.counters["redelivery requests"] += 1
                     if member.flags & codec.FLAG_REDELIVERING:  # it asks again promptly instead of backing off
                         self._control.append((_notice(from_seq, to_seq), requester))
-            elif journaler is None:
+            elif journaler is None and not asked:
                 self._drop("no journaling client")
+
+    def _unheld(self, from_seq: int, to_seq: int) -> list[tuple[int, int]]:
+        """The ranges within ``from_seq..to_seq`` that the recent log does not hold and that are not GONE: a number
+        declared never sent may still be in the peer's log (output its primary dropped), under a message whose
+        retry got another number."""
+        held = [seq for seq, _ in self.recent.frames(from_seq, to_seq)]
+        skip = sorted([(max(first, from_seq), min(last, to_seq)) for first, last, _ in self.gone
+                       if first <= to_seq and last >= from_seq] + [(seq, seq) for seq in held])
+        gaps = []
+        expected = from_seq
+        for first, last in skip:
+            if first > expected:
+                gaps.append((expected, first - 1))
+            expected = max(expected, last + 1)
+        if expected <= to_seq:
+            gaps.append((expected, to_seq))
+        return gaps
+
+    def _ask_peer(self, requester: Address, from_seq: int, to_seq: int, now: float) -> None:
+        """Numbers a live subscriber asked for again that this pair primary does not hold: the peer is asked for
+        them (unless a live ask covers them already) and its answer goes to the requester."""
+        asks = [ask for ask in self._peer_asks if ask.until > now]
+        if any(ask.requester == requester and ask.from_seq <= to_seq and from_seq <= ask.to_seq for ask in asks):
+            self._peer_asks = asks  # asked within the window: the answer is on its way (or lost: asked after it)
+            return
+        if len(asks) >= MAX_PEER_ASKS:
+            self._peer_asks = asks
+            self._drop("peer asks full")
+            return
+        if not any(ask.from_seq <= from_seq and to_seq <= ask.to_seq for ask in asks) and self.peer_asks is not None:
+            self.peer_asks.append((from_seq, to_seq))
+            self.counters["peer asks"] += 1
+        asks.append(PeerAsk(from_seq, to_seq, requester, now + PEER_ASK_WINDOW))
+        self._peer_asks = asks
 
     def _validated(self, addr: Address, now: float) -> bool:
         """With address validation: whether ``addr`` is a live client (it echoed a cookie, or is trusted)."""
@@ -256,22 +314,43 @@ class Backbone:
         if source not in recovery.journalers:
             self._drop("unasked deliver")
             return
-        self._take_recovered(recovery, datagram, now)
-
-    def recovered_from_peer(self, datagram: bytes | bytearray | memoryview, now: float) -> bool:
-        """The pair peer's DELIVERs in answer to a recovery that asked it; False when none asked it.  They arrive on the pair socket, which
-        takes only the peer's datagrams (sealed, with a pair key), never on the clients' socket."""
-        recovery = self._recovery
-        if recovery is None or not recovery.peer:
-            self._drop("unasked deliver")
-            return False
-        self._take_recovered(recovery, datagram, now)
-        return True
-
-    def _take_recovered(self, recovery: Recovery, datagram: bytes | bytearray | memoryview, now: float) -> None:
         spans, error = codec.scan(datagram, codec.DELIVER)
         if error is not None:
             self._drop("malformed")
+        self._take_recovered(recovery, datagram, spans, now)
+
+    def recovered_from_peer(self, datagram: bytes | bytearray | memoryview, now: float) -> bool:
+        """The pair peer's DELIVERs in answer to a recovery that asked it, or to its asks for REQUESTed numbers
+        (they go to their requesters); False when nothing asked it.  They arrive on the pair socket, which
+        takes only the peer's datagrams (sealed, with a pair key), never on the clients' socket."""
+        recovery = self._recovery
+        asks = [ask for ask in self._peer_asks if ask.until > now]
+        self._peer_asks = asks
+        if (recovery is None or not recovery.peer) and not asks:
+            self._drop("unasked deliver")
+            return False
+        spans, error = codec.scan(datagram, codec.DELIVER)
+        if error is not None:
+            self._drop("malformed")
+        for ask in asks:
+            answer = [bytes(datagram[start:end]) for start, end, seq in spans if ask.from_seq <= seq <= ask.to_seq]
+            if answer:
+                self._relay(ask.requester, answer)
+        if recovery is not None and recovery.peer:
+            self._take_recovered(recovery, datagram, spans, now)
+        return True
+
+    def _relay(self, addr: Address, frames: list[bytes]) -> None:
+        """The peer's DELIVER frames to the subscriber that REQUESTed them, packed if it takes BATCH."""
+        entry = self.clients.get(addr)
+        if entry is not None and entry.batches:
+            self._control.extend((datagram, addr) for datagram in codec.pack_greedy(frames, self.batch_bytes))
+        else:
+            self._control.extend((frame, addr) for frame in frames)
+        self.counters["peer answers relayed"] += len(frames)
+
+    def _take_recovered(self, recovery: Recovery, datagram: bytes | bytearray | memoryview,
+                        spans: list[tuple[int, int, int]], now: float) -> None:
         fresh = []
         kept: list[tuple[int, bytes]] = []
         for start, end, seq in spans:

@@ -264,6 +264,7 @@ class PairMember:
             self.source.keep(record.first, record.last, [frames.encode_record(
                 record.epoch, record.first, record.last, record.source, record.runs, record.frames)])
         backbone.replicas = []
+        backbone.peer_asks = []
         self.primary = True
         self._fenced_by = 0
         self.counters["pair takeovers"] += 1
@@ -297,6 +298,7 @@ class PairMember:
             self._sent_records = self.source.records_through(self._sent)
         self.source = None
         self.backbone.replicas = None
+        self.backbone.peer_asks = None
         self.follower = ReplicaFollower(self.epoch, self.durable, issued=self.backbone.sequence.last_issued,
                                         delivered=self._sent, reopen=self._open if self._answered else None)
         self._answered = self._open = self._asking = None
@@ -439,13 +441,13 @@ class PairMember:
         self._out.to_peer += [self._seal(datagram) for datagram in answer]
 
     def _recovered_record(self, record: frames.Record, now: float) -> None:
-        """A RECORD of its own epoch from the standby: its answer to this member's RECOVER.  The messages go to the
-        recovery, their tags into the CONFIRM memory (a publisher's retry gets the number they were given)."""
-        asking = self._asking
-        if asking is None or not self.backbone.recovered_from_peer(record.frames, now):
+        """A RECORD of its own epoch from the peer: its answer to this member's RECOVER (at its takeover, or for
+        numbers a subscriber REQUESTed).  The messages go to the recovery or to the requester, the tags of the
+        takeover's range into the CONFIRM memory (a publisher's retry gets the number they were given)."""
+        if not self.backbone.recovered_from_peer(record.frames, now):
             self.counters["drop:pair unasked record"] += 1
             return
-        runs = frames.clip_runs(record.runs, *asking)
+        runs = frames.clip_runs(record.runs, *self._asking) if self._asking is not None else []
         if runs:
             self.backbone.confirmed.remember_runs(record.source, runs, now)
 
@@ -584,6 +586,7 @@ class PairMember:
                 self._release()
             if now >= self._next_state:
                 self._heartbeat(now)
+            self._ask_peer()
         else:
             follower = self.follower
             self._out.to_peer += [self._seal(replay) for replay in follower.replays(now)]
@@ -600,6 +603,15 @@ class PairMember:
                         follower.epoch, frames.ROLE_STANDBY, 0, mark, mark, 0, 0, [])]
         self._note_role()
         return self._take()
+
+    def _ask_peer(self) -> None:
+        """The numbers subscribers REQUESTed that neither the journals nor this primary's recent log answered: the
+        peer may hold them alone (an earlier primary's last messages, sent over a link cut to the clients, below
+        what its takeover asked for), so it gets a RECOVER for them and answers as it answers a takeover."""
+        asks = self.backbone.peer_asks
+        if asks:
+            self._out.to_peer += [self._seal(frames.encode_recover(self.epoch, low, high)) for low, high in asks]
+            asks.clear()
 
     def next_deadline(self) -> float:
         """When the next heartbeat (STATE or ACK) is due; the driver wakes for it."""

@@ -570,6 +570,80 @@ def test_a_promoted_member_recovers_from_its_peer_what_only_that_earlier_primary
     assert all(first > seq or last < seq for first, last, _ in rig.cores["b"].gone)  # not declared lost
 
 
+def test_a_request_for_what_only_the_peer_holds_below_the_recovered_range_is_answered_from_the_peer():
+    rig = Rig(sync=True, key=bytes(range(32)))
+    rig.subscribe()
+    a, b = rig.members["a"], rig.members["b"]
+    rig.cut = True  # the standby is away: the primary sends alone
+    rig.carry("a", a.promote(rig.now, RESERVE))
+    rig.settle(15)  # its takeover's GONE left ...
+    rig.push("a", b"first", 6)
+    rig.settle(3)
+    rig.subscribe()  # ... and the subscriber was heard since: answered
+    rig.settle(1)
+    rig.push("a", b"only at a", 7)
+    rig.settle(3)
+    seq = rig.cores["a"].sequence.last_issued
+    rig.to_clients["a"].clear()  # its link to the clients was cut: nobody got the message
+    rig.cut = False
+    rig.carry("a", a.demote(rig.now))  # an operator's demote-then-promote: its STATEs say it delivered `seq`
+    rig.carry("a", a.promote(rig.now, rig.durable["a"]))
+    rig.settle(40)
+    rig.carry("a", a.demote(rig.now))
+    rig.settle(3)
+    rig.carry("b", b.promote(rig.now, rig.durable["b"]))
+    rig.settle(15)  # b's recovery asked its peer for the numbers above `seq` only, and is over
+    assert seq not in rig.delivered("b") and not rig.cores["b"].recent.frames(seq, seq)
+    request = codec.encode(codec.Request("0.0.0.0", 0, seq, seq))
+    for _ in range(2):  # asked, then asked again: neither a journaling client nor b's recent log answers
+        rig.subscribe()
+        rig.cores["b"].receive(request, SUBSCRIBER, rig.now)
+        rig.settle(3)
+    assert rig.delivered("b").get(seq) == b"only at a"  # its peer answered the RECOVER b sent it for the REQUEST
+    assert rig.cores["b"].counters["peer asks"] == 1
+    assert all(first > seq or last < seq for first, last, _ in rig.cores["b"].gone)
+
+
+def test_a_pair_primary_asks_its_peer_once_a_window_for_what_a_subscriber_requests_again_and_answers_only_it():
+    now = 100.0
+    core = Backbone(reserved=0, recent_bytes=200, rng=random.Random(1))  # room for a dozen of the messages below
+    member = PairMember(core, A, B, SERVICE, epoch=0, durable=RESERVE, sync=False)
+    member.promote(now, RESERVE)  # it holds nothing: 1..RESERVE asked of the journals, then GONE
+    core.flush(now + 1)
+    other = ("10.0.0.10", 4000)
+    core.clients.refresh(SUBSCRIBER, codec.FLAG_BATCH | codec.FLAG_NOJOURNAL, now)  # no journaling client
+    core.clients.refresh(other, codec.FLAG_NOJOURNAL, now)
+    for n in range(30):
+        core.receive(codec.encode(codec.Push(b"m%02d" % n, 0)), PUBLISHER, now)
+        core.flush(now)
+    last, held = core.sequence.last_issued, core.recent.first
+    assert held is not None and RESERVE + 1 < held <= last  # the oldest messages fell out of its recent log
+
+    def ask(requester: tuple[str, int], from_seq: int = 1) -> None:
+        core.receive(codec.encode(codec.Request("0.0.0.0", 0, from_seq, last)), requester, now)
+
+    for _ in range(3):  # asked, and again within the window: one ask of the peer, for neither GONE nor held ones
+        ask(SUBSCRIBER)
+    ask(other)  # the same range: no new ask
+    assert core.peer_asks == [(RESERVE + 1, held - 1)] and core.counters["peer asks"] == 1
+    ask(("10.0.0.11", 4000))  # no subscriber: no ask
+    answer = codec.encode_deliver(RESERVE + 1, b"from the peer") + codec.encode_deliver(last, b"not asked")
+    assert core.recovered_from_peer(answer, now)
+    sends = [(codec.decode(data), addr) for data, addr in core.flush(now).sends]
+    answered = [addr for decoded, addr in sends if codec.Deliver(RESERVE + 1, b"from the peer") in decoded]
+    assert sorted(answered) == sorted([SUBSCRIBER, other])  # once each, to the subscribers that asked
+    assert not any(codec.Deliver(last, b"not asked") in decoded for decoded, _ in sends)
+    now += 1.5  # the window is over: the same answer again is unasked
+    assert not core.recovered_from_peer(answer, now) and core.counters["drop:unasked deliver"] == 1
+    core.clients.refresh(SUBSCRIBER, codec.FLAG_BATCH | codec.FLAG_NOJOURNAL, now)
+    ask(SUBSCRIBER)
+    assert core.counters["peer asks"] == 2  # asked again: the first answer may have been lost
+    ask(SUBSCRIBER, RESERVE + 1)  # (the same hole within the window)
+    core.clients.refresh(other, codec.FLAG_NOJOURNAL, now)
+    core.receive(codec.encode(codec.Request("0.0.0.0", 0, 1, RESERVE)), other, now)
+    assert core.counters["peer asks"] == 2  # numbers GONE (lost or never sent) are not asked for
+
+
 def test_delivers_and_records_on_the_pair_link_are_taken_only_by_a_primary_whose_recovery_asked_its_peer():
     rig = Rig(key=bytes(range(32)))
     a, b = rig.members["a"], rig.members["b"]
