@@ -190,6 +190,17 @@ def test_live_view_asks_for_a_token_and_keeps_it_for_the_tab(browser, users_gate
     browser.find_element(By.ID, "login").click()
     wait.until(lambda d: "refused this token" in d.find_element(By.ID, "login-reason").text
                and d.find_element(By.ID, "login-form").is_displayed(), "a wrong token was not refused")
+    # Refused, the token is not sent again while the page asks for another: each try would be a failed
+    # login from this address, and a few more would have the gateway refuse the right token too (429).
+    browser.execute_script("""
+        window.metricsAsked = 0;
+        const fetched = window.fetch;
+        window.fetch = (url, options) => { if (url === "/metrics") window.metricsAsked++; return fetched(url, options); };
+        window.ticks = 0;
+        setInterval(() => window.ticks++, 1000);
+    """)
+    wait.until(lambda d: d.execute_script("return window.ticks") >= 3, "the page's timers did not run")
+    assert browser.execute_script("return window.metricsAsked") == 0  # its once-a-second poll ran twice meanwhile
     browser.find_element(By.ID, "token").send_keys(users_gateway.token)
     browser.find_element(By.ID, "login").click()
     wait.until(lambda d: d.find_element(By.ID, "status").get_attribute("data-state") == "open",

@@ -298,14 +298,24 @@ function drawChart() {
 }
 
 // The gateway's stream position and losses, from its Prometheus counters; whether the
-// gateway wants a token (401).
+// gateway wants a token (401). Every refused token counts as a failed login from this
+// address, and a few slow its logins down (429), so a token is not sent again once refused
+// (no poll while the page asks for one) and one poll at most is in flight.
+let polling = false;
+
 async function pollMetrics() {
+  if (polling || !$("login-form").hidden) return;
+  polling = true;
   try {
     const sent = token();
     const response = await fetch("/metrics", authorized({ cache: "no-store" }));
     if (sent !== token()) return;  // a newer token was typed meanwhile: this answer is about the old one
     if (response.status === 401) {
       askForToken(sent ? "the gateway refused this token" : "this gateway asks for a token");
+      return;
+    }
+    if (response.status === 429) {  // too many failed logins lately: the gateway says when to retry
+      askForToken((await response.text()).trim());
       return;
     }
     const body = await response.text();
@@ -317,6 +327,8 @@ async function pollMetrics() {
     $("lost").textContent = value("fyrehose_gateway_lost_total");
   } catch (e) {
     $("position").textContent = "unknown";
+  } finally {
+    polling = false;
   }
 }
 
